@@ -1,0 +1,38 @@
+# The two commands of the README:
+#   make wordcount   builds everything and runs the wordcount example on the embedded default
+#   make test        runs the whole test suite
+GO       ?= go
+BIN      := bin/wstream
+EXAMPLES := wordcount mapfilter window testops
+WASM     := $(EXAMPLES:%=examples/wasm/build/%.wasm)
+
+.PHONY: all setup build examples wordcount test bench clean
+
+all: build examples
+
+setup:
+	@bash scripts/setup.sh
+
+build:
+	$(GO) build -o $(BIN) ./cmd/wstream
+
+examples: $(WASM)
+
+examples/wasm/build/%.wasm: FORCE
+	@mkdir -p examples/wasm/build
+	GOOS=wasip1 GOARCH=wasm $(GO) build -buildmode=c-shared -o $@ ./examples/wasm/go/$*
+
+FORCE:
+
+wordcount: setup build examples
+	./$(BIN) deploy examples/wasm/build/wordcount.wasm
+
+test: setup
+	$(GO) vet ./...
+	$(GO) test -count=1 -timeout 20m ./...
+
+bench: setup build examples
+	$(GO) test -run '^$$' -bench . -benchtime 3x ./bench/
+
+clean:
+	rm -rf bin examples/wasm/build wstream-data

@@ -1,0 +1,391 @@
+// Command wstream deploys and runs WebAssembly stream operators.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/wstream/wstream/abi"
+	"github.com/wstream/wstream/coordinator"
+	"github.com/wstream/wstream/engine"
+	"github.com/wstream/wstream/host"
+	"github.com/wstream/wstream/job"
+	"github.com/wstream/wstream/transport"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "0.1.0-dev"
+
+// usageError marks errors in how the command was called (exit code 2).
+type usageError struct{ error }
+
+func main() {
+	os.Exit(run(os.Args, os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	app := newApp(stdout, stderr)
+	err := app.Run(args)
+	if err == nil {
+		return 0
+	}
+	var ec cli.ExitCoder
+	if errors.As(err, &ec) {
+		if msg := ec.Error(); msg != "" {
+			fmt.Fprintln(stderr, "wstream:", msg)
+		}
+		return ec.ExitCode()
+	}
+	fmt.Fprintln(stderr, "wstream:", err)
+	var ue usageError
+	if errors.As(err, &ue) {
+		return 2
+	}
+	return 1
+}
+
+func newApp(stdout, stderr io.Writer) *cli.App {
+	return &cli.App{
+		Name:      "wstream",
+		Usage:     "run stream operators compiled to WebAssembly",
+		Version:   version,
+		Writer:    stdout,
+		ErrWriter: stderr,
+		// Errors are printed once, by run.
+		ExitErrHandler: func(*cli.Context, error) {},
+		OnUsageError: func(c *cli.Context, err error, _ bool) error {
+			return usageError{fmt.Errorf("%s: %w (see --help)", c.Command.FullName(), err)}
+		},
+		Commands: []*cli.Command{
+			deployCommand(),
+			serverCommand(),
+			workerCommand(),
+			listCommand(),
+			cancelCommand(),
+			{
+				Name:  "version",
+				Usage: "print the version and ABI version",
+				Action: func(c *cli.Context) error {
+					fmt.Fprintf(c.App.Writer, "wstream %s (ABI v%d)\n", version, abi.Version)
+					return nil
+				},
+			},
+		},
+	}
+}
+
+var natsFlag = &cli.StringFlag{
+	Name:    "nats",
+	Usage:   "NATS server URL of a wstream cluster; without it deploy runs on an embedded server",
+	EnvVars: []string{"WSTREAM_NATS"},
+}
+
+var dataFlag = &cli.StringFlag{
+	Name:  "data",
+	Usage: "data directory for state, caches and the embedded NATS store",
+	Value: "wstream-data",
+}
+
+var verboseFlag = &cli.BoolFlag{Name: "verbose", Aliases: []string{"v"}, Usage: "log what the runtime does (and guest log lines) to stderr"}
+
+func hostFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.IntFlag{Name: "memory-limit", Usage: "memory limit of one operator instance, in MiB", Value: 64},
+		&cli.DurationFlag{Name: "call-timeout", Usage: "deadline of one guest call; an operator exceeding it fails the job", Value: 10 * time.Second},
+	}
+}
+
+func hostConfig(c *cli.Context) (host.Config, error) {
+	mib := c.Int("memory-limit")
+	if mib < 1 || mib > 4096 {
+		return host.Config{}, usageError{fmt.Errorf("--memory-limit %d: must be between 1 and 4096 MiB", mib)}
+	}
+	if c.Duration("call-timeout") <= 0 {
+		return host.Config{}, usageError{fmt.Errorf("--call-timeout %s: must be positive", c.Duration("call-timeout"))}
+	}
+	return host.Config{MemoryLimitPages: uint32(mib * 16), CallTimeout: c.Duration("call-timeout")}, nil
+}
+
+func logf(c *cli.Context) func(string, ...any) {
+	if !c.Bool("verbose") {
+		return nil
+	}
+	w := c.App.ErrWriter
+	return func(format string, args ...any) {
+		fmt.Fprintf(w, time.Now().Format("15:04:05.000 ")+format+"\n", args...)
+	}
+}
+
+func deployCommand() *cli.Command {
+	flags := []cli.Flag{
+		&cli.StringFlag{Name: "plan", Usage: "plan file (JSON) to use instead of the plan the module exports"},
+		&cli.IntFlag{Name: "parallelism", Aliases: []string{"p"}, Usage: "default parallelism of the job's vertices (vertices that set their own keep it)"},
+		&cli.StringSliceFlag{Name: "vertex-parallelism", Usage: "`ID=N` parallelism of one vertex (repeatable)"},
+		&cli.IntFlag{Name: "max-parallelism", Usage: "number of key groups (default: the plan's, else 128)"},
+		&cli.StringSliceFlag{Name: "source", Usage: "`[ID=]CONNECTOR[:k=v,...]` replace a source, e.g. gen:count=1000,keys=10 or file:path=in.txt (repeatable)"},
+		&cli.StringSliceFlag{Name: "sink", Usage: "`[ID=]CONNECTOR[:k=v,...]` replace a sink, e.g. stdout or file:path=out.txt (repeatable)"},
+		&cli.StringFlag{Name: "name", Usage: "job name (default: the plan's name)"},
+		&cli.BoolFlag{Name: "dry-run", Usage: "validate the module and plan, print the execution graph, and exit"},
+		&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "do not print the summary"},
+		dataFlag, natsFlag, verboseFlag,
+	}
+	return &cli.Command{
+		Name:      "deploy",
+		Usage:     "run a job: operators from MODULE, plan from the module or --plan",
+		ArgsUsage: "MODULE.wasm",
+		Description: `Validates the module and its plan, then runs the job. Without --nats it starts
+an embedded NATS JetStream server, a coordinator and a worker in this process and
+keeps everything under --data. A bounded job runs to the end and prints a summary
+(records in and out, duration) to stderr; an unbounded one runs until Ctrl-C and
+then stops cleanly. Exits non-zero when the job fails.`,
+		Flags: append(flags, hostFlags()...),
+		Action: func(c *cli.Context) error {
+			if c.NArg() != 1 {
+				return usageError{fmt.Errorf("deploy: want exactly one MODULE.wasm argument, got %d", c.NArg())}
+			}
+			hc, err := hostConfig(c)
+			if err != nil {
+				return err
+			}
+			ov := job.Overrides{
+				Parallelism:    c.Int("parallelism"),
+				MaxParallelism: c.Int("max-parallelism"),
+				Source:         c.StringSlice("source"),
+				Sink:           c.StringSlice("sink"),
+			}
+			if c.IsSet("parallelism") && ov.Parallelism < 1 {
+				return usageError{fmt.Errorf("--parallelism %d: must be ≥ 1", ov.Parallelism)}
+			}
+			for _, s := range c.StringSlice("vertex-parallelism") {
+				id, n, ok := strings.Cut(s, "=")
+				v, err := strconv.Atoi(n)
+				if !ok || id == "" || err != nil || v < 1 {
+					return usageError{fmt.Errorf("--vertex-parallelism %q: want ID=N with N ≥ 1", s)}
+				}
+				if ov.VertexParallelism == nil {
+					ov.VertexParallelism = map[string]int{}
+				}
+				ov.VertexParallelism[id] = v
+			}
+			return deploy(c, hc, ov)
+		},
+	}
+}
+
+func deploy(c *cli.Context, hc host.Config, ov job.Overrides) error {
+	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	out, errw := c.App.Writer, c.App.ErrWriter
+
+	opts := engine.Options{DataDir: c.String("data"), NATSURL: c.String("nats"), Host: hc, Stdout: out, Logf: logf(c)}
+	if opts.NATSURL != "" {
+		opts.NoCoordinator = true
+	}
+	// Validation needs only a wazero runtime; start the engine after it so
+	// that a bad module or plan fails fast and touches nothing.
+	rt, err := host.NewRuntime(ctx, withCache(hc, opts.DataDir))
+	if err != nil {
+		return err
+	}
+	d, err := engine.Prepare(ctx, rt, engine.PrepareOptions{
+		ModulePath: c.Args().First(),
+		PlanPath:   c.String("plan"),
+		Overrides:  ov,
+		Name:       c.String("name"),
+	})
+	_ = rt.Close(ctx)
+	if err != nil {
+		return err
+	}
+	if c.Bool("dry-run") {
+		fmt.Fprint(out, d.Graph.String())
+		return nil
+	}
+	e, err := engine.Start(ctx, opts)
+	if err != nil {
+		return err
+	}
+	defer e.Close(context.Background())
+	res, err := e.Run(ctx, d, func(id string) {
+		if !c.Bool("quiet") {
+			fmt.Fprintf(errw, "job %s running (%d subtasks)\n", id, countSubtasks(d.Graph))
+		}
+	})
+	if err != nil {
+		return err
+	}
+	if !c.Bool("quiet") {
+		printSummary(errw, d.Plan, res)
+	}
+	if res.State == transport.JobFailed {
+		return cli.Exit(fmt.Sprintf("job %s failed: %s", res.JobID, res.Error), 1)
+	}
+	return nil
+}
+
+func withCache(hc host.Config, dataDir string) host.Config {
+	if hc.CacheDir == "" {
+		hc.CacheDir = dataDir + "/cache/wazero"
+	}
+	return hc
+}
+
+func countSubtasks(g *job.Graph) int {
+	n := 0
+	for _, c := range g.Chains {
+		n += c.Parallelism
+	}
+	return n
+}
+
+func printSummary(w io.Writer, p *job.Plan, r *transport.JobResult) {
+	fmt.Fprintf(w, "job %s %s in %s\n", r.JobID, r.State, r.Duration.Round(time.Millisecond))
+	var in, out int64
+	for _, m := range r.Metrics {
+		v := p.Vertex(m.Vertex)
+		kind := ""
+		if v != nil {
+			kind = v.Kind
+			switch v.Kind {
+			case job.KindSource:
+				in += m.RecordsOut
+			case job.KindSink:
+				out += m.RecordsIn
+			}
+		}
+		fmt.Fprintf(w, "  %-20s %-8s in %-12d out %d\n", m.Vertex, kind, m.RecordsIn, m.RecordsOut)
+	}
+	secs := r.Duration.Seconds()
+	rate := 0.0
+	if secs > 0 {
+		rate = float64(in) / secs
+	}
+	fmt.Fprintf(w, "records in: %d, records out: %d (%.0f records/s)\n", in, out, rate)
+}
+
+func serverCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "server",
+		Usage: "run a coordinator, with an embedded NATS server that listens unless --nats names one",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "listen", Usage: "address of the embedded NATS server", Value: "127.0.0.1:4222"},
+			&cli.IntFlag{Name: "workers", Usage: "in-process workers to start as well", Value: 0},
+			dataFlag, natsFlag, verboseFlag,
+		},
+		Action: func(c *cli.Context) error {
+			ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			opts := engine.Options{DataDir: c.String("data"), NATSURL: c.String("nats"), Workers: c.Int("workers"), Logf: logf(c), Stdout: c.App.Writer}
+			if opts.NATSURL == "" {
+				opts.Listen = c.String("listen")
+			}
+			e, err := engine.Start(ctx, opts)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(c.App.ErrWriter, "wstream server: coordinator running (NATS %s)\n", orDefault(opts.NATSURL, "nats://"+opts.Listen))
+			<-ctx.Done()
+			return e.Close(context.Background())
+		},
+	}
+}
+
+func orDefault(s, d string) string {
+	if s == "" {
+		return d
+	}
+	return s
+}
+
+func workerCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "worker",
+		Usage: "run a worker that executes subtasks for the coordinator at --nats",
+		Flags: append([]cli.Flag{
+			&cli.IntFlag{Name: "slots", Usage: "subtasks this worker runs at once (0 = no limit)"},
+			&cli.StringFlag{Name: "id", Usage: "worker id (default: host name and process id)"},
+			dataFlag, natsFlag, verboseFlag,
+		}, hostFlags()...),
+		Action: func(c *cli.Context) error {
+			if c.String("nats") == "" {
+				return usageError{errors.New("worker: --nats URL is required")}
+			}
+			hc, err := hostConfig(c)
+			if err != nil {
+				return err
+			}
+			ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			e, err := engine.Start(ctx, engine.Options{
+				DataDir: c.String("data"), NATSURL: c.String("nats"), Workers: 1, Slots: c.Int("slots"),
+				Host: hc, Logf: logf(c), Stdout: c.App.Writer, NoCoordinator: true,
+			})
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(c.App.ErrWriter, "wstream worker: connected to %s\n", c.String("nats"))
+			<-ctx.Done()
+			return e.Close(context.Background())
+		},
+	}
+}
+
+func clientEngine(c *cli.Context) (*engine.Engine, error) {
+	if c.String("nats") == "" {
+		return nil, usageError{fmt.Errorf("%s: --nats URL is required (jobs of the embedded default live only inside their deploy command)", c.Command.Name)}
+	}
+	return engine.Start(c.Context, engine.Options{DataDir: c.String("data"), NATSURL: c.String("nats"), NoCoordinator: true})
+}
+
+func listCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "list",
+		Usage: "list the jobs of a cluster",
+		Flags: []cli.Flag{natsFlag, dataFlag},
+		Action: func(c *cli.Context) error {
+			e, err := clientEngine(c)
+			if err != nil {
+				return err
+			}
+			defer e.Close(context.Background())
+			jobs, err := coordinator.List(c.Context, e.Conn())
+			if err != nil {
+				return err
+			}
+			for _, j := range jobs {
+				fmt.Fprintf(c.App.Writer, "%s\t%s\t%s\t%s\n", j.JobID, j.State, j.Started.Format(time.RFC3339), j.Error)
+			}
+			return nil
+		},
+	}
+}
+
+func cancelCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "cancel",
+		Usage:     "cancel a running job of a cluster",
+		ArgsUsage: "JOB",
+		Flags:     []cli.Flag{natsFlag, dataFlag},
+		Action: func(c *cli.Context) error {
+			if c.NArg() != 1 {
+				return usageError{fmt.Errorf("cancel: want one JOB argument, got %d", c.NArg())}
+			}
+			e, err := clientEngine(c)
+			if err != nil {
+				return err
+			}
+			defer e.Close(context.Background())
+			return coordinator.Cancel(c.Context, e.Conn(), c.Args().First())
+		},
+	}
+}

@@ -1,0 +1,179 @@
+package connector
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/wstream/wstream/abi"
+)
+
+// fileSourceConfig is the configuration of the "file" source.
+type fileSourceConfig struct {
+	Path           string `json:"path"`           // required
+	Format         string `json:"format"`         // "text" (default) or "tsv"
+	WatermarkDelay int64  `json:"watermarkDelay"` // ms
+	// Batch caps the records per batch (0 = the runtime's batch size). A
+	// watermark follows every batch, so batch 1 gives a watermark after
+	// every record: event-time results then do not depend on batching.
+	Batch int64 `json:"batch"`
+}
+
+func parseFileSourceConfig(raw json.RawMessage) (fileSourceConfig, error) {
+	c := fileSourceConfig{Format: formatText}
+	if err := decodeConfig("file", raw, &c); err != nil {
+		return c, err
+	}
+	if c.Path == "" {
+		return c, &ConfigError{Connector: "file", Field: "path", Message: "missing: the source needs the file to read"}
+	}
+	if err := checkFormat("file", c.Format); err != nil {
+		return c, err
+	}
+	if err := checkRange("file", "watermarkDelay", c.WatermarkDelay, 0, maxGenSpan); err != nil {
+		return c, err
+	}
+	if err := checkRange("file", "batch", c.Batch, 0, 1<<20); err != nil {
+		return c, err
+	}
+	return c, nil
+}
+
+// fileSource reads records from a file, one per line. Line numbers count
+// from 1 and are what the text format uses as timestamps; subtask s of p
+// takes the lines whose 0-based index is s modulo p.
+type fileSource struct {
+	cfg     fileSourceConfig
+	f       *os.File
+	r       *bufio.Reader
+	long    []byte // a line longer than the reader's buffer, assembled
+	index   int64  // 0-based index of the next line to read
+	subtask int64
+	step    int64
+	maxTs   int64
+	done    bool
+}
+
+func newFileSource(raw json.RawMessage) (Source, error) {
+	c, err := parseFileSourceConfig(raw)
+	if err != nil {
+		return nil, err
+	}
+	return &fileSource{cfg: c}, nil
+}
+
+const fileBufferSize = 64 << 10
+
+func (s *fileSource) Open(_ context.Context, subtask, parallelism int) error {
+	if err := checkSubtask("connector file: source "+s.cfg.Path, subtask, parallelism); err != nil {
+		return err
+	}
+	if s.f != nil {
+		return fmt.Errorf("connector file: source %s: open: already open", s.cfg.Path)
+	}
+	f, err := os.Open(s.cfg.Path)
+	if err != nil {
+		return fmt.Errorf("connector file: source: %w", err)
+	}
+	s.f = f
+	s.r = bufio.NewReaderSize(f, fileBufferSize)
+	s.index = 0
+	s.subtask = int64(subtask)
+	s.step = int64(parallelism)
+	s.maxTs = abi.MinWatermark
+	s.done = false
+	return nil
+}
+
+func (s *fileSource) Next(ctx context.Context, b *abi.Builder, limit int) (int64, bool, error) {
+	if s.f == nil {
+		return abi.MinWatermark, false, fmt.Errorf("connector file: source %s: next: %w", s.cfg.Path, errNotOpen)
+	}
+	if limit < 1 {
+		return s.watermark(), false, fmt.Errorf("connector file: source %s: next: max %d must be ≥ 1", s.cfg.Path, limit)
+	}
+	if err := ctx.Err(); err != nil {
+		return s.watermark(), false, err
+	}
+	if s.cfg.Batch > 0 && int64(limit) > s.cfg.Batch {
+		limit = int(s.cfg.Batch)
+	}
+	n := 0
+	for n < limit && !s.done {
+		line, err := s.readLine()
+		if err == io.EOF {
+			s.done = true
+			break
+		}
+		if err != nil {
+			return s.watermark(), false, fmt.Errorf("connector file: source %s: read line %d: %w", s.cfg.Path, s.index+1, err)
+		}
+		index := s.index
+		s.index++
+		if index%s.step != s.subtask {
+			continue
+		}
+		lineNo := index + 1
+		if s.cfg.Format == formatText {
+			b.Add(0, lineNo, nil, line)
+			s.maxTs = max(s.maxTs, lineNo)
+		} else {
+			ts, key, value, ok := parseTSVLine(line)
+			if !ok {
+				return s.watermark(), false, fmt.Errorf("connector file: %s:%d: want ts<TAB>key<TAB>value with an integer ts, got %q", s.cfg.Path, lineNo, truncate(line))
+			}
+			b.Add(0, ts, key, value)
+			s.maxTs = max(s.maxTs, ts)
+		}
+		n++
+	}
+	return s.watermark(), s.done, nil
+}
+
+// readLine returns the next line without its "\n" or "\r\n"; the slice is
+// valid until the next call. A last line without a newline still counts.
+func (s *fileSource) readLine() ([]byte, error) {
+	line, err := s.r.ReadSlice('\n')
+	if errors.Is(err, bufio.ErrBufferFull) {
+		s.long = append(s.long[:0], line...)
+		for errors.Is(err, bufio.ErrBufferFull) {
+			line, err = s.r.ReadSlice('\n')
+			s.long = append(s.long, line...)
+		}
+		line = s.long
+	}
+	if err == io.EOF {
+		if len(line) == 0 {
+			return nil, io.EOF
+		}
+		err = nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if n := len(line); n > 0 && line[n-1] == '\n' {
+		line = line[:n-1]
+	}
+	if n := len(line); n > 0 && line[n-1] == '\r' {
+		line = line[:n-1]
+	}
+	return line, nil
+}
+
+func (s *fileSource) watermark() int64 { return watermark(s.maxTs, s.cfg.WatermarkDelay) }
+
+func (s *fileSource) Close() error {
+	if s.f == nil {
+		return nil
+	}
+	err := s.f.Close()
+	s.f, s.r = nil, nil
+	if err != nil {
+		return fmt.Errorf("connector file: source: %w", err)
+	}
+	return nil
+}

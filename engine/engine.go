@@ -1,0 +1,306 @@
+// Package engine assembles the parts into a running system: the embedded
+// default (an in-process NATS server with JetStream, a coordinator and
+// workers, everything under one data directory) or a client of a running
+// cluster. It also prepares deployments: read the module, validate it, take
+// its plan, apply overrides, build the graph, so that every bad input is
+// refused before anything starts.
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+
+	"github.com/wstream/wstream/coordinator"
+	"github.com/wstream/wstream/host"
+	"github.com/wstream/wstream/job"
+	"github.com/wstream/wstream/transport"
+	"github.com/wstream/wstream/worker"
+)
+
+// Options configure an Engine.
+type Options struct {
+	DataDir string // default ./wstream-data
+	// NATSURL connects to a running NATS server instead of embedding one.
+	NATSURL string
+	// NATSOptions are passed to nats.Connect with NATSURL (credentials, TLS).
+	NATSOptions []nats.Option
+	// Listen makes the embedded NATS server accept network clients.
+	Listen string
+	// Workers is how many in-process workers to start (default 1; 0 with
+	// NATSURL set means none: the cluster has its own).
+	Workers int
+	Slots   int
+	Host    host.Config
+	Stdout  io.Writer
+	Logf    func(format string, args ...any)
+	// NoCoordinator skips starting a coordinator (a cluster has one).
+	NoCoordinator bool
+}
+
+// Engine is a running embedded system or a connection to a cluster.
+type Engine struct {
+	opts    Options
+	srv     *server.Server
+	nc      *nats.Conn
+	rt      *host.Runtime
+	coord   *coordinator.Coordinator
+	workers []*worker.Worker
+}
+
+// Start starts an engine.
+func Start(ctx context.Context, o Options) (e *Engine, err error) {
+	if o.DataDir == "" {
+		o.DataDir = "wstream-data"
+	}
+	if o.Logf == nil {
+		o.Logf = func(string, ...any) {}
+	}
+	if o.Stdout == nil {
+		o.Stdout = os.Stdout
+	}
+	if err := os.MkdirAll(o.DataDir, 0o755); err != nil {
+		return nil, fmt.Errorf("data directory: %w", err)
+	}
+	if o.Host.CacheDir == "" {
+		o.Host.CacheDir = filepath.Join(o.DataDir, "cache", "wazero")
+	}
+	if o.Host.Log == nil {
+		logf := o.Logf
+		o.Host.Log = func(level int32, op string, subtask int, msg string) {
+			logf("%s/%d: %s", op, subtask, msg)
+		}
+	}
+	e = &Engine{opts: o}
+	defer func() {
+		if err != nil {
+			_ = e.Close(context.Background())
+			e = nil
+		}
+	}()
+	if o.NATSURL == "" {
+		e.srv, err = transport.StartEmbedded(transport.EmbeddedOptions{StoreDir: filepath.Join(o.DataDir, "nats"), Listen: o.Listen})
+		if err != nil {
+			return nil, err
+		}
+		e.nc, err = transport.ConnectInProcess(e.srv, "wstream")
+		if err != nil {
+			return nil, err
+		}
+		if o.Workers <= 0 {
+			o.Workers = 1
+		}
+	} else {
+		e.nc, err = nats.Connect(o.NATSURL, append([]nats.Option{nats.Name("wstream")}, o.NATSOptions...)...)
+		if err != nil {
+			return nil, fmt.Errorf("connecting to NATS at %s: %w", o.NATSURL, err)
+		}
+	}
+	e.rt, err = host.NewRuntime(ctx, o.Host)
+	if err != nil {
+		return nil, err
+	}
+	if !o.NoCoordinator && (o.NATSURL == "" || o.Workers > 0) {
+		e.coord, err = coordinator.New(coordinator.Config{NATS: e.nc, Logf: o.Logf})
+		if err != nil {
+			return nil, err
+		}
+		if err = e.coord.Start(); err != nil {
+			return nil, err
+		}
+	}
+	for i := 0; i < o.Workers; i++ {
+		w, werr := worker.New(ctx, worker.Config{
+			ID:      fmt.Sprintf("w%d", i),
+			NATS:    e.nc,
+			DataDir: o.DataDir,
+			Slots:   o.Slots,
+			Runtime: e.rt,
+			Stdout:  o.Stdout,
+			Logf:    o.Logf,
+		})
+		if werr != nil {
+			return nil, werr
+		}
+		e.workers = append(e.workers, w)
+		sctx, stop := context.WithTimeout(ctx, 30*time.Second)
+		werr = w.Start(sctx)
+		stop()
+		if werr != nil {
+			return nil, werr
+		}
+	}
+	return e, nil
+}
+
+// Conn is the engine's NATS connection.
+func (e *Engine) Conn() *nats.Conn { return e.nc }
+
+// Runtime is the engine's wazero host runtime.
+func (e *Engine) Runtime() *host.Runtime { return e.rt }
+
+// Close stops workers, coordinator and server.
+func (e *Engine) Close(ctx context.Context) error {
+	var errs []error
+	for _, w := range e.workers {
+		errs = append(errs, w.Close(ctx))
+	}
+	e.workers = nil
+	if e.coord != nil {
+		e.coord.Close()
+		e.coord = nil
+	}
+	if e.rt != nil {
+		errs = append(errs, e.rt.Close(ctx))
+		e.rt = nil
+	}
+	if e.nc != nil {
+		e.nc.Close()
+		e.nc = nil
+	}
+	if e.srv != nil {
+		e.srv.Shutdown()
+		e.srv.WaitForShutdown()
+		e.srv = nil
+	}
+	return errors.Join(errs...)
+}
+
+// Deployment is a validated job ready to submit.
+type Deployment struct {
+	Name       string
+	ModuleName string
+	Wasm       []byte // nil when every operator is native
+	Plan       *job.Plan
+	Graph      *job.Graph
+}
+
+// PrepareOptions say what to deploy.
+type PrepareOptions struct {
+	ModulePath string // the .wasm file
+	PlanPath   string // a plan file overriding the module's plan
+	Overrides  job.Overrides
+	Name       string
+}
+
+// Prepare reads and validates the module, takes the plan from the plan file
+// or the module, applies the overrides and builds the graph.
+func Prepare(ctx context.Context, rt *host.Runtime, o PrepareOptions) (*Deployment, error) {
+	d := &Deployment{Name: o.Name, ModuleName: filepath.Base(o.ModulePath)}
+	var modPlan []byte
+	if o.ModulePath != "" {
+		wasm, err := os.ReadFile(o.ModulePath)
+		if err != nil {
+			return nil, fmt.Errorf("reading module: %w", err)
+		}
+		mod, err := rt.Compile(ctx, d.ModuleName, wasm)
+		if err != nil {
+			return nil, err
+		}
+		modPlan = mod.Plan()
+		_ = mod.Close(ctx)
+		d.Wasm = wasm
+	}
+	var plan *job.Plan
+	var err error
+	switch {
+	case o.PlanPath != "":
+		plan, err = job.Load(o.PlanPath)
+	case modPlan != nil:
+		plan, err = job.Parse(modPlan)
+		if err != nil {
+			err = fmt.Errorf("the plan exported by module %s: %w", d.ModuleName, err)
+		}
+	default:
+		err = fmt.Errorf("module %s exports no plan (wstream_plan or a %q section): pass one with --plan", d.ModuleName, "wstream.plan")
+	}
+	if err != nil {
+		return nil, err
+	}
+	if plan.Name == "" {
+		plan.Name = nameFromFile(d.ModuleName)
+	}
+	if err := plan.Apply(o.Overrides); err != nil {
+		return nil, err
+	}
+	if err := plan.Validate(); err != nil {
+		return nil, err
+	}
+	g, err := job.Build(plan)
+	if err != nil {
+		return nil, err
+	}
+	if d.Name == "" {
+		d.Name = plan.Name
+	}
+	d.Plan, d.Graph = plan, g
+	return d, nil
+}
+
+// Submit stores the module and submits the job; it returns the job id.
+func (e *Engine) Submit(ctx context.Context, d *Deployment) (string, error) {
+	req := transport.SubmitRequest{Name: d.Name, Plan: d.Plan.JSON(), ModuleName: d.ModuleName}
+	if d.Wasm != nil {
+		digest, err := coordinator.StoreModule(ctx, e.nc, d.Wasm)
+		if err != nil {
+			return "", err
+		}
+		req.ModuleDigest = digest
+	}
+	return coordinator.Submit(ctx, e.nc, req)
+}
+
+// Run submits d and waits for its end. When ctx is done first the job is
+// cancelled and Run waits (up to a minute) for it to stop cleanly.
+// started, when not nil, is called with the job id once it runs.
+func (e *Engine) Run(ctx context.Context, d *Deployment, started func(id string)) (*transport.JobResult, error) {
+	w, err := coordinator.WatchJobs(e.nc)
+	if err != nil {
+		return nil, err
+	}
+	defer w.Close()
+	id, err := e.Submit(ctx, d)
+	if err != nil {
+		return nil, err
+	}
+	if started != nil {
+		started(id)
+	}
+	res, err := w.Wait(ctx, id)
+	if err == nil {
+		return res, nil
+	}
+	cctx, stop := context.WithTimeout(context.Background(), time.Minute)
+	defer stop()
+	if cerr := coordinator.Cancel(cctx, e.nc, id); cerr != nil {
+		return nil, cerr
+	}
+	return w.Wait(cctx, id)
+}
+
+// nameFromFile derives a job name from a module file name: the base name
+// without extension, with characters a job name cannot hold replaced.
+func nameFromFile(file string) string {
+	base := strings.TrimSuffix(filepath.Base(file), filepath.Ext(file))
+	name := strings.Map(func(r rune) rune {
+		if r == '_' || r == '-' || (r >= '0' && r <= '9') || (r >= 'a' && r <= 'z') || (r >= 'A' && r <= 'Z') {
+			return r
+		}
+		return '_'
+	}, base)
+	if name == "" || name == "." {
+		return "job"
+	}
+	if len(name) > 64 {
+		name = name[:64]
+	}
+	return name
+}

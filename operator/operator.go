@@ -1,0 +1,126 @@
+// Package operator is the contract between the runtime and an operator
+// implementation: a WASM module instance (package host) or a native Go
+// operator. The runtime drives an Operator one batch at a time from a single
+// goroutine; the operator reaches state, timers and time through Services.
+package operator
+
+import (
+	"errors"
+
+	"github.com/wstream/wstream/abi"
+)
+
+// Errors that Services return. Host functions map them to ABI status codes
+// with Status.
+var (
+	ErrNotFound     = errors.New("operator: not found")
+	ErrBadHandle    = errors.New("operator: unknown state handle")
+	ErrBadOutput    = errors.New("operator: unknown output")
+	ErrBadArgument  = errors.New("operator: bad argument")
+	ErrKeyGroup     = errors.New("operator: key belongs to a key group this subtask does not own")
+	ErrNoKeyedState = errors.New("operator: keyed state and timers need a key-partitioned input")
+	ErrLimit        = errors.New("operator: size limit exceeded")
+)
+
+// Status maps an error from Services to an ABI status code. Errors it does not
+// know become StatusStateError.
+func Status(err error) int32 {
+	switch {
+	case err == nil:
+		return abi.StatusOK
+	case errors.Is(err, ErrNotFound):
+		return abi.StatusNotFound
+	case errors.Is(err, ErrBadHandle):
+		return abi.StatusBadHandle
+	case errors.Is(err, ErrBadOutput):
+		return abi.StatusBadOutput
+	case errors.Is(err, ErrBadArgument):
+		return abi.StatusBadArgument
+	case errors.Is(err, ErrKeyGroup):
+		return abi.StatusKeyGroup
+	case errors.Is(err, ErrNoKeyedState):
+		return abi.StatusNoKeyedState
+	case errors.Is(err, ErrLimit):
+		return abi.StatusLimit
+	}
+	return abi.StatusStateError
+}
+
+// Limits on what one call may pass, enforced by Services implementations.
+const (
+	MaxKeySize   = 64 << 10
+	MaxValueSize = 16 << 20
+	MaxNameSize  = 256
+)
+
+// Services is what an operator may use besides its input. One value serves
+// one operator (vertex) in one subtask; it is not safe for concurrent use.
+// Byte slices passed in are not retained; byte slices returned stay valid
+// only until the next call.
+type Services interface {
+	// RegisterState declares a state by name and kind (abi.StateValue,
+	// abi.StateMap) and returns its handle. Registering the same name twice
+	// returns the same handle; the same name with another kind is
+	// ErrBadArgument.
+	RegisterState(name string, kind int32) (int32, error)
+	// StateGet appends the value stored for (key, ns) to dst[:0] and
+	// returns it, or ErrNotFound.
+	StateGet(h int32, key, ns, dst []byte) ([]byte, error)
+	StatePut(h int32, key, ns, value []byte) error
+	// StateDelete removes (key, ns); deleting an absent entry is not an error.
+	StateDelete(h int32, key, ns []byte) error
+	// StateIter calls fn for each entry of key whose namespace starts with
+	// prefix and, when after is non-nil, sorts strictly after it, in
+	// namespace order, until fn returns false.
+	StateIter(h int32, key, prefix, after []byte, fn func(ns, value []byte) bool) error
+	// RegisterTimer registers a timer for (domain, key, ns, ts); registering
+	// one that exists is a no-op.
+	RegisterTimer(domain int32, key, ns []byte, ts int64) error
+	// DeleteTimer removes a timer; deleting an absent timer is not an error.
+	DeleteTimer(domain int32, key, ns []byte, ts int64) error
+	// Watermark is the subtask's current event-time watermark.
+	Watermark() int64
+	// ProcessingTime is the wall clock in milliseconds since the Unix epoch.
+	ProcessingTime() int64
+	// Log writes a message to the worker's log, tagged with the operator.
+	Log(level int32, msg string)
+}
+
+// Collector receives an operator's output. Port is the index of the
+// operator's output (Spec.Outputs).
+type Collector interface {
+	Emit(port uint32, ts int64, key, value []byte) error
+	// EmitBatch takes an encoded abi batch whose record ports are output
+	// indexes. The collector does not retain b.
+	EmitBatch(b []byte) error
+}
+
+// Spec describes the operator instance the runtime asks for.
+type Spec struct {
+	VertexID       string // stable user-assigned vertex id
+	Operator       string // operator name inside the module (or native registry)
+	Config         []byte // operator configuration, opaque to the runtime (JSON by convention)
+	Outputs        []string
+	Subtask        int
+	Parallel       int
+	MaxParallelism int
+	Keyed          bool // the input is key-partitioned: keyed state and timers are allowed
+}
+
+// Operator processes batches. All methods are called from one goroutine.
+// Batches are encoded with package abi and are only valid during the call.
+type Operator interface {
+	Open(spec Spec, svc Services) error
+	// Process handles one batch of input records (port = input index).
+	Process(batch []byte, out Collector) error
+	// OnTimers handles a batch of fired timers: port = time domain,
+	// timestamp = timer time, key = timer key, value = timer namespace.
+	OnTimers(timers []byte, out Collector) error
+	// PreBarrier is called before a checkpoint barrier is forwarded: the
+	// operator flushes what it buffers (emitting into out).
+	PreBarrier(checkpoint int64, out Collector) error
+	CheckpointComplete(checkpoint int64) error
+	CheckpointAborted(checkpoint int64) error
+	// Close ends processing after all input; it may emit final output.
+	Close(out Collector) error
+}

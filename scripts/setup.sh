@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Installs what building and testing wstream needs beyond Go, only when missing.
+# Idempotent and non-interactive: safe to run on every build.
+set -euo pipefail
+
+need=()
+command -v wat2wasm >/dev/null 2>&1 || need+=(wabt)
+
+if [ ${#need[@]} -gt 0 ]; then
+  echo "setup: installing ${need[*]}" >&2
+  SUDO=""
+  [ "$(id -u)" = 0 ] || SUDO="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq >/dev/null
+  $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi

@@ -1,0 +1,93 @@
+package tests
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/wstream/wstream/internal/testmod"
+)
+
+var (
+	binOnce sync.Once
+	binPath string
+	binErr  error
+)
+
+// wstreamBin builds the CLI once per test process.
+func wstreamBin(t *testing.T) string {
+	t.Helper()
+	binOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "wstream-bin")
+		if err != nil {
+			binErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "wstream")
+		goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
+		cmd := exec.Command(goBin, "build", "-o", binPath, "./cmd/wstream")
+		cmd.Dir = testmod.Root()
+		if out, err := cmd.CombinedOutput(); err != nil {
+			binErr = fmt.Errorf("go build ./cmd/wstream: %v\n%s", err, out)
+		}
+	})
+	if binErr != nil {
+		t.Fatal(binErr)
+	}
+	return binPath
+}
+
+type result struct {
+	stdout, stderr string
+	code           int
+}
+
+// runCLI runs wstream with args in dir and returns its output and exit code.
+func runCLI(t *testing.T, dir string, args ...string) result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, wstreamBin(t), args...)
+	cmd.Dir = dir
+	var so, se bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &so, &se
+	err := cmd.Run()
+	code := 0
+	var ee *exec.ExitError
+	switch {
+	case errors.As(err, &ee):
+		code = ee.ExitCode()
+	case err != nil:
+		t.Fatalf("running wstream %v: %v", args, err)
+	}
+	if ctx.Err() != nil {
+		t.Fatalf("wstream %v did not finish in time; stderr:\n%s", args, se.String())
+	}
+	return result{stdout: so.String(), stderr: se.String(), code: code}
+}
+
+// sortedLines returns the non-empty lines of s, sorted.
+func sortedLines(s string) []string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if l != "" {
+			out = append(out, l)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+func module(t *testing.T, name string) string {
+	return testmod.GoModule(t, "examples/wasm/go/"+name)
+}

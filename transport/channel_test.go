@@ -1,0 +1,129 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+)
+
+func data(s string) Message { return Message{Kind: KindData, Data: []byte(s)} }
+
+func TestLocalChannelBackpressure(t *testing.T) {
+	c := NewLocalChannel(2)
+	g := NewInputGate([]InputChannel{c})
+	ctx := context.Background()
+	if err := c.Send(ctx, data("a")); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Send(ctx, data("b")); err != nil {
+		t.Fatal(err)
+	}
+	// Full: a third Send blocks until the consumer takes one.
+	sent := make(chan error, 1)
+	go func() { sent <- c.Send(ctx, data("c")) }()
+	select {
+	case err := <-sent:
+		t.Fatalf("Send on a full channel returned %v without blocking", err)
+	case <-time.After(20 * time.Millisecond):
+	}
+	if c.Len() != 2 {
+		t.Fatalf("Len = %d, want 2", c.Len())
+	}
+	for _, want := range []string{"a", "b", "c"} {
+		_, m, err := g.Next(ctx, nil)
+		if err != nil || string(m.Data) != want {
+			t.Fatalf("Next = %q, %v; want %q", m.Data, err, want)
+		}
+	}
+	if err := <-sent; err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestLocalChannelSendCancelAndClose(t *testing.T) {
+	c := NewLocalChannel(1)
+	_ = c.Send(context.Background(), data("x"))
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := c.Send(ctx, data("y")); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Send with cancelled ctx = %v", err)
+	}
+	c.Close()
+	c.Close() // idempotent
+	if err := c.Send(context.Background(), data("z")); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Send after Close = %v, want ErrClosed", err)
+	}
+}
+
+func TestGateRoundRobinBlockAndEnd(t *testing.T) {
+	a, b := NewLocalChannel(8), NewLocalChannel(8)
+	g := NewInputGate([]InputChannel{a, b})
+	ctx := context.Background()
+	for _, s := range []string{"a1", "a2", "a3"} {
+		_ = a.Send(ctx, data(s))
+	}
+	for _, s := range []string{"b1", "b2"} {
+		_ = b.Send(ctx, data(s))
+	}
+	_ = b.Send(ctx, Message{Kind: KindEnd})
+	var got []string
+	for i := 0; i < 4; i++ {
+		ch, m, err := g.Next(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, string(m.Data)+"@"+string(rune('0'+ch)))
+	}
+	want := []string{"a1@0", "b1@1", "a2@0", "b2@1"}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("order = %v, want %v (round robin)", got, want)
+		}
+	}
+	// Block channel 0: only b's end comes through.
+	g.Block(0)
+	ch, m, err := g.Next(ctx, nil)
+	if err != nil || ch != 1 || m.Kind != KindEnd {
+		t.Fatalf("Next with 0 blocked = %d %v %v", ch, m.Kind, err)
+	}
+	if g.Open() != 1 {
+		t.Fatalf("Open = %d after one end", g.Open())
+	}
+	// Nothing else is readable: a timer ends the wait.
+	tm := time.NewTimer(10 * time.Millisecond)
+	if _, _, err := g.Next(ctx, tm.C); !IsTimer(err) {
+		t.Fatalf("Next on blocked gate = %v, want timer", err)
+	}
+	g.Unblock(0)
+	ch, m, err = g.Next(ctx, nil)
+	if err != nil || ch != 0 || string(m.Data) != "a3" {
+		t.Fatalf("after Unblock: %d %q %v", ch, m.Data, err)
+	}
+	// An ended channel is never read again even if something follows.
+	_ = b.Send(ctx, data("late"))
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, _, err := g.Next(cctx, nil); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Next = %v, want ctx error (ended channel must not be read)", err)
+	}
+}
+
+func TestGateWakesOnSend(t *testing.T) {
+	a := NewLocalChannel(1)
+	g := NewInputGate([]InputChannel{a})
+	done := make(chan Message, 1)
+	go func() {
+		_, m, _ := g.Next(context.Background(), nil)
+		done <- m
+	}()
+	_ = a.Send(context.Background(), data("wake"))
+	select {
+	case m := <-done:
+		if string(m.Data) != "wake" {
+			t.Fatalf("got %q", m.Data)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("gate did not wake on Send")
+	}
+}

@@ -1,0 +1,65 @@
+package transport
+
+import (
+	"fmt"
+	"net"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+)
+
+// EmbeddedOptions configure an in-process NATS server with JetStream.
+type EmbeddedOptions struct {
+	StoreDir string // JetStream storage directory
+	// Listen is "host:port" to accept network clients (other workers); empty
+	// means in-process connections only.
+	Listen string
+}
+
+// StartEmbedded starts a NATS server with JetStream inside this process and
+// waits until it is ready.
+func StartEmbedded(o EmbeddedOptions) (*server.Server, error) {
+	opts := &server.Options{
+		ServerName: "wstream",
+		JetStream:  true,
+		StoreDir:   o.StoreDir,
+		NoSigs:     true,
+		NoLog:      true,
+		// Records travel in batches of tens of KiB, and modules are chunked by
+		// the object store, so the default payload limit is enough.
+	}
+	if o.Listen == "" {
+		opts.DontListen = true
+	} else {
+		host, port, err := net.SplitHostPort(o.Listen)
+		if err != nil {
+			return nil, fmt.Errorf("nats listen address %q: %w", o.Listen, err)
+		}
+		p, err := strconv.Atoi(port)
+		if err != nil {
+			return nil, fmt.Errorf("nats listen address %q: bad port", o.Listen)
+		}
+		opts.Host, opts.Port = host, p
+	}
+	s, err := server.NewServer(opts)
+	if err != nil {
+		return nil, fmt.Errorf("starting embedded NATS server: %w", err)
+	}
+	go s.Start()
+	if !s.ReadyForConnections(10 * time.Second) {
+		s.Shutdown()
+		return nil, fmt.Errorf("embedded NATS server not ready after 10s (store %s)", o.StoreDir)
+	}
+	return s, nil
+}
+
+// ConnectInProcess connects to an embedded server without a socket.
+func ConnectInProcess(s *server.Server, name string) (*nats.Conn, error) {
+	nc, err := nats.Connect("", nats.InProcessServer(s), nats.Name(name), nats.MaxReconnects(-1))
+	if err != nil {
+		return nil, fmt.Errorf("connecting to embedded NATS server: %w", err)
+	}
+	return nc, nil
+}

@@ -1,0 +1,102 @@
+package transport
+
+import (
+	"context"
+	"time"
+)
+
+// InputGate merges a subtask's input channels. It reads them round-robin so
+// that no channel starves another, and it can stop reading single channels
+// (Block) — what barrier alignment needs.
+type InputGate struct {
+	chans   []InputChannel
+	blocked []bool
+	ended   []bool
+	open    int
+	next    int
+	wake    chan struct{}
+}
+
+// NewInputGate returns a gate over chans; channel i is reported as index i.
+func NewInputGate(chans []InputChannel) *InputGate {
+	g := &InputGate{
+		chans:   chans,
+		blocked: make([]bool, len(chans)),
+		ended:   make([]bool, len(chans)),
+		open:    len(chans),
+		wake:    make(chan struct{}, 1),
+	}
+	for _, c := range chans {
+		c.Notify(g.wake)
+	}
+	return g
+}
+
+// Len is the number of channels.
+func (g *InputGate) Len() int { return len(g.chans) }
+
+// Open is the number of channels that have not delivered KindEnd.
+func (g *InputGate) Open() int { return g.open }
+
+// Block stops delivering messages from channel i until Unblock.
+func (g *InputGate) Block(i int) { g.blocked[i] = true }
+
+// Unblock resumes channel i.
+func (g *InputGate) Unblock(i int) {
+	g.blocked[i] = false
+	select {
+	case g.wake <- struct{}{}:
+	default:
+	}
+}
+
+// ErrTimer is returned by Next when the timer fired before any message.
+var errTimer = timerFired{}
+
+type timerFired struct{}
+
+func (timerFired) Error() string { return "transport: timer fired" }
+
+// IsTimer reports whether err is Next's timer signal.
+func IsTimer(err error) bool { _, ok := err.(timerFired); return ok }
+
+// Next returns the next message and the index of its channel. It blocks
+// until a message arrives, timer (which may be nil) fires — then it returns
+// an error for which IsTimer is true — or ctx is done. KindEnd is delivered
+// once per channel; after it the channel is not read again.
+func (g *InputGate) Next(ctx context.Context, timer <-chan time.Time) (int, Message, error) {
+	for {
+		n := len(g.chans)
+		for k := 0; k < n; k++ {
+			i := g.next
+			g.next++
+			if g.next == n {
+				g.next = 0
+			}
+			if g.blocked[i] || g.ended[i] {
+				continue
+			}
+			if m, ok := g.chans[i].TryRecv(); ok {
+				if m.Kind == KindEnd {
+					g.ended[i] = true
+					g.open--
+				}
+				return i, m, nil
+			}
+		}
+		select {
+		case <-g.wake:
+		case <-timer:
+			return -1, Message{}, errTimer
+		case <-ctx.Done():
+			return -1, Message{}, ctx.Err()
+		}
+	}
+}
+
+// Close closes every channel so that blocked producers return ErrClosed.
+func (g *InputGate) Close() {
+	for _, c := range g.chans {
+		c.Close()
+	}
+}

@@ -1,0 +1,23 @@
+// Package worker runs subtasks. A Worker registers with the coordinator over
+// NATS, receives deployments, fetches the job's module from the JetStream
+// object store, and runs each assigned subtask on its own goroutine: a chain
+// of vertices (a source or an input gate, operators in wazero sandboxes or
+// native Go, then a sink or output channels).
+//
+// A subtask's loop, per input message:
+//
+//  1. data: the batch goes through the chain's operators, one call per
+//     operator per batch; the chain's output is partitioned (forward, key
+//     group, round robin, broadcast) into per-channel buffers;
+//  2. watermark: the subtask's watermark is the minimum over its inputs;
+//     when it advances, event-time timers fire stage by stage in chain
+//     order, then the watermark is sent downstream behind the data;
+//  3. end: an ended input counts as watermark +∞; when all have ended every
+//     timer fires, operators close in chain order, the sink flushes, and the
+//     end is sent downstream.
+//
+// Keyed state is written through one Pebble batch per input message: the
+// subtask flushes its state store after each message. Output buffers are
+// sent when they reach 32 KiB and after each message; sending blocks on a
+// full channel, which is how backpressure reaches sources.
+package worker

@@ -1,0 +1,536 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/wstream/wstream/abi"
+	"github.com/wstream/wstream/connector"
+	"github.com/wstream/wstream/job"
+	"github.com/wstream/wstream/operator"
+	"github.com/wstream/wstream/state"
+	"github.com/wstream/wstream/transport"
+)
+
+// Output buffers are flushed to their channel when they reach this size, and
+// after every input message, so channels carry batches of tens of KiB.
+const flushBytes = 32 << 10
+
+// sourceBatch is how many records a source is asked for at a time.
+const sourceBatch = 1024
+
+// keyedState is what a stage needs from package state (or noKeyedState).
+type keyedState interface {
+	RegisterState(name string, kind int32) (int32, error)
+	StateGet(h int32, key, ns, dst []byte) ([]byte, error)
+	StatePut(h int32, key, ns, value []byte) error
+	StateDelete(h int32, key, ns []byte) error
+	StateIter(h int32, key, prefix, after []byte, fn func(ns, value []byte) bool) error
+	RegisterTimer(domain int32, key, ns []byte, ts int64) error
+	DeleteTimer(domain int32, key, ns []byte, ts int64) error
+	PopTimers(domain int32, upTo int64, b *abi.Builder) (int, error)
+	NextTimer(domain int32) (int64, bool)
+}
+
+// stage is one operator vertex of a chain.
+type stage struct {
+	vertex *job.Vertex
+	op     operator.Operator
+	state  keyedState
+	coll   stageCollector
+	in     int64
+	out    int64
+}
+
+// stageCollector gathers a stage's output during one call. For a stage that
+// feeds the next stage of its chain it keeps only the chained output and
+// rewrites ports to input 0; the chain's last stage keeps every port for
+// routing.
+type stageCollector struct {
+	b       abi.Builder
+	nOut    int
+	keep    int // output index kept; -1 keeps all
+	scratch abi.Record
+}
+
+func (c *stageCollector) Emit(port uint32, ts int64, key, value []byte) error {
+	if int(port) >= c.nOut {
+		return operator.ErrBadOutput
+	}
+	switch {
+	case c.keep < 0:
+		c.b.Add(port, ts, key, value)
+	case int(port) == c.keep:
+		c.b.Add(0, ts, key, value)
+	}
+	return nil
+}
+
+func (c *stageCollector) EmitBatch(batch []byte) error {
+	if _, err := abi.Validate(batch); err != nil {
+		return fmt.Errorf("%w: %v", operator.ErrBadArgument, err)
+	}
+	rd, _ := abi.NewReader(batch)
+	r := &c.scratch
+	for {
+		ok, _ := rd.Next(r)
+		if !ok {
+			return nil
+		}
+		if err := c.Emit(r.Port, r.Timestamp, r.Key, r.Value); err != nil {
+			return err
+		}
+	}
+}
+
+// outEdge routes the chain's output on one plan edge to its channels.
+type outEdge struct {
+	edge    *job.ChainEdge
+	port    uint32 // output index of the tail vertex this edge carries
+	inPort  uint32 // input index at the downstream vertex
+	chans   []transport.OutputChannel
+	bufs    []abi.Builder
+	rr      int
+	maxPar  int
+	records int64
+}
+
+// task runs one subtask: a chain of vertices fed by a source or an input gate.
+type task struct {
+	jobID   string
+	chain   *job.Chain
+	subtask int
+	label   string
+
+	source   connector.Source
+	srcOut   int64
+	gate     *transport.InputGate
+	chanWM   []int64
+	stages   []*stage
+	sink     connector.Sink
+	sinkIn   int64
+	outs     []*outEdge
+	wm       int64
+	srcBuf   abi.Builder
+	timerBuf abi.Builder
+	store    *state.Store
+	closers  []func() error
+	now      func() time.Time
+}
+
+// stageServices is the operator.Services of one stage.
+type stageServices struct {
+	keyedState
+	t   *task
+	log func(level int32, msg string)
+}
+
+func (s *stageServices) Watermark() int64            { return s.t.wm }
+func (s *stageServices) ProcessingTime() int64       { return s.t.now().UnixMilli() }
+func (s *stageServices) Log(level int32, msg string) { s.log(level, msg) }
+
+// noKeyedState refuses keyed state: the stage's input is not key-partitioned.
+type noKeyedState struct{}
+
+func (noKeyedState) RegisterState(string, int32) (int32, error) { return 0, operator.ErrNoKeyedState }
+func (noKeyedState) StateGet(int32, []byte, []byte, []byte) ([]byte, error) {
+	return nil, operator.ErrNoKeyedState
+}
+func (noKeyedState) StatePut(int32, []byte, []byte, []byte) error { return operator.ErrNoKeyedState }
+func (noKeyedState) StateDelete(int32, []byte, []byte) error      { return operator.ErrNoKeyedState }
+func (noKeyedState) StateIter(int32, []byte, []byte, []byte, func([]byte, []byte) bool) error {
+	return operator.ErrNoKeyedState
+}
+func (noKeyedState) RegisterTimer(int32, []byte, []byte, int64) error {
+	return operator.ErrNoKeyedState
+}
+func (noKeyedState) DeleteTimer(int32, []byte, []byte, int64) error    { return operator.ErrNoKeyedState }
+func (noKeyedState) PopTimers(int32, int64, *abi.Builder) (int, error) { return 0, nil }
+func (noKeyedState) NextTimer(int32) (int64, bool)                     { return 0, false }
+
+// stageError wraps an operator failure with where it happened, unless the
+// error already says so (host.GuestError does).
+func (t *task) stageError(s *stage, what string, err error) error {
+	if errors.Is(err, context.Canceled) {
+		return err
+	}
+	return fmt.Errorf("operator %q (vertex %s, subtask %d) %s: %w", s.vertex.Operator, s.vertex.ID, t.subtask, what, err)
+}
+
+// run drives the subtask until its input ends, it fails, or ctx is done.
+func (t *task) run(ctx context.Context) error {
+	t.wm = abi.MinWatermark
+	if t.source != nil {
+		return t.runSource(ctx)
+	}
+	return t.runGate(ctx)
+}
+
+func (t *task) runSource(ctx context.Context) error {
+	for {
+		t.srcBuf.Reset()
+		wm, done, err := t.source.Next(ctx, &t.srcBuf, sourceBatch)
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return fmt.Errorf("source %q (vertex %s, subtask %d): %w", t.chain.Vertices[0].Connector, t.chain.Vertices[0].ID, t.subtask, err)
+		}
+		if n := t.srcBuf.Len(); n > 0 {
+			t.srcOut += int64(n)
+			if err := t.deliver(ctx, 0, t.srcBuf.Bytes()); err != nil {
+				return err
+			}
+		}
+		if done {
+			return t.finish(ctx)
+		}
+		if err := t.advanceWatermark(ctx, wm); err != nil {
+			return err
+		}
+		if err := t.flush(ctx); err != nil {
+			return err
+		}
+	}
+}
+
+func (t *task) runGate(ctx context.Context) error {
+	t.chanWM = make([]int64, t.gate.Len())
+	for i := range t.chanWM {
+		t.chanWM[i] = abi.MinWatermark
+	}
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for t.gate.Open() > 0 {
+		var tc <-chan time.Time
+		if next, ok := t.nextProcessingTimer(); ok {
+			d := time.Until(time.UnixMilli(next))
+			if d <= 0 {
+				if err := t.fireProcessingTimers(ctx); err != nil {
+					return err
+				}
+				continue
+			}
+			if timer == nil {
+				timer = time.NewTimer(d)
+			} else {
+				timer.Reset(d)
+			}
+			tc = timer.C
+		}
+		ch, m, err := t.gate.Next(ctx, tc)
+		if timer != nil && tc != nil && !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
+		if err != nil {
+			if transport.IsTimer(err) {
+				if err := t.fireProcessingTimers(ctx); err != nil {
+					return err
+				}
+				continue
+			}
+			return err
+		}
+		switch m.Kind {
+		case transport.KindData:
+			// Upstream wrote this subtask's input index into every record.
+			if err := t.deliver(ctx, 0, m.Data); err != nil {
+				return err
+			}
+		case transport.KindWatermark:
+			if m.Watermark > t.chanWM[ch] {
+				t.chanWM[ch] = m.Watermark
+			}
+			if err := t.advanceWatermark(ctx, t.minWatermark()); err != nil {
+				return err
+			}
+		case transport.KindEnd:
+			t.chanWM[ch] = abi.MaxWatermark
+			if t.gate.Open() > 0 {
+				if err := t.advanceWatermark(ctx, t.minWatermark()); err != nil {
+					return err
+				}
+			}
+		}
+		if err := t.flush(ctx); err != nil {
+			return err
+		}
+	}
+	return t.finish(ctx)
+}
+
+func (t *task) minWatermark() int64 {
+	wm := abi.MaxWatermark
+	for _, w := range t.chanWM {
+		if w < wm {
+			wm = w
+		}
+	}
+	return wm
+}
+
+// deliver feeds batch into stage k; k == len(stages) is the chain's end (the
+// sink or the output edges).
+func (t *task) deliver(ctx context.Context, k int, batch []byte) error {
+	if k == len(t.stages) {
+		return t.emitTail(ctx, batch)
+	}
+	s := t.stages[k]
+	s.in += int64(abi.Count(batch))
+	if err := s.op.Process(batch, &s.coll); err != nil {
+		return t.stageError(s, "failed processing a batch", err)
+	}
+	return t.drain(ctx, k)
+}
+
+// drain moves what stage k collected in its last call to the next stage.
+func (t *task) drain(ctx context.Context, k int) error {
+	c := &t.stages[k].coll
+	if c.b.Len() == 0 {
+		return nil
+	}
+	t.stages[k].out += int64(c.b.Len())
+	err := t.deliver(ctx, k+1, c.b.Bytes())
+	c.b.Reset()
+	return err
+}
+
+func (t *task) emitTail(ctx context.Context, batch []byte) error {
+	if t.sink != nil {
+		t.sinkIn += int64(abi.Count(batch))
+		if err := t.sink.Write(batch); err != nil {
+			v := t.chain.Vertices[len(t.chain.Vertices)-1]
+			return fmt.Errorf("sink %q (vertex %s, subtask %d): %w", v.Connector, v.ID, t.subtask, err)
+		}
+		return nil
+	}
+	rd, err := abi.NewReader(batch)
+	if err != nil {
+		return err
+	}
+	var r abi.Record
+	for {
+		ok, err := rd.Next(&r)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return nil
+		}
+		for _, o := range t.outs {
+			if o.port != r.Port {
+				continue
+			}
+			if err := t.route(ctx, o, &r); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// route appends r to the buffer of the channel its edge's partitioning picks.
+func (t *task) route(ctx context.Context, o *outEdge, r *abi.Record) error {
+	o.records++
+	switch o.edge.Partition {
+	case job.PartitionKey:
+		kg := abi.KeyGroup(r.Key, o.maxPar)
+		return t.appendTo(ctx, o, abi.SubtaskForKeyGroup(kg, len(o.chans), o.maxPar), r)
+	case job.PartitionRebalance:
+		i := o.rr
+		o.rr++
+		if o.rr == len(o.chans) {
+			o.rr = 0
+		}
+		return t.appendTo(ctx, o, i, r)
+	case job.PartitionBroadcast:
+		for i := range o.chans {
+			if err := t.appendTo(ctx, o, i, r); err != nil {
+				return err
+			}
+		}
+		return nil
+	default: // forward: one channel
+		return t.appendTo(ctx, o, 0, r)
+	}
+}
+
+func (t *task) appendTo(ctx context.Context, o *outEdge, i int, r *abi.Record) error {
+	b := &o.bufs[i]
+	b.Add(o.inPort, r.Timestamp, r.Key, r.Value)
+	if b.Size() >= flushBytes {
+		return t.send(ctx, o, i)
+	}
+	return nil
+}
+
+func (t *task) send(ctx context.Context, o *outEdge, i int) error {
+	b := &o.bufs[i]
+	if b.Len() == 0 {
+		return nil
+	}
+	// The channel owns what it is sent: copy out of the reusable builder.
+	data := append([]byte(nil), b.Bytes()...)
+	b.Reset()
+	return o.chans[i].Send(ctx, transport.Message{Kind: transport.KindData, Data: data})
+}
+
+// flush ends the processing of one input message: the state written for it
+// goes to Pebble in one batch, and every non-empty output buffer is sent.
+func (t *task) flush(ctx context.Context) error {
+	if t.store != nil {
+		if err := t.store.Flush(); err != nil {
+			return fmt.Errorf("subtask %s: writing state: %w", t.label, err)
+		}
+	}
+	for _, o := range t.outs {
+		for i := range o.bufs {
+			if err := t.send(ctx, o, i); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// broadcast sends m on every output channel, after the data before it.
+func (t *task) broadcast(ctx context.Context, m transport.Message) error {
+	if err := t.flush(ctx); err != nil {
+		return err
+	}
+	for _, o := range t.outs {
+		for _, c := range o.chans {
+			if err := c.Send(ctx, m); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// advanceWatermark moves the subtask's event time forward: timers fire stage
+// by stage in chain order (so a stage's timer output reaches the next stage
+// before that stage's own timers), then the watermark goes downstream.
+func (t *task) advanceWatermark(ctx context.Context, wm int64) error {
+	if wm <= t.wm {
+		return nil
+	}
+	t.wm = wm
+	for k := range t.stages {
+		if err := t.fireTimers(ctx, k, abi.TimeEvent, wm); err != nil {
+			return err
+		}
+	}
+	if len(t.outs) == 0 {
+		return nil
+	}
+	return t.broadcast(ctx, transport.Message{Kind: transport.KindWatermark, Watermark: wm})
+}
+
+func (t *task) fireTimers(ctx context.Context, k int, domain int32, upTo int64) error {
+	s := t.stages[k]
+	for {
+		t.timerBuf.Reset()
+		n, err := s.state.PopTimers(domain, upTo, &t.timerBuf)
+		if err != nil {
+			return t.stageError(s, "firing timers", err)
+		}
+		if n == 0 {
+			return nil
+		}
+		if err := s.op.OnTimers(t.timerBuf.Bytes(), &s.coll); err != nil {
+			return t.stageError(s, "failed on a timer", err)
+		}
+		if err := t.drain(ctx, k); err != nil {
+			return err
+		}
+	}
+}
+
+func (t *task) nextProcessingTimer() (int64, bool) {
+	var next int64
+	found := false
+	for _, s := range t.stages {
+		if ts, ok := s.state.NextTimer(abi.TimeProcessing); ok && (!found || ts < next) {
+			next, found = ts, true
+		}
+	}
+	return next, found
+}
+
+func (t *task) fireProcessingTimers(ctx context.Context) error {
+	now := t.now().UnixMilli()
+	for k := range t.stages {
+		if err := t.fireTimers(ctx, k, abi.TimeProcessing, now); err != nil {
+			return err
+		}
+	}
+	return t.flush(ctx)
+}
+
+// finish runs when every input has ended: event time jumps to the end so all
+// event-time timers fire, operators close in chain order (each may still
+// emit into the next), the sink flushes, and downstream learns the end.
+func (t *task) finish(ctx context.Context) error {
+	if err := t.advanceWatermark(ctx, abi.MaxWatermark); err != nil {
+		return err
+	}
+	for k, s := range t.stages {
+		if err := s.op.Close(&s.coll); err != nil {
+			return t.stageError(s, "failed closing", err)
+		}
+		if err := t.drain(ctx, k); err != nil {
+			return err
+		}
+	}
+	if t.sink != nil {
+		if err := t.sink.Close(); err != nil {
+			v := t.chain.Vertices[len(t.chain.Vertices)-1]
+			return fmt.Errorf("sink %q (vertex %s, subtask %d): closing: %w", v.Connector, v.ID, t.subtask, err)
+		}
+		t.sink = nil
+	}
+	return t.broadcast(ctx, transport.Message{Kind: transport.KindEnd})
+}
+
+// metrics reports records in and out per vertex of the chain.
+func (t *task) metrics() []transport.VertexMetrics {
+	var out []transport.VertexMetrics
+	vs := t.chain.Vertices
+	k := 0
+	for i, v := range vs {
+		m := transport.VertexMetrics{Vertex: v.ID}
+		switch {
+		case i == 0 && t.source != nil:
+			m.RecordsOut = t.srcOut
+		case v.Kind == job.KindSink:
+			m.RecordsIn = t.sinkIn
+		default:
+			s := t.stages[k]
+			k++
+			m.RecordsIn, m.RecordsOut = s.in, s.out
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+// close releases the task's resources in reverse order of acquisition.
+func (t *task) close() error {
+	var first error
+	for i := len(t.closers) - 1; i >= 0; i-- {
+		if err := t.closers[i](); err != nil && first == nil {
+			first = err
+		}
+	}
+	t.closers = nil
+	return first
+}

@@ -1,0 +1,659 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/wstream/wstream/abi"
+	"github.com/wstream/wstream/connector"
+	"github.com/wstream/wstream/host"
+	"github.com/wstream/wstream/job"
+	"github.com/wstream/wstream/operator"
+	"github.com/wstream/wstream/operator/builtin"
+	"github.com/wstream/wstream/state"
+	"github.com/wstream/wstream/transport"
+)
+
+// Config configures a Worker.
+type Config struct {
+	ID      string     // unique among the workers of a cluster; [A-Za-z0-9_-]
+	NATS    *nats.Conn // control plane and module store
+	DataDir string     // subtask state lives under DataDir/jobs/JOB/state
+	Slots   int        // subtasks it runs at once; 0 = no limit
+	Host    host.Config
+	// Runtime, when set, is used instead of creating one from Host (the
+	// embedded default shares one between deploy-time validation and the
+	// worker, so a module is compiled once).
+	Runtime *host.Runtime
+	Stdout  io.Writer // where stdout sinks write; os.Stdout when nil
+	Logf    func(format string, args ...any)
+	// ChannelCapacity is the number of buffers a local channel holds before
+	// its producer blocks (default 8).
+	ChannelCapacity int
+	// HeartbeatInterval is how often the worker tells the coordinator it is
+	// alive (default 1s).
+	HeartbeatInterval time.Duration
+}
+
+// Worker runs the subtasks the coordinator assigns to it.
+type Worker struct {
+	cfg      Config
+	rt       *host.Runtime
+	ownsRT   bool
+	js       jetstream.JetStream
+	cache    *pebble.Cache
+	subs     []*nats.Subscription
+	mu       sync.Mutex
+	modules  map[string]*host.Module
+	jobs     map[string]*jobRun
+	closed   bool
+	stopBeat chan struct{}
+	beatDone chan struct{}
+}
+
+// New creates a worker; Start connects it to the control plane.
+func New(ctx context.Context, cfg Config) (*Worker, error) {
+	if cfg.ID == "" {
+		return nil, errors.New("worker: empty id")
+	}
+	if cfg.NATS == nil {
+		return nil, errors.New("worker: no NATS connection")
+	}
+	if cfg.Stdout == nil {
+		cfg.Stdout = os.Stdout
+	}
+	if cfg.Logf == nil {
+		cfg.Logf = func(string, ...any) {}
+	}
+	if cfg.ChannelCapacity <= 0 {
+		cfg.ChannelCapacity = 8
+	}
+	if cfg.HeartbeatInterval <= 0 {
+		cfg.HeartbeatInterval = time.Second
+	}
+	js, err := jetstream.New(cfg.NATS)
+	if err != nil {
+		return nil, fmt.Errorf("worker %s: %w", cfg.ID, err)
+	}
+	w := &Worker{
+		cfg:     cfg,
+		js:      js,
+		modules: map[string]*host.Module{},
+		jobs:    map[string]*jobRun{},
+		// One block cache for every subtask's Pebble keeps a worker's memory
+		// bounded however many subtasks it runs.
+		cache: pebble.NewCache(64 << 20),
+	}
+	if cfg.Runtime != nil {
+		w.rt = cfg.Runtime
+	} else {
+		hc := cfg.Host
+		if hc.Log == nil {
+			hc.Log = func(level int32, op string, subtask int, msg string) {
+				cfg.Logf("%s/%d: %s", op, subtask, msg)
+			}
+		}
+		rt, err := host.NewRuntime(ctx, hc)
+		if err != nil {
+			w.cache.Unref()
+			return nil, fmt.Errorf("worker %s: %w", cfg.ID, err)
+		}
+		w.rt, w.ownsRT = rt, true
+	}
+	return w, nil
+}
+
+// ID is the worker's id.
+func (w *Worker) ID() string { return w.cfg.ID }
+
+// Start subscribes to the worker's subjects, registers with the coordinator
+// (retrying until ctx is done, so a worker may start before its coordinator)
+// and starts heartbeats.
+func (w *Worker) Start(ctx context.Context) error {
+	nc := w.cfg.NATS
+	sub, err := nc.Subscribe(transport.WorkerDeploySubject(w.cfg.ID), w.onDeploy)
+	if err != nil {
+		return err
+	}
+	w.subs = append(w.subs, sub)
+	sub, err = nc.Subscribe(transport.WorkerCancelSubject(w.cfg.ID), w.onCancel)
+	if err != nil {
+		return err
+	}
+	w.subs = append(w.subs, sub)
+	if err := nc.Flush(); err != nil {
+		return err
+	}
+	info, _ := json.Marshal(transport.WorkerInfo{ID: w.cfg.ID, Slots: w.cfg.Slots})
+	for {
+		msg, err := nc.Request(transport.SubjectRegister, info, time.Second)
+		if err == nil {
+			var r transport.Reply
+			if err := json.Unmarshal(msg.Data, &r); err != nil {
+				return fmt.Errorf("worker %s: bad registration reply: %w", w.cfg.ID, err)
+			}
+			if r.Error != "" {
+				return fmt.Errorf("worker %s: coordinator refused registration: %s", w.cfg.ID, r.Error)
+			}
+			break
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("worker %s: no coordinator answered: %w", w.cfg.ID, err)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("worker %s: no coordinator answered: %w", w.cfg.ID, ctx.Err())
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	w.stopBeat = make(chan struct{})
+	w.beatDone = make(chan struct{})
+	go w.heartbeat(info)
+	return nil
+}
+
+func (w *Worker) heartbeat(info []byte) {
+	defer close(w.beatDone)
+	t := time.NewTicker(w.cfg.HeartbeatInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-w.stopBeat:
+			return
+		case <-t.C:
+			_ = w.cfg.NATS.Publish(transport.SubjectHeartbeat, info)
+		}
+	}
+}
+
+// Close cancels every job, waits for their subtasks, and releases the
+// worker's resources.
+func (w *Worker) Close(ctx context.Context) error {
+	w.mu.Lock()
+	if w.closed {
+		w.mu.Unlock()
+		return nil
+	}
+	w.closed = true
+	jobs := make([]*jobRun, 0, len(w.jobs))
+	for _, j := range w.jobs {
+		jobs = append(jobs, j)
+	}
+	w.mu.Unlock()
+	for _, s := range w.subs {
+		_ = s.Unsubscribe()
+	}
+	if w.stopBeat != nil {
+		close(w.stopBeat)
+		<-w.beatDone
+	}
+	for _, j := range jobs {
+		j.cancel()
+		j.wg.Wait()
+	}
+	w.mu.Lock()
+	for _, m := range w.modules {
+		_ = m.Close(ctx)
+	}
+	w.modules = nil
+	w.mu.Unlock()
+	w.cache.Unref()
+	if w.ownsRT {
+		return w.rt.Close(ctx)
+	}
+	return nil
+}
+
+func (w *Worker) reply(m *nats.Msg, err error) {
+	var r transport.Reply
+	if err != nil {
+		r.Error = err.Error()
+	}
+	b, _ := json.Marshal(r)
+	_ = m.Respond(b)
+}
+
+func (w *Worker) onCancel(m *nats.Msg) {
+	var req transport.CancelRequest
+	if err := json.Unmarshal(m.Data, &req); err != nil {
+		w.reply(m, fmt.Errorf("bad cancel request: %w", err))
+		return
+	}
+	w.mu.Lock()
+	j := w.jobs[req.JobID]
+	w.mu.Unlock()
+	if j != nil {
+		if req.Failed {
+			j.failed.Store(true)
+		}
+		j.cancel()
+	}
+	w.reply(m, nil)
+}
+
+func (w *Worker) onDeploy(m *nats.Msg) {
+	var d transport.Deployment
+	if err := json.Unmarshal(m.Data, &d); err != nil {
+		w.reply(m, fmt.Errorf("worker %s: bad deployment: %w", w.cfg.ID, err))
+		return
+	}
+	// Fetching and compiling a module can take a second: do not hold up the
+	// subscription's other messages (cancels) meanwhile.
+	go func() {
+		w.reply(m, w.deploy(d))
+	}()
+}
+
+// module returns the compiled module with digest, fetching it from the
+// object store the first time.
+func (w *Worker) module(ctx context.Context, digest, name string) (*host.Module, error) {
+	w.mu.Lock()
+	if mod, ok := w.modules[digest]; ok {
+		w.mu.Unlock()
+		return mod, nil
+	}
+	w.mu.Unlock()
+	obs, err := w.js.ObjectStore(ctx, transport.ModuleBucket)
+	if err != nil {
+		return nil, fmt.Errorf("opening module store %s: %w", transport.ModuleBucket, err)
+	}
+	wasm, err := obs.GetBytes(ctx, digest)
+	if err != nil {
+		return nil, fmt.Errorf("fetching module %s (%s): %w", name, digest, err)
+	}
+	mod, err := w.rt.Compile(ctx, name, wasm)
+	if err != nil {
+		return nil, err
+	}
+	if mod.Digest() != digest {
+		_ = mod.Close(ctx)
+		return nil, fmt.Errorf("module %s: store returned digest %s, want %s", name, mod.Digest(), digest)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if prev, ok := w.modules[digest]; ok {
+		_ = mod.Close(ctx)
+		return prev, nil
+	}
+	w.modules[digest] = mod
+	return mod, nil
+}
+
+// jobRun is the part of one job that runs on this worker.
+type jobRun struct {
+	id     string
+	plan   *job.Plan
+	graph  *job.Graph
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	failed atomic.Bool
+}
+
+// abortSink discards what a sink has not committed, when it can.
+func abortSink(s connector.Sink) {
+	if a, ok := s.(interface{ Abort() error }); ok {
+		_ = a.Abort()
+		return
+	}
+	_ = s.Close()
+}
+
+type chanKey struct{ edge, up, down int }
+
+func (w *Worker) deploy(d transport.Deployment) error {
+	w.mu.Lock()
+	if w.closed {
+		w.mu.Unlock()
+		return fmt.Errorf("worker %s is shutting down", w.cfg.ID)
+	}
+	if _, dup := w.jobs[d.JobID]; dup {
+		w.mu.Unlock()
+		return fmt.Errorf("worker %s already runs job %s", w.cfg.ID, d.JobID)
+	}
+	w.mu.Unlock()
+
+	plan, err := job.Parse(d.Plan)
+	if err != nil {
+		return err
+	}
+	g, err := job.Build(plan)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	j := &jobRun{id: d.JobID, plan: plan, graph: g, ctx: ctx, cancel: cancel}
+	var mod *host.Module
+	if needsModule(g) {
+		mod, err = w.module(ctx, d.ModuleDigest, d.ModuleName)
+		if err != nil {
+			cancel()
+			return err
+		}
+	}
+	tasks, err := w.wire(j, mod, d.Tasks)
+	if err != nil {
+		cancel()
+		return err
+	}
+	w.mu.Lock()
+	w.jobs[d.JobID] = j
+	w.mu.Unlock()
+	for _, t := range tasks {
+		j.wg.Add(1)
+		go w.runTask(j, t)
+	}
+	go func() {
+		j.wg.Wait()
+		cancel()
+		w.mu.Lock()
+		delete(w.jobs, j.id)
+		w.mu.Unlock()
+	}()
+	return nil
+}
+
+func needsModule(g *job.Graph) bool {
+	for _, c := range g.Chains {
+		for _, v := range c.Vertices {
+			if v.Kind == job.KindOperator && !strings.HasPrefix(v.Operator, builtin.Prefix) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// wire builds the tasks of refs and the local channels between them.
+func (w *Worker) wire(j *jobRun, mod *host.Module, refs []transport.TaskRef) (tasks []*task, err error) {
+	g := j.graph
+	local := map[[2]int]bool{}
+	for _, r := range refs {
+		if r.Chain < 0 || r.Chain >= len(g.Chains) || r.Subtask < 0 || r.Subtask >= g.Chains[r.Chain].Parallelism {
+			return nil, fmt.Errorf("deployment of job %s names subtask %d of chain %d, which the plan does not have", j.id, r.Subtask, r.Chain)
+		}
+		local[[2]int{r.Chain, r.Subtask}] = true
+	}
+	chans := map[chanKey]*transport.LocalChannel{}
+	channel := func(e *job.ChainEdge, up, down int) (*transport.LocalChannel, error) {
+		if !local[[2]int{e.From.Index, up}] || !local[[2]int{e.To.Index, down}] {
+			return nil, fmt.Errorf("job %s: edge %s→%s joins subtasks on different workers; this worker runs a job only when all of its subtasks are local", j.id, e.FromVertex, e.ToVertex)
+		}
+		k := chanKey{e.Index, up, down}
+		c, ok := chans[k]
+		if !ok {
+			c = transport.NewLocalChannel(w.cfg.ChannelCapacity)
+			chans[k] = c
+		}
+		return c, nil
+	}
+	defer func() {
+		if err != nil {
+			for _, t := range tasks {
+				_ = t.close()
+			}
+			tasks = nil
+		}
+	}()
+	for _, r := range refs {
+		t, err := w.newTask(j, mod, g.Chains[r.Chain], r.Subtask, channel)
+		if err != nil {
+			return tasks, err
+		}
+		tasks = append(tasks, t)
+	}
+	return tasks, nil
+}
+
+func (w *Worker) newTask(j *jobRun, mod *host.Module, c *job.Chain, sub int,
+	channel func(e *job.ChainEdge, up, down int) (*transport.LocalChannel, error)) (*task, error) {
+	p := j.plan
+	t := &task{jobID: j.id, chain: c, subtask: sub, label: fmt.Sprintf("%s/%d", c.ID, sub), now: time.Now}
+	fail := func(err error) (*task, error) {
+		_ = t.close()
+		return nil, err
+	}
+
+	// Inputs, in the order of the head's input edges.
+	var ins []transport.InputChannel
+	for _, e := range c.Inputs {
+		for _, up := range e.Upstream(sub) {
+			ch, err := channel(e, up, sub)
+			if err != nil {
+				return fail(err)
+			}
+			ins = append(ins, ch)
+		}
+	}
+	if len(ins) > 0 {
+		t.gate = transport.NewInputGate(ins)
+		t.closers = append(t.closers, func() error { t.gate.Close(); return nil })
+	}
+	// Outputs of the chain's tail.
+	for _, e := range c.Outputs {
+		o := &outEdge{edge: e, port: uint32(e.OutputIndex), inPort: uint32(e.InputIndex), maxPar: p.MaxParallelism}
+		downs := make([]int, 0, e.To.Parallelism)
+		if e.Partition == job.PartitionForward {
+			downs = append(downs, sub)
+		} else {
+			for d := 0; d < e.To.Parallelism; d++ {
+				downs = append(downs, d)
+			}
+		}
+		for _, d := range downs {
+			ch, err := channel(e, sub, d)
+			if err != nil {
+				return fail(err)
+			}
+			o.chans = append(o.chans, ch)
+		}
+		o.bufs = make([]abi.Builder, len(o.chans))
+		t.outs = append(t.outs, o)
+	}
+
+	head := c.Vertices[0]
+	keyed := head.Kind == job.KindOperator && len(c.Inputs) > 0
+	for _, e := range c.Inputs {
+		if e.Partition != job.PartitionKey {
+			keyed = false
+		}
+	}
+	var store *state.Store
+	if keyed {
+		dir := filepath.Join(w.cfg.DataDir, "jobs", j.id, "state", fmt.Sprintf("%s-%d", c.ID, sub))
+		s, err := state.Open(state.Options{
+			Dir:            dir,
+			MaxParallelism: p.MaxParallelism,
+			KeyGroups:      abi.RangeForSubtask(sub, c.Parallelism, p.MaxParallelism),
+			Cache:          w.cache,
+		})
+		if err != nil {
+			return fail(fmt.Errorf("subtask %s: opening state: %w", t.label, err))
+		}
+		store = s
+		t.closers = append(t.closers, s.Close)
+	}
+
+	var inst *host.Instance
+	for i, v := range c.Vertices {
+		switch v.Kind {
+		case job.KindSource:
+			src, err := connector.NewSource(v.Connector, v.Config)
+			if err != nil {
+				return fail(fmt.Errorf("vertex %s: %w", v.ID, err))
+			}
+			t.source = src
+			t.closers = append(t.closers, src.Close)
+		case job.KindSink:
+			snk, err := connector.NewSink(v.Connector, v.Config, w.cfg.Stdout)
+			if err != nil {
+				return fail(fmt.Errorf("vertex %s: %w", v.ID, err))
+			}
+			t.sink = snk
+		default:
+			var op operator.Operator
+			if name, ok := strings.CutPrefix(v.Operator, builtin.Prefix); ok {
+				o, err := builtin.New(name)
+				if err != nil {
+					return fail(fmt.Errorf("vertex %s: %w", v.ID, err))
+				}
+				op = o
+			} else {
+				if inst == nil {
+					in, err := mod.NewInstance(j.ctx, t.label)
+					if err != nil {
+						return fail(fmt.Errorf("subtask %s: %w", t.label, err))
+					}
+					inst = in
+					t.closers = append(t.closers, func() error { return in.Close(context.Background()) })
+				}
+				op = inst.Operator()
+			}
+			s := &stage{vertex: v, op: op}
+			s.coll.nOut = len(v.Outputs)
+			s.coll.keep = -1
+			if i+1 < len(c.Vertices) {
+				s.coll.keep = chainedOutput(p, v.ID, c.Vertices[i+1].ID)
+			}
+			if i == 0 && store != nil {
+				s.state = store.Vertex(v.ID, true)
+			} else {
+				s.state = noKeyedState{}
+			}
+			t.stages = append(t.stages, s)
+		}
+	}
+	t.store = store
+	return t, nil
+}
+
+// chainedOutput is the output index of from that the chained edge from→to
+// carries.
+func chainedOutput(p *job.Plan, from, to string) int {
+	v := p.Vertex(from)
+	for _, e := range p.Edges {
+		if e.From == from && e.To == to {
+			for i, o := range v.Outputs {
+				if o == e.Output {
+					return i
+				}
+			}
+		}
+	}
+	return 0
+}
+
+// open opens the task's connectors and operators; it runs on the task's
+// goroutine so that a slow guest open does not hold up the deployment.
+func (w *Worker) open(j *jobRun, t *task) error {
+	p := j.plan
+	if t.source != nil {
+		if err := t.source.Open(j.ctx, t.subtask, t.chain.Parallelism); err != nil {
+			v := t.chain.Vertices[0]
+			return fmt.Errorf("source %q (vertex %s, subtask %d): %w", v.Connector, v.ID, t.subtask, err)
+		}
+	}
+	if t.sink != nil {
+		if err := t.sink.Open(j.ctx, t.subtask, t.chain.Parallelism); err != nil {
+			v := t.chain.Vertices[len(t.chain.Vertices)-1]
+			return fmt.Errorf("sink %q (vertex %s, subtask %d): %w", v.Connector, v.ID, t.subtask, err)
+		}
+	}
+	for k, s := range t.stages {
+		v := s.vertex
+		svc := &stageServices{keyedState: s.state, t: t, log: func(level int32, msg string) {
+			w.cfg.Logf("%s %s/%d: %s", levelName(level), v.ID, t.subtask, msg)
+		}}
+		spec := operator.Spec{
+			VertexID:       v.ID,
+			Operator:       strings.TrimPrefix(v.Operator, builtin.Prefix),
+			Config:         v.Config,
+			Outputs:        v.Outputs,
+			Subtask:        t.subtask,
+			Parallel:       t.chain.Parallelism,
+			MaxParallelism: p.MaxParallelism,
+			Keyed:          k == 0 && t.store != nil,
+		}
+		if err := s.op.Open(spec, svc); err != nil {
+			return t.stageError(s, "failed to open", err)
+		}
+	}
+	return nil
+}
+
+func levelName(l int32) string {
+	switch l {
+	case abi.LogDebug:
+		return "debug"
+	case abi.LogInfo:
+		return "info"
+	case abi.LogWarn:
+		return "warn"
+	}
+	return "error"
+}
+
+func (w *Worker) runTask(j *jobRun, t *task) {
+	defer j.wg.Done()
+	err := w.open(j, t)
+	if err == nil {
+		err = t.run(j.ctx)
+	}
+	if t.sink != nil {
+		// The input did not end. A job stopped on request flushes what its
+		// sinks hold; a failed job's sinks abort, so a file sink never leaves
+		// a file that looks complete.
+		if j.failed.Load() {
+			abortSink(t.sink)
+		} else {
+			_ = t.sink.Close()
+		}
+	}
+	if cerr := t.close(); err == nil && cerr != nil {
+		err = fmt.Errorf("subtask %s: releasing resources: %w", t.label, cerr)
+	}
+	st := transport.TaskStatus{JobID: j.id, Worker: w.cfg.ID, Task: transport.TaskRef{Chain: t.chain.Index, Subtask: t.subtask}, Metrics: t.metrics()}
+	switch {
+	case err == nil:
+		st.State = transport.TaskFinished
+	case j.ctx.Err() != nil && errors.Is(err, context.Canceled):
+		st.State = transport.TaskCanceled
+	default:
+		st.State = transport.TaskFailed
+		st.Error = err.Error()
+		j.failed.Store(true)
+		// Stop the job's other local subtasks at once; the coordinator also
+		// cancels them everywhere.
+		j.cancel()
+	}
+	b, _ := json.Marshal(st)
+	if perr := w.cfg.NATS.Publish(transport.TaskStatusSubject(j.id), b); perr != nil {
+		w.cfg.Logf("worker %s: reporting %s of %s: %v", w.cfg.ID, st.State, t.label, perr)
+	}
+}
+
+// Jobs lists the ids of the jobs with subtasks on this worker.
+func (w *Worker) Jobs() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := make([]string, 0, len(w.jobs))
+	for id := range w.jobs {
+		out = append(out, id)
+	}
+	sort.Strings(out)
+	return out
+}
