@@ -18,6 +18,11 @@ import (
 // after every input message, so channels carry batches of tens of KiB.
 const flushBytes = 32 << 10
 
+// stateFlushPending is how many unflushed state changes a subtask gathers
+// before it writes them to Pebble (a quarter of the default hot-key cache,
+// whose dirty entries cannot be evicted).
+const stateFlushPending = state.DefaultCacheEntries / 4
+
 // sourceBatch is how many records a source is asked for at a time.
 const sourceBatch = 1024
 
@@ -383,10 +388,13 @@ func (t *task) send(ctx context.Context, o *outEdge, i int) error {
 	return o.chans[i].Send(ctx, transport.Message{Kind: transport.KindData, Data: data})
 }
 
-// flush ends the processing of one input message: the state written for it
-// goes to Pebble in one batch, and every non-empty output buffer is sent.
+// flush ends the processing of one input message: every non-empty output
+// buffer is sent, and state changes go to Pebble in one batch once enough
+// have gathered. Until then they live in the store's write-back cache, where
+// repeated updates of a hot key cost nothing; nothing needs them in Pebble
+// sooner (snapshots flush first).
 func (t *task) flush(ctx context.Context) error {
-	if t.store != nil {
+	if t.store != nil && t.store.Pending() >= stateFlushPending {
 		if err := t.store.Flush(); err != nil {
 			return fmt.Errorf("subtask %s: writing state: %w", t.label, err)
 		}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"syscall"
@@ -25,6 +26,9 @@ import (
 
 // version is set at build time with -ldflags "-X main.version=...".
 var version = "0.1.0-dev"
+
+// profileFile is the open --cpuprofile file.
+var profileFile *os.File
 
 // usageError marks errors in how the command was called (exit code 2).
 type usageError struct{ error }
@@ -66,6 +70,32 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 		OnUsageError: func(c *cli.Context, err error, _ bool) error {
 			return usageError{fmt.Errorf("%s: %w (see --help)", c.Command.FullName(), err)}
 		},
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "cpuprofile", Usage: "write a Go CPU profile of the command to `FILE`"},
+		},
+		Before: func(c *cli.Context) error {
+			path := c.String("cpuprofile")
+			if path == "" {
+				return nil
+			}
+			f, err := os.Create(path)
+			if err != nil {
+				return usageError{fmt.Errorf("--cpuprofile: %w", err)}
+			}
+			if err := pprof.StartCPUProfile(f); err != nil {
+				f.Close()
+				return err
+			}
+			profileFile = f
+			return nil
+		},
+		After: func(c *cli.Context) error {
+			if profileFile != nil {
+				pprof.StopCPUProfile()
+				return profileFile.Close()
+			}
+			return nil
+		},
 		Commands: []*cli.Command{
 			deployCommand(),
 			serverCommand(),
@@ -101,7 +131,7 @@ var verboseFlag = &cli.BoolFlag{Name: "verbose", Aliases: []string{"v"}, Usage: 
 func hostFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.IntFlag{Name: "memory-limit", Usage: "memory limit of one operator instance, in MiB", Value: 64},
-		&cli.DurationFlag{Name: "call-timeout", Usage: "deadline of one guest call; an operator exceeding it fails the job", Value: 10 * time.Second},
+		&cli.DurationFlag{Name: "call-timeout", Usage: "deadline of one guest call; an operator exceeding it fails the job. 0 turns deadlines off: loop-heavy guests run several times faster, but a guest that never returns hangs its subtask (trusted modules only)", Value: 10 * time.Second},
 	}
 }
 
@@ -110,10 +140,14 @@ func hostConfig(c *cli.Context) (host.Config, error) {
 	if mib < 1 || mib > 4096 {
 		return host.Config{}, usageError{fmt.Errorf("--memory-limit %d: must be between 1 and 4096 MiB", mib)}
 	}
-	if c.Duration("call-timeout") <= 0 {
-		return host.Config{}, usageError{fmt.Errorf("--call-timeout %s: must be positive", c.Duration("call-timeout"))}
+	timeout := c.Duration("call-timeout")
+	switch {
+	case timeout < 0:
+		return host.Config{}, usageError{fmt.Errorf("--call-timeout %s: must be positive, or 0 for no deadline", timeout)}
+	case timeout == 0:
+		timeout = -1 // host.Config: negative means no deadline
 	}
-	return host.Config{MemoryLimitPages: uint32(mib * 16), CallTimeout: c.Duration("call-timeout")}, nil
+	return host.Config{MemoryLimitPages: uint32(mib * 16), CallTimeout: timeout}, nil
 }
 
 func logf(c *cli.Context) func(string, ...any) {

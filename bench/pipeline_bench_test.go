@@ -1,0 +1,100 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/wstream/wstream/engine"
+	"github.com/wstream/wstream/host"
+	"github.com/wstream/wstream/internal/testmod"
+	"github.com/wstream/wstream/job"
+	"github.com/wstream/wstream/transport"
+)
+
+// records per job: large enough that instantiating modules is noise.
+const records = 1_000_000
+
+func statelessPlan(op string) string {
+	return fmt.Sprintf(`{"name":"stateless","parallelism":1,
+ "vertices":[
+  {"id":"source","kind":"source","connector":"gen","config":{"count":%d,"keys":1000,"words":4,"seed":1}},
+  {"id":"upper","kind":"operator","operator":"%supper"},
+  {"id":"filter","kind":"operator","operator":"%sfilter","config":{"contains":"W1"}},
+  {"id":"sink","kind":"sink","connector":"discard"}],
+ "edges":[{"from":"source","to":"upper"},{"from":"upper","to":"filter"},{"from":"filter","to":"sink"}]}`, records, op, op)
+}
+
+func keyedPlan(op string) string {
+	return fmt.Sprintf(`{"name":"keyed","parallelism":2,
+ "vertices":[
+  {"id":"source","kind":"source","connector":"gen","config":{"count":%d,"keys":10000,"words":1,"seed":1},"parallelism":1},
+  {"id":"count","kind":"operator","operator":"%scount"},
+  {"id":"sink","kind":"sink","connector":"discard"}],
+ "edges":[{"from":"source","to":"count","partition":"key"},{"from":"count","to":"sink"}]}`, records, op)
+}
+
+func BenchmarkStateless(b *testing.B) {
+	mod := buildModule(b, "mapfilter")
+	b.Run("native", func(b *testing.B) { runPipeline(b, mod, statelessPlan("go:"), 0) })
+	b.Run("wasm", func(b *testing.B) { runPipeline(b, mod, statelessPlan(""), 0) })
+	b.Run("wasm-nodeadline", func(b *testing.B) { runPipeline(b, mod, statelessPlan(""), -1) })
+}
+
+func BenchmarkKeyedCount(b *testing.B) {
+	mod := buildModule(b, "wordcount")
+	b.Run("native", func(b *testing.B) { runPipeline(b, mod, keyedPlan("go:"), 0) })
+	b.Run("wasm", func(b *testing.B) { runPipeline(b, mod, keyedPlan(""), 0) })
+	b.Run("wasm-nodeadline", func(b *testing.B) { runPipeline(b, mod, keyedPlan(""), -1) })
+}
+
+func buildModule(b *testing.B, name string) string {
+	p, err := testmod.BuildGo("examples/wasm/go/" + name)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return p
+}
+
+// runPipeline runs the job b.N times on one engine and reports source
+// records per second of wall time. callTimeout is host.Config.CallTimeout:
+// 0 for the default deadline, negative for none.
+func runPipeline(b *testing.B, modPath, plan string, callTimeout time.Duration) {
+	ctx := context.Background()
+	dir := b.TempDir()
+	planPath := filepath.Join(dir, "plan.json")
+	if err := os.WriteFile(planPath, []byte(plan), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	e, err := engine.Start(ctx, engine.Options{DataDir: dir, Stdout: io.Discard, Host: host.Config{CallTimeout: callTimeout}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer e.Close(ctx)
+	d, err := engine.Prepare(ctx, e.Runtime(), engine.PrepareOptions{ModulePath: modPath, PlanPath: planPath, Overrides: job.Overrides{}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	// One run outside the timer compiles the module into the cache.
+	if r, err := e.Run(ctx, d, nil); err != nil || r.State != transport.JobFinished {
+		b.Fatalf("warm-up: %v %+v", err, r)
+	}
+	b.ResetTimer()
+	start := time.Now()
+	for i := 0; i < b.N; i++ {
+		r, err := e.Run(ctx, d, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if r.State != transport.JobFinished {
+			b.Fatalf("job %s: %s", r.State, r.Error)
+		}
+	}
+	el := time.Since(start)
+	b.ReportMetric(float64(records)*float64(b.N)/el.Seconds(), "records/s")
+	b.ReportMetric(el.Seconds()*1e9/float64(records)/float64(b.N), "ns/record")
+}

@@ -1,0 +1,239 @@
+//go:build !wasip1
+
+package wstream
+
+import (
+	"bytes"
+	"encoding/binary"
+	"os"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/wstream/wstream/abi"
+)
+
+// fakeHost is an in-memory wstream host for the SDK's unit tests.
+type fakeHost struct {
+	outputs []string
+	names   map[string]int32
+	kinds   []int32
+	state   map[fakeKey][]byte
+	timers  map[fakeTimer]bool
+	wm      int64
+	now     int64
+
+	batches [][]abi.Record // emit_batch calls, records copied
+	emits   []abi.Record   // emit calls
+	fails   []string
+	logs    []string
+
+	// Call counters and forced answers.
+	wmCalls, getCalls, iterCalls, outputCalls int
+	force                                     map[string]int32 // import name -> status to return
+	fixedGet                                  []byte           // when set, state_get answers it without a lookup
+	discard                                   bool             // count emit_batch records instead of keeping them
+	discarded                                 int
+}
+
+type fakeKey struct {
+	h       int32
+	key, ns string
+}
+
+type fakeTimer struct {
+	domain  int32
+	key, ns string
+	ts      int64
+}
+
+// install resets the module, installs a fresh fake host and returns it.
+func install(t *testing.T) *fakeHost {
+	t.Helper()
+	f := &fakeHost{
+		outputs: []string{"main"},
+		names:   map[string]int32{},
+		state:   map[fakeKey][]byte{},
+		timers:  map[fakeTimer]bool{},
+		wm:      abi.MinWatermark,
+		force:   map[string]int32{},
+	}
+	saved := mod
+	mod = module{}
+	host = f
+	// Panic stacks go to the test log instead of the terminal.
+	panicOut = tlogWriter{t}
+	t.Cleanup(func() { mod, host, panicOut = saved, noHost{}, os.Stderr })
+	return f
+}
+
+func (f *fakeHost) forced(name string) (int32, bool) {
+	st, ok := f.force[name]
+	return st, ok
+}
+
+func (f *fakeHost) emit(port uint32, ts int64, key, value []byte) int32 {
+	if st, ok := f.forced(abi.ImportEmit); ok {
+		return st
+	}
+	if int(port) >= len(f.outputs) {
+		return abi.StatusBadOutput
+	}
+	f.emits = append(f.emits, abi.Record{Port: port, Timestamp: ts, Key: bytes.Clone(key), Value: bytes.Clone(value)})
+	return abi.StatusOK
+}
+
+func (f *fakeHost) emitBatch(b []byte) int32 {
+	if st, ok := f.forced(abi.ImportEmitBatch); ok {
+		return st
+	}
+	if f.discard {
+		f.discarded += abi.Count(b)
+		return abi.StatusOK
+	}
+	recs, err := abi.Decode(b)
+	if err != nil {
+		return abi.StatusBadArgument
+	}
+	for i := range recs {
+		if int(recs[i].Port) >= len(f.outputs) {
+			return abi.StatusBadOutput
+		}
+		recs[i].Key, recs[i].Value = bytes.Clone(recs[i].Key), bytes.Clone(recs[i].Value)
+	}
+	f.batches = append(f.batches, recs)
+	return abi.StatusOK
+}
+
+func (f *fakeHost) outputIndex(name string) int32 {
+	f.outputCalls++
+	for i, o := range f.outputs {
+		if o == name {
+			return int32(i)
+		}
+	}
+	return abi.StatusBadOutput
+}
+
+func (f *fakeHost) stateRegister(name string, kind int32) int32 {
+	if st, ok := f.forced(abi.ImportStateRegister); ok {
+		return st
+	}
+	if h, ok := f.names[name]; ok {
+		if f.kinds[h] != kind {
+			return abi.StatusBadArgument
+		}
+		return h
+	}
+	h := int32(len(f.kinds))
+	f.names[name] = h
+	f.kinds = append(f.kinds, kind)
+	return h
+}
+
+func (f *fakeHost) stateGet(h int32, key, ns, out []byte) int32 {
+	f.getCalls++
+	if st, ok := f.forced(abi.ImportStateGet); ok {
+		return st
+	}
+	v := f.fixedGet
+	if v == nil {
+		var ok bool
+		if v, ok = f.state[fakeKey{h, string(key), string(ns)}]; !ok {
+			return abi.StatusNotFound
+		}
+	}
+	if len(v) <= len(out) {
+		copy(out, v)
+	}
+	return int32(len(v))
+}
+
+func (f *fakeHost) statePut(h int32, key, ns, value []byte) int32 {
+	if st, ok := f.forced(abi.ImportStatePut); ok {
+		return st
+	}
+	f.state[fakeKey{h, string(key), string(ns)}] = bytes.Clone(value)
+	return abi.StatusOK
+}
+
+func (f *fakeHost) stateDelete(h int32, key, ns []byte) int32 {
+	if st, ok := f.forced(abi.ImportStateDelete); ok {
+		return st
+	}
+	delete(f.state, fakeKey{h, string(key), string(ns)})
+	return abi.StatusOK
+}
+
+func (f *fakeHost) stateIter(h int32, key, prefix, after []byte, hasAfter bool, out []byte) int32 {
+	f.iterCalls++
+	if st, ok := f.forced(abi.ImportStateIter); ok {
+		return st
+	}
+	var nss []string
+	for k := range f.state {
+		if k.h == h && k.key == string(key) && strings.HasPrefix(k.ns, string(prefix)) && (!hasAfter || k.ns > string(after)) {
+			nss = append(nss, k.ns)
+		}
+	}
+	sort.Strings(nss)
+	n := 0
+	for _, ns := range nss {
+		v := f.state[fakeKey{h, string(key), ns}]
+		size := 8 + len(ns) + len(v)
+		if n+size > len(out) {
+			if n == 0 {
+				return abi.StatusLimit
+			}
+			break
+		}
+		binary.LittleEndian.PutUint32(out[n:], uint32(len(ns)))
+		binary.LittleEndian.PutUint32(out[n+4:], uint32(len(v)))
+		copy(out[n+8:], ns)
+		copy(out[n+8+len(ns):], v)
+		n += size
+	}
+	return int32(n)
+}
+
+func (f *fakeHost) timerRegister(domain int32, key, ns []byte, ts int64) int32 {
+	if st, ok := f.forced(abi.ImportTimerRegister); ok {
+		return st
+	}
+	f.timers[fakeTimer{domain, string(key), string(ns), ts}] = true
+	return abi.StatusOK
+}
+
+func (f *fakeHost) timerDelete(domain int32, key, ns []byte, ts int64) int32 {
+	delete(f.timers, fakeTimer{domain, string(key), string(ns), ts})
+	return abi.StatusOK
+}
+
+func (f *fakeHost) watermark() int64 {
+	f.wmCalls++
+	return f.wm
+}
+
+func (f *fakeHost) processingTime() int64 { return f.now }
+
+func (f *fakeHost) log(level int32, msg string) {
+	f.logs = append(f.logs, string(rune('0'+level))+" "+msg)
+}
+
+func (f *fakeHost) fail(msg string) { f.fails = append(f.fails, msg) }
+
+type tlogWriter struct{ t *testing.T }
+
+func (w tlogWriter) Write(b []byte) (int, error) {
+	w.t.Logf("stderr: %s", b)
+	return len(b), nil
+}
+
+// out flattens the emitted batches.
+func (f *fakeHost) out() []abi.Record {
+	var all []abi.Record
+	for _, b := range f.batches {
+		all = append(all, b...)
+	}
+	return all
+}

@@ -1,0 +1,368 @@
+package wstream
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"runtime/debug"
+
+	"github.com/wstream/wstream/abi"
+)
+
+// module is the state of the module instance: the host creates one instance
+// per subtask and calls it from one thread, so one value serves every slot.
+type module struct {
+	factories map[string]func() Operator
+	plan      []byte
+
+	// arena is where the host writes call arguments (wstream_alloc). It is
+	// replaced only by a larger one, when the host asks for more room.
+	arena []byte
+
+	slots []*slot
+
+	// out collects the records emitted during one callback as an abi batch
+	// (outN records after a 4-byte count), for one emit_batch call; emitErr
+	// is the first emit failure of the callback.
+	out     []byte
+	outN    uint32
+	emitErr error
+}
+
+type slot struct {
+	op  Operator
+	ctx *Context
+}
+
+var mod module
+
+// maxSlots bounds operator slots: a chain has a handful of operators, and a
+// wild slot number must not make the SDK allocate a table for it.
+const maxSlots = 1 << 12
+
+// panicOut receives the stack of a recovered panic: stderr, which the host
+// quotes in the job's failure.
+var panicOut io.Writer = os.Stderr
+
+// alloc returns an arena of at least size bytes (never empty, so that it
+// has an address), reusing the current one when it is large enough.
+func (m *module) alloc(size int32) []byte {
+	if size < 0 {
+		return nil
+	}
+	if int(size) > len(m.arena) || len(m.arena) == 0 {
+		// Grow geometrically so that a host growing batches step by step
+		// does not reallocate on every step.
+		m.arena = make([]byte, max(int(size), 2*len(m.arena), 64<<10))
+	}
+	return m.arena
+}
+
+// region resolves a (ptr, len) pair that the host passed into the arena,
+// whose first byte is at address base. An empty region is valid anywhere.
+func (m *module) region(base uint64, ptr uint32, n int32) ([]byte, bool) {
+	if n == 0 {
+		return nil, true
+	}
+	if n < 0 || uint64(ptr) < base {
+		return nil, false
+	}
+	off := uint64(ptr) - base
+	end := off + uint64(n)
+	if end > uint64(len(m.arena)) {
+		return nil, false
+	}
+	return m.arena[off:end:end], true
+}
+
+// badPointer reports a region outside the arena: the host broke the
+// buffer-ownership rule of the ABI.
+func badPointer(export string, p uint32, n int32, arena int) int32 {
+	hostFail(fmt.Sprintf("%s: region [%#x, +%d) lies outside the %d-byte argument arena returned by wstream_alloc", export, p, n, arena))
+	return abi.StatusBadPointer
+}
+
+func (m *module) slot(op int32) *slot {
+	if op < 0 || int(op) >= len(m.slots) {
+		return nil
+	}
+	return m.slots[op]
+}
+
+func (m *module) open(op int32, name, cfg []byte) (status int32) {
+	if op < 0 || op >= maxSlots {
+		hostFail(fmt.Sprintf("wstream_open: operator slot %d is outside [0, %d)", op, maxSlots))
+		return abi.StatusBadHandle
+	}
+	if m.slot(op) != nil {
+		hostFail(fmt.Sprintf("wstream_open: operator slot %d is already open (operator %q)", op, m.slots[op].ctx.name))
+		return abi.StatusBadHandle
+	}
+	factory, ok := m.factories[string(name)]
+	if !ok {
+		hostFail(fmt.Sprintf("wstream_open: the module has no operator %q; it has %q", name, operatorNames()))
+		return abi.StatusUnknownOp
+	}
+	s := &slot{ctx: newContext(string(name), cfg)}
+	defer m.recoverInto(s, "open", &status)
+	m.begin(s)
+	s.ctx.opening = true
+	s.op = factory()
+	if s.op == nil {
+		return m.fail(s, "open", errors.New("the registered factory returned a nil Operator"))
+	}
+	err := s.op.Open(s.ctx)
+	s.ctx.opening = false
+	if st := m.end(s, "open", err); st != abi.StatusOK {
+		return st
+	}
+	for int(op) >= len(m.slots) {
+		m.slots = append(m.slots, nil)
+	}
+	m.slots[op] = s
+	return abi.StatusOK
+}
+
+func (m *module) process(op int32, batch []byte) (status int32) {
+	s := m.slot(op)
+	if s == nil {
+		return noSlot("wstream_process", op)
+	}
+	defer m.recoverInto(s, "process", &status)
+	it, err := newBatchIter(batch)
+	if err != nil {
+		return m.badBatch(s, "input", err)
+	}
+	m.begin(s)
+	// The loop decodes records itself rather than through batchIter.next:
+	// on wasm a Go call costs tens of nanoseconds, and this runs per record.
+	proc, ctx := s.op, s.ctx
+	b := it.b
+	for ; it.left > 0; it.left-- {
+		d := b[it.off:]
+		if len(d) < abi.RecordHeaderSize {
+			break
+		}
+		kl := uint64(binary.LittleEndian.Uint32(d[12:]))
+		vl := uint64(binary.LittleEndian.Uint32(d[16:]))
+		if kl+vl > uint64(len(d)-abi.RecordHeaderSize) {
+			break
+		}
+		k := abi.RecordHeaderSize + int(kl)
+		e := k + int(vl)
+		key := d[abi.RecordHeaderSize:k:k]
+		ctx.key = key
+		err = proc.Process(ctx, Record{Key: key, Value: d[k:e:e], Timestamp: int64(binary.LittleEndian.Uint64(d[4:])), Input: int(binary.LittleEndian.Uint32(d))})
+		if err != nil {
+			return m.fail(s, "process", fmt.Errorf("record %d of %d (key %s): %w", it.i, abi.Count(batch), abbreviate(key), err))
+		}
+		it.off += e
+		it.i++
+	}
+	if err := it.err(); err != nil {
+		m.resetOut()
+		return m.badBatch(s, "input", err)
+	}
+	return m.end(s, "process", nil)
+}
+
+func (m *module) onTimer(op int32, batch []byte) (status int32) {
+	s := m.slot(op)
+	if s == nil {
+		return noSlot("wstream_on_timer", op)
+	}
+	defer m.recoverInto(s, "on_timer", &status)
+	it, err := newBatchIter(batch)
+	if err != nil {
+		return m.badBatch(s, "timer", err)
+	}
+	th, ok := s.op.(TimerHandler)
+	if !ok {
+		if it.left == 0 {
+			return abi.StatusOK
+		}
+		return m.fail(s, "on_timer", fmt.Errorf("%d timers fired but %T does not implement wstream.TimerHandler", it.left, s.op))
+	}
+	m.begin(s)
+	var rec abi.Record
+	for it.next(&rec) {
+		s.ctx.key = rec.Key
+		err = th.OnTimer(s.ctx, Timer{Domain: TimeDomain(rec.Port), Timestamp: rec.Timestamp, Key: rec.Key, Namespace: rec.Value})
+		if err != nil {
+			return m.fail(s, "on_timer", fmt.Errorf("%s timer at %d (key %s): %w", TimeDomain(rec.Port), rec.Timestamp, abbreviate(rec.Key), err))
+		}
+	}
+	if err := it.err(); err != nil {
+		m.resetOut()
+		return m.badBatch(s, "timer", err)
+	}
+	return m.end(s, "on_timer", nil)
+}
+
+func (m *module) close(op int32) (status int32) {
+	s := m.slot(op)
+	if s == nil {
+		return noSlot("wstream_close", op)
+	}
+	// The slot is gone whatever Close does: the host never calls it again.
+	m.slots[op] = nil
+	defer m.recoverInto(s, "close", &status)
+	m.begin(s)
+	var err error
+	if c, ok := s.op.(Closer); ok {
+		err = c.Close(s.ctx)
+	}
+	return m.end(s, "close", err)
+}
+
+// Checkpoint hooks, numbered for checkpoint.
+const (
+	hookPreBarrier = iota
+	hookComplete
+	hookAborted
+)
+
+var hookNames = [...]string{"pre_barrier", "checkpoint_complete", "checkpoint_aborted"}
+
+func (m *module) checkpoint(hook int, op int32, id int64) (status int32) {
+	s := m.slot(op)
+	if s == nil {
+		return noSlot("wstream_"+hookNames[hook], op)
+	}
+	cl, ok := s.op.(CheckpointListener)
+	if !ok {
+		return abi.StatusOK
+	}
+	defer m.recoverInto(s, hookNames[hook], &status)
+	m.begin(s)
+	var err error
+	switch hook {
+	case hookPreBarrier:
+		err = cl.PreBarrier(s.ctx, id)
+	case hookComplete:
+		err = cl.CheckpointComplete(s.ctx, id)
+	default:
+		err = cl.CheckpointAborted(s.ctx, id)
+	}
+	if err != nil {
+		err = fmt.Errorf("checkpoint %d: %w", id, err)
+	}
+	return m.end(s, hookNames[hook], err)
+}
+
+func (m *module) begin(s *slot) {
+	s.ctx.begin()
+	m.resetOut()
+	m.emitErr = nil
+}
+
+// end finishes a callback: it reports err, or else hands the buffered output
+// to the host.
+func (m *module) end(s *slot, phase string, err error) int32 {
+	s.ctx.key = nil
+	if err != nil {
+		return m.fail(s, phase, err)
+	}
+	if err := m.flush(); err != nil {
+		return m.fail(s, phase, err)
+	}
+	return abi.StatusOK
+}
+
+// emit appends one record to the output buffer, flushing past the
+// threshold. It is the per-record path: one capacity check, two copies.
+func (m *module) emit(port uint32, key, value []byte, ts int64) {
+	if m.emitErr != nil {
+		return
+	}
+	n := len(m.out)
+	if n == 0 {
+		n = abi.BatchHeaderSize
+	}
+	k := n + abi.RecordHeaderSize
+	end := k + len(key) + len(value)
+	if end > cap(m.out) {
+		m.growOut(end)
+	}
+	b := m.out[:end]
+	binary.LittleEndian.PutUint32(b[n:], port)
+	binary.LittleEndian.PutUint64(b[n+4:], uint64(ts))
+	binary.LittleEndian.PutUint32(b[n+12:], uint32(len(key)))
+	binary.LittleEndian.PutUint32(b[n+16:], uint32(len(value)))
+	copy(b[k:], key)
+	copy(b[k+len(key):], value)
+	m.out = b
+	m.outN++
+	if end >= flushThreshold {
+		m.setEmitErr(m.flush())
+	}
+}
+
+func (m *module) growOut(size int) {
+	b := make([]byte, len(m.out), max(size, 2*cap(m.out), 4<<10))
+	copy(b, m.out)
+	m.out = b
+}
+
+func (m *module) resetOut() {
+	m.out = m.out[:0]
+	m.outN = 0
+}
+
+func (m *module) setEmitErr(err error) {
+	if m.emitErr == nil {
+		m.emitErr = err
+	}
+}
+
+// flush hands the buffered output to the host in one emit_batch call.
+func (m *module) flush() error {
+	if m.emitErr != nil {
+		return m.emitErr
+	}
+	if m.outN == 0 {
+		return nil
+	}
+	n := m.outN
+	binary.LittleEndian.PutUint32(m.out, n)
+	st := hostEmitBatch(m.out)
+	m.resetOut()
+	if st < 0 {
+		m.emitErr = fmt.Errorf("emitting %d records: %w", n, statusErr(st))
+		return m.emitErr
+	}
+	return nil
+}
+
+// fail reports err through the host's fail call, drops the callback's
+// buffered output and returns GUEST_ERROR.
+func (m *module) fail(s *slot, phase string, err error) int32 {
+	m.resetOut()
+	s.ctx.key = nil
+	hostFail(fmt.Sprintf("operator %q: %s: %v", s.ctx.name, phase, err))
+	return abi.StatusGuestError
+}
+
+// recoverInto turns a panic of the operator into a failure of the callback,
+// with the panic value as the message and the stack on stderr.
+func (m *module) recoverInto(s *slot, phase string, status *int32) {
+	r := recover()
+	if r == nil {
+		return
+	}
+	s.ctx.opening = false
+	fmt.Fprintf(panicOut, "wstream: operator %q panicked in %s: %v\n%s", s.ctx.name, phase, r, debug.Stack())
+	*status = m.fail(s, phase, fmt.Errorf("panic: %v", r))
+}
+
+func (m *module) badBatch(s *slot, what string, err error) int32 {
+	hostFail(fmt.Sprintf("operator %q: %s batch from the host: %v", s.ctx.name, what, err))
+	return abi.StatusBadArgument
+}
+
+func noSlot(export string, op int32) int32 {
+	hostFail(fmt.Sprintf("%s: operator slot %d is not open", export, op))
+	return abi.StatusBadHandle
+}

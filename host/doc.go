@@ -1,0 +1,32 @@
+// Package host is the worker side of the wstream ABI (abi/ABI.md): a wazero
+// runtime that validates and compiles operator modules and runs them, one
+// module instance per subtask, behind operator.Operator.
+//
+// The pieces, from coarse to fine:
+//
+//  1. A Runtime is one wazero runtime per worker with its compilation cache,
+//     the memory limit, close-on-deadline enabled, and two host modules
+//     instantiated once: "wstream" (the ABI's host functions) and
+//     "wasi_snapshot_preview1" (with no capabilities: no files, environment,
+//     arguments or sockets).
+//  2. Compile validates a module completely before anything runs it: magic,
+//     wazero's decoder and validator, every required export and its
+//     signature, every import, and wstream_abi_version (which takes one
+//     short-lived instantiation, also used to read the plan). Identical bytes
+//     compiled twice share one compiled module.
+//  3. NewInstance instantiates a Module for one subtask (running _initialize
+//     when exported). Instance.Operator hands out operator slots 0, 1, 2…
+//     that share the instance, as chained operators of one subtask do.
+//  4. Every guest call runs under a per-instance context whose deadline is
+//     re-armed per call without allocating. When it fires, wazero closes the
+//     instance; the call returns a GuestError and the instance stays unusable.
+//
+// Host functions are stack-based api.GoModuleFunc values. They find the
+// instance of the call in progress from the context with a type assertion,
+// bounds-check every guest pointer and length (StatusBadPointer, never a host
+// panic), and allocate nothing on the per-record paths (state_get, state_put,
+// emit, emit_batch).
+//
+// An Instance and its operators are used from one goroutine at a time, as
+// operator.Operator requires; Runtime and Module are safe for concurrent use.
+package host

@@ -1,0 +1,412 @@
+package host
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"math"
+	"sync/atomic"
+	"time"
+
+	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/sys"
+
+	"github.com/wstream/wstream/abi"
+	"github.com/wstream/wstream/operator"
+)
+
+// phase says which guest callback is in progress; host functions check it.
+type phase uint8
+
+const (
+	phaseIdle    phase = iota // no callback: alloc, abi_version, plan, _initialize
+	phaseOpen                 // wstream_open: the only phase allowing state_register
+	phaseProcess              // wstream_process
+	phaseTimer                // wstream_on_timer
+	phaseClose                // wstream_close
+	phaseBarrier              // wstream_pre_barrier
+	phaseNotify               // checkpoint_complete / checkpoint_aborted: no output
+)
+
+// minArena is the smallest argument buffer requested from wstream_alloc.
+const minArena = 4 << 10
+
+// maxGuestMessage bounds what is kept from a guest's log or fail message.
+const maxGuestMessage = 64 << 10
+
+// Instance is one module instance, serving the operators of one subtask.
+// It is not safe for concurrent use.
+type Instance struct {
+	r     *Runtime
+	label string
+	api   api.Module
+	mem   api.Memory
+
+	fnAlloc, fnOpen, fnProcess, fnOnTimer, fnClose api.Function
+	fnPreBarrier, fnCkptComplete, fnCkptAborted    api.Function
+
+	cc    callCtx
+	stack [16]uint64 // parameters and results of the call in progress
+
+	arenaPtr, arenaCap uint32
+
+	slots []*slot
+	owner *slot // first opened slot: names the instance in logs
+
+	// The call in progress.
+	cur     *slot
+	phase   phase
+	out     operator.Collector
+	failed  bool   // the guest called fail
+	failMsg []byte // its message
+	fatal   error  // first host-side failure (collector, state backend)
+
+	// Host-side buffers reused across calls.
+	scratch  []byte // state_get values
+	iterArgs []byte // state_iter arguments, copied out of guest memory
+	iterOut  []byte
+	iterN    int
+	iterFull bool
+	iterFn   func(ns, value []byte) bool
+
+	stdout, stderr lineWriter
+
+	broken *GuestError // set when a trap or deadline made the instance unusable
+	closed bool
+}
+
+// callCtx is the context of every guest call of one instance. It is reused
+// across calls so a call allocates nothing: the deadline is a per-instance
+// timer re-armed per call, and the Done channel closes at most once, since
+// an expired call closes the instance for good. Host functions recover the
+// instance from it with a type assertion.
+type callCtx struct {
+	inst     *Instance
+	done     chan struct{}
+	timer    *time.Timer
+	deadline time.Time
+	expired  atomic.Bool
+}
+
+// instanceKey finds the Instance in a context that is not a *callCtx
+// (instantiation, or a context wrapped by wazero).
+type instanceKey struct{}
+
+func (c *callCtx) init(i *Instance) {
+	c.inst = i
+	c.done = make(chan struct{})
+	c.timer = time.AfterFunc(time.Hour, c.expire)
+	c.timer.Stop()
+}
+
+func (c *callCtx) expire() {
+	if c.expired.CompareAndSwap(false, true) {
+		close(c.done)
+	}
+}
+
+func (c *callCtx) arm(d time.Duration) {
+	c.deadline = time.Now().Add(d)
+	c.timer.Reset(d)
+}
+
+// disarm stops the deadline timer and reports whether it fired. A timer
+// that fired after the guest returned still counts: the call took its whole
+// budget, and the context is done for good.
+func (c *callCtx) disarm() bool {
+	if !c.timer.Stop() {
+		c.expire()
+	}
+	return c.expired.Load()
+}
+
+// sleep serves WASI's poll_oneoff clock subscriptions: it sleeps, but no
+// longer than the call's deadline, so a sleeping guest is closed in time.
+func (c *callCtx) sleep(ns int64) {
+	t := time.NewTimer(time.Duration(ns))
+	select {
+	case <-t.C:
+	case <-c.done:
+		t.Stop()
+	}
+}
+
+func (c *callCtx) Deadline() (time.Time, bool) { return c.deadline, true }
+func (c *callCtx) Done() <-chan struct{}       { return c.done }
+func (c *callCtx) Err() error {
+	if c.expired.Load() {
+		return context.DeadlineExceeded
+	}
+	return nil
+}
+func (c *callCtx) Value(key any) any {
+	if _, ok := key.(instanceKey); ok {
+		return c.inst
+	}
+	return nil
+}
+
+// instanceOf returns the instance whose call ctx belongs to, or nil.
+func instanceOf(ctx context.Context) *Instance {
+	if c, ok := ctx.(*callCtx); ok {
+		return c.inst
+	}
+	i, _ := ctx.Value(instanceKey{}).(*Instance)
+	return i
+}
+
+func (r *Runtime) instantiate(ctx context.Context, cm wazero.CompiledModule, label string) (*Instance, error) {
+	i := &Instance{r: r, label: label}
+	i.cc.init(i)
+	i.iterFn = i.iterEntry
+	i.stdout.init(func(line string) { i.logLine(abi.LogInfo, line) }, false)
+	i.stderr.init(func(line string) { i.logLine(abi.LogWarn, line) }, true)
+	cfg := wazero.NewModuleConfig().
+		WithName("").
+		WithStartFunctions(exportInitialize).
+		WithStdout(&i.stdout).
+		WithStderr(&i.stderr).
+		WithSysWalltime().
+		WithSysNanotime().
+		WithNanosleep(i.cc.sleep).
+		WithRandSource(rand.Reader)
+
+	// Instantiation honours the caller's ctx as well as the call deadline.
+	ictx, cancel := context.WithTimeout(ctx, r.timeout)
+	mod, err := r.rt.InstantiateModule(context.WithValue(ictx, instanceKey{}, i), cm, cfg)
+	expired := errors.Is(ictx.Err(), context.DeadlineExceeded)
+	cancel()
+	i.stdout.flush()
+	i.stderr.flush()
+	if err != nil || expired {
+		if mod != nil {
+			_ = mod.Close(context.Background())
+		}
+		call := "instantiate"
+		if _, ok := cm.ExportedFunctions()[exportInitialize]; ok {
+			call = exportInitialize
+		}
+		ge := i.failure(nil, call, err, expired)
+		i.closed = true
+		i.cc.timer.Stop()
+		return nil, ge
+	}
+	i.api = mod
+	i.mem = mod.ExportedMemory(abi.ExportMemory)
+	i.fnAlloc = mod.ExportedFunction(abi.ExportAlloc)
+	i.fnOpen = mod.ExportedFunction(abi.ExportOpen)
+	i.fnProcess = mod.ExportedFunction(abi.ExportProcess)
+	i.fnOnTimer = mod.ExportedFunction(abi.ExportOnTimer)
+	i.fnClose = mod.ExportedFunction(abi.ExportClose)
+	i.fnPreBarrier = mod.ExportedFunction(abi.ExportPreBarrier)
+	i.fnCkptComplete = mod.ExportedFunction(abi.ExportCkptComplete)
+	i.fnCkptAborted = mod.ExportedFunction(abi.ExportCkptAborted)
+	return i, nil
+}
+
+// Label is the label given to NewInstance.
+func (i *Instance) Label() string { return i.label }
+
+// MemoryBytes is the current size of the instance's memory.
+func (i *Instance) MemoryBytes() uint32 {
+	if i.mem == nil || i.closed || i.broken != nil {
+		return 0
+	}
+	return i.mem.Size()
+}
+
+// Operator returns a new operator slot in this instance (slots 0, 1, 2…).
+// Slots share the instance's memory and deadline; a trap in one makes all
+// of them unusable.
+func (i *Instance) Operator() operator.Operator {
+	s := &slot{inst: i, index: int32(len(i.slots))}
+	i.slots = append(i.slots, s)
+	return s
+}
+
+// Close releases the instance. It does not call wstream_close: close the
+// operators first when they should flush.
+func (i *Instance) Close(ctx context.Context) error {
+	if i.closed {
+		return nil
+	}
+	i.closed = true
+	i.cc.timer.Stop()
+	i.stdout.flush()
+	i.stderr.flush()
+	if err := i.api.Close(ctx); err != nil {
+		return fmt.Errorf("host: closing instance %s: %w", i.label, err)
+	}
+	return nil
+}
+
+// who names the operator of slot s, or of the instance when s is nil.
+func (i *Instance) who(s *slot) (string, int) {
+	if s == nil {
+		s = i.owner
+	}
+	if s == nil || s.who == "" {
+		return i.label, -1
+	}
+	return s.who, s.spec.Subtask
+}
+
+func (i *Instance) logLine(level int32, line string) {
+	op, sub := i.who(i.cur)
+	i.r.log(level, op, sub, line)
+}
+
+// logf logs a host diagnostic about the guest: through the operator's
+// Services inside a callback, else through Config.Log.
+func (i *Instance) logf(level int32, format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	if s := i.cur; s != nil && s.svc != nil {
+		s.svc.Log(level, msg)
+		return
+	}
+	op, sub := i.who(nil)
+	i.r.log(level, op, sub, msg)
+}
+
+// usable returns the error for a call on an instance that cannot run one.
+func (i *Instance) usable(s *slot, call string) error {
+	if i.broken != nil {
+		op, sub := i.who(s)
+		return &GuestError{Operator: op, Subtask: sub, Call: call, Err: ErrInstanceClosed,
+			Message: "the instance is unusable after an earlier failure in " + i.broken.Call + ": " + firstLine(i.broken.Message)}
+	}
+	if i.closed {
+		op, sub := i.who(s)
+		return &GuestError{Operator: op, Subtask: sub, Call: call, Err: ErrInstanceClosed, Message: "the instance is closed"}
+	}
+	return nil
+}
+
+// call runs fn with parameters i.stack[:n] on behalf of slot s (nil for
+// module-level calls) in phase ph, with out receiving emitted records. It
+// returns the i32 result; i.stack[0] holds the raw result (every export
+// the host calls has at most one).
+func (i *Instance) call(s *slot, ph phase, out operator.Collector, fn api.Function, name string, n int) (int32, error) {
+	if err := i.usable(s, name); err != nil {
+		return 0, err
+	}
+	i.cur, i.phase, i.out = s, ph, out
+	i.failed, i.failMsg, i.fatal = false, i.failMsg[:0], nil
+	i.stderr.resetTail()
+	i.cc.arm(i.r.timeout)
+	err := fn.CallWithStack(&i.cc, i.stack[:max(n, 1)])
+	expired := i.cc.disarm()
+	i.phase, i.out = phaseIdle, nil
+	if err != nil || expired {
+		ge := i.failure(s, name, err, expired)
+		i.cur = nil
+		return 0, ge
+	}
+	i.cur = nil
+	return int32(uint32(i.stack[0])), nil
+}
+
+// failure turns a failed call into a GuestError and retires the instance:
+// after a trap the guest's own state cannot be trusted, and after a
+// deadline wazero has closed it already.
+func (i *Instance) failure(s *slot, call string, err error, expired bool) *GuestError {
+	op, sub := i.who(s)
+	ge := &GuestError{Operator: op, Subtask: sub, Call: call, Err: err}
+	var exit *sys.ExitError
+	switch {
+	case expired || (errors.As(err, &exit) && exit.ExitCode() == sys.ExitCodeDeadlineExceeded):
+		ge.Message = fmt.Sprintf("exceeded the call deadline of %s; the instance was closed", i.r.timeout)
+		ge.Err = ErrDeadlineExceeded
+	case errors.As(err, &exit):
+		ge.Message = fmt.Sprintf("the guest exited with code %d", exit.ExitCode())
+	case err == nil:
+		ge.Message = "failed without an error"
+	default:
+		ge.Message = err.Error()
+	}
+	if i.mem != nil && !i.closed && uint64(i.mem.Size()) >= uint64(i.r.limit)*65536 {
+		ge.Message += fmt.Sprintf(" (guest memory is at its limit of %d pages, %d MiB)", i.r.limit, uint64(i.r.limit)*65536>>20)
+	}
+	i.stdout.flush()
+	i.stderr.flush()
+	if tail := i.stderr.tailString(); tail != "" {
+		ge.Message += "\nstderr:\n" + tail
+	}
+	i.broken = ge
+	if i.api != nil {
+		_ = i.api.Close(context.Background())
+	}
+	return ge
+}
+
+// write copies str followed by b into the instance's argument arena,
+// asking the guest for a bigger one when needed, and returns its address.
+func (i *Instance) write(s *slot, call, str string, b []byte) (uint32, error) {
+	n := len(str) + len(b)
+	if n > math.MaxInt32 {
+		op, sub := i.who(s)
+		return 0, fmt.Errorf("host: operator %s subtask %d: %s: %d argument bytes exceed the guest address space", op, sub, call, n)
+	}
+	if uint32(n) > i.arenaCap || i.arenaPtr == 0 {
+		if err := i.growArena(s, uint32(n)); err != nil {
+			return 0, err
+		}
+	}
+	if !i.mem.WriteString(i.arenaPtr, str) || !i.mem.Write(i.arenaPtr+uint32(len(str)), b) {
+		return 0, i.allocError(s, uint32(n), fmt.Sprintf("its buffer at %#x no longer fits in memory (%d bytes)", i.arenaPtr, i.mem.Size()))
+	}
+	return i.arenaPtr, nil
+}
+
+// growArena asks wstream_alloc for at least n bytes, requesting room to
+// double so that growing batches do not call alloc every time.
+func (i *Instance) growArena(s *slot, n uint32) error {
+	want := uint64(max(n, minArena))
+	if d := 2 * uint64(i.arenaCap); d > want {
+		want = d
+	}
+	want = min(want, math.MaxInt32)
+	ptr, err := i.alloc(s, uint32(want))
+	if err != nil {
+		return err
+	}
+	if ptr == 0 && want > uint64(n) {
+		want = uint64(n)
+		if ptr, err = i.alloc(s, n); err != nil {
+			return err
+		}
+	}
+	if ptr == 0 {
+		return i.allocError(s, n, "it returned 0 (out of memory)")
+	}
+	if uint64(ptr)+want > uint64(i.mem.Size()) {
+		return i.allocError(s, uint32(want), fmt.Sprintf("it returned %#x, a region past the end of memory (%d bytes)", ptr, i.mem.Size()))
+	}
+	i.arenaPtr, i.arenaCap = ptr, uint32(want)
+	return nil
+}
+
+func (i *Instance) alloc(s *slot, n uint32) (uint32, error) {
+	i.stack[0] = uint64(n)
+	if _, err := i.call(s, phaseIdle, nil, i.fnAlloc, abi.ExportAlloc, 1); err != nil {
+		return 0, err
+	}
+	return uint32(i.stack[0]), nil
+}
+
+func (i *Instance) allocError(s *slot, n uint32, what string) error {
+	op, sub := i.who(s)
+	return &GuestError{Operator: op, Subtask: sub, Call: abi.ExportAlloc, Err: ErrGuestFailed,
+		Message: fmt.Sprintf("%s(%d) failed: %s", abi.ExportAlloc, n, what)}
+}
+
+func firstLine(s string) string {
+	for j := 0; j < len(s); j++ {
+		if s[j] == '\n' {
+			return s[:j]
+		}
+	}
+	return s
+}

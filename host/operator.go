@@ -1,0 +1,188 @@
+package host
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/tetratelabs/wazero/api"
+
+	"github.com/wstream/wstream/abi"
+	"github.com/wstream/wstream/operator"
+)
+
+type slotState uint8
+
+const (
+	slotNew slotState = iota
+	slotOpen
+	slotClosed
+)
+
+// slot is one operator in an instance: it implements operator.Operator over
+// the module's exports, passing its index as the op argument.
+type slot struct {
+	inst    *Instance
+	index   int32
+	state   slotState
+	spec    operator.Spec
+	outputs []string // spec.Outputs, or ["main"]
+	svc     operator.Services
+	who     string // "vertex (operator)" for errors and logs
+}
+
+var _ operator.Operator = (*slot)(nil)
+
+// Open writes the operator name and config into one guest buffer and calls
+// wstream_open(slot, name, config).
+func (s *slot) Open(spec operator.Spec, svc operator.Services) error {
+	i := s.inst
+	if s.state != slotNew {
+		return fmt.Errorf("host: instance %s: operator slot %d opened twice", i.label, s.index)
+	}
+	if svc == nil {
+		return fmt.Errorf("host: instance %s: operator slot %d: Open needs Services", i.label, s.index)
+	}
+	s.spec = spec
+	s.spec.Outputs = slices.Clone(spec.Outputs)
+	s.outputs = s.spec.Outputs
+	if len(s.outputs) == 0 {
+		s.outputs = []string{"main"}
+	}
+	s.svc = svc
+	s.who = spec.VertexID
+	if spec.Operator != "" && spec.Operator != spec.VertexID {
+		s.who += " (" + spec.Operator + ")"
+	}
+	if i.owner == nil {
+		i.owner = s
+	}
+	ptr, err := i.write(s, abi.ExportOpen, spec.Operator, spec.Config)
+	if err != nil {
+		return err
+	}
+	nameLen := uint32(len(spec.Operator))
+	i.stack[0] = uint64(s.index)
+	i.stack[1] = uint64(ptr)
+	i.stack[2] = uint64(nameLen)
+	i.stack[3] = uint64(ptr + nameLen)
+	i.stack[4] = uint64(len(spec.Config))
+	st, err := i.call(s, phaseOpen, nil, i.fnOpen, abi.ExportOpen, 5)
+	if err := s.result(abi.ExportOpen, st, err); err != nil {
+		return err
+	}
+	s.state = slotOpen
+	return nil
+}
+
+// Process writes the batch into the guest's arena and calls
+// wstream_process(slot, batch).
+func (s *slot) Process(batch []byte, out operator.Collector) error {
+	return s.batchCall(abi.ExportProcess, phaseProcess, s.inst.fnProcess, batch, out)
+}
+
+// OnTimers writes the timer batch into the guest's arena and calls
+// wstream_on_timer(slot, timers).
+func (s *slot) OnTimers(timers []byte, out operator.Collector) error {
+	return s.batchCall(abi.ExportOnTimer, phaseTimer, s.inst.fnOnTimer, timers, out)
+}
+
+func (s *slot) batchCall(call string, ph phase, fn api.Function, batch []byte, out operator.Collector) error {
+	if err := s.ready(call); err != nil {
+		return err
+	}
+	i := s.inst
+	if err := i.usable(s, call); err != nil {
+		return err
+	}
+	ptr, err := i.write(s, call, "", batch)
+	if err != nil {
+		return err
+	}
+	i.stack[0] = uint64(s.index)
+	i.stack[1] = uint64(ptr)
+	i.stack[2] = uint64(len(batch))
+	st, err := i.call(s, ph, out, fn, call, 3)
+	return s.result(call, st, err)
+}
+
+// PreBarrier calls wstream_pre_barrier(slot, checkpoint) when exported.
+func (s *slot) PreBarrier(checkpoint int64, out operator.Collector) error {
+	return s.hook(abi.ExportPreBarrier, phaseBarrier, s.inst.fnPreBarrier, checkpoint, out)
+}
+
+// CheckpointComplete calls wstream_checkpoint_complete(slot, checkpoint)
+// when exported.
+func (s *slot) CheckpointComplete(checkpoint int64) error {
+	return s.hook(abi.ExportCkptComplete, phaseNotify, s.inst.fnCkptComplete, checkpoint, nil)
+}
+
+// CheckpointAborted calls wstream_checkpoint_aborted(slot, checkpoint) when
+// exported.
+func (s *slot) CheckpointAborted(checkpoint int64) error {
+	return s.hook(abi.ExportCkptAborted, phaseNotify, s.inst.fnCkptAborted, checkpoint, nil)
+}
+
+func (s *slot) hook(call string, ph phase, fn api.Function, checkpoint int64, out operator.Collector) error {
+	if err := s.ready(call); err != nil {
+		return err
+	}
+	if fn == nil {
+		return s.inst.usable(s, call)
+	}
+	i := s.inst
+	i.stack[0] = uint64(s.index)
+	i.stack[1] = uint64(checkpoint)
+	st, err := i.call(s, ph, out, fn, call, 2)
+	return s.result(call, st, err)
+}
+
+// Close calls wstream_close(slot); the operator may still emit into out.
+// The slot is closed afterwards whatever the outcome.
+func (s *slot) Close(out operator.Collector) error {
+	if err := s.ready(abi.ExportClose); err != nil {
+		return err
+	}
+	s.state = slotClosed
+	i := s.inst
+	i.stack[0] = uint64(s.index)
+	st, err := i.call(s, phaseClose, out, i.fnClose, abi.ExportClose, 1)
+	return s.result(abi.ExportClose, st, err)
+}
+
+// ready refuses calls on a slot that is not open.
+func (s *slot) ready(call string) error {
+	switch s.state {
+	case slotNew:
+		return fmt.Errorf("host: instance %s: operator slot %d: %s before Open", s.inst.label, s.index, call)
+	case slotClosed:
+		return fmt.Errorf("host: operator %s subtask %d: %s after Close", s.who, s.spec.Subtask, call)
+	}
+	return nil
+}
+
+// result turns the outcome of a guest export into an error: a host-side
+// failure during the call first (it is the cause), then fail's message,
+// then a non-zero status.
+func (s *slot) result(call string, st int32, err error) error {
+	if err != nil {
+		return err
+	}
+	i := s.inst
+	if i.fatal != nil {
+		err := fmt.Errorf("host: operator %s subtask %d: %s: %w", s.who, s.spec.Subtask, call, i.fatal)
+		i.fatal = nil
+		return err
+	}
+	if i.failed {
+		return &GuestError{Operator: s.who, Subtask: s.spec.Subtask, Call: call, Status: st,
+			Message: string(i.failMsg), Err: ErrGuestFailed}
+	}
+	if st == abi.StatusOK {
+		return nil
+	}
+	msg := fmt.Sprintf("returned status %d (%s)", st, abi.StatusText(st))
+	if call == abi.ExportOpen && st == abi.StatusUnknownOp {
+		msg = fmt.Sprintf("the module has no operator %q (%s returned %d)", s.spec.Operator, call, st)
+	}
+	return &GuestError{Operator: s.who, Subtask: s.spec.Subtask, Call: call, Status: st, Message: msg, Err: ErrGuestFailed}
+}

@@ -1,0 +1,350 @@
+package host
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
+
+	"github.com/wstream/wstream/abi"
+)
+
+// Defaults and bounds of Config.
+const (
+	DefaultMemoryLimitPages = 256 // 16 MiB
+	MaxMemoryLimitPages     = 65536
+	DefaultCallTimeout      = 10 * time.Second
+	noDeadline              = 100 * 365 * 24 * time.Hour
+)
+
+const wasiModuleName = wasi_snapshot_preview1.ModuleName
+
+// Config configures a Runtime.
+type Config struct {
+	// CacheDir holds the on-disk compilation cache; "" keeps compiled code
+	// in memory only.
+	CacheDir string
+	// MemoryLimitPages bounds each instance's memory in 64 KiB pages:
+	// DefaultMemoryLimitPages when 0, at most MaxMemoryLimitPages.
+	MemoryLimitPages uint32
+	// CallTimeout is the deadline of every guest call (including
+	// _initialize); DefaultCallTimeout when 0. A negative CallTimeout turns
+	// deadlines off: wazero then compiles guests without the termination
+	// checks that a deadline needs (a call into Go at every loop iteration,
+	// which makes loop-heavy guests several times slower), so a guest that
+	// never returns blocks its subtask. Only for trusted modules.
+	CallTimeout time.Duration
+	// Log receives guest log calls made outside an operator's callback,
+	// guest stdout and stderr line by line, and host diagnostics. nil
+	// discards them. It is called from the goroutine driving the instance.
+	Log func(level int32, operator string, subtask int, msg string)
+}
+
+// Runtime is a worker's wazero runtime. It is safe for concurrent use.
+type Runtime struct {
+	cfg      Config
+	timeout  time.Duration
+	limit    uint32
+	rt       wazero.Runtime
+	cache    wazero.CompilationCache
+	provided map[string]map[string]api.FunctionDefinition
+
+	mu      sync.Mutex
+	closed  bool
+	modules map[string]*compiled // by digest, shared by Modules of identical bytes
+}
+
+// NewRuntime creates a runtime: one per worker.
+func NewRuntime(ctx context.Context, c Config) (*Runtime, error) {
+	r := &Runtime{cfg: c, timeout: c.CallTimeout, limit: c.MemoryLimitPages, modules: map[string]*compiled{}}
+	switch {
+	case r.limit == 0:
+		r.limit = DefaultMemoryLimitPages
+	case r.limit > MaxMemoryLimitPages:
+		return nil, fmt.Errorf("host: MemoryLimitPages %d exceeds the WebAssembly maximum of %d pages (4 GiB)", r.limit, MaxMemoryLimitPages)
+	}
+	deadlines := true
+	switch {
+	case r.timeout == 0:
+		r.timeout = DefaultCallTimeout
+	case r.timeout < 0:
+		// Timers still run (they cost nothing per guest instruction) but
+		// can never fire in practice; without termination checks they could
+		// not stop the guest anyway.
+		deadlines = false
+		r.timeout = noDeadline
+	}
+	rc := wazero.NewRuntimeConfig().
+		WithMemoryLimitPages(r.limit).
+		WithCloseOnContextDone(deadlines)
+	if c.CacheDir != "" {
+		cache, err := wazero.NewCompilationCacheWithDir(c.CacheDir)
+		if err != nil {
+			return nil, fmt.Errorf("host: compilation cache in %s: %w", c.CacheDir, err)
+		}
+		r.cache = cache
+		rc = rc.WithCompilationCache(cache)
+	}
+	r.rt = wazero.NewRuntimeWithConfig(ctx, rc)
+	hostMod, err := instantiateHostModule(ctx, r.rt)
+	if err != nil {
+		_ = r.Close(ctx)
+		return nil, fmt.Errorf("host: instantiating the %s host module: %w", abi.ImportModule, err)
+	}
+	if _, err := wasi_snapshot_preview1.Instantiate(ctx, r.rt); err != nil {
+		_ = r.Close(ctx)
+		return nil, fmt.Errorf("host: instantiating %s: %w", wasiModuleName, err)
+	}
+	r.provided = map[string]map[string]api.FunctionDefinition{
+		abi.ImportModule: hostMod.ExportedFunctionDefinitions(),
+		wasiModuleName:   r.rt.Module(wasiModuleName).ExportedFunctionDefinitions(),
+	}
+	return r, nil
+}
+
+// Close closes every module and instance of the runtime and the
+// compilation cache handle (the cache directory stays).
+func (r *Runtime) Close(ctx context.Context) error {
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return nil
+	}
+	r.closed = true
+	r.modules = map[string]*compiled{}
+	r.mu.Unlock()
+	var errs []error
+	if r.rt != nil {
+		errs = append(errs, r.rt.Close(ctx))
+	}
+	if r.cache != nil {
+		errs = append(errs, r.cache.Close(ctx))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("host: closing runtime: %w", err)
+	}
+	return nil
+}
+
+func (r *Runtime) log(level int32, operator string, subtask int, msg string) {
+	if r.cfg.Log != nil {
+		r.cfg.Log(level, operator, subtask, msg)
+	}
+}
+
+// compiled is a validated, compiled module shared by every Module handle of
+// the same bytes: wazero keys compiled code by content, so closing one of
+// two separate compilations would break the other.
+type compiled struct {
+	ready  chan struct{} // closed when cm, plan and err are set
+	cm     wazero.CompiledModule
+	plan   []byte
+	err    error
+	digest string
+	refs   int // guarded by Runtime.mu
+}
+
+// Module is a validated, compiled operator module.
+type Module struct {
+	r      *Runtime
+	c      *compiled
+	name   string
+	closed atomic.Bool
+}
+
+// Compile validates and compiles a module. name is used in error messages
+// (usually the file name). Validation errors are *ValidationError.
+func (r *Runtime) Compile(ctx context.Context, name string, wasm []byte) (*Module, error) {
+	if err := checkHeader(wasm); err != nil {
+		return nil, &ValidationError{Module: name, Reason: err.Error()}
+	}
+	sum := sha256.Sum256(wasm)
+	digest := "sha256:" + hex.EncodeToString(sum[:])
+
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return nil, ErrRuntimeClosed
+	}
+	c := r.modules[digest]
+	if c != nil {
+		c.refs++
+		r.mu.Unlock()
+		select {
+		case <-c.ready:
+		case <-ctx.Done():
+			r.release(ctx, c)
+			return nil, fmt.Errorf("host: compiling %s: %w", name, ctx.Err())
+		}
+		if c.err != nil {
+			return nil, renamed(c.err, name)
+		}
+		return &Module{r: r, c: c, name: name}, nil
+	}
+	c = &compiled{ready: make(chan struct{}), digest: digest, refs: 1}
+	r.modules[digest] = c
+	r.mu.Unlock()
+
+	c.cm, c.plan, c.err = r.compile(ctx, name, wasm)
+	if c.err != nil {
+		r.mu.Lock()
+		if r.modules[digest] == c {
+			delete(r.modules, digest)
+		}
+		r.mu.Unlock()
+	}
+	close(c.ready)
+	if c.err != nil {
+		return nil, c.err
+	}
+	return &Module{r: r, c: c, name: name}, nil
+}
+
+// renamed returns err as seen by a Compile of the same bytes under another
+// name.
+func renamed(err error, name string) error {
+	var ve *ValidationError
+	if errors.As(err, &ve) {
+		cp := *ve
+		cp.Module = name
+		return &cp
+	}
+	return err
+}
+
+func (r *Runtime) release(ctx context.Context, c *compiled) {
+	r.mu.Lock()
+	c.refs--
+	last := c.refs == 0 && r.modules[c.digest] == c
+	if last {
+		delete(r.modules, c.digest)
+	}
+	r.mu.Unlock()
+	if last && c.cm != nil {
+		_ = c.cm.Close(ctx)
+	}
+}
+
+func (r *Runtime) compile(ctx context.Context, name string, wasm []byte) (wazero.CompiledModule, []byte, error) {
+	cm, err := r.rt.CompileModule(ctx, wasm)
+	if err != nil {
+		return nil, nil, &ValidationError{Module: name, Reason: "invalid or truncated WebAssembly module: " + err.Error(), Err: err}
+	}
+	problems := checkExports(cm)
+	problems = append(problems, checkImports(cm, r.provided)...)
+	if len(problems) > 0 {
+		_ = cm.Close(ctx)
+		return nil, nil, &ValidationError{Module: name, Reason: strings.Join(problems, "; ")}
+	}
+	plan, err := r.probe(ctx, name, cm)
+	if err == nil && plan == nil {
+		var sec []byte
+		if sec, err = customSection(wasm, abi.PlanSection); err != nil {
+			err = &ValidationError{Module: name, Reason: "reading the " + abi.PlanSection + " custom section: " + err.Error()}
+		} else if sec != nil {
+			plan = append([]byte(nil), sec...)
+		}
+	}
+	if err == nil && plan != nil && !json.Valid(plan) {
+		err = &ValidationError{Module: name, Reason: "the module's plan is not valid JSON"}
+	}
+	if err != nil {
+		_ = cm.Close(ctx)
+		return nil, nil, err
+	}
+	return cm, plan, nil
+}
+
+// probe runs one short-lived instance to check wstream_abi_version and to
+// read the plan from wstream_plan when the module exports it.
+func (r *Runtime) probe(ctx context.Context, name string, cm wazero.CompiledModule) ([]byte, error) {
+	inst, err := r.instantiate(ctx, cm, name)
+	if err != nil {
+		var ge *GuestError
+		if errors.As(err, &ge) {
+			return nil, &ValidationError{Module: name, Reason: "instantiating: " + ge.Call + ": " + ge.Message, Err: err}
+		}
+		return nil, &ValidationError{Module: name, Reason: "instantiating: " + err.Error(), Err: err}
+	}
+	defer inst.Close(ctx)
+	fail := func(call string, err error) error {
+		var ge *GuestError
+		if errors.As(err, &ge) {
+			return &ValidationError{Module: name, Reason: call + " failed: " + ge.Message, Err: err}
+		}
+		return &ValidationError{Module: name, Reason: call + " failed: " + err.Error(), Err: err}
+	}
+	v, err := inst.call(nil, phaseIdle, nil, inst.api.ExportedFunction(abi.ExportABIVersion), abi.ExportABIVersion, 0)
+	if err != nil {
+		return nil, fail(abi.ExportABIVersion, err)
+	}
+	if v != abi.Version {
+		return nil, &ValidationError{Module: name, Reason: fmt.Sprintf(
+			"%s() returned %d, expected %d: the module was built for another ABI version; rebuild it with a guest SDK for ABI v%d",
+			abi.ExportABIVersion, v, abi.Version, abi.Version)}
+	}
+	fn := inst.api.ExportedFunction(abi.ExportPlan)
+	if fn == nil {
+		return nil, nil
+	}
+	if _, err := inst.call(nil, phaseIdle, nil, fn, abi.ExportPlan, 0); err != nil {
+		return nil, fail(abi.ExportPlan, err)
+	}
+	pl := inst.stack[0]
+	if pl == 0 {
+		return nil, nil
+	}
+	ptr, n := uint32(pl>>32), uint32(pl)
+	b, ok := inst.mem.Read(ptr, n)
+	if !ok {
+		return nil, &ValidationError{Module: name, Reason: fmt.Sprintf(
+			"%s() returned the region [%#x, +%d), outside guest memory (%d bytes)", abi.ExportPlan, ptr, n, inst.mem.Size())}
+	}
+	return append([]byte{}, b...), nil
+}
+
+// Digest is "sha256:<hex>" of the module bytes.
+func (m *Module) Digest() string { return m.c.digest }
+
+// Name is the name the module was compiled under.
+func (m *Module) Name() string { return m.name }
+
+// Plan is the module's plan JSON, from its wstream_plan export or its
+// "wstream.plan" custom section; nil when it has none. The caller must not
+// modify it.
+func (m *Module) Plan() []byte { return m.c.plan }
+
+// Close releases the compiled module. Instances already created keep
+// running until closed.
+func (m *Module) Close(ctx context.Context) error {
+	if m.closed.Swap(true) {
+		return nil
+	}
+	m.r.release(ctx, m.c)
+	return nil
+}
+
+// NewInstance instantiates the module for one subtask. label names it in
+// errors and logs until an operator is opened ("vertex/subtask").
+func (m *Module) NewInstance(ctx context.Context, label string) (*Instance, error) {
+	if m.closed.Load() {
+		return nil, fmt.Errorf("host: module %s: %w", m.name, ErrModuleClosed)
+	}
+	m.r.mu.Lock()
+	closed := m.r.closed
+	m.r.mu.Unlock()
+	if closed {
+		return nil, ErrRuntimeClosed
+	}
+	return m.r.instantiate(ctx, m.c.cm, label)
+}

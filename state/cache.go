@@ -1,0 +1,240 @@
+package state
+
+import (
+	"bytes"
+	"hash/maphash"
+)
+
+// hotCache holds state entries by encoded Pebble key: the write-back buffer
+// of entries changed since the last Flush (dirty) and a bounded LRU set of
+// recently used clean entries, including cached absences. Its storage is
+// recycled (entry buffers, slot table), so that steady-state gets and puts do
+// not allocate. A hand-rolled open-addressing table is used instead of a Go
+// map because a map[string] needs a new string per inserted key.
+//
+// Dirty entries are never evicted: they are the only copy of a write until
+// Flush. The cache therefore grows past capacity when a batch dirties more
+// keys than that, and evicts back down to capacity at the next flush; the
+// evicted entries' buffers stay on the free list for the next such batch.
+type hotCache struct {
+	seed     maphash.Seed
+	slots    []int32 // indexes into entries, noSlot when empty; len is a power of two
+	mask     uint64
+	entries  []cacheEntry
+	free     []int32 // unused entries
+	head     int32   // most recently used clean entry
+	tail     int32   // least recently used clean entry
+	dirty    []int32 // dirty entries, in the order they became dirty
+	capacity int
+	live     int
+}
+
+type cacheEntry struct {
+	key     []byte
+	val     []byte
+	hash    uint64
+	prev    int32 // LRU links, clean entries only
+	next    int32
+	present bool // false: the entry is known absent (deleted or never written)
+	dirty   bool
+	used    bool // false: the entry is on the free list
+}
+
+const noSlot = -1
+
+// maxCachedValue bounds the values that stay cached once clean, so that the
+// cache's memory is bounded by its capacity times this; larger values are
+// read from Pebble each time. maxRetainedValue bounds the buffer a free
+// entry keeps for reuse.
+const (
+	maxCachedValue   = 64 << 10
+	maxRetainedValue = maxCachedValue
+)
+
+func newHotCache(capacity int) *hotCache {
+	if capacity < 1 {
+		capacity = 1
+	}
+	c := &hotCache{seed: maphash.MakeSeed(), capacity: capacity, head: noSlot, tail: noSlot}
+	c.resize(tableSizeFor(capacity))
+	return c
+}
+
+// tableSizeFor returns a power of two at least twice n, keeping the load
+// factor of linear probing at or below one half.
+func tableSizeFor(n int) int {
+	size := 16
+	for size < 2*n {
+		size <<= 1
+	}
+	return size
+}
+
+func (c *hotCache) hash(key []byte) uint64 { return maphash.Bytes(c.seed, key) }
+
+// lookup returns the entry holding key (with hash h), or noSlot.
+func (c *hotCache) lookup(key []byte, h uint64) int32 {
+	for i := h & c.mask; ; i = (i + 1) & c.mask {
+		s := c.slots[i]
+		if s == noSlot {
+			return noSlot
+		}
+		if e := &c.entries[s]; e.hash == h && bytes.Equal(e.key, key) {
+			return s
+		}
+	}
+}
+
+// insert adds a clean, absent entry for key, which must not be in the cache,
+// and returns it. It evicts the least recently used clean entry when the
+// cache is full; the caller sets the value.
+func (c *hotCache) insert(key []byte, h uint64) int32 {
+	if c.live >= c.capacity && c.tail != noSlot {
+		c.evict(c.tail)
+	}
+	if 2*(c.live+1) > len(c.slots) {
+		c.resize(2 * len(c.slots))
+	}
+	var idx int32
+	if n := len(c.free); n > 0 {
+		idx = c.free[n-1]
+		c.free = c.free[:n-1]
+	} else {
+		c.entries = append(c.entries, cacheEntry{})
+		idx = int32(len(c.entries) - 1)
+	}
+	e := &c.entries[idx]
+	e.key = append(e.key[:0], key...)
+	e.val = e.val[:0]
+	e.hash = h
+	e.present = false
+	e.dirty = false
+	e.used = true
+	c.place(idx)
+	c.live++
+	c.pushFront(idx)
+	return idx
+}
+
+// place puts entry idx into the slot table.
+func (c *hotCache) place(idx int32) {
+	i := c.entries[idx].hash & c.mask
+	for c.slots[i] != noSlot {
+		i = (i + 1) & c.mask
+	}
+	c.slots[i] = idx
+}
+
+func (c *hotCache) resize(size int) {
+	c.slots = make([]int32, size)
+	for i := range c.slots {
+		c.slots[i] = noSlot
+	}
+	c.mask = uint64(size - 1)
+	for idx := range c.entries {
+		if c.entries[idx].used {
+			c.place(int32(idx))
+		}
+	}
+}
+
+// evict removes clean entry idx from the cache.
+func (c *hotCache) evict(idx int32) {
+	c.unlink(idx)
+	c.removeSlot(idx)
+	e := &c.entries[idx]
+	e.used = false
+	// The buffers stay with the entry for the next insert to reuse.
+	e.key = e.key[:0]
+	if cap(e.val) > maxRetainedValue {
+		e.val = nil
+	}
+	c.free = append(c.free, idx)
+	c.live--
+}
+
+// removeSlot deletes entry idx from the slot table by backward-shift
+// deletion, which keeps every probe sequence intact without tombstones.
+func (c *hotCache) removeSlot(idx int32) {
+	i := c.entries[idx].hash & c.mask
+	for c.slots[i] != idx {
+		i = (i + 1) & c.mask
+	}
+	for j := (i + 1) & c.mask; c.slots[j] != noSlot; j = (j + 1) & c.mask {
+		home := c.entries[c.slots[j]].hash & c.mask
+		// The entry at j may move to the hole at i unless its home lies
+		// cyclically in (i, j].
+		if (i < j && (home <= i || home > j)) || (i > j && home <= i && home > j) {
+			c.slots[i] = c.slots[j]
+			i = j
+		}
+	}
+	c.slots[i] = noSlot
+}
+
+// touch records a use of entry idx.
+func (c *hotCache) touch(idx int32) {
+	if c.entries[idx].dirty || c.head == idx {
+		return
+	}
+	c.unlink(idx)
+	c.pushFront(idx)
+}
+
+// markDirty makes entry idx part of the next flush. It reports whether the
+// entry was clean before.
+func (c *hotCache) markDirty(idx int32) bool {
+	e := &c.entries[idx]
+	if e.dirty {
+		return false
+	}
+	c.unlink(idx)
+	e.dirty = true
+	c.dirty = append(c.dirty, idx)
+	return true
+}
+
+// flushed marks every dirty entry clean after its write reached Pebble and
+// evicts the least recently used entries beyond capacity.
+func (c *hotCache) flushed() {
+	for _, idx := range c.dirty {
+		e := &c.entries[idx]
+		e.dirty = false
+		c.pushFront(idx)
+		if len(e.val) > maxCachedValue {
+			c.evict(idx)
+		}
+	}
+	c.dirty = c.dirty[:0]
+	for c.live > c.capacity {
+		c.evict(c.tail)
+	}
+}
+
+func (c *hotCache) pushFront(idx int32) {
+	e := &c.entries[idx]
+	e.prev = noSlot
+	e.next = c.head
+	if c.head != noSlot {
+		c.entries[c.head].prev = idx
+	}
+	c.head = idx
+	if c.tail == noSlot {
+		c.tail = idx
+	}
+}
+
+func (c *hotCache) unlink(idx int32) {
+	e := &c.entries[idx]
+	if e.prev != noSlot {
+		c.entries[e.prev].next = e.next
+	} else {
+		c.head = e.next
+	}
+	if e.next != noSlot {
+		c.entries[e.next].prev = e.prev
+	} else {
+		c.tail = e.prev
+	}
+	e.prev, e.next = noSlot, noSlot
+}

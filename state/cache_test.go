@@ -1,0 +1,146 @@
+package state
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+)
+
+func cacheKey(i int) []byte { return []byte(fmt.Sprintf("key-%d", i)) }
+
+func TestHotCacheEvictsLeastRecentlyUsed(t *testing.T) {
+	c := newHotCache(3)
+	for i := range 3 {
+		k := cacheKey(i)
+		c.insert(k, c.hash(k))
+	}
+	k0 := cacheKey(0)
+	c.touch(c.lookup(k0, c.hash(k0))) // order now 0, 2, 1 (most recent first)
+	k3 := cacheKey(3)
+	c.insert(k3, c.hash(k3))
+	for i, want := range []bool{true, false, true, true} {
+		k := cacheKey(i)
+		if got := c.lookup(k, c.hash(k)) != noSlot; got != want {
+			t.Errorf("after evicting: key %d cached = %t, want %t", i, got, want)
+		}
+	}
+	if c.live != 3 {
+		t.Fatalf("live = %d, want 3", c.live)
+	}
+}
+
+func TestHotCacheKeepsDirtyEntriesUntilFlushed(t *testing.T) {
+	c := newHotCache(2)
+	for i := range 5 {
+		k := cacheKey(i)
+		idx := c.insert(k, c.hash(k))
+		if !c.markDirty(idx) {
+			t.Fatalf("key %d: markDirty on a clean entry reported already dirty", i)
+		}
+		if c.markDirty(idx) {
+			t.Fatalf("key %d: second markDirty reported clean", i)
+		}
+	}
+	if c.live != 5 || len(c.dirty) != 5 {
+		t.Fatalf("live %d, dirty %d; want 5 and 5: dirty entries must not be evicted", c.live, len(c.dirty))
+	}
+	c.flushed()
+	if c.live != 2 || len(c.dirty) != 0 {
+		t.Fatalf("after flush: live %d, dirty %d; want 2 and 0", c.live, len(c.dirty))
+	}
+	// The two most recently dirtied keys survive.
+	for i := range 5 {
+		k := cacheKey(i)
+		if got, want := c.lookup(k, c.hash(k)) != noSlot, i >= 3; got != want {
+			t.Errorf("key %d cached = %t, want %t", i, got, want)
+		}
+	}
+}
+
+// A random workload against a map model exercises probing, backward-shift
+// deletion, table growth and entry recycling.
+func TestHotCacheAgainstModel(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 11))
+	for _, capacity := range []int{1, 7, 64} {
+		c := newHotCache(capacity)
+		model := map[string]string{} // what the cache holds: key → value
+		dirty := map[string]bool{}
+		for step := range 20000 {
+			k := cacheKey(r.IntN(4 * capacity))
+			h := c.hash(k)
+			idx := c.lookup(k, h)
+			_, inModel := model[string(k)]
+			if (idx != noSlot) != inModel {
+				t.Fatalf("cap %d step %d: key %s cached=%t, model=%t", capacity, step, k, idx != noSlot, inModel)
+			}
+			if inModel && string(c.entries[idx].val) != model[string(k)] {
+				t.Fatalf("cap %d step %d: key %s = %q, model %q", capacity, step, k, c.entries[idx].val, model[string(k)])
+			}
+			switch op := r.IntN(10); {
+			case op < 6: // write
+				if idx == noSlot {
+					idx = c.insert(k, h)
+				}
+				v := fmt.Sprint(step)
+				c.entries[idx].val = append(c.entries[idx].val[:0], v...)
+				c.markDirty(idx)
+				model[string(k)] = v
+				dirty[string(k)] = true
+			case op < 9: // read
+				if idx != noSlot {
+					c.touch(idx)
+				}
+			default:
+				c.flushed()
+				clear(dirty)
+			}
+			// Whatever the model holds beyond the dirty keys may have been
+			// evicted; drop from the model what the cache dropped, but a
+			// dirty key must never go.
+			for mk := range model {
+				b := []byte(mk)
+				if c.lookup(b, c.hash(b)) == noSlot {
+					if dirty[mk] {
+						t.Fatalf("cap %d step %d: dirty key %s evicted", capacity, step, mk)
+					}
+					delete(model, mk)
+				}
+			}
+			if len(model) != c.live {
+				t.Fatalf("cap %d step %d: live %d, model %d", capacity, step, c.live, len(model))
+			}
+			if c.live > capacity && c.live > len(dirty) {
+				t.Fatalf("cap %d step %d: %d live entries with %d dirty exceed capacity", capacity, step, c.live, len(dirty))
+			}
+		}
+	}
+}
+
+func TestHotCacheSteadyStateDoesNotAllocate(t *testing.T) {
+	c := newHotCache(16)
+	keys := make([][]byte, 64)
+	for i := range keys {
+		keys[i] = cacheKey(i)
+	}
+	val := []byte("value")
+	step := func(i int) {
+		k := keys[i%len(keys)]
+		h := c.hash(k)
+		idx := c.lookup(k, h)
+		if idx == noSlot {
+			idx = c.insert(k, h)
+		}
+		c.entries[idx].val = append(c.entries[idx].val[:0], val...)
+		c.markDirty(idx)
+		if i%8 == 7 {
+			c.flushed()
+		}
+	}
+	for i := range 1000 { // warm up: grow every buffer once
+		step(i)
+	}
+	i := 0
+	if n := testing.AllocsPerRun(1000, func() { step(i); i++ }); n != 0 {
+		t.Fatalf("%v allocations per operation, want 0", n)
+	}
+}

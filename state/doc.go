@@ -1,0 +1,61 @@
+// Package state keeps the keyed state and timers of a subtask in Pebble.
+//
+// A worker opens one Store per subtask (one Pebble instance each, so that
+// snapshots, restores and rescales stay independent; a worker may share one
+// block cache among them). Each operator (vertex) of the subtask gets a
+// VertexState from Store.Vertex; it implements the state and timer methods of
+// operator.Services with the semantics of abi/ABI.md, and the runtime embeds
+// it in its own Services value together with the watermark, clock and log.
+//
+// # Key layout
+//
+// Every Pebble key starts with its key group, so the keys of a key-group
+// range form one contiguous span (KeyGroupSpan) that a rescale can move and
+// an export can read. Variable-length fields are prefixed with their length
+// as a uvarint, so no two tuples share an encoding; the namespace comes last
+// and unprefixed, so the entries of one (vertex, state, key) whose namespaces
+// share a prefix are one Pebble prefix scan, in namespace byte order.
+//
+//	state entry (value = state value):
+//
+//	┌──────────┬──────┬────────┬────────┬────────┬───────┬────────┬─────┬───────────┐
+//	│ kg u16be │ 0x01 │ len(v) │ vertex │ len(s) │ state │ len(k) │ key │ namespace │
+//	└──────────┴──────┴────────┴────────┴────────┴───────┴────────┴─────┴───────────┘
+//
+//	timer (value empty):
+//
+//	┌──────────┬──────┬────────┬────────┬────────┬────────────────────┬────────┬─────┬───────────┐
+//	│ kg u16be │ 0x02 │ len(v) │ vertex │ domain │ time u64be^(1<<63) │ len(k) │ key │ namespace │
+//	└──────────┴──────┴────────┴────────┴────────┴────────────────────┴────────┴─────┴───────────┘
+//
+//	len(x): uvarint, minimal encoding    domain: 1 byte, 0 event time, 1 processing time
+//	time:   the signed timestamp with its sign bit flipped, so byte order is time order
+//
+// State names are stored as names, not handles: a state entry (vertex id,
+// state name, key group, key, namespace, value) is the portable unit that
+// savepoints export, and it must not depend on registration order.
+// DecodeKey is the inverse of AppendEntryKey and AppendTimerKey.
+//
+// # Writes, reads and flushes
+//
+// StatePut and StateDelete go to an in-memory write-back cache: repeated
+// writes to a hot key within one input batch cost one Pebble write. Store.Flush,
+// which the runtime calls once per input batch, writes all of them (and the
+// timer changes) as one Pebble batch without fsync: durability comes from
+// checkpoints, and the write-ahead log lets a store reopened after Close see
+// every flushed write. StateGet reads the cache first; entries read from
+// Pebble, including absent ones, stay cached in a bounded LRU of hot keys.
+// StateIter flushes first when the iterated key has unflushed writes and
+// then reads Pebble, so it sees every earlier put and delete.
+//
+// # Timers
+//
+// Each vertex keeps, per time domain, a min-heap of timers in (time, key,
+// namespace) order with a set for de-duplication, so registering and
+// deleting are O(log n). Every change is mirrored into Pebble with the next
+// Flush; Open loads the timers of the owned key groups back into the heaps.
+// PopTimers hands due timers to the runtime as an abi timer batch.
+//
+// A Store and its VertexStates are not safe for concurrent use: the
+// subtask's goroutine owns them.
+package state

@@ -1,0 +1,287 @@
+package state
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/bloom"
+	"github.com/wstream/wstream/abi"
+)
+
+// ErrClosed is returned by every call on a Store, or on one of its
+// VertexStates, after Close.
+var ErrClosed = errors.New("state: store closed")
+
+// DefaultCacheEntries is the hot-key cache size when Options.CacheEntries
+// is 0.
+const DefaultCacheEntries = 16384
+
+// Options configure Open.
+type Options struct {
+	// Dir is the Pebble directory of this subtask; it is created if missing.
+	Dir string
+	// MaxParallelism is the number of key groups (abi.DefaultMaxParallelism
+	// when 0).
+	MaxParallelism int
+	// KeyGroups are the key groups this subtask owns.
+	KeyGroups abi.KeyGroupRange
+	// Cache is an optional block cache shared by a worker's stores. Pebble
+	// takes its own reference; the caller keeps and releases theirs.
+	Cache *pebble.Cache
+	// CacheEntries bounds the hot-key cache (entries, DefaultCacheEntries
+	// when 0). Entries written since the last Flush are held in addition;
+	// values over 64 KiB are cached only until they are flushed.
+	CacheEntries int
+	// Logger receives Pebble's log messages; they are discarded when nil.
+	Logger pebble.Logger
+}
+
+// Store is the keyed state of one subtask: one Pebble instance, a write-back
+// cache of recently used entries, and the timers of the subtask's operators.
+// It is not safe for concurrent use: the subtask's goroutine owns it.
+type Store struct {
+	dir    string
+	db     *pebble.DB
+	maxPar int
+	groups abi.KeyGroupRange
+
+	// batch collects the writes of one Flush: the dirty cache entries at
+	// Flush time and the timer changes as they happen.
+	batch *pebble.Batch
+	cache *hotCache
+	// dirtyBases holds hashes of the (vertex, state, key) prefixes that
+	// have dirty entries, so StateIter flushes only when its range has
+	// unflushed writes. A hash collision costs a needless flush, never a
+	// wrong answer.
+	dirtyBases map[uint64]struct{}
+	vertices   map[string]*VertexState
+
+	keyBuf []byte // scratch for the Pebble key of the current call
+	err    error  // sticky: set when Pebble failed a commit, or by Close
+}
+
+// Open opens (creating if needed) the Pebble directory o.Dir and loads the
+// timers of the key groups in o.KeyGroups.
+func Open(o Options) (*Store, error) {
+	if o.Dir == "" {
+		return nil, errors.New("state: Options.Dir is empty")
+	}
+	maxPar := o.MaxParallelism
+	if maxPar == 0 {
+		maxPar = abi.DefaultMaxParallelism
+	}
+	if maxPar < 1 || maxPar > abi.MaxMaxParallelism {
+		return nil, fmt.Errorf("state: max parallelism %d is outside [1, %d]", maxPar, abi.MaxMaxParallelism)
+	}
+	if g := o.KeyGroups; g.Start < 0 || g.End >= maxPar || g.Start > g.End {
+		return nil, fmt.Errorf("state: key-group range [%d, %d] is empty or outside [0, %d]", g.Start, g.End, maxPar-1)
+	}
+	if o.CacheEntries < 0 {
+		return nil, fmt.Errorf("state: cache entries %d is negative", o.CacheEntries)
+	}
+	entries := o.CacheEntries
+	if entries == 0 {
+		entries = DefaultCacheEntries
+	}
+	logger := o.Logger
+	if logger == nil {
+		logger = quietLogger{}
+	}
+	po := &pebble.Options{
+		Cache:              o.Cache,
+		Logger:             logger,
+		FormatMajorVersion: pebble.FormatNewest,
+	}
+	// Most reads that miss the hot-key cache are of keys a batch sees for
+	// the first time, often absent: bloom filters answer those without
+	// reading data blocks.
+	for i := range po.Levels {
+		po.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
+	}
+	db, err := pebble.Open(o.Dir, po)
+	if err != nil {
+		return nil, fmt.Errorf("state: open pebble in %s: %w", o.Dir, err)
+	}
+	s := &Store{
+		dir:        o.Dir,
+		db:         db,
+		maxPar:     maxPar,
+		groups:     o.KeyGroups,
+		batch:      db.NewBatch(),
+		cache:      newHotCache(entries),
+		dirtyBases: make(map[uint64]struct{}),
+		vertices:   make(map[string]*VertexState),
+	}
+	if err := s.loadTimers(); err != nil {
+		_ = s.batch.Close()
+		_ = db.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// Dir is the store's Pebble directory.
+func (s *Store) Dir() string { return s.dir }
+
+// KeyGroups is the key-group range the store serves.
+func (s *Store) KeyGroups() abi.KeyGroupRange { return s.groups }
+
+// MaxParallelism is the number of key groups keys are hashed into.
+func (s *Store) MaxParallelism() int { return s.maxPar }
+
+// Vertex returns the state of operator vertexID; the same id returns the
+// same value. keyed tells whether the operator's input is key-partitioned:
+// when false, every state and timer call returns operator.ErrNoKeyedState.
+// Asking for one vertex as both keyed and not keyed is a programming error
+// and panics.
+func (s *Store) Vertex(vertexID string, keyed bool) *VertexState {
+	v, ok := s.vertices[vertexID]
+	if !ok {
+		v = newVertexState(s, vertexID)
+		s.vertices[vertexID] = v
+	}
+	if !v.declared {
+		v.declared = true
+		v.keyed = keyed
+	} else if v.keyed != keyed {
+		panic(fmt.Sprintf("state: vertex %q requested with keyed=%t after keyed=%t", vertexID, keyed, v.keyed))
+	}
+	return v
+}
+
+// Pending is the number of changes (state entries and timer writes) not yet
+// flushed. Callers flush when it grows large rather than after every input
+// batch: repeated writes to a hot key between flushes cost one Pebble write.
+func (s *Store) Pending() int { return len(s.cache.dirty) + int(s.batch.Count()) }
+
+// Flush writes every change since the last Flush to Pebble in one batch,
+// without syncing: durability comes from checkpoints, and the write-ahead
+// log still lets a reopened store see what was flushed before Close.
+func (s *Store) Flush() error {
+	if s.err != nil {
+		return s.err
+	}
+	c := s.cache
+	// In key order, the memtable's skiplist inserts each entry next to the
+	// previous one (its splice hint) instead of searching from the top.
+	slices.SortFunc(c.dirty, func(a, b int32) int { return bytes.Compare(c.entries[a].key, c.entries[b].key) })
+	for _, idx := range c.dirty {
+		e := &c.entries[idx]
+		var err error
+		if e.present {
+			err = s.batch.Set(e.key, e.val, nil)
+		} else {
+			err = s.batch.Delete(e.key, nil)
+		}
+		if err != nil {
+			return s.fail("stage write", err)
+		}
+	}
+	if !s.batch.Empty() {
+		if err := s.batch.Commit(pebble.NoSync); err != nil {
+			return s.fail("commit batch", err)
+		}
+		s.batch.Reset()
+	}
+	c.flushed()
+	clear(s.dirtyBases)
+	return nil
+}
+
+// fail makes a Pebble write failure sticky: the cache and Pebble may no
+// longer agree, so nothing may be read or written after it.
+func (s *Store) fail(what string, err error) error {
+	s.err = fmt.Errorf("state: %s in %s: %w", what, s.dir, err)
+	return s.err
+}
+
+// Close flushes and closes Pebble. Later calls return ErrClosed.
+func (s *Store) Close() error {
+	if s.db == nil {
+		return ErrClosed
+	}
+	var ferr error
+	if s.err == nil {
+		ferr = s.Flush()
+	}
+	berr := s.batch.Close()
+	cerr := s.db.Close()
+	s.db, s.batch = nil, nil
+	s.err = ErrClosed
+	if cerr != nil {
+		cerr = fmt.Errorf("state: close pebble in %s: %w", s.dir, cerr)
+	}
+	return errors.Join(ferr, berr, cerr)
+}
+
+// keyGroup returns the key group of key and whether this store owns it.
+func (s *Store) keyGroup(key []byte) (int, bool) {
+	kg := abi.KeyGroup(key, s.maxPar)
+	return kg, s.groups.Contains(kg)
+}
+
+// load reads the entry with Pebble key pk (hash h), which is not cached,
+// into the cache.
+func (s *Store) load(pk []byte, h uint64) (int32, error) {
+	val, closer, err := s.db.Get(pk)
+	if err != nil {
+		if errors.Is(err, pebble.ErrNotFound) {
+			return s.cache.insert(pk, h), nil
+		}
+		return noSlot, fmt.Errorf("state: read %x in %s: %w", pk, s.dir, err)
+	}
+	idx := s.cache.insert(pk, h)
+	e := &s.cache.entries[idx]
+	e.val = append(e.val[:0], val...)
+	e.present = true
+	if err := closer.Close(); err != nil {
+		return noSlot, fmt.Errorf("state: read %x in %s: %w", pk, s.dir, err)
+	}
+	return idx, nil
+}
+
+// loadTimers fills the timer queues from the timer keys of the owned key
+// groups. Key groups outside the range (left in the directory by a
+// rescale) are not this subtask's and stay untouched.
+func (s *Store) loadTimers() error {
+	it, err := s.db.NewIter(nil)
+	if err != nil {
+		return fmt.Errorf("state: load timers from %s: %w", s.dir, err)
+	}
+	for kg := s.groups.Start; kg <= s.groups.End; kg++ {
+		prefix := []byte{byte(kg >> 8), byte(kg), byte(KindTimer)}
+		for ok := it.SeekGE(prefix); ok && bytes.HasPrefix(it.Key(), prefix); ok = it.Next() {
+			k, err := DecodeKey(it.Key())
+			if err != nil {
+				_ = it.Close()
+				return fmt.Errorf("state: load timers from %s: %w", s.dir, err)
+			}
+			v, ok := s.vertices[string(k.Vertex)]
+			if !ok {
+				v = newVertexState(s, string(k.Vertex))
+				s.vertices[v.id] = v
+			}
+			v.timers[k.Domain].add(newTimer(k.Time, it.Key(), len(k.Key), len(k.Namespace)))
+		}
+	}
+	if err := it.Close(); err != nil {
+		return fmt.Errorf("state: load timers from %s: %w", s.dir, err)
+	}
+	return nil
+}
+
+// quietLogger drops Pebble's messages: a worker must not have its output
+// interleaved with storage-engine chatter unless it asks for it.
+type quietLogger struct{}
+
+func (quietLogger) Infof(string, ...any)  {}
+func (quietLogger) Errorf(string, ...any) {}
+
+// Fatalf panics: Pebble calls it on invariant violations and expects it not
+// to return.
+func (quietLogger) Fatalf(format string, args ...any) {
+	panic(fmt.Sprintf("pebble: "+format, args...))
+}

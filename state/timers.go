@@ -1,0 +1,140 @@
+package state
+
+import (
+	"bytes"
+	"unsafe"
+)
+
+// timer is one registered timer of a timerQueue.
+type timer struct {
+	ts    int64
+	pk    []byte // encoded Pebble key; never modified, so the queue's set may alias it
+	key   []byte // record key, a sub-slice of pk
+	ns    []byte // namespace, a sub-slice of pk
+	index int    // position in the heap
+}
+
+// newTimer copies pk, the Pebble key of a timer whose record key and
+// namespace are its last keyLen+nsLen bytes, into a new timer.
+func newTimer(ts int64, pk []byte, keyLen, nsLen int) *timer {
+	own := append([]byte(nil), pk...)
+	nsAt := len(own) - nsLen
+	return &timer{
+		ts:  ts,
+		pk:  own,
+		key: own[nsAt-keyLen : nsAt : nsAt],
+		ns:  own[nsAt:],
+	}
+}
+
+// timerBefore is the firing order: time, then key, then namespace.
+func timerBefore(a, b *timer) bool {
+	if a.ts != b.ts {
+		return a.ts < b.ts
+	}
+	if c := bytes.Compare(a.key, b.key); c != 0 {
+		return c < 0
+	}
+	return bytes.Compare(a.ns, b.ns) < 0
+}
+
+// timerQueue is the timers of one vertex and time domain: a binary min-heap
+// in firing order plus a set by Pebble key for de-duplication and O(log n)
+// deletion. The zero value is ready to use.
+type timerQueue struct {
+	heap []*timer
+	set  map[string]*timer
+}
+
+func (q *timerQueue) len() int { return len(q.heap) }
+
+// find returns the timer with Pebble key pk, or nil.
+func (q *timerQueue) find(pk []byte) *timer {
+	// The conversion in a map index expression does not allocate.
+	return q.set[string(pk)]
+}
+
+// peek returns the earliest timer, or nil.
+func (q *timerQueue) peek() *timer {
+	if len(q.heap) == 0 {
+		return nil
+	}
+	return q.heap[0]
+}
+
+// add inserts t, whose Pebble key must not be in the queue yet.
+func (q *timerQueue) add(t *timer) {
+	if q.set == nil {
+		q.set = make(map[string]*timer)
+	}
+	q.set[unsafe.String(unsafe.SliceData(t.pk), len(t.pk))] = t
+	t.index = len(q.heap)
+	q.heap = append(q.heap, t)
+	q.up(t.index)
+}
+
+// remove deletes t, which must be in the queue.
+func (q *timerQueue) remove(t *timer) {
+	delete(q.set, string(t.pk))
+	last := len(q.heap) - 1
+	i := t.index
+	if i != last {
+		q.swap(i, last)
+	}
+	q.heap[last] = nil
+	q.heap = q.heap[:last]
+	if i != last {
+		if !q.down(i) {
+			q.up(i)
+		}
+	}
+	t.index = -1
+}
+
+// pop removes and returns the earliest timer, or nil.
+func (q *timerQueue) pop() *timer {
+	t := q.peek()
+	if t != nil {
+		q.remove(t)
+	}
+	return t
+}
+
+func (q *timerQueue) swap(i, j int) {
+	q.heap[i], q.heap[j] = q.heap[j], q.heap[i]
+	q.heap[i].index = i
+	q.heap[j].index = j
+}
+
+func (q *timerQueue) up(i int) {
+	for i > 0 {
+		p := (i - 1) / 2
+		if !timerBefore(q.heap[i], q.heap[p]) {
+			return
+		}
+		q.swap(i, p)
+		i = p
+	}
+}
+
+// down sifts element i towards the leaves and reports whether it moved.
+func (q *timerQueue) down(i int) bool {
+	start := i
+	n := len(q.heap)
+	for {
+		l := 2*i + 1
+		if l >= n {
+			break
+		}
+		m := l
+		if r := l + 1; r < n && timerBefore(q.heap[r], q.heap[l]) {
+			m = r
+		}
+		if !timerBefore(q.heap[m], q.heap[i]) {
+			break
+		}
+		q.swap(i, m)
+		i = m
+	}
+	return i > start
+}

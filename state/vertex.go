@@ -1,0 +1,369 @@
+package state
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/wstream/wstream/abi"
+	"github.com/wstream/wstream/operator"
+)
+
+// VertexState is the keyed state and the timers of one operator (vertex) in
+// one subtask. It implements the state and timer methods of
+// operator.Services; the runtime embeds it in its Services value. Like its
+// Store, it is not safe for concurrent use.
+type VertexState struct {
+	s        *Store
+	id       string
+	keyed    bool
+	declared bool // Vertex was called: keyed is known
+	states   []registeredState
+	// timerMid is the timer key part between key group and domain.
+	timerMid []byte
+	timers   [2]timerQueue // by domain
+}
+
+type registeredState struct {
+	name string
+	kind int32
+	mid  []byte // entry key part between key group and record key
+}
+
+func newVertexState(s *Store, id string) *VertexState {
+	v := &VertexState{s: s, id: id}
+	// appendTimerMid ends with the domain byte; keep everything before it.
+	mid := appendTimerMid(nil, id, 0)
+	v.timerMid = mid[:len(mid)-1]
+	return v
+}
+
+// ID is the vertex id.
+func (v *VertexState) ID() string { return v.id }
+
+// RegisterState declares a state by name and kind (abi.StateValue or
+// abi.StateMap) and returns its handle. The same name again returns the same
+// handle; the same name with another kind is operator.ErrBadArgument.
+func (v *VertexState) RegisterState(name string, kind int32) (int32, error) {
+	if err := v.usable(); err != nil {
+		return -1, err
+	}
+	if kind != abi.StateValue && kind != abi.StateMap {
+		return -1, fmt.Errorf("%w: vertex %q: state %q has kind %d, want %d (value) or %d (map)",
+			operator.ErrBadArgument, v.id, name, kind, abi.StateValue, abi.StateMap)
+	}
+	if name == "" {
+		return -1, fmt.Errorf("%w: vertex %q: empty state name", operator.ErrBadArgument, v.id)
+	}
+	if len(name) > operator.MaxNameSize {
+		return -1, fmt.Errorf("%w: vertex %q: state name of %d bytes exceeds %d",
+			operator.ErrLimit, v.id, len(name), operator.MaxNameSize)
+	}
+	for i := range v.states {
+		if st := &v.states[i]; st.name == name {
+			if st.kind != kind {
+				return -1, fmt.Errorf("%w: vertex %q: state %q registered with kind %d, now %d",
+					operator.ErrBadArgument, v.id, name, st.kind, kind)
+			}
+			return int32(i), nil
+		}
+	}
+	v.states = append(v.states, registeredState{name: name, kind: kind, mid: appendEntryMid(nil, v.id, name)})
+	return int32(len(v.states) - 1), nil
+}
+
+// StateGet appends the value of (key, ns) to dst[:0] and returns it, or
+// operator.ErrNotFound. It does not allocate when dst has room.
+func (v *VertexState) StateGet(h int32, key, ns, dst []byte) ([]byte, error) {
+	pk, err := v.entryKey(h, key, ns)
+	if err != nil {
+		return dst[:0], err
+	}
+	c := v.s.cache
+	hash := c.hash(pk)
+	idx := c.lookup(pk, hash)
+	if idx == noSlot {
+		if idx, err = v.s.load(pk, hash); err != nil {
+			return dst[:0], err
+		}
+	} else {
+		c.touch(idx)
+	}
+	e := &c.entries[idx]
+	if !e.present {
+		return dst[:0], operator.ErrNotFound
+	}
+	dst = append(dst[:0], e.val...)
+	if !e.dirty && len(e.val) > maxCachedValue {
+		c.evict(idx)
+	}
+	return dst, nil
+}
+
+// StatePut stores value for (key, ns). It is visible to StateGet and
+// StateIter at once and reaches Pebble at the next Flush.
+func (v *VertexState) StatePut(h int32, key, ns, value []byte) error {
+	if len(value) > operator.MaxValueSize {
+		return fmt.Errorf("%w: vertex %q: value of %d bytes exceeds %d",
+			operator.ErrLimit, v.id, len(value), operator.MaxValueSize)
+	}
+	idx, err := v.dirtyEntry(h, key, ns)
+	if err != nil {
+		return err
+	}
+	e := &v.s.cache.entries[idx]
+	e.val = append(e.val[:0], value...)
+	e.present = true
+	return nil
+}
+
+// StateDelete removes (key, ns); removing an absent entry is not an error.
+func (v *VertexState) StateDelete(h int32, key, ns []byte) error {
+	idx, err := v.dirtyEntry(h, key, ns)
+	if err != nil {
+		return err
+	}
+	e := &v.s.cache.entries[idx]
+	e.val = e.val[:0]
+	e.present = false
+	return nil
+}
+
+// dirtyEntry returns the cache entry of (h, key, ns), marked dirty.
+func (v *VertexState) dirtyEntry(h int32, key, ns []byte) (int32, error) {
+	pk, err := v.entryKey(h, key, ns)
+	if err != nil {
+		return noSlot, err
+	}
+	c := v.s.cache
+	hash := c.hash(pk)
+	idx := c.lookup(pk, hash)
+	if idx == noSlot {
+		// A blind write: the old value does not matter.
+		idx = c.insert(pk, hash)
+	}
+	if c.markDirty(idx) {
+		v.s.dirtyBases[c.hash(pk[:len(pk)-len(ns)])] = struct{}{}
+	}
+	return idx, nil
+}
+
+// StateIter calls fn for each entry of key whose namespace starts with
+// prefix and, when after is not nil, sorts strictly after after, in
+// namespace order, until fn returns false. The slices passed to fn are
+// valid only during the call. fn may call other state methods; the entries
+// it sees are those as of the start of the iteration.
+func (v *VertexState) StateIter(h int32, key, prefix, after []byte, fn func(ns, value []byte) bool) error {
+	if len(prefix) > operator.MaxKeySize || len(after) > operator.MaxKeySize {
+		return fmt.Errorf("%w: vertex %q: iteration prefix of %d or start of %d bytes exceeds %d",
+			operator.ErrLimit, v.id, len(prefix), len(after), operator.MaxKeySize)
+	}
+	base, err := v.entryKey(h, key, nil)
+	if err != nil {
+		return err
+	}
+	s := v.s
+	if len(s.dirtyBases) > 0 {
+		if _, dirty := s.dirtyBases[s.cache.hash(base)]; dirty {
+			// Iterating Pebble after a flush is simpler and cheaper than
+			// merging the write-back cache into the iterator.
+			if err := s.Flush(); err != nil {
+				return err
+			}
+		}
+	}
+	// Pebble keeps the bounds during iteration and fn may reuse keyBuf, so
+	// the bounds get their own memory.
+	n := len(base)
+	bounds := make([]byte, 0, 3*n+2*len(prefix)+len(after)+1)
+	lower := append(append(bounds, base...), prefix...)
+	upper := prefixSuccessor(lower[len(lower):], lower)
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
+	if err != nil {
+		return fmt.Errorf("state: vertex %q: iterate in %s: %w", v.id, s.dir, err)
+	}
+	var ok bool
+	if after != nil && bytes.Compare(after, prefix) >= 0 {
+		seek := append(append(upper[len(upper):], lower[:n]...), after...)
+		ok = it.SeekGE(append(seek, 0))
+	} else {
+		ok = it.First()
+	}
+	for ; ok; ok = it.Next() {
+		val, err := it.ValueAndErr()
+		if err != nil {
+			_ = it.Close()
+			return fmt.Errorf("state: vertex %q: iterate in %s: %w", v.id, s.dir, err)
+		}
+		if !fn(it.Key()[n:], val) {
+			break
+		}
+	}
+	if err := it.Close(); err != nil {
+		return fmt.Errorf("state: vertex %q: iterate in %s: %w", v.id, s.dir, err)
+	}
+	return nil
+}
+
+// RegisterTimer registers a timer for (domain, key, ns, ts); registering one
+// that exists is a no-op.
+func (v *VertexState) RegisterTimer(domain int32, key, ns []byte, ts int64) error {
+	pk, err := v.timerKey(domain, key, ns, ts)
+	if err != nil {
+		return err
+	}
+	q := &v.timers[domain]
+	if q.find(pk) != nil {
+		return nil
+	}
+	if err := v.s.batch.Set(pk, nil, nil); err != nil {
+		return v.s.fail("stage timer", err)
+	}
+	q.add(newTimer(ts, pk, len(key), len(ns)))
+	return nil
+}
+
+// DeleteTimer removes a timer; removing an absent timer is not an error.
+func (v *VertexState) DeleteTimer(domain int32, key, ns []byte, ts int64) error {
+	pk, err := v.timerKey(domain, key, ns, ts)
+	if err != nil {
+		return err
+	}
+	q := &v.timers[domain]
+	t := q.find(pk)
+	if t == nil {
+		return nil
+	}
+	if err := v.s.batch.Delete(pk, nil); err != nil {
+		return v.s.fail("stage timer deletion", err)
+	}
+	q.remove(t)
+	return nil
+}
+
+// PopTimers removes every timer of domain with time <= upTo, in (time, key,
+// namespace) order, and appends each to b as a timer record (port = domain,
+// timestamp = time, key, value = namespace). It returns how many it
+// appended. Timers registered later with time <= upTo are found by the next
+// call, so the runtime calls it until it returns 0.
+func (v *VertexState) PopTimers(domain int32, upTo int64, b *abi.Builder) (int, error) {
+	if err := v.s.err; err != nil {
+		return 0, err
+	}
+	if domain != abi.TimeEvent && domain != abi.TimeProcessing {
+		return 0, v.badDomain(domain)
+	}
+	q := &v.timers[domain]
+	n := 0
+	for t := q.peek(); t != nil && t.ts <= upTo; t = q.peek() {
+		if err := v.s.batch.Delete(t.pk, nil); err != nil {
+			return n, v.s.fail("stage timer deletion", err)
+		}
+		q.remove(t)
+		b.Add(uint32(domain), t.ts, t.key, t.ns)
+		n++
+	}
+	return n, nil
+}
+
+// NextTimer returns the earliest timer time of domain; ok is false when
+// there is none (or domain is not a time domain).
+func (v *VertexState) NextTimer(domain int32) (ts int64, ok bool) {
+	if domain != abi.TimeEvent && domain != abi.TimeProcessing {
+		return 0, false
+	}
+	t := v.timers[domain].peek()
+	if t == nil {
+		return 0, false
+	}
+	return t.ts, true
+}
+
+// usable checks what every state and timer call needs: an open store and a
+// keyed vertex.
+func (v *VertexState) usable() error {
+	if err := v.s.err; err != nil {
+		return err
+	}
+	if !v.keyed {
+		return fmt.Errorf("%w: vertex %q", operator.ErrNoKeyedState, v.id)
+	}
+	return nil
+}
+
+// checkKey checks the sizes of key and ns and the key's group, which it
+// returns.
+func (v *VertexState) checkKey(key, ns []byte) (int, error) {
+	if len(key) > operator.MaxKeySize || len(ns) > operator.MaxKeySize {
+		return 0, fmt.Errorf("%w: vertex %q: key of %d or namespace of %d bytes exceeds %d",
+			operator.ErrLimit, v.id, len(key), len(ns), operator.MaxKeySize)
+	}
+	kg, owned := v.s.keyGroup(key)
+	if !owned {
+		return 0, fmt.Errorf("%w: vertex %q: key %q is in key group %d, subtask owns [%d, %d]",
+			operator.ErrKeyGroup, v.id, truncate(key), kg, v.s.groups.Start, v.s.groups.End)
+	}
+	return kg, nil
+}
+
+// entryKey checks a state call and builds the Pebble key of (h, key, ns) in
+// the store's scratch buffer.
+func (v *VertexState) entryKey(h int32, key, ns []byte) ([]byte, error) {
+	if err := v.usable(); err != nil {
+		return nil, err
+	}
+	if h < 0 || int(h) >= len(v.states) {
+		return nil, fmt.Errorf("%w: vertex %q: handle %d (%d states registered)",
+			operator.ErrBadHandle, v.id, h, len(v.states))
+	}
+	kg, err := v.checkKey(key, ns)
+	if err != nil {
+		return nil, err
+	}
+	b := binary.BigEndian.AppendUint16(v.s.keyBuf[:0], uint16(kg))
+	b = append(b, v.states[h].mid...)
+	b = binary.AppendUvarint(b, uint64(len(key)))
+	b = append(b, key...)
+	b = append(b, ns...)
+	v.s.keyBuf = b
+	return b, nil
+}
+
+// timerKey checks a timer call and builds the timer's Pebble key in the
+// store's scratch buffer.
+func (v *VertexState) timerKey(domain int32, key, ns []byte, ts int64) ([]byte, error) {
+	if err := v.usable(); err != nil {
+		return nil, err
+	}
+	if domain != abi.TimeEvent && domain != abi.TimeProcessing {
+		return nil, v.badDomain(domain)
+	}
+	kg, err := v.checkKey(key, ns)
+	if err != nil {
+		return nil, err
+	}
+	b := binary.BigEndian.AppendUint16(v.s.keyBuf[:0], uint16(kg))
+	b = append(b, v.timerMid...)
+	b = append(b, byte(domain))
+	b = binary.BigEndian.AppendUint64(b, uint64(ts)^timeBias)
+	b = binary.AppendUvarint(b, uint64(len(key)))
+	b = append(b, key...)
+	b = append(b, ns...)
+	v.s.keyBuf = b
+	return b, nil
+}
+
+func (v *VertexState) badDomain(domain int32) error {
+	return fmt.Errorf("%w: vertex %q: time domain %d, want %d (event) or %d (processing)",
+		operator.ErrBadArgument, v.id, domain, abi.TimeEvent, abi.TimeProcessing)
+}
+
+// truncate shortens a key for an error message.
+func truncate(key []byte) []byte {
+	const limit = 64
+	if len(key) > limit {
+		return key[:limit]
+	}
+	return key
+}
