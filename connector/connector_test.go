@@ -94,7 +94,8 @@ func TestConfigErrors(t *testing.T) {
 		{true, "file", `null`, "path", `connector file: config.path: missing: the sink needs the file to write`},
 		{true, "file", `{"path":"x","format":"json"}`, "format", `connector file: config.format: "json" must be "text" or "tsv"`},
 		{true, "stdout", `{"color":true}`, "color", `connector stdout: config.color: unknown field (the connector takes no configuration)`},
-		{true, "discard", `{"x":1}`, "x", `connector discard: config.x: unknown field (the connector takes no configuration)`},
+		{true, "discard", `{"x":1}`, "x", `connector discard: config.x: unknown field (known: rate)`},
+		{true, "discard", `{"rate":-1}`, "rate", `connector discard: config.rate: -1 must be a finite number ≥ 0`},
 	} {
 		var err error
 		if tc.sink {

@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"sync/atomic"
+	"time"
 
 	"github.com/wstream/wstream/abi"
 )
@@ -13,29 +15,72 @@ import (
 // Discard is the "discard" sink: it drops batches and only counts them, for
 // benchmarks. Only the batch header is read, so counting costs nothing per
 // record. The counters may be read from any goroutine.
+//
+// With config "rate" (records/s across the sink's subtasks) it is a
+// deliberately slow consumer: Write blocks until the batch fits the rate,
+// which is how backpressure is exercised and tested.
 type Discard struct {
 	records atomic.Int64
 	batches atomic.Int64
 	bytes   atomic.Int64
+	rate    float64
+	bucket  *tokenBucket
+	ctx     context.Context
 }
 
 func newDiscardSink(raw json.RawMessage, _ io.Writer) (Sink, error) {
-	var c struct{}
+	var c struct {
+		Rate float64 `json:"rate"`
+	}
 	if err := decodeConfig("discard", raw, &c); err != nil {
 		return nil, err
 	}
-	return &Discard{}, nil
+	if c.Rate < 0 || math.IsNaN(c.Rate) || math.IsInf(c.Rate, 0) {
+		return nil, &ConfigError{Connector: "discard", Field: "rate", Message: fmt.Sprintf("%g must be a finite number ≥ 0", c.Rate)}
+	}
+	return &Discard{rate: c.Rate}, nil
 }
 
-// Open checks its arguments only.
-func (d *Discard) Open(_ context.Context, subtask, parallelism int) error {
-	return checkSubtask("connector discard", subtask, parallelism)
+// Open checks its arguments and starts pacing when a rate is set.
+func (d *Discard) Open(ctx context.Context, subtask, parallelism int) error {
+	if err := checkSubtask("connector discard", subtask, parallelism); err != nil {
+		return err
+	}
+	if d.rate > 0 {
+		d.bucket = newTokenBucket(d.rate / float64(parallelism))
+		d.ctx = ctx
+	}
+	return nil
+}
+
+// pace blocks until n records fit the rate, or the job ends.
+func (d *Discard) pace(n int64) error {
+	for n > 0 {
+		got, wait := d.bucket.take(time.Now(), n)
+		n -= got
+		if wait == 0 {
+			continue
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-d.ctx.Done():
+			t.Stop()
+			return d.ctx.Err()
+		}
+	}
+	return nil
 }
 
 // Write counts batch.
 func (d *Discard) Write(batch []byte) error {
 	if len(batch) < abi.BatchHeaderSize {
 		return fmt.Errorf("connector discard: write: %w: %d bytes is shorter than the header", abi.ErrMalformedBatch, len(batch))
+	}
+	if d.bucket != nil {
+		if err := d.pace(int64(abi.Count(batch))); err != nil {
+			return fmt.Errorf("connector discard: write: %w", err)
+		}
 	}
 	d.records.Add(int64(abi.Count(batch)))
 	d.batches.Add(1)

@@ -141,6 +141,9 @@ func Start(ctx context.Context, o Options) (e *Engine, err error) {
 	return e, nil
 }
 
+// Workers are the engine's in-process workers.
+func (e *Engine) Workers() []*worker.Worker { return e.workers }
+
 // Conn is the engine's NATS connection.
 func (e *Engine) Conn() *nats.Conn { return e.nc }
 

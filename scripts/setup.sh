@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
 # Installs what building and testing wstream needs beyond Go, only when missing.
 # Idempotent and non-interactive: safe to run on every build.
+#   wabt        wat2wasm, for modules written in WebAssembly text
+#   clang, lld  the C guest SDK and the C examples (clang --target=wasm32, wasm-ld)
 set -euo pipefail
 
 need=()
 command -v wat2wasm >/dev/null 2>&1 || need+=(wabt)
+command -v clang >/dev/null 2>&1 || need+=(clang)
+command -v wasm-ld >/dev/null 2>&1 || need+=(lld)
 
 if [ ${#need[@]} -gt 0 ]; then
   echo "setup: installing ${need[*]}" >&2

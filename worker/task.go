@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/wstream/wstream/abi"
@@ -45,8 +46,9 @@ type stage struct {
 	op     operator.Operator
 	state  keyedState
 	coll   stageCollector
-	in     int64
-	out    int64
+	// Counters are read by Worker.Metrics while the task runs.
+	in  atomic.Int64
+	out atomic.Int64
 }
 
 // stageCollector gathers a stage's output during one call. For a stage that
@@ -110,12 +112,12 @@ type task struct {
 	label   string
 
 	source   connector.Source
-	srcOut   int64
+	srcOut   atomic.Int64
 	gate     *transport.InputGate
 	chanWM   []int64
 	stages   []*stage
 	sink     connector.Sink
-	sinkIn   int64
+	sinkIn   atomic.Int64
 	outs     []*outEdge
 	wm       int64
 	srcBuf   abi.Builder
@@ -184,7 +186,7 @@ func (t *task) runSource(ctx context.Context) error {
 			return fmt.Errorf("source %q (vertex %s, subtask %d): %w", t.chain.Vertices[0].Connector, t.chain.Vertices[0].ID, t.subtask, err)
 		}
 		if n := t.srcBuf.Len(); n > 0 {
-			t.srcOut += int64(n)
+			t.srcOut.Add(int64(n))
 			if err := t.deliver(ctx, 0, t.srcBuf.Bytes()); err != nil {
 				return err
 			}
@@ -290,7 +292,7 @@ func (t *task) deliver(ctx context.Context, k int, batch []byte) error {
 		return t.emitTail(ctx, batch)
 	}
 	s := t.stages[k]
-	s.in += int64(abi.Count(batch))
+	s.in.Add(int64(abi.Count(batch)))
 	if err := s.op.Process(batch, &s.coll); err != nil {
 		return t.stageError(s, "failed processing a batch", err)
 	}
@@ -303,7 +305,7 @@ func (t *task) drain(ctx context.Context, k int) error {
 	if c.b.Len() == 0 {
 		return nil
 	}
-	t.stages[k].out += int64(c.b.Len())
+	t.stages[k].out.Add(int64(c.b.Len()))
 	err := t.deliver(ctx, k+1, c.b.Bytes())
 	c.b.Reset()
 	return err
@@ -311,7 +313,7 @@ func (t *task) drain(ctx context.Context, k int) error {
 
 func (t *task) emitTail(ctx context.Context, batch []byte) error {
 	if t.sink != nil {
-		t.sinkIn += int64(abi.Count(batch))
+		t.sinkIn.Add(int64(abi.Count(batch)))
 		if err := t.sink.Write(batch); err != nil {
 			v := t.chain.Vertices[len(t.chain.Vertices)-1]
 			return fmt.Errorf("sink %q (vertex %s, subtask %d): %w", v.Connector, v.ID, t.subtask, err)
@@ -518,13 +520,13 @@ func (t *task) metrics() []transport.VertexMetrics {
 		m := transport.VertexMetrics{Vertex: v.ID}
 		switch {
 		case i == 0 && t.source != nil:
-			m.RecordsOut = t.srcOut
+			m.RecordsOut = t.srcOut.Load()
 		case v.Kind == job.KindSink:
-			m.RecordsIn = t.sinkIn
+			m.RecordsIn = t.sinkIn.Load()
 		default:
 			s := t.stages[k]
 			k++
-			m.RecordsIn, m.RecordsOut = s.in, s.out
+			m.RecordsIn, m.RecordsOut = s.in.Load(), s.out.Load()
 		}
 		out = append(out, m)
 	}

@@ -302,6 +302,7 @@ type jobRun struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	failed atomic.Bool
+	tasks  []*task
 }
 
 // abortSink discards what a sink has not committed, when it can.
@@ -350,6 +351,7 @@ func (w *Worker) deploy(d transport.Deployment) error {
 		cancel()
 		return err
 	}
+	j.tasks = tasks
 	w.mu.Lock()
 	w.jobs[d.JobID] = j
 	w.mu.Unlock()
@@ -655,5 +657,36 @@ func (w *Worker) Jobs() []string {
 		out = append(out, id)
 	}
 	sort.Strings(out)
+	return out
+}
+
+// Metrics returns the live record counts of a job's subtasks on this
+// worker, summed per vertex in plan order; nil when the worker does not run
+// the job.
+func (w *Worker) Metrics(jobID string) []transport.VertexMetrics {
+	w.mu.Lock()
+	j := w.jobs[jobID]
+	w.mu.Unlock()
+	if j == nil {
+		return nil
+	}
+	sum := map[string]*transport.VertexMetrics{}
+	for _, t := range j.tasks {
+		for _, m := range t.metrics() {
+			a, ok := sum[m.Vertex]
+			if !ok {
+				a = &transport.VertexMetrics{Vertex: m.Vertex}
+				sum[m.Vertex] = a
+			}
+			a.RecordsIn += m.RecordsIn
+			a.RecordsOut += m.RecordsOut
+		}
+	}
+	out := make([]transport.VertexMetrics, 0, len(sum))
+	for _, v := range j.plan.Vertices {
+		if m, ok := sum[v.ID]; ok {
+			out = append(out, *m)
+		}
+	}
 	return out
 }
