@@ -77,6 +77,20 @@ func (b *Builder) Bytes() []byte {
 	return b.buf
 }
 
+// AppendBatch appends every record of the encoded batch b, which the
+// caller has validated (see Validate), with one copy.
+func (b *Builder) AppendBatch(batch []byte) {
+	n := Count(batch)
+	if n == 0 {
+		return
+	}
+	if len(b.buf) == 0 {
+		b.buf = append(b.buf, 0, 0, 0, 0)
+	}
+	b.buf = append(b.buf, batch[BatchHeaderSize:]...)
+	b.n += uint32(n)
+}
+
 // AppendRecord appends the encoding of one record (without batch header) to dst.
 func AppendRecord(dst []byte, port uint32, ts int64, key, value []byte) []byte {
 	dst = binary.LittleEndian.AppendUint32(dst, port)

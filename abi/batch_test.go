@@ -154,3 +154,22 @@ func FuzzDecode(f *testing.F) {
 		}
 	})
 }
+
+func TestAppendBatch(t *testing.T) {
+	var b Builder
+	b.Add(1, 1, []byte("a"), nil)
+	b.AppendBatch(Encode([]Record{{Port: 2, Timestamp: 2, Key: []byte("b")}, {Port: 3, Timestamp: 3, Value: []byte("c")}}))
+	b.AppendBatch(Encode(nil))
+	recs, err := Decode(b.Bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(recs) != 3 || recs[0].Port != 1 || string(recs[1].Key) != "b" || string(recs[2].Value) != "c" || b.Len() != 3 {
+		t.Fatalf("AppendBatch gave %+v", recs)
+	}
+	var e Builder
+	e.AppendBatch(Encode([]Record{{Key: []byte("x")}}))
+	if recs, err := Decode(e.Bytes()); err != nil || len(recs) != 1 {
+		t.Fatalf("AppendBatch into an empty builder: %+v %v", recs, err)
+	}
+}

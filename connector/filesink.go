@@ -110,6 +110,25 @@ func (s *fileSink) Write(batch []byte) error {
 // Close flushes and syncs the temporary file and renames it to the target.
 // After a failed write it removes the temporary file instead and reports the
 // failure, so no partial output appears at the target.
+// Abort discards what the sink wrote: the temporary file is removed and the
+// target is left as it was, so a failed job never leaves a file that looks
+// complete.
+func (s *fileSink) Abort() error {
+	if s.f == nil {
+		return nil
+	}
+	f, tmp := s.f, s.f.Name()
+	s.f = nil
+	cerr := f.Close()
+	if rerr := os.Remove(tmp); rerr != nil {
+		return fmt.Errorf("connector file: sink %s: abort: %w", s.target, rerr)
+	}
+	if cerr != nil {
+		return fmt.Errorf("connector file: sink %s: abort: %w", s.target, cerr)
+	}
+	return nil
+}
+
 func (s *fileSink) Close() error {
 	if s.f == nil {
 		return nil

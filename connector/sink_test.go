@@ -3,6 +3,7 @@ package connector
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -304,5 +305,33 @@ func TestFileSinkFailedWriteLeavesNothing(t *testing.T) {
 	}
 	if names := dirNames(t, dir); len(names) != 0 {
 		t.Errorf("directory holds %v after a failed sink, want nothing", names)
+	}
+}
+
+func TestFileSinkAbortLeavesNothing(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "out.txt")
+	s, err := NewSink("file", json.RawMessage(`{"path":"`+path+`"}`), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Open(context.Background(), 0, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Write(abi.Encode([]abi.Record{{Value: []byte("x")}})); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.(interface{ Abort() error }).Abort(); err != nil {
+		t.Fatal(err)
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(entries) != 0 {
+		t.Fatalf("abort left %v", entries)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatalf("Close after Abort: %v", err)
 	}
 }

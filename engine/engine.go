@@ -22,6 +22,7 @@ import (
 	"github.com/wstream/wstream/coordinator"
 	"github.com/wstream/wstream/host"
 	"github.com/wstream/wstream/job"
+	"github.com/wstream/wstream/operator/builtin"
 	"github.com/wstream/wstream/transport"
 	"github.com/wstream/wstream/worker"
 )
@@ -240,6 +241,13 @@ func Prepare(ctx context.Context, rt *host.Runtime, o PrepareOptions) (*Deployme
 	g, err := job.Build(plan)
 	if err != nil {
 		return nil, err
+	}
+	for i, v := range plan.Vertices {
+		if name, ok := strings.CutPrefix(v.Operator, builtin.Prefix); ok && v.Kind == job.KindOperator {
+			if _, err := builtin.New(name); err != nil {
+				return nil, fmt.Errorf("plan: vertices[%d] (%q).operator: %w", i, v.ID, err)
+			}
+		}
 	}
 	if d.Name == "" {
 		d.Name = plan.Name

@@ -274,11 +274,38 @@ func TestPrepareErrors(t *testing.T) {
 		{PrepareOptions{ModulePath: mod, Overrides: job.Overrides{VertexParallelism: map[string]int{"nope": 2}}}, "nope"},
 		{PrepareOptions{ModulePath: mod, Overrides: job.Overrides{Sink: []string{"file"}}}, "path"},
 		{PrepareOptions{ModulePath: filepath.Join(dir, "missing.wasm")}, "missing.wasm"},
+		{PrepareOptions{PlanPath: write("native.json", `{"name":"x","vertices":[
+ {"id":"s","kind":"source","connector":"gen"},{"id":"a","kind":"operator","operator":"go:nosuch"},
+ {"id":"o","kind":"sink","connector":"stdout"}],"edges":[{"from":"s","to":"a"},{"from":"a","to":"o"}]}`)}, "nosuch"},
 	}
 	for _, c := range cases {
 		_, err := Prepare(context.Background(), e.Runtime(), c.o)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("Prepare(%+v) = %v; want an error mentioning %q", c.o, err, c.want)
 		}
+	}
+}
+
+// TestFailedJobLeavesNoOutputFile checks that a failing job's file sink
+// aborts: no file appears that looks complete.
+func TestFailedJobLeavesNoOutputFile(t *testing.T) {
+	e, _ := startEngine(t, host.Config{})
+	dir := t.TempDir()
+	out := filepath.Join(dir, "out.txt")
+	d := prepare(t, e, "testops", `{"name":"x","vertices":[
+ {"id":"src","kind":"source","connector":"gen","config":{"count":5000,"keys":100}},
+ {"id":"f","kind":"operator","operator":"fail","config":{"on":"w42"}},
+ {"id":"out","kind":"sink","connector":"file","config":{"path":"`+out+`"}}],
+ "edges":[{"from":"src","to":"f"},{"from":"f","to":"out","partition":"rebalance"}]}`)
+	r := run(t, e, d)
+	if r.State != transport.JobFailed {
+		t.Fatalf("job %s, want failed", r.State)
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, en := range entries {
+		t.Fatalf("a failed job left %s behind", en.Name())
 	}
 }

@@ -58,6 +58,8 @@ type Store struct {
 	// wrong answer.
 	dirtyBases map[uint64]struct{}
 	vertices   map[string]*VertexState
+	// pendingBytes counts value bytes put since the last Flush.
+	pendingBytes int
 
 	keyBuf []byte // scratch for the Pebble key of the current call
 	err    error  // sticky: set when Pebble failed a commit, or by Close
@@ -157,6 +159,13 @@ func (s *Store) Vertex(vertexID string, keyed bool) *VertexState {
 // batch: repeated writes to a hot key between flushes cost one Pebble write.
 func (s *Store) Pending() int { return len(s.cache.dirty) + int(s.batch.Count()) }
 
+// PendingBytes bounds the value bytes written since the last Flush (a value
+// written twice counts twice), for callers that bound unflushed memory.
+func (s *Store) PendingBytes() int { return s.pendingBytes + len(s.batch.Repr()) }
+
+// CacheEntries is the hot-key cache's capacity in entries.
+func (s *Store) CacheEntries() int { return s.cache.capacity }
+
 // Flush writes every change since the last Flush to Pebble in one batch,
 // without syncing: durability comes from checkpoints, and the write-ahead
 // log still lets a reopened store see what was flushed before Close.
@@ -188,6 +197,7 @@ func (s *Store) Flush() error {
 	}
 	c.flushed()
 	clear(s.dirtyBases)
+	s.pendingBytes = 0
 	return nil
 }
 

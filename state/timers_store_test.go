@@ -183,3 +183,27 @@ func TestTimerSteadyStateDoesNotAllocate(t *testing.T) {
 		t.Fatalf("re-registering a timer: %v allocations, want 0", n)
 	}
 }
+
+func TestPopTimersIsCapped(t *testing.T) {
+	s := openStore(t, t.TempDir(), fullRange)
+	defer closeStore(t, s)
+	v := s.Vertex("w", true)
+	const n = MaxTimersPerPop + 10
+	for i := 0; i < n; i++ {
+		mustTimer(t, v, abi.TimeEvent, fmt.Sprintf("k%05d", i), "", int64(i))
+	}
+	var b abi.Builder
+	got, err := v.PopTimers(abi.TimeEvent, abi.MaxWatermark, &b)
+	if err != nil || got != MaxTimersPerPop || b.Len() != MaxTimersPerPop {
+		t.Fatalf("first pop = %d (%d in batch), %v; want %d", got, b.Len(), err, MaxTimersPerPop)
+	}
+	b.Reset()
+	got, err = v.PopTimers(abi.TimeEvent, abi.MaxWatermark, &b)
+	if err != nil || got != 10 {
+		t.Fatalf("second pop = %d, %v; want the remaining 10", got, err)
+	}
+	recs, _ := abi.Decode(b.Bytes())
+	if recs[0].Timestamp != MaxTimersPerPop {
+		t.Fatalf("second pop starts at %d, want %d (time order kept)", recs[0].Timestamp, MaxTimersPerPop)
+	}
+}

@@ -115,6 +115,7 @@ func (v *VertexState) StatePut(h int32, key, ns, value []byte) error {
 	e := &v.s.cache.entries[idx]
 	e.val = append(e.val[:0], value...)
 	e.present = true
+	v.s.pendingBytes += len(value)
 	return nil
 }
 
@@ -256,7 +257,9 @@ func (v *VertexState) PopTimers(domain int32, upTo int64, b *abi.Builder) (int, 
 	}
 	q := &v.timers[domain]
 	n := 0
-	for t := q.peek(); t != nil && t.ts <= upTo; t = q.peek() {
+	// At most MaxTimersPerPop per call: the end of input fires a timer per
+	// key, and one guest call must not carry them all.
+	for t := q.peek(); t != nil && t.ts <= upTo && n < MaxTimersPerPop; t = q.peek() {
 		if err := v.s.batch.Delete(t.pk, nil); err != nil {
 			return n, v.s.fail("stage timer deletion", err)
 		}
@@ -266,6 +269,9 @@ func (v *VertexState) PopTimers(domain int32, upTo int64, b *abi.Builder) (int, 
 	}
 	return n, nil
 }
+
+// MaxTimersPerPop bounds the timers one PopTimers call returns.
+const MaxTimersPerPop = 1024
 
 // NextTimer returns the earliest timer time of domain; ok is false when
 // there is none (or domain is not a time domain).

@@ -160,3 +160,27 @@ func TestWindowOutOfOrder(t *testing.T) {
 		t.Fatalf("late records = %q, want s1 64 and s1 128", got)
 	}
 }
+
+// TestSourceOverrideWithCommas checks the documented flag syntax: commas
+// separate connector settings within one --source value.
+func TestSourceOverrideWithCommas(t *testing.T) {
+	mod := module(t, "wordcount")
+	dir := t.TempDir()
+	r := runCLI(t, dir, "deploy", "--source", "gen:count=500,keys=5,words=2,seed=3", mod)
+	if r.code != 0 {
+		t.Fatalf("exit %d\n%s", r.code, r.stderr)
+	}
+	lines := sortedLines(r.stdout)
+	total := 0
+	for _, l := range lines {
+		var w string
+		var n int
+		if _, err := fmt.Sscanf(strings.Replace(l, "\t", " ", 1), "%s %d", &w, &n); err != nil {
+			t.Fatalf("bad line %q", l)
+		}
+		total += n
+	}
+	if len(lines) > 5 || total != 1000 {
+		t.Fatalf("%d words summing to %d; want at most 5 words summing to 1000 (500 records × 2)", len(lines), total)
+	}
+}

@@ -19,10 +19,10 @@ import (
 // after every input message, so channels carry batches of tens of KiB.
 const flushBytes = 32 << 10
 
-// stateFlushPending is how many unflushed state changes a subtask gathers
-// before it writes them to Pebble (a quarter of the default hot-key cache,
-// whose dirty entries cannot be evicted).
-const stateFlushPending = state.DefaultCacheEntries / 4
+// A subtask writes its unflushed state changes to Pebble when they fill its
+// hot-key cache (dirty entries cannot be evicted, so the cache would grow
+// past its size) or hold stateFlushBytes of values.
+const stateFlushBytes = 32 << 20
 
 // sourceBatch is how many records a source is asked for at a time.
 const sourceBatch = 1024
@@ -79,6 +79,12 @@ func (c *stageCollector) EmitBatch(batch []byte) error {
 	if _, err := abi.Validate(batch); err != nil {
 		return fmt.Errorf("%w: %v", operator.ErrBadArgument, err)
 	}
+	// Fast path: when every record keeps its port, the batch is appended
+	// with one copy instead of record by record.
+	if c.keep <= 0 && c.portsAll(batch, c.keep) {
+		c.b.AppendBatch(batch)
+		return nil
+	}
 	rd, _ := abi.NewReader(batch)
 	r := &c.scratch
 	for {
@@ -88,6 +94,22 @@ func (c *stageCollector) EmitBatch(batch []byte) error {
 		}
 		if err := c.Emit(r.Port, r.Timestamp, r.Key, r.Value); err != nil {
 			return err
+		}
+	}
+}
+
+// portsAll reports whether batch can be appended unchanged: with keep < 0
+// every port must be a valid output; with keep == 0 every port must be 0.
+func (c *stageCollector) portsAll(batch []byte, keep int) bool {
+	rd, _ := abi.NewReader(batch)
+	r := &c.scratch
+	for {
+		ok, _ := rd.Next(r)
+		if !ok {
+			return true
+		}
+		if (keep < 0 && int(r.Port) >= c.nOut) || (keep == 0 && r.Port != 0) {
+			return false
 		}
 	}
 }
@@ -168,7 +190,6 @@ func (t *task) stageError(s *stage, what string, err error) error {
 
 // run drives the subtask until its input ends, it fails, or ctx is done.
 func (t *task) run(ctx context.Context) error {
-	t.wm = abi.MinWatermark
 	if t.source != nil {
 		return t.runSource(ctx)
 	}
@@ -396,7 +417,7 @@ func (t *task) send(ctx context.Context, o *outEdge, i int) error {
 // repeated updates of a hot key cost nothing; nothing needs them in Pebble
 // sooner (snapshots flush first).
 func (t *task) flush(ctx context.Context) error {
-	if t.store != nil && t.store.Pending() >= stateFlushPending {
+	if t.store != nil && (t.store.Pending() >= t.store.CacheEntries() || t.store.PendingBytes() >= stateFlushBytes) {
 		if err := t.store.Flush(); err != nil {
 			return fmt.Errorf("subtask %s: writing state: %w", t.label, err)
 		}

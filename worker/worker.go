@@ -424,7 +424,7 @@ func (w *Worker) wire(j *jobRun, mod *host.Module, refs []transport.TaskRef) (ta
 func (w *Worker) newTask(j *jobRun, mod *host.Module, c *job.Chain, sub int,
 	channel func(e *job.ChainEdge, up, down int) (*transport.LocalChannel, error)) (*task, error) {
 	p := j.plan
-	t := &task{jobID: j.id, chain: c, subtask: sub, label: fmt.Sprintf("%s/%d", c.ID, sub), now: time.Now}
+	t := &task{jobID: j.id, chain: c, subtask: sub, label: fmt.Sprintf("%s/%d", c.ID, sub), now: time.Now, wm: abi.MinWatermark}
 	fail := func(err error) (*task, error) {
 		_ = t.close()
 		return nil, err
@@ -615,6 +615,11 @@ func (w *Worker) runTask(j *jobRun, t *task) {
 	if err == nil {
 		err = t.run(j.ctx)
 	}
+	failed := err != nil && !(j.ctx.Err() != nil && errors.Is(err, context.Canceled))
+	if failed {
+		// Before any sink of the job is closed: they must abort instead.
+		j.failed.Store(true)
+	}
 	if t.sink != nil {
 		// The input did not end. A job stopped on request flushes what its
 		// sinks hold; a failed job's sinks abort, so a file sink never leaves
@@ -632,12 +637,11 @@ func (w *Worker) runTask(j *jobRun, t *task) {
 	switch {
 	case err == nil:
 		st.State = transport.TaskFinished
-	case j.ctx.Err() != nil && errors.Is(err, context.Canceled):
+	case !failed:
 		st.State = transport.TaskCanceled
 	default:
 		st.State = transport.TaskFailed
 		st.Error = err.Error()
-		j.failed.Store(true)
 		// Stop the job's other local subtasks at once; the coordinator also
 		// cancels them everywhere.
 		j.cancel()

@@ -67,6 +67,9 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 		ErrWriter: stderr,
 		// Errors are printed once, by run.
 		ExitErrHandler: func(*cli.Context, error) {},
+		// --source gen:count=10,keys=5 is one value: commas separate
+		// connector settings, not flag values (repeat the flag instead).
+		DisableSliceFlagSeparator: true,
 		OnUsageError: func(c *cli.Context, err error, _ bool) error {
 			return usageError{fmt.Errorf("%s: %w (see --help)", c.Command.FullName(), err)}
 		},

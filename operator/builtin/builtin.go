@@ -226,7 +226,7 @@ func (c *count) OnTimers(timers []byte, out operator.Collector) error {
 		}
 		c.num = strconv.AppendUint(c.num[:0], leUint64(v), 10)
 		c.out.Add(0, t.Timestamp, t.Key, c.num)
-		return nil
+		return c.svc.StateDelete(c.h, t.Key, nil)
 	})
 	if err != nil {
 		return err

@@ -41,7 +41,7 @@ type window struct {
 	size int64
 	late int
 	sum  wstream.ValueState
-	ns   [8]byte // the window's end, big-endian: namespaces sort by time
+	ns   [8]byte // the window's end, big-endian (non-negative ends sort by time)
 	buf  []byte
 }
 

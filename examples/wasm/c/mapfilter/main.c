@@ -1,0 +1,107 @@
+/*
+ * mapfilter is a stateless WebAssembly operator module: the operator "upper"
+ * turns values to ASCII upper case and the operator "filter" keeps the
+ * records whose value contains a substring (config {"contains":"..."}). It
+ * is the C twin of examples/wasm/go/mapfilter. Build it with
+ *
+ *     clang --target=wasm32 -O2 -nostdlib -ffreestanding -I guest-sdk/c \
+ *         -Wl,--no-entry -o mapfilter.wasm \
+ *         examples/wasm/c/mapfilter/main.c guest-sdk/c/wstream.c
+ */
+#include "wstream.h"
+
+WSTREAM_PLAN("{\"name\":\"mapfilter\",\"maxParallelism\":128,\"parallelism\":2,\n"
+             " \"vertices\":[\n"
+             "  {\"id\":\"source\",\"kind\":\"source\",\"connector\":\"gen\",\"config\":{\"count\":100000,\"keys\":1000,\"words\":4,\"seed\":1}},\n"
+             "  {\"id\":\"upper\",\"kind\":\"operator\",\"operator\":\"upper\"},\n"
+             "  {\"id\":\"filter\",\"kind\":\"operator\",\"operator\":\"filter\",\"config\":{\"contains\":\"E\"}},\n"
+             "  {\"id\":\"sink\",\"kind\":\"sink\",\"connector\":\"stdout\",\"parallelism\":1}],\n"
+             " \"edges\":[\n"
+             "  {\"from\":\"source\",\"to\":\"upper\",\"partition\":\"forward\"},\n"
+             "  {\"from\":\"upper\",\"to\":\"filter\",\"partition\":\"forward\"},\n"
+             "  {\"from\":\"filter\",\"to\":\"sink\",\"partition\":\"rebalance\"}]}");
+
+/* upper_ascii writes src to dst with 'a'..'z' in upper case, eight bytes at
+ * a time (SWAR): a byte is a lower-case letter when, without its top bit, it
+ * is >= 'a' and <= 'z' and its top bit was clear; 0x80 >> 2 is the case bit. */
+static inline void upper_ascii(uint8_t *dst, const uint8_t *src, uint32_t n) {
+	const uint64_t ones = 0x0101010101010101ull, high = 0x8080808080808080ull;
+	for (; n >= 8; n -= 8, src += 8, dst += 8) {
+		uint64_t x;
+		__builtin_memcpy(&x, src, 8);
+		uint64_t low = x & ~high;
+		uint64_t ge_a = low + (0x80 - 'a') * ones;
+		uint64_t gt_z = low + (0x80 - 'z' - 1) * ones;
+		uint64_t lower = ge_a & ~gt_z & ~x & high;
+		x ^= lower >> 2;
+		__builtin_memcpy(dst, &x, 8);
+	}
+	for (uint32_t i = 0; i < n; i++) {
+		uint8_t c = src[i];
+		dst[i] = (c >= 'a' && c <= 'z') ? (uint8_t)(c - ('a' - 'A')) : c;
+	}
+}
+
+/* upper emits each record with its value in ASCII upper case, written
+ * straight into the output buffer. */
+static int upper_process(ws_ctx *ctx, const ws_record *r) {
+	uint8_t *v = ws_emit_reserve(ctx, 0, r->key, r->key_len, r->value_len, r->ts);
+	if (v)
+		upper_ascii(v, r->value, r->value_len);
+	return 0;
+}
+
+/* filter keeps the records whose value contains config "contains"; without
+ * it, it keeps every record. */
+typedef struct filter {
+	char *contains;
+	uint32_t len;
+} filter;
+
+static int filter_open(ws_ctx *ctx) {
+	filter *f = ws_data(ctx);
+	int found = ws_config_string(ctx, "contains", &f->contains, &f->len);
+	return found < 0 ? found : 0;
+}
+
+static int contains(const uint8_t *s, uint32_t n, const uint8_t *sub, uint32_t m) {
+	if (m == 0)
+		return 1;
+	if (m > n)
+		return 0;
+	uint8_t first = sub[0];
+	for (uint32_t i = 0; i + m <= n; i++) {
+		if (s[i] == first && memcmp(s + i + 1, sub + 1, m - 1) == 0)
+			return 1;
+	}
+	return 0;
+}
+
+static int filter_process(ws_ctx *ctx, const ws_record *r) {
+	filter *f = ws_data(ctx);
+	if (contains(r->value, r->value_len, (const uint8_t *)f->contains, f->len))
+		ws_emit(ctx, r->key, r->key_len, r->value, r->value_len, r->ts);
+	return 0;
+}
+
+static int filter_close(ws_ctx *ctx) {
+	filter *f = ws_data(ctx);
+	ws_free(f->contains);
+	f->contains = 0;
+	return 0;
+}
+
+static const ws_operator upper = {
+	.name = "upper",
+	.process = upper_process,
+};
+
+static const ws_operator filter_op = {
+	.name = "filter",
+	.data_size = sizeof(filter),
+	.open = filter_open,
+	.process = filter_process,
+	.close = filter_close,
+};
+
+WSTREAM_OPERATORS(&upper, &filter_op);

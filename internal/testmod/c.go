@@ -1,0 +1,122 @@
+package testmod
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"testing"
+)
+
+// CSDKDir is the C guest SDK's directory, relative to the repository root.
+const CSDKDir = "guest-sdk/c"
+
+// CFlags are the clang flags of a C guest module: a freestanding wasm32
+// module without libc and without an entry point, exporting what the SDK
+// marks with export_name, with its stack below its data so that a stack
+// overflow traps instead of overwriting data.
+var CFlags = []string{
+	"--target=wasm32", "-O2", "-nostdlib", "-ffreestanding",
+	"-Wall", "-Wextra", "-Werror",
+	"-Wl,--no-entry", "-Wl,--stack-first", "-Wl,-z,stack-size=1048576", "-Wl,--strip-debug",
+}
+
+// CModule builds the C guest module whose sources are the .c files of dir
+// (relative to the repository root, e.g. "examples/wasm/c/wordcount"),
+// linked with the C SDK, and returns the path of the .wasm file.
+func CModule(tb testing.TB, dir string) string {
+	tb.Helper()
+	p, err := BuildC(dir)
+	if err != nil {
+		tb.Fatalf("building %s: %v", dir, err)
+	}
+	return p
+}
+
+// BuildC is CModule for callers without a testing.TB (benchmarks, tools).
+// It compiles with clang (installed by scripts/setup.sh) and caches the
+// module by the content of its sources, the SDK and the flags, so a source
+// is compiled once until it changes.
+func BuildC(dir string) (string, error) {
+	mu.Lock()
+	defer mu.Unlock()
+	key := "c:" + dir
+	if p, ok := built[key]; ok {
+		return p, nil
+	}
+	clang, err := exec.LookPath("clang")
+	if err != nil {
+		return "", fmt.Errorf("clang not found: run scripts/setup.sh (it installs clang and lld)")
+	}
+	if _, err := exec.LookPath("wasm-ld"); err != nil {
+		return "", fmt.Errorf("wasm-ld not found: run scripts/setup.sh (it installs clang and lld)")
+	}
+	root := Root()
+	srcs, err := filepath.Glob(filepath.Join(root, filepath.FromSlash(dir), "*.c"))
+	if err != nil {
+		return "", err
+	}
+	if len(srcs) == 0 {
+		return "", fmt.Errorf("no .c files in %s", dir)
+	}
+	sdk := filepath.Join(root, filepath.FromSlash(CSDKDir))
+	srcs = append(srcs, filepath.Join(sdk, "wstream.c"))
+	sort.Strings(srcs)
+
+	// The cache key covers every input: the sources, the headers they may
+	// include, the flags and the compiler.
+	h := sha256.New()
+	fmt.Fprintf(h, "%q\n%s\n", CFlags, clang)
+	inputs, err := filepath.Glob(filepath.Join(root, filepath.FromSlash(dir), "*.h"))
+	if err != nil {
+		return "", err
+	}
+	inputs = append(inputs, filepath.Join(sdk, "wstream.h"))
+	inputs = append(inputs, srcs...)
+	for _, f := range inputs {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return "", err
+		}
+		fmt.Fprintf(h, "%s %d\n", filepath.Base(f), len(b))
+		h.Write(b)
+	}
+	cacheDir, err := os.UserCacheDir()
+	if err != nil {
+		cacheDir = os.TempDir()
+	}
+	out := filepath.Join(cacheDir, "wstream-testmod", filepath.FromSlash(dir), hex.EncodeToString(h.Sum(nil))[:16]+".wasm")
+	if _, err := os.Stat(out); err == nil {
+		built[key] = out
+		return out, nil
+	}
+	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+		return "", err
+	}
+	// Write to a temporary name and rename, so that a concurrent test binary
+	// never reads a half-written module.
+	tmp, err := os.CreateTemp(filepath.Dir(out), "build-*.wasm")
+	if err != nil {
+		return "", err
+	}
+	tmp.Close()
+	defer os.Remove(tmp.Name())
+	args := append(append([]string{}, CFlags...), "-I", sdk, "-o", tmp.Name())
+	args = append(args, srcs...)
+	cmd := exec.Command(clang, args...)
+	cmd.Dir = root
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("clang %s: %v\n%s", dir, err, stderr.String())
+	}
+	if err := os.Rename(tmp.Name(), out); err != nil {
+		return "", err
+	}
+	built[key] = out
+	return out, nil
+}
