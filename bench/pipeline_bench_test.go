@@ -38,26 +38,38 @@ func keyedPlan(op string) string {
  "edges":[{"from":"source","to":"count","partition":"key"},{"from":"count","to":"sink"}]}`, records, op)
 }
 
+// Each benchmark runs one pipeline with native Go operators ("go:" in the
+// plan) and with the same operators from the Go and the C example modules,
+// with the default per-call deadline and without (-nodeadline: no wazero
+// termination checks).
 func BenchmarkStateless(b *testing.B) {
-	mod := buildModule(b, "mapfilter")
-	b.Run("native", func(b *testing.B) { runPipeline(b, mod, statelessPlan("go:"), 0) })
-	b.Run("wasm", func(b *testing.B) { runPipeline(b, mod, statelessPlan(""), 0) })
-	b.Run("wasm-nodeadline", func(b *testing.B) { runPipeline(b, mod, statelessPlan(""), -1) })
+	goMod, cMod := buildModules(b, "mapfilter")
+	b.Run("native", func(b *testing.B) { runPipeline(b, goMod, statelessPlan("go:"), 0) })
+	b.Run("wasm-go", func(b *testing.B) { runPipeline(b, goMod, statelessPlan(""), 0) })
+	b.Run("wasm-go-nodeadline", func(b *testing.B) { runPipeline(b, goMod, statelessPlan(""), -1) })
+	b.Run("wasm-c", func(b *testing.B) { runPipeline(b, cMod, statelessPlan(""), 0) })
+	b.Run("wasm-c-nodeadline", func(b *testing.B) { runPipeline(b, cMod, statelessPlan(""), -1) })
 }
 
 func BenchmarkKeyedCount(b *testing.B) {
-	mod := buildModule(b, "wordcount")
-	b.Run("native", func(b *testing.B) { runPipeline(b, mod, keyedPlan("go:"), 0) })
-	b.Run("wasm", func(b *testing.B) { runPipeline(b, mod, keyedPlan(""), 0) })
-	b.Run("wasm-nodeadline", func(b *testing.B) { runPipeline(b, mod, keyedPlan(""), -1) })
+	goMod, cMod := buildModules(b, "wordcount")
+	b.Run("native", func(b *testing.B) { runPipeline(b, goMod, keyedPlan("go:"), 0) })
+	b.Run("wasm-go", func(b *testing.B) { runPipeline(b, goMod, keyedPlan(""), 0) })
+	b.Run("wasm-go-nodeadline", func(b *testing.B) { runPipeline(b, goMod, keyedPlan(""), -1) })
+	b.Run("wasm-c", func(b *testing.B) { runPipeline(b, cMod, keyedPlan(""), 0) })
+	b.Run("wasm-c-nodeadline", func(b *testing.B) { runPipeline(b, cMod, keyedPlan(""), -1) })
 }
 
-func buildModule(b *testing.B, name string) string {
-	p, err := testmod.BuildGo("examples/wasm/go/" + name)
+func buildModules(b *testing.B, name string) (goMod, cMod string) {
+	goMod, err := testmod.BuildGo("examples/wasm/go/" + name)
 	if err != nil {
 		b.Fatal(err)
 	}
-	return p
+	cMod, err = testmod.BuildC("examples/wasm/c/" + name)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return goMod, cMod
 }
 
 // runPipeline runs the job b.N times on one engine and reports source

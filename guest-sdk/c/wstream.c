@@ -55,6 +55,17 @@ WS_IMPORT("fail") void ws_host_fail(const void *msg, uint32_t len);
 __attribute__((no_builtin)) void *memcpy(void *dst, const void *src, size_t n) {
 	uint8_t *d = dst;
 	const uint8_t *s = src;
+	for (; n >= 32; n -= 32, d += 32, s += 32) {
+		uint64_t a, b, c, e;
+		__builtin_memcpy(&a, s, 8);
+		__builtin_memcpy(&b, s + 8, 8);
+		__builtin_memcpy(&c, s + 16, 8);
+		__builtin_memcpy(&e, s + 24, 8);
+		__builtin_memcpy(d, &a, 8);
+		__builtin_memcpy(d + 8, &b, 8);
+		__builtin_memcpy(d + 16, &c, 8);
+		__builtin_memcpy(d + 24, &e, 8);
+	}
 	for (; n >= 8; n -= 8, d += 8, s += 8) {
 		uint64_t w;
 		__builtin_memcpy(&w, s, 8);
@@ -119,28 +130,43 @@ static inline uint64_t le64(const uint8_t *p) {
 static inline void put32(uint8_t *p, uint32_t v) { __builtin_memcpy(p, &v, 4); }
 static inline void put64(uint8_t *p, uint64_t v) { __builtin_memcpy(p, &v, 8); }
 
-/* copy is memcpy with the short copies of keys and values inlined. */
+static inline void copy8(uint8_t *d, const uint8_t *s) {
+	uint64_t w;
+	__builtin_memcpy(&w, s, 8);
+	__builtin_memcpy(d, &w, 8);
+}
+
+/* copy is memcpy with the copies of keys and values up to 32 bytes done
+ * without a loop, by words that overlap at the end: under a host enforcing
+ * call deadlines (wazero's WithCloseOnContextDone) every loop iteration
+ * costs a call to a termination check, more than a short copy itself. */
 static inline void copy(uint8_t *d, const uint8_t *s, uint32_t n) {
-	if (n <= 16) {
-		if (n >= 8) {
-			uint64_t a, b;
-			__builtin_memcpy(&a, s, 8);
-			__builtin_memcpy(&b, s + n - 8, 8);
-			__builtin_memcpy(d, &a, 8);
-			__builtin_memcpy(d + n - 8, &b, 8);
-		} else if (n >= 4) {
-			uint32_t a, b;
-			__builtin_memcpy(&a, s, 4);
-			__builtin_memcpy(&b, s + n - 4, 4);
-			__builtin_memcpy(d, &a, 4);
-			__builtin_memcpy(d + n - 4, &b, 4);
-		} else {
-			for (uint32_t i = 0; i < n; i++)
-				d[i] = s[i];
+	if (n >= 8) {
+		if (n > 32) {
+			memcpy(d, s, n);
+			return;
 		}
+		copy8(d, s);
+		if (n > 16) {
+			copy8(d + 8, s + 8);
+			copy8(d + n - 16, s + n - 16);
+		}
+		copy8(d + n - 8, s + n - 8);
 		return;
 	}
-	memcpy(d, s, n);
+	if (n >= 4) {
+		uint32_t a, b;
+		__builtin_memcpy(&a, s, 4);
+		__builtin_memcpy(&b, s + n - 4, 4);
+		__builtin_memcpy(d, &a, 4);
+		__builtin_memcpy(d + n - 4, &b, 4);
+		return;
+	}
+	if (n > 0) {
+		d[0] = s[0];
+		d[n / 2] = s[n / 2];
+		d[n - 1] = s[n - 1];
+	}
 }
 
 /*
@@ -1714,6 +1740,9 @@ WS_EXPORT("wstream_process") int32_t wstream_process(int32_t op, uint32_t ptr, i
 		return end(c, "process", WS_GUEST_ERROR, 0);
 	}
 	ws_record r;
+	/* Unrolled: wazero's deadline checks (WithCloseOnContextDone) cost a call
+	 * per loop iteration; four records per iteration pay a quarter of it. */
+#pragma clang loop unroll_count(4)
 	for (uint32_t i = 0; i < count; i++) {
 		uint32_t left = (uint32_t)(e - p);
 		if (left < RECORD_HEADER)

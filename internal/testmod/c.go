@@ -20,7 +20,7 @@ const CSDKDir = "guest-sdk/c"
 // marks with export_name, with its stack below its data so that a stack
 // overflow traps instead of overwriting data.
 var CFlags = []string{
-	"--target=wasm32", "-O2", "-nostdlib", "-ffreestanding",
+	"--target=wasm32", "-O2", "-flto", "-nostdlib", "-ffreestanding",
 	"-Wall", "-Wextra", "-Werror",
 	"-Wl,--no-entry", "-Wl,--stack-first", "-Wl,-z,stack-size=1048576", "-Wl,--strip-debug",
 }

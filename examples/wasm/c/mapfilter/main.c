@@ -21,25 +21,80 @@ WSTREAM_PLAN("{\"name\":\"mapfilter\",\"maxParallelism\":128,\"parallelism\":2,\
              "  {\"from\":\"upper\",\"to\":\"filter\",\"partition\":\"forward\"},\n"
              "  {\"from\":\"filter\",\"to\":\"sink\",\"partition\":\"rebalance\"}]}");
 
-/* upper_ascii writes src to dst with 'a'..'z' in upper case, eight bytes at
- * a time (SWAR): a byte is a lower-case letter when, without its top bit, it
- * is >= 'a' and <= 'z' and its top bit was clear; 0x80 >> 2 is the case bit. */
-static inline void upper_ascii(uint8_t *dst, const uint8_t *src, uint32_t n) {
+/* upper8 upper-cases the 8 ASCII bytes of x (SWAR): a byte is a lower-case
+ * letter when, without its top bit, it is >= 'a' and <= 'z' and its top
+ * bit was clear; 0x80 >> 2 is the case bit. */
+static inline uint64_t upper8(uint64_t x) {
 	const uint64_t ones = 0x0101010101010101ull, high = 0x8080808080808080ull;
-	for (; n >= 8; n -= 8, src += 8, dst += 8) {
-		uint64_t x;
-		__builtin_memcpy(&x, src, 8);
-		uint64_t low = x & ~high;
-		uint64_t ge_a = low + (0x80 - 'a') * ones;
-		uint64_t gt_z = low + (0x80 - 'z' - 1) * ones;
-		uint64_t lower = ge_a & ~gt_z & ~x & high;
-		x ^= lower >> 2;
-		__builtin_memcpy(dst, &x, 8);
+	uint64_t low = x & ~high;
+	uint64_t ge_a = low + (0x80 - 'a') * ones;
+	uint64_t gt_z = low + (0x80 - 'z' - 1) * ones;
+	return x ^ ((ge_a & ~gt_z & ~x & high) >> 2);
+}
+
+static inline uint64_t load8(const uint8_t *p) {
+	uint64_t x;
+	__builtin_memcpy(&x, p, 8);
+	return x;
+}
+
+static inline void store8(uint8_t *p, uint64_t x) { __builtin_memcpy(p, &x, 8); }
+
+static inline uint32_t upper4(uint32_t x) {
+	const uint32_t ones = 0x01010101u, high = 0x80808080u;
+	uint32_t low = x & ~high;
+	uint32_t ge_a = low + (0x80 - 'a') * ones;
+	uint32_t gt_z = low + (0x80 - 'z' - 1) * ones;
+	return x ^ ((ge_a & ~gt_z & ~x & high) >> 2);
+}
+
+static inline uint8_t upper1(uint8_t c) { return (c >= 'a' && c <= 'z') ? (uint8_t)(c - ('a' - 'A')) : c; }
+
+/* up8 upper-cases the 8 bytes at src + i into dst + i. */
+static inline void up8(uint8_t *dst, const uint8_t *src, uint32_t i) { store8(dst + i, upper8(load8(src + i))); }
+
+/* upper_ascii writes src to dst with 'a'..'z' in upper case. It works on
+ * words and covers the ends with words that overlap the ones before them,
+ * so that values up to 32 bytes take no loop at all: compiled to wasm, under
+ * a host enforcing call deadlines (wazero's WithCloseOnContextDone) every
+ * loop iteration costs a call to a termination check, more than the work. */
+static inline void upper_ascii(uint8_t *dst, const uint8_t *src, uint32_t n) {
+	if (n >= 8) {
+		if (n <= 16) {
+			up8(dst, src, 0);
+			up8(dst, src, n - 8);
+			return;
+		}
+		for (uint32_t i = 0; i + 32 <= n; i += 32) {
+			up8(dst, src, i);
+			up8(dst, src, i + 8);
+			up8(dst, src, i + 16);
+			up8(dst, src, i + 24);
+		}
+		/* The last 32 bytes (or all of them when n < 32), overlapping. */
+		uint32_t i = n >= 32 ? n - 32 : 0;
+		up8(dst, src, i);
+		up8(dst, src, i + 8);
+		up8(dst, src, n - 16);
+		up8(dst, src, n - 8);
+		return;
 	}
-	for (uint32_t i = 0; i < n; i++) {
-		uint8_t c = src[i];
-		dst[i] = (c >= 'a' && c <= 'z') ? (uint8_t)(c - ('a' - 'A')) : c;
+	if (n >= 4) {
+		uint32_t a, b;
+		__builtin_memcpy(&a, src, 4);
+		__builtin_memcpy(&b, src + n - 4, 4);
+		a = upper4(a);
+		b = upper4(b);
+		__builtin_memcpy(dst, &a, 4);
+		__builtin_memcpy(dst + n - 4, &b, 4);
+		return;
 	}
+	if (n > 0)
+		dst[0] = upper1(src[0]);
+	if (n > 1)
+		dst[1] = upper1(src[1]);
+	if (n > 2)
+		dst[2] = upper1(src[2]);
 }
 
 /* upper emits each record with its value in ASCII upper case, written
