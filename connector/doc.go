@@ -29,12 +29,22 @@
 //     interleave lines.
 //   - sink "file": path (required), format "text" (as stdout) or "tsv" (what
 //     the file source reads back) [text]. Subtask s of p > 1 writes
-//     path.part-<s>. Output goes to a temporary file renamed at Close.
+//     path.part-<s>. Output goes to a temporary file renamed at Close. It is
+//     Transactional: after BeginTransactions, path is a directory of
+//     exactly-once part files, part-<s>-<checkpoint id>, pre-committed as
+//     hidden .pending files at each checkpoint and renamed into place when
+//     the checkpoint completes (see fileTxns).
 //   - sink "discard": no fields; counts records, batches and bytes.
 //
 // Parallel subtasks split the input deterministically: subtask s of p takes
 // the records (gen) or lines (file) whose index is s modulo p, so the union
 // of what the subtasks produce does not depend on p.
+//
+// Every source is Rewindable: Offset is its position after the records
+// returned so far (operator state stored in checkpoints) and Seek returns an
+// opened source there, so a restore reads every record after the checkpoint
+// exactly once. Offsets are versioned JSON naming the source kind, subtask
+// and parallelism; Seek refuses any other.
 //
 // A source reports an event-time watermark after each call to Next: the
 // largest timestamp it has emitted minus the configured watermark delay,

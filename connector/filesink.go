@@ -21,14 +21,16 @@ type fileSinkConfig struct {
 
 // fileSink writes records as lines to a file. It writes to a temporary file
 // next to the target and renames it at Close, so a file at the target path is
-// always complete.
+// always complete. After BeginTransactions it writes exactly-once output into
+// the directory at path instead (see fileTxns).
 type fileSink struct {
 	cfg    fileSinkConfig
 	target string
 	f      *os.File
 	w      *bufio.Writer
 	buf    []byte
-	err    error // the first write error: Close then discards the file
+	err    error     // the first write error: Close then discards the file
+	txn    *fileTxns // transactional mode (BeginTransactions), nil otherwise
 }
 
 func newFileSink(raw json.RawMessage, _ io.Writer) (Sink, error) {
@@ -58,6 +60,9 @@ func (s *fileSink) Open(_ context.Context, subtask, parallelism int) error {
 	if err := checkSubtask("connector file: sink "+s.cfg.Path, subtask, parallelism); err != nil {
 		return err
 	}
+	if s.txn != nil {
+		return s.txn.open(subtask)
+	}
 	if s.f != nil {
 		return fmt.Errorf("connector file: sink %s: open: already open", s.target)
 	}
@@ -72,34 +77,19 @@ func (s *fileSink) Open(_ context.Context, subtask, parallelism int) error {
 }
 
 func (s *fileSink) Write(batch []byte) error {
+	if s.txn != nil {
+		return s.txn.write(s, batch)
+	}
 	if s.f == nil {
 		return fmt.Errorf("connector file: sink %s: write: %w", s.cfg.Path, errNotOpen)
 	}
 	if s.err != nil {
 		return s.err
 	}
-	r, err := abi.NewReader(batch)
+	buf, err := s.format(batch)
 	if err != nil {
 		return fmt.Errorf("connector file: sink %s: write: %w", s.target, err)
 	}
-	// Format the whole batch first so that a bad record writes nothing.
-	buf := s.buf[:0]
-	var rec abi.Record
-	for {
-		ok, err := r.Next(&rec)
-		if err != nil {
-			return fmt.Errorf("connector file: sink %s: write: %w", s.target, err)
-		}
-		if !ok {
-			break
-		}
-		if s.cfg.Format == formatText {
-			buf = appendTextLine(buf, &rec)
-		} else if buf, err = appendTSVLine(buf, &rec); err != nil {
-			return fmt.Errorf("connector file: sink %s: write: %w", s.target, err)
-		}
-	}
-	s.buf = buf
 	if _, err := s.w.Write(buf); err != nil {
 		s.err = fmt.Errorf("connector file: sink %s: write: %w", s.target, err)
 		return s.err
@@ -107,13 +97,41 @@ func (s *fileSink) Write(batch []byte) error {
 	return nil
 }
 
-// Close flushes and syncs the temporary file and renames it to the target.
-// After a failed write it removes the temporary file instead and reports the
-// failure, so no partial output appears at the target.
+// format formats the records of batch as lines into s.buf and returns it.
+// The whole batch is formatted before anything is written, so that a bad
+// record writes nothing.
+func (s *fileSink) format(batch []byte) ([]byte, error) {
+	r, err := abi.NewReader(batch)
+	if err != nil {
+		return nil, err
+	}
+	buf := s.buf[:0]
+	var rec abi.Record
+	for {
+		ok, err := r.Next(&rec)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			break
+		}
+		if s.cfg.Format == formatText {
+			buf = appendTextLine(buf, &rec)
+		} else if buf, err = appendTSVLine(buf, &rec); err != nil {
+			return nil, err
+		}
+	}
+	s.buf = buf
+	return buf, nil
+}
+
 // Abort discards what the sink wrote: the temporary file is removed and the
 // target is left as it was, so a failed job never leaves a file that looks
 // complete.
 func (s *fileSink) Abort() error {
+	if s.txn != nil {
+		return s.txn.abort()
+	}
 	if s.f == nil {
 		return nil
 	}
@@ -129,7 +147,14 @@ func (s *fileSink) Abort() error {
 	return nil
 }
 
+// Close flushes and syncs the temporary file and renames it to the target.
+// After a failed write it removes the temporary file instead and reports the
+// failure, so no partial output appears at the target. In transactional
+// mode it commits the rest of the input instead (see fileTxns.close).
 func (s *fileSink) Close() error {
+	if s.txn != nil {
+		return s.txn.close()
+	}
 	if s.f == nil {
 		return nil
 	}

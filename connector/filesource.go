@@ -52,6 +52,7 @@ type fileSource struct {
 	r       *bufio.Reader
 	long    []byte // a line longer than the reader's buffer, assembled
 	index   int64  // 0-based index of the next line to read
+	pos     int64  // byte offset of the next line to read
 	subtask int64
 	step    int64
 	maxTs   int64
@@ -82,6 +83,7 @@ func (s *fileSource) Open(_ context.Context, subtask, parallelism int) error {
 	s.f = f
 	s.r = bufio.NewReaderSize(f, fileBufferSize)
 	s.index = 0
+	s.pos = 0
 	s.subtask = int64(subtask)
 	s.step = int64(parallelism)
 	s.maxTs = abi.MinWatermark
@@ -155,6 +157,7 @@ func (s *fileSource) readLine() ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	s.pos += int64(len(line))
 	if n := len(line); n > 0 && line[n-1] == '\n' {
 		line = line[:n-1]
 	}
@@ -165,6 +168,77 @@ func (s *fileSource) readLine() ([]byte, error) {
 }
 
 func (s *fileSource) watermark() int64 { return watermark(s.maxTs, s.cfg.WatermarkDelay) }
+
+// fileOffset is the "file" source's offset: the 0-based index and the byte
+// offset of the next line to read, and the largest timestamp emitted so
+// far. Path names the file so that an offset is not applied to another one.
+type fileOffset struct {
+	offsetHeader
+	Path  string `json:"path"`
+	Line  int64  `json:"line"`
+	Byte  int64  `json:"byte"`
+	MaxTs int64  `json:"maxTs"`
+}
+
+// Offset returns the position of the next line to read. Lines of other
+// subtasks between the last record and that line are skipped again after a
+// Seek, so the position is exact for this subtask.
+func (s *fileSource) Offset() ([]byte, error) {
+	if s.f == nil {
+		return nil, fmt.Errorf("connector file: source %s: offset: %w", s.cfg.Path, errNotOpen)
+	}
+	return json.Marshal(fileOffset{
+		offsetHeader: offsetHeader{Version: offsetVersion, Kind: "file", Subtask: int(s.subtask), Parallelism: int(s.step)},
+		Path:         s.cfg.Path,
+		Line:         s.index,
+		Byte:         s.pos,
+		MaxTs:        s.maxTs,
+	})
+}
+
+// Seek positions the file at the offset's byte without reading what comes
+// before it. The file must still hold at least that many bytes, and the
+// offset must fall at the start of a line (or at the end of the file):
+// anything else means the file changed since the offset was taken.
+func (s *fileSource) Seek(offset []byte) error {
+	what := "connector file: source " + s.cfg.Path
+	if s.f == nil {
+		return fmt.Errorf("%s: seek: %w", what, errNotOpen)
+	}
+	var o fileOffset
+	if err := decodeOffset(what, "file", int(s.subtask), int(s.step), offset, &o); err != nil {
+		return err
+	}
+	if o.Path != s.cfg.Path {
+		return fmt.Errorf("%s: seek: the offset belongs to file %s; restore with the path the offset was taken from", what, o.Path)
+	}
+	if o.Line < 0 || o.Byte < 0 || o.Line > o.Byte {
+		return fmt.Errorf("%s: seek: line %d at byte %d is not a possible position", what, o.Line, o.Byte)
+	}
+	st, err := s.f.Stat()
+	if err != nil {
+		return fmt.Errorf("%s: seek: %w", what, err)
+	}
+	if st.Size() < o.Byte {
+		return fmt.Errorf("%s: seek: the offset is at byte %d (line %d) but the file has only %d bytes: it was truncated or replaced since the offset was taken",
+			what, o.Byte, o.Line+1, st.Size())
+	}
+	if o.Byte > 0 && o.Byte < st.Size() {
+		var prev [1]byte
+		if _, err := s.f.ReadAt(prev[:], o.Byte-1); err != nil {
+			return fmt.Errorf("%s: seek: %w", what, err)
+		}
+		if prev[0] != '\n' {
+			return fmt.Errorf("%s: seek: byte %d (line %d) is not the start of a line: the file changed since the offset was taken", what, o.Byte, o.Line+1)
+		}
+	}
+	if _, err := s.f.Seek(o.Byte, io.SeekStart); err != nil {
+		return fmt.Errorf("%s: seek: %w", what, err)
+	}
+	s.r.Reset(s.f)
+	s.index, s.pos, s.maxTs, s.done = o.Line, o.Byte, o.MaxTs, false
+	return nil
+}
 
 func (s *fileSource) Close() error {
 	if s.f == nil {

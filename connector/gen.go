@@ -144,15 +144,16 @@ func genRecord(p *genParams, i int64, buf []byte) (ts int64, value []byte, keyLe
 // genSource is the "gen" source: a deterministic, optionally rate-limited
 // stream of word records.
 type genSource struct {
-	p      genParams
-	open   bool
-	next   int64 // global index of this subtask's next record
-	step   int64 // parallelism
-	maxTs  int64
-	val    []byte
-	bucket *tokenBucket
-	now    func() time.Time
-	sleep  func(ctx context.Context, d time.Duration) error
+	p       genParams
+	open    bool
+	next    int64 // global index of this subtask's next record
+	subtask int64
+	step    int64 // parallelism
+	maxTs   int64
+	val     []byte
+	bucket  *tokenBucket
+	now     func() time.Time
+	sleep   func(ctx context.Context, d time.Duration) error
 }
 
 func newGenSource(raw json.RawMessage) (Source, error) {
@@ -169,6 +170,7 @@ func (g *genSource) Open(_ context.Context, subtask, parallelism int) error {
 	}
 	g.open = true
 	g.next = int64(subtask)
+	g.subtask = int64(subtask)
 	g.step = int64(parallelism)
 	g.maxTs = abi.MinWatermark
 	g.bucket = nil
@@ -223,6 +225,48 @@ func (g *genSource) Next(ctx context.Context, b *abi.Builder, limit int) (int64,
 }
 
 func (g *genSource) watermark() int64 { return watermark(g.maxTs, g.p.delay) }
+
+// genOffset is the "gen" source's offset: the global index of the
+// subtask's next record and the largest timestamp emitted so far.
+type genOffset struct {
+	offsetHeader
+	Next  int64 `json:"next"`
+	MaxTs int64 `json:"maxTs"`
+}
+
+// Offset returns the index of the next record this subtask would produce
+// and the largest timestamp it has produced.
+func (g *genSource) Offset() ([]byte, error) {
+	if !g.open {
+		return nil, fmt.Errorf("connector gen: offset: %w", errNotOpen)
+	}
+	return json.Marshal(genOffset{
+		offsetHeader: offsetHeader{Version: offsetVersion, Kind: "gen", Subtask: int(g.subtask), Parallelism: int(g.step)},
+		Next:         g.next,
+		MaxTs:        g.maxTs,
+	})
+}
+
+// Seek continues after the record before offset's index. Records are pure
+// functions of their index, so nothing is replayed to get there.
+func (g *genSource) Seek(offset []byte) error {
+	if !g.open {
+		return fmt.Errorf("connector gen: seek: %w", errNotOpen)
+	}
+	var o genOffset
+	if err := decodeOffset("connector gen", "gen", int(g.subtask), int(g.step), offset, &o); err != nil {
+		return err
+	}
+	if o.Next < g.subtask || (o.Next-g.subtask)%g.step != 0 {
+		return fmt.Errorf("connector gen: seek: next record %d is not one of subtask %d of parallelism %d (index mod %d must be %d)",
+			o.Next, g.subtask, g.step, g.step, g.subtask)
+	}
+	if o.Next == g.subtask && o.MaxTs != abi.MinWatermark {
+		return fmt.Errorf("connector gen: seek: the offset is before the first record but has maximum timestamp %d", o.MaxTs)
+	}
+	g.next, g.maxTs = o.Next, o.MaxTs
+	return nil
+}
 
 func (g *genSource) Close() error {
 	g.open = false

@@ -15,6 +15,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/wstream/wstream/checkpoint"
 	"github.com/wstream/wstream/job"
 	"github.com/wstream/wstream/transport"
 )
@@ -29,6 +30,10 @@ type Config struct {
 	// DeployTimeout bounds a worker's answer to a deployment, which includes
 	// fetching and compiling the module (default 60s).
 	DeployTimeout time.Duration
+	// DataDir holds each job's record (jobs/JOB/job.json) and, for
+	// checkpointing jobs, its checkpoints (jobs/JOB/checkpoints). Workers
+	// must see the same path (one host, or a shared file system).
+	DataDir string
 }
 
 // Coordinator is the job manager.
@@ -50,12 +55,18 @@ type workerState struct {
 type jobState struct {
 	info     transport.JobInfo
 	plan     *job.Plan
+	digest   string
+	module   string
 	worker   string
-	tasks    int
+	refs     []transport.TaskRef
+	attempt  int
+	restarts int
+	// Per attempt:
 	ended    int
 	finished int
 	failed   string
 	canceled bool
+	ckpt     *ckptDriver
 	metrics  map[string]*transport.VertexMetrics
 	sub      *nats.Subscription
 	started  time.Time
@@ -232,18 +243,79 @@ func (c *Coordinator) submit(req transport.SubmitRequest) (string, error) {
 	if name == "" {
 		name = plan.Name
 	}
-	id := newJobID(name)
+	id := req.Resume
+	attempt := 0
+	if id != "" {
+		// A resumed job continues from its latest checkpoint; its sinks
+		// recover as after any restart.
+		rec, err := c.readRecord(id)
+		if err != nil {
+			return "", err
+		}
+		if rec.State != transport.JobRunning {
+			return "", fmt.Errorf("job %s has %s: there is nothing to resume", id, rec.State)
+		}
+		attempt = rec.Attempt + 1
+	} else {
+		id = newJobID(name)
+	}
 
-	// Every subtask of a job runs on one worker: the one with the most free
-	// slots among those that fit it.
+	pick, err := c.pickWorker(name, len(refs))
+	if err != nil {
+		return "", err
+	}
+	js := &jobState{
+		info:    transport.JobInfo{JobID: id, Name: name, State: transport.JobRunning, Started: c.now()},
+		plan:    plan,
+		digest:  req.ModuleDigest,
+		module:  req.ModuleName,
+		worker:  pick,
+		refs:    refs,
+		attempt: attempt,
+		started: c.now(),
+		metrics: map[string]*transport.VertexMetrics{},
+	}
 	c.mu.Lock()
+	if old, ok := c.jobs[id]; ok && !old.done {
+		c.mu.Unlock()
+		c.release(pick, len(refs))
+		return "", fmt.Errorf("job %s is running already", id)
+	}
+	c.jobs[id] = js
+	c.mu.Unlock()
+	sub, err := c.cfg.NATS.Subscribe(transport.TaskStatusSubject(id), c.onTaskStatus)
+	if err == nil {
+		err = c.cfg.NATS.Flush()
+	}
+	if err != nil {
+		c.forget(id, pick, len(refs))
+		return "", fmt.Errorf("job %s: %w", id, err)
+	}
+	c.mu.Lock()
+	js.sub = sub
+	c.mu.Unlock()
+	c.writeRecord(js, transport.JobRunning)
+	if err := c.deployAttempt(js); err != nil {
+		_ = sub.Unsubscribe()
+		c.forget(id, pick, len(refs))
+		c.writeRecord(js, transport.JobFailed)
+		return "", err
+	}
+	return id, nil
+}
+
+// pickWorker reserves slots for a job on one live worker: the one with the
+// most free slots among those that fit it.
+func (c *Coordinator) pickWorker(name string, slots int) (string, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	var pick *workerState
 	for _, w := range c.workers {
 		if c.now().Sub(w.lastSeen) > c.cfg.WorkerTimeout {
 			continue
 		}
 		free := w.info.Slots - w.used
-		if w.info.Slots > 0 && free < len(refs) {
+		if w.info.Slots > 0 && free < slots {
 			continue
 		}
 		if pick == nil || w.info.Slots <= 0 || (pick.info.Slots > 0 && free > pick.info.Slots-pick.used) {
@@ -251,40 +323,48 @@ func (c *Coordinator) submit(req transport.SubmitRequest) (string, error) {
 		}
 	}
 	if pick == nil {
-		n := len(c.workers)
-		c.mu.Unlock()
-		if n == 0 {
+		if len(c.workers) == 0 {
 			return "", errors.New("no worker is registered: start one with `wstream worker`")
 		}
-		return "", fmt.Errorf("job %s needs %d slots and no live worker has that many free", name, len(refs))
+		return "", fmt.Errorf("job %s needs %d slots and no live worker has that many free", name, slots)
 	}
-	pick.used += len(refs)
-	js := &jobState{
-		info:    transport.JobInfo{JobID: id, Name: name, State: transport.JobRunning, Started: c.now()},
-		plan:    plan,
-		worker:  pick.info.ID,
-		tasks:   len(refs),
-		metrics: map[string]*transport.VertexMetrics{},
-		started: c.now(),
-	}
-	c.jobs[id] = js
-	c.mu.Unlock()
+	pick.used += slots
+	return pick.info.ID, nil
+}
 
-	sub, err := c.cfg.NATS.Subscribe(transport.TaskStatusSubject(id), c.onTaskStatus)
-	if err == nil {
-		err = c.cfg.NATS.Flush()
-	}
-	if err != nil {
-		c.forget(id, pick.info.ID, len(refs))
-		return "", fmt.Errorf("job %s: %w", id, err)
-	}
+func (c *Coordinator) release(worker string, slots int) {
 	c.mu.Lock()
-	js.sub = sub
-	c.mu.Unlock()
+	defer c.mu.Unlock()
+	if w, ok := c.workers[worker]; ok {
+		w.used -= slots
+	}
+}
 
-	d := transport.Deployment{JobID: id, Plan: plan.JSON(), ModuleDigest: req.ModuleDigest, ModuleName: req.ModuleName, Tasks: refs}
+// deployAttempt starts the current attempt of a job: checkpointing jobs
+// restore from their latest usable checkpoint (none on a first attempt).
+func (c *Coordinator) deployAttempt(js *jobState) error {
+	d := transport.Deployment{
+		JobID: js.info.JobID, Attempt: js.attempt, Plan: js.plan.JSON(),
+		ModuleDigest: js.digest, ModuleName: js.module, Tasks: js.refs,
+	}
+	if js.plan.Restart != nil {
+		_, d.Restartable = js.plan.Restart.DelayBefore(js.restarts + 1)
+	}
+	if js.plan.Checkpoint.Enabled() {
+		drv, restore, err := c.newCkptDriver(js)
+		if err != nil {
+			return fmt.Errorf("job %s: %w", js.info.JobID, err)
+		}
+		d.CheckpointRoot = drv.storage.Root()
+		d.RestoreID = restore
+		// Every later restart can fall back on a checkpoint.
+		d.Restartable = d.Restartable || js.plan.Restart != nil
+		c.mu.Lock()
+		js.ckpt = drv
+		c.mu.Unlock()
+	}
 	b, _ := json.Marshal(d)
-	msg, err := c.cfg.NATS.Request(transport.WorkerDeploySubject(pick.info.ID), b, c.cfg.DeployTimeout)
+	msg, err := c.cfg.NATS.Request(transport.WorkerDeploySubject(js.worker), b, c.cfg.DeployTimeout)
 	if err == nil {
 		var r transport.Reply
 		if uerr := json.Unmarshal(msg.Data, &r); uerr != nil {
@@ -294,21 +374,30 @@ func (c *Coordinator) submit(req transport.SubmitRequest) (string, error) {
 		}
 	}
 	if err != nil {
-		_ = sub.Unsubscribe()
-		c.forget(id, pick.info.ID, len(refs))
-		return "", fmt.Errorf("deploying job %s on worker %s: %w", id, pick.info.ID, err)
+		if js.ckpt != nil {
+			js.ckpt.stop()
+		}
+		return fmt.Errorf("deploying job %s on worker %s: %w", js.info.JobID, js.worker, err)
 	}
-	c.cfg.Logf("coordinator: job %s deployed on worker %s (%d subtasks)", id, pick.info.ID, len(refs))
-	return id, nil
+	if js.ckpt != nil {
+		js.ckpt.start()
+	}
+	c.cfg.Logf("coordinator: job %s attempt %d deployed on worker %s (%d subtasks%s)", js.info.JobID, js.attempt, js.worker, len(js.refs), restoreText(d.RestoreID))
+	return nil
+}
+
+func restoreText(id int64) string {
+	if id == 0 {
+		return ""
+	}
+	return fmt.Sprintf(", from checkpoint %d", id)
 }
 
 func (c *Coordinator) forget(id, worker string, slots int) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	delete(c.jobs, id)
-	if w, ok := c.workers[worker]; ok {
-		w.used -= slots
-	}
+	c.mu.Unlock()
+	c.release(worker, slots)
 }
 
 func (c *Coordinator) onTaskStatus(m *nats.Msg) {
@@ -319,7 +408,7 @@ func (c *Coordinator) onTaskStatus(m *nats.Msg) {
 	}
 	c.mu.Lock()
 	j, ok := c.jobs[st.JobID]
-	if !ok || j.done {
+	if !ok || j.done || st.Attempt != j.attempt {
 		c.mu.Unlock()
 		return
 	}
@@ -333,28 +422,96 @@ func (c *Coordinator) onTaskStatus(m *nats.Msg) {
 		agg.RecordsIn += vm.RecordsIn
 		agg.RecordsOut += vm.RecordsOut
 	}
-	var cancelWorker string
+	cancel := false
 	switch st.State {
 	case transport.TaskFinished:
 		j.finished++
+		if j.ckpt != nil {
+			j.ckpt.taskFinished(checkpoint.TaskID{Chain: st.Task.Chain, Subtask: st.Task.Subtask})
+		}
 	case transport.TaskFailed:
 		if j.failed == "" {
 			j.failed = st.Error
-			cancelWorker = j.worker
+			cancel = true
 		}
 	}
-	var result *transport.JobResult
-	if j.ended == j.tasks {
-		result = c.endJob(j)
-	}
+	attemptOver := j.ended == len(j.refs)
 	c.mu.Unlock()
-	if cancelWorker != "" {
-		c.cancelOn(cancelWorker, st.JobID, true)
+	if cancel {
+		c.cancelOn(j.worker, st.JobID, st.Attempt, true)
 	}
-	if result != nil {
+	if attemptOver {
+		c.attemptEnded(j)
+	}
+}
+
+// failJob fails the current attempt of a job for a reason of the
+// coordinator's own (too many failed checkpoints).
+func (c *Coordinator) failJob(j *jobState, attempt int, reason string) {
+	c.mu.Lock()
+	if j.done || j.attempt != attempt || j.failed != "" {
+		c.mu.Unlock()
+		return
+	}
+	j.failed = reason
+	c.mu.Unlock()
+	c.cancelOn(j.worker, j.info.JobID, attempt, true)
+}
+
+// attemptEnded runs when every subtask of the current attempt has ended:
+// the job finishes, fails, is cancelled, or restarts per its strategy.
+func (c *Coordinator) attemptEnded(j *jobState) {
+	c.mu.Lock()
+	if j.ckpt != nil {
+		j.ckpt.stop()
+		j.ckpt = nil
+	}
+	restart := false
+	var delay int64
+	if j.failed != "" && !j.canceled && j.plan.Restart != nil {
+		delay, restart = j.plan.Restart.DelayBefore(j.restarts + 1)
+	}
+	if !restart {
+		result := c.endJob(j)
+		c.mu.Unlock()
+		c.writeRecord(j, result.State)
 		b, _ := json.Marshal(result)
 		_ = c.cfg.NATS.Publish(transport.JobDoneSubject(result.JobID), b)
+		return
 	}
+	reason := j.failed
+	j.restarts++
+	j.attempt++
+	j.ended, j.finished, j.failed = 0, 0, ""
+	j.metrics = map[string]*transport.VertexMetrics{}
+	c.mu.Unlock()
+	c.cfg.Logf("coordinator: job %s failed (%s); restart %d in %dms", j.info.JobID, reason, j.restarts, delay)
+	c.writeRecord(j, transport.JobRunning)
+	go func() {
+		time.Sleep(time.Duration(delay) * time.Millisecond)
+		c.mu.Lock()
+		stop := j.canceled || j.done
+		c.mu.Unlock()
+		if stop {
+			c.mu.Lock()
+			result := c.endJob(j)
+			c.mu.Unlock()
+			c.writeRecord(j, result.State)
+			b, _ := json.Marshal(result)
+			_ = c.cfg.NATS.Publish(transport.JobDoneSubject(result.JobID), b)
+			return
+		}
+		if err := c.deployAttempt(j); err != nil {
+			c.mu.Lock()
+			j.failed = fmt.Sprintf("restart %d: %v", j.restarts, err)
+			j.canceled = true // no further restarts
+			result := c.endJob(j)
+			c.mu.Unlock()
+			c.writeRecord(j, result.State)
+			b, _ := json.Marshal(result)
+			_ = c.cfg.NATS.Publish(transport.JobDoneSubject(result.JobID), b)
+		}
+	}()
 }
 
 // endJob records a job's end; c.mu is held.
@@ -364,13 +521,16 @@ func (c *Coordinator) endJob(j *jobState) *transport.JobResult {
 		_ = j.sub.Unsubscribe()
 	}
 	if w, ok := c.workers[j.worker]; ok {
-		w.used -= j.tasks
+		w.used -= len(j.refs)
 	}
-	r := &transport.JobResult{JobID: j.info.JobID, Name: j.info.Name, Duration: c.now().Sub(j.started)}
+	r := &transport.JobResult{JobID: j.info.JobID, Name: j.info.Name, Duration: c.now().Sub(j.started), Restarts: j.restarts}
 	switch {
 	case j.failed != "":
 		r.State, r.Error = transport.JobFailed, j.failed
-	case j.finished == j.tasks:
+		if j.restarts > 0 {
+			r.Error = fmt.Sprintf("%s (after %d restarts)", j.failed, j.restarts)
+		}
+	case j.finished == len(j.refs):
 		r.State = transport.JobFinished
 	default:
 		r.State = transport.JobCanceled
@@ -385,8 +545,8 @@ func (c *Coordinator) endJob(j *jobState) *transport.JobResult {
 	return r
 }
 
-func (c *Coordinator) cancelOn(worker, id string, failed bool) {
-	b, _ := json.Marshal(transport.CancelRequest{JobID: id, Failed: failed})
+func (c *Coordinator) cancelOn(worker, id string, attempt int, failed bool) {
+	b, _ := json.Marshal(transport.CancelRequest{JobID: id, Attempt: attempt, Failed: failed})
 	if _, err := c.cfg.NATS.Request(transport.WorkerCancelSubject(worker), b, 5*time.Second); err != nil {
 		c.cfg.Logf("coordinator: cancelling job %s on worker %s: %v", id, worker, err)
 	}
@@ -401,9 +561,10 @@ func (c *Coordinator) onCancel(m *nats.Msg) {
 	c.mu.Lock()
 	j, ok := c.jobs[req.JobID]
 	var worker string
+	var attempt int
 	if ok && !j.done {
 		j.canceled = true
-		worker = j.worker
+		worker, attempt = j.worker, j.attempt
 	}
 	c.mu.Unlock()
 	if !ok {
@@ -411,7 +572,7 @@ func (c *Coordinator) onCancel(m *nats.Msg) {
 		return
 	}
 	if worker != "" {
-		go c.cancelOn(worker, req.JobID, false)
+		go c.cancelOn(worker, req.JobID, attempt, false)
 	}
 	respond(m, transport.Reply{})
 }

@@ -110,7 +110,7 @@ func Start(ctx context.Context, o Options) (e *Engine, err error) {
 		return nil, err
 	}
 	if !o.NoCoordinator && (o.NATSURL == "" || o.Workers > 0) {
-		e.coord, err = coordinator.New(coordinator.Config{NATS: e.nc, Logf: o.Logf})
+		e.coord, err = coordinator.New(coordinator.Config{NATS: e.nc, Logf: o.Logf, DataDir: o.DataDir})
 		if err != nil {
 			return nil, err
 		}

@@ -40,6 +40,9 @@ type Plan struct {
 	Parallelism    int      `json:"parallelism"`
 	Vertices       []Vertex `json:"vertices"`
 	Edges          []Edge   `json:"edges"`
+	// Checkpoint and Restart are optional; nil means off / no restarts.
+	Checkpoint *CheckpointSettings `json:"checkpoint,omitempty"`
+	Restart    *RestartSettings    `json:"restart,omitempty"`
 
 	// Parse records which plan-level values the JSON set, so that an
 	// explicit 0 is reported rather than replaced by the default.
@@ -100,6 +103,8 @@ type (
 		Parallelism    *int              `json:"parallelism"`
 		Vertices       []json.RawMessage `json:"vertices"`
 		Edges          []json.RawMessage `json:"edges"`
+		Checkpoint     json.RawMessage   `json:"checkpoint"`
+		Restart        json.RawMessage   `json:"restart"`
 	}
 	wireVertex struct {
 		ID          string          `json:"id"`
@@ -117,11 +122,13 @@ type (
 		Output    string `json:"output"`
 	}
 	wirePlanOut struct {
-		Name           string       `json:"name"`
-		MaxParallelism int          `json:"maxParallelism"`
-		Parallelism    int          `json:"parallelism"`
-		Vertices       []wireVertex `json:"vertices"`
-		Edges          []wireEdge   `json:"edges"`
+		Name           string              `json:"name"`
+		MaxParallelism int                 `json:"maxParallelism"`
+		Parallelism    int                 `json:"parallelism"`
+		Vertices       []wireVertex        `json:"vertices"`
+		Edges          []wireEdge          `json:"edges"`
+		Checkpoint     *CheckpointSettings `json:"checkpoint,omitempty"`
+		Restart        *RestartSettings    `json:"restart,omitempty"`
 	}
 )
 
@@ -133,6 +140,18 @@ func Parse(data []byte) (*Plan, error) {
 		return nil, err
 	}
 	p := &Plan{Name: w.Name}
+	if len(w.Checkpoint) > 0 && string(w.Checkpoint) != "null" {
+		p.Checkpoint = &CheckpointSettings{}
+		if err := decodeStrict(w.Checkpoint, p.Checkpoint, "checkpoint"); err != nil {
+			return nil, err
+		}
+	}
+	if len(w.Restart) > 0 && string(w.Restart) != "null" {
+		p.Restart = &RestartSettings{}
+		if err := decodeStrict(w.Restart, p.Restart, "restart"); err != nil {
+			return nil, err
+		}
+	}
 	if w.MaxParallelism != nil {
 		p.MaxParallelism, p.maxParallelismSet = *w.MaxParallelism, true
 	}
@@ -328,7 +347,8 @@ func canonicalJSON(raw json.RawMessage) (json.RawMessage, error) {
 // that parsing it back gives the same plan.
 func (p *Plan) JSON() []byte {
 	w := wirePlanOut{Name: p.Name, MaxParallelism: p.MaxParallelism, Parallelism: p.Parallelism,
-		Vertices: make([]wireVertex, len(p.Vertices)), Edges: make([]wireEdge, len(p.Edges))}
+		Vertices: make([]wireVertex, len(p.Vertices)), Edges: make([]wireEdge, len(p.Edges)),
+		Checkpoint: p.Checkpoint, Restart: p.Restart}
 	for i := range p.Vertices {
 		v := &p.Vertices[i]
 		wv := wireVertex{ID: v.ID, Kind: v.Kind, Operator: v.Operator, Connector: v.Connector, Config: v.Config, Outputs: v.Outputs}
@@ -406,5 +426,13 @@ func (p *Plan) Clone() *Plan {
 		v.Outputs = slices.Clone(v.Outputs)
 	}
 	c.Edges = slices.Clone(p.Edges)
+	if p.Checkpoint != nil {
+		cp := *p.Checkpoint
+		c.Checkpoint = &cp
+	}
+	if p.Restart != nil {
+		r := *p.Restart
+		c.Restart = &r
+	}
 	return &c
 }

@@ -56,6 +56,12 @@ func (p *Plan) Validate() error {
 	if err := p.checkParallelism("parallelism", p.Parallelism); err != nil {
 		return err
 	}
+	if err := p.Checkpoint.validate(); err != nil {
+		return err
+	}
+	if err := p.Restart.validate(); err != nil {
+		return err
+	}
 	if len(p.Vertices) == 0 {
 		return &Error{Path: "vertices", Message: "empty: a plan needs at least a source and a sink"}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 )
 
 // Kind says what a Message carries.
@@ -16,6 +17,10 @@ const (
 	KindWatermark
 	// KindEnd says the producer will send nothing more on this channel.
 	KindEnd
+	// KindBarrier carries checkpoint barrier Checkpoint of CheckpointKind.
+	KindBarrier
+	// KindCancel is a cancel marker: drop checkpoint Checkpoint.
+	KindCancel
 )
 
 func (k Kind) String() string {
@@ -26,6 +31,10 @@ func (k Kind) String() string {
 		return "watermark"
 	case KindEnd:
 		return "end"
+	case KindBarrier:
+		return "barrier"
+	case KindCancel:
+		return "cancel"
 	}
 	return fmt.Sprintf("kind(%d)", uint8(k))
 }
@@ -35,6 +44,12 @@ type Message struct {
 	Kind      Kind
 	Data      []byte // KindData: an encoded abi batch
 	Watermark int64  // KindWatermark
+	// Checkpoint is the checkpoint id of KindBarrier and KindCancel;
+	// CheckpointKind is the checkpoint.Kind of a barrier and Timestamp its
+	// trigger time (unix ms).
+	Checkpoint     int64
+	CheckpointKind uint8
+	Timestamp      int64
 }
 
 // ErrClosed is returned by Send on a channel whose consumer has gone away.
@@ -45,6 +60,12 @@ type OutputChannel interface {
 	// Send enqueues m, blocking while the channel is full (backpressure)
 	// until there is room or ctx is done.
 	Send(ctx context.Context, m Message) error
+	// Overtake puts m at the head of the queue, ahead of every message
+	// already queued, without blocking (an unaligned checkpoint's barrier
+	// overtakes in-flight data). It returns the data batches it overtook,
+	// in queue order: they are still delivered, after m, and the caller
+	// persists them as the channel's state.
+	Overtake(m Message) ([][]byte, error)
 }
 
 // InputChannel is the consumer side of a channel, read through an InputGate.
@@ -61,7 +82,13 @@ type InputChannel interface {
 // LocalChannel is a bounded in-memory FIFO between two subtasks of one
 // worker. It implements both sides.
 type LocalChannel struct {
-	q      chan Message
+	mu       sync.Mutex
+	q        []Message // ring buffer
+	head     int
+	n        int
+	capacity int
+	// space receives a value when a message leaves a full queue.
+	space  chan struct{}
 	wake   chan<- struct{}
 	closed chan struct{}
 }
@@ -73,39 +100,104 @@ func NewLocalChannel(capacity int) *LocalChannel {
 	if capacity < 1 {
 		capacity = 1
 	}
-	return &LocalChannel{q: make(chan Message, capacity), closed: make(chan struct{})}
+	return &LocalChannel{
+		q:        make([]Message, capacity+4),
+		capacity: capacity,
+		space:    make(chan struct{}, 1),
+		closed:   make(chan struct{}),
+	}
 }
 
 // Send implements OutputChannel.
 func (c *LocalChannel) Send(ctx context.Context, m Message) error {
-	select {
-	case c.q <- m:
-	default:
+	for {
+		c.mu.Lock()
+		if c.n < c.capacity {
+			c.push(m)
+			c.mu.Unlock()
+			c.notify()
+			return nil
+		}
+		c.mu.Unlock()
 		select {
-		case c.q <- m:
+		case <-c.space:
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-c.closed:
 			return ErrClosed
 		}
 	}
+}
+
+// Overtake implements OutputChannel. A priority message may exceed the
+// capacity: it must never wait behind the data it overtakes.
+func (c *LocalChannel) Overtake(m Message) ([][]byte, error) {
+	select {
+	case <-c.closed:
+		return nil, ErrClosed
+	default:
+	}
+	c.mu.Lock()
+	var over [][]byte
+	for k := 0; k < c.n; k++ {
+		if q := c.q[(c.head+k)%len(c.q)]; q.Kind == KindData {
+			over = append(over, q.Data)
+		}
+	}
+	if c.n == len(c.q) {
+		c.grow()
+	}
+	c.head = (c.head - 1 + len(c.q)) % len(c.q)
+	c.q[c.head] = m
+	c.n++
+	c.mu.Unlock()
+	c.notify()
+	return over, nil
+}
+
+// push appends m; c.mu is held.
+func (c *LocalChannel) push(m Message) {
+	if c.n == len(c.q) {
+		c.grow()
+	}
+	c.q[(c.head+c.n)%len(c.q)] = m
+	c.n++
+}
+
+func (c *LocalChannel) grow() {
+	q := make([]Message, 2*len(c.q))
+	for k := 0; k < c.n; k++ {
+		q[k] = c.q[(c.head+k)%len(c.q)]
+	}
+	c.q, c.head = q, 0
+}
+
+func (c *LocalChannel) notify() {
 	if c.wake != nil {
 		select {
 		case c.wake <- struct{}{}:
 		default:
 		}
 	}
-	return nil
 }
 
 // TryRecv implements InputChannel.
 func (c *LocalChannel) TryRecv() (Message, bool) {
-	select {
-	case m := <-c.q:
-		return m, true
-	default:
+	c.mu.Lock()
+	if c.n == 0 {
+		c.mu.Unlock()
 		return Message{}, false
 	}
+	m := c.q[c.head]
+	c.q[c.head] = Message{}
+	c.head = (c.head + 1) % len(c.q)
+	c.n--
+	c.mu.Unlock()
+	select {
+	case c.space <- struct{}{}:
+	default:
+	}
+	return m, true
 }
 
 // Notify implements InputChannel. It must be called before the first Send.
@@ -121,4 +213,8 @@ func (c *LocalChannel) Close() {
 }
 
 // Len is the number of queued messages (for tests and metrics).
-func (c *LocalChannel) Len() int { return len(c.q) }
+func (c *LocalChannel) Len() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n
+}

@@ -127,3 +127,78 @@ func TestGateWakesOnSend(t *testing.T) {
 		t.Fatal("gate did not wake on Send")
 	}
 }
+
+func TestOvertakeJumpsTheQueueAndReportsOvertakenData(t *testing.T) {
+	c := NewLocalChannel(2)
+	g := NewInputGate([]InputChannel{c})
+	ctx := context.Background()
+	_ = c.Send(ctx, data("a"))
+	_ = c.Send(ctx, Message{Kind: KindWatermark, Watermark: 5})
+	// The queue is full, yet a barrier gets in at once, ahead of both.
+	over, err := c.Overtake(Message{Kind: KindBarrier, Checkpoint: 7})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(over) != 1 || string(over[0]) != "a" {
+		t.Fatalf("overtaken = %q, want only the data batch a", over)
+	}
+	want := []Kind{KindBarrier, KindData, KindWatermark}
+	for i, k := range want {
+		_, m, err := g.Next(ctx, nil)
+		if err != nil || m.Kind != k {
+			t.Fatalf("message %d = %v %v, want %v", i, m.Kind, err, k)
+		}
+		if k == KindBarrier && m.Checkpoint != 7 {
+			t.Fatalf("barrier id %d", m.Checkpoint)
+		}
+	}
+	// Many overtakes beyond the capacity grow the ring without losing order.
+	for i := 0; i < 2; i++ {
+		_ = c.Send(ctx, data(string(rune('p'+i))))
+	}
+	for i := 0; i < 10; i++ {
+		if _, err := c.Overtake(Message{Kind: KindCancel, Checkpoint: int64(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 9; i >= 0; i-- {
+		_, m, _ := g.Next(ctx, nil)
+		if m.Kind != KindCancel || m.Checkpoint != int64(i) {
+			t.Fatalf("got %v %d, want cancel %d (last overtaker first)", m.Kind, m.Checkpoint, i)
+		}
+	}
+	for _, w := range []string{"p", "q"} {
+		_, m, _ := g.Next(ctx, nil)
+		if string(m.Data) != w {
+			t.Fatalf("got %q, want %q", m.Data, w)
+		}
+	}
+	c.Close()
+	if _, err := c.Overtake(Message{Kind: KindBarrier}); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Overtake after Close = %v", err)
+	}
+}
+
+func TestGateInterrupt(t *testing.T) {
+	a := NewLocalChannel(1)
+	g := NewInputGate([]InputChannel{a})
+	done := make(chan error, 1)
+	go func() {
+		_, _, err := g.Next(context.Background(), nil)
+		done <- err
+	}()
+	g.Interrupt()
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrInterrupted) {
+			t.Fatalf("Next = %v, want ErrInterrupted", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Interrupt did not wake Next")
+	}
+	// The interrupt is consumed: the next call reads data.
+	_ = a.Send(context.Background(), data("x"))
+	if _, m, err := g.Next(context.Background(), nil); err != nil || string(m.Data) != "x" {
+		t.Fatalf("after interrupt: %q %v", m.Data, err)
+	}
+}

@@ -3,6 +3,8 @@ package transport
 import (
 	"encoding/json"
 	"time"
+
+	"github.com/wstream/wstream/checkpoint"
 )
 
 // Subjects of the control plane. Job and worker ids are restricted to
@@ -27,12 +29,22 @@ func TaskStatusSubject(job string) string { return "wstream.job." + job + ".task
 // JobDoneSubject is where the coordinator announces a job's end.
 func JobDoneSubject(job string) string { return "wstream.job." + job + ".done" }
 
+// WorkerCheckpointSubject is where the coordinator sends a worker checkpoint
+// triggers and notifications.
+func WorkerCheckpointSubject(worker string) string { return "wstream.worker." + worker + ".ckpt" }
+
+// CheckpointAckSubject is where subtasks acknowledge or decline checkpoints.
+func CheckpointAckSubject(job string) string { return "wstream.job." + job + ".ack" }
+
 // ModuleBucket is the JetStream object store bucket holding deployed modules
 // by digest, so that every worker can fetch what a job runs.
 const ModuleBucket = "wstream-modules"
 
 // SubmitRequest asks the coordinator to run a job.
 type SubmitRequest struct {
+	// Resume, when set, continues an existing job (its id) from its latest
+	// checkpoint instead of starting a new one.
+	Resume       string          `json:"resume,omitempty"`
 	Name         string          `json:"name"`
 	Plan         json.RawMessage `json:"plan"`
 	ModuleDigest string          `json:"moduleDigest"`
@@ -45,11 +57,13 @@ type SubmitReply struct {
 	Error string `json:"error,omitempty"`
 }
 
-// CancelRequest asks the coordinator to stop a job.
+// CancelRequest asks the coordinator to stop a job, or a worker to stop its
+// subtasks of one attempt of a job.
 type CancelRequest struct {
-	JobID string `json:"jobId"`
-	// Failed says the job failed elsewhere: sinks abort instead of
-	// flushing.
+	JobID   string `json:"jobId"`
+	Attempt int    `json:"attempt,omitempty"`
+	// Failed says the job failed elsewhere: sinks abort (or, when the job
+	// restarts, keep their files for recovery) instead of flushing.
 	Failed bool `json:"failed,omitempty"`
 }
 
@@ -71,13 +85,54 @@ type TaskRef struct {
 	Subtask int `json:"subtask"`
 }
 
-// Deployment hands a worker tasks of a job.
+// Deployment hands a worker tasks of one attempt of a job.
 type Deployment struct {
 	JobID        string          `json:"jobId"`
+	Attempt      int             `json:"attempt"`
 	Plan         json.RawMessage `json:"plan"`
 	ModuleDigest string          `json:"moduleDigest"`
 	ModuleName   string          `json:"moduleName"`
 	Tasks        []TaskRef       `json:"tasks"`
+	// CheckpointRoot is the job's checkpoint storage directory when the job
+	// checkpoints.
+	CheckpointRoot string `json:"checkpointRoot,omitempty"`
+	// RestoreID is the checkpoint to restore from (0: start fresh).
+	RestoreID int64 `json:"restoreId,omitempty"`
+	// Restartable says a failure will be followed by a restart: sinks then
+	// keep their files for recovery instead of aborting.
+	Restartable bool `json:"restartable,omitempty"`
+}
+
+// Checkpoint control actions.
+const (
+	CheckpointTrigger  = "trigger"
+	CheckpointComplete = "complete"
+	CheckpointAbort    = "abort"
+)
+
+// CheckpointControl carries a checkpoint trigger (to the listed subtasks) or
+// a notification (to every subtask of the attempt on the worker).
+type CheckpointControl struct {
+	JobID     string              `json:"jobId"`
+	Attempt   int                 `json:"attempt"`
+	Action    string              `json:"action"`
+	ID        int64               `json:"id"`
+	Kind      checkpoint.Kind     `json:"kind,omitempty"`
+	Timestamp int64               `json:"timestamp,omitempty"`
+	Reason    string              `json:"reason,omitempty"`
+	Tasks     []checkpoint.TaskID `json:"tasks,omitempty"`
+}
+
+// CheckpointAck is a subtask's acknowledgement of its part of a checkpoint,
+// or its decline when Decline is set.
+type CheckpointAck struct {
+	JobID   string                   `json:"jobId"`
+	Attempt int                      `json:"attempt"`
+	Task    checkpoint.TaskID        `json:"task"`
+	ID      int64                    `json:"id"`
+	State   *checkpoint.SubtaskState `json:"state,omitempty"`
+	Metrics checkpoint.Metrics       `json:"metrics"`
+	Decline string                   `json:"decline,omitempty"`
 }
 
 // Task states.
@@ -98,6 +153,7 @@ type VertexMetrics struct {
 // TaskStatus reports a subtask's state change.
 type TaskStatus struct {
 	JobID   string          `json:"jobId"`
+	Attempt int             `json:"attempt"`
 	Worker  string          `json:"worker"`
 	Task    TaskRef         `json:"task"`
 	State   string          `json:"state"`
@@ -119,8 +175,9 @@ type JobResult struct {
 	Name     string          `json:"name"`
 	State    string          `json:"state"`
 	Error    string          `json:"error,omitempty"`
-	Metrics  []VertexMetrics `json:"metrics,omitempty"` // summed over subtasks, plan order
+	Metrics  []VertexMetrics `json:"metrics,omitempty"` // summed over the last attempt's subtasks, plan order
 	Duration time.Duration   `json:"duration"`
+	Restarts int             `json:"restarts,omitempty"`
 }
 
 // JobInfo is one row of a list reply.

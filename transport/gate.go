@@ -2,6 +2,8 @@ package transport
 
 import (
 	"context"
+	"errors"
+	"sync/atomic"
 	"time"
 )
 
@@ -15,6 +17,8 @@ type InputGate struct {
 	open    int
 	next    int
 	wake    chan struct{}
+	// interrupted is set by Interrupt, from any goroutine.
+	interrupted atomic.Bool
 }
 
 // NewInputGate returns a gate over chans; channel i is reported as index i.
@@ -50,7 +54,7 @@ func (g *InputGate) Unblock(i int) {
 	}
 }
 
-// ErrTimer is returned by Next when the timer fired before any message.
+// errTimer is returned by Next when the timer fired before any message.
 var errTimer = timerFired{}
 
 type timerFired struct{}
@@ -60,12 +64,29 @@ func (timerFired) Error() string { return "transport: timer fired" }
 // IsTimer reports whether err is Next's timer signal.
 func IsTimer(err error) bool { _, ok := err.(timerFired); return ok }
 
+// ErrInterrupted is returned by Next after Interrupt.
+var ErrInterrupted = errors.New("transport: gate interrupted")
+
+// Interrupt makes the current or next call of Next return ErrInterrupted,
+// so that the subtask can handle control messages (checkpoint triggers and
+// notifications) while it waits for input. Safe from any goroutine.
+func (g *InputGate) Interrupt() {
+	g.interrupted.Store(true)
+	select {
+	case g.wake <- struct{}{}:
+	default:
+	}
+}
+
 // Next returns the next message and the index of its channel. It blocks
 // until a message arrives, timer (which may be nil) fires — then it returns
 // an error for which IsTimer is true — or ctx is done. KindEnd is delivered
 // once per channel; after it the channel is not read again.
 func (g *InputGate) Next(ctx context.Context, timer <-chan time.Time) (int, Message, error) {
 	for {
+		if g.interrupted.Load() && g.interrupted.CompareAndSwap(true, false) {
+			return -1, Message{}, ErrInterrupted
+		}
 		n := len(g.chans)
 		for k := 0; k < n; k++ {
 			i := g.next

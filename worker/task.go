@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/wstream/wstream/abi"
+	"github.com/wstream/wstream/checkpoint"
 	"github.com/wstream/wstream/connector"
 	"github.com/wstream/wstream/job"
 	"github.com/wstream/wstream/operator"
@@ -117,6 +119,7 @@ func (c *stageCollector) portsAll(batch []byte, keep int) bool {
 // outEdge routes the chain's output on one plan edge to its channels.
 type outEdge struct {
 	edge    *job.ChainEdge
+	peers   []int  // the downstream subtask of each channel
 	port    uint32 // output index of the tail vertex this edge carries
 	inPort  uint32 // input index at the downstream vertex
 	chans   []transport.OutputChannel
@@ -129,9 +132,22 @@ type outEdge struct {
 // task runs one subtask: a chain of vertices fed by a source or an input gate.
 type task struct {
 	jobID   string
+	attempt int
+	id      checkpoint.TaskID
 	chain   *job.Chain
 	subtask int
 	label   string
+
+	// Checkpointing (nil ckpt: the job does not checkpoint).
+	ckpt      *ckptEnv
+	mbox      *mailbox
+	handler   *checkpoint.Handler
+	inputs    []inputRef // gate index → channel
+	triggerTS map[int64]int64
+	snap      *snapshotInProgress
+	asyncWG   sync.WaitGroup
+	sinkTxn   bool
+	restored  *checkpoint.SubtaskState
 
 	source   connector.Source
 	srcOut   atomic.Int64
@@ -198,6 +214,11 @@ func (t *task) run(ctx context.Context) error {
 
 func (t *task) runSource(ctx context.Context) error {
 	for {
+		if t.mbox != nil {
+			if err := t.handleControl(ctx); err != nil {
+				return err
+			}
+		}
 		t.srcBuf.Reset()
 		wm, done, err := t.source.Next(ctx, &t.srcBuf, sourceBatch)
 		if err != nil {
@@ -237,10 +258,10 @@ func (t *task) runGate(ctx context.Context) error {
 	}()
 	for t.gate.Open() > 0 {
 		var tc <-chan time.Time
-		if next, ok := t.nextProcessingTimer(); ok {
+		if next, ok := t.nextWake(); ok {
 			d := time.Until(time.UnixMilli(next))
 			if d <= 0 {
-				if err := t.fireProcessingTimers(ctx); err != nil {
+				if err := t.wakeUp(ctx); err != nil {
 					return err
 				}
 				continue
@@ -260,8 +281,14 @@ func (t *task) runGate(ctx context.Context) error {
 			}
 		}
 		if err != nil {
-			if transport.IsTimer(err) {
-				if err := t.fireProcessingTimers(ctx); err != nil {
+			switch {
+			case transport.IsTimer(err):
+				if err := t.wakeUp(ctx); err != nil {
+					return err
+				}
+				continue
+			case errors.Is(err, transport.ErrInterrupted):
+				if err := t.handleControl(ctx); err != nil {
 					return err
 				}
 				continue
@@ -270,6 +297,10 @@ func (t *task) runGate(ctx context.Context) error {
 		}
 		switch m.Kind {
 		case transport.KindData:
+			if t.handler != nil {
+				t.capture(ch, m.Data)
+				t.handler.Data(ch, len(m.Data))
+			}
 			// Upstream wrote this subtask's input index into every record.
 			if err := t.deliver(ctx, 0, m.Data); err != nil {
 				return err
@@ -281,8 +312,21 @@ func (t *task) runGate(ctx context.Context) error {
 			if err := t.advanceWatermark(ctx, t.minWatermark()); err != nil {
 				return err
 			}
+		case transport.KindBarrier, transport.KindCancel:
+			if t.handler == nil {
+				return fmt.Errorf("subtask %s: a checkpoint %s arrived but the job does not checkpoint", t.label, m.Kind)
+			}
+			if err := t.onBarrier(ctx, ch, m); err != nil {
+				return err
+			}
 		case transport.KindEnd:
 			t.chanWM[ch] = abi.MaxWatermark
+			if t.handler != nil {
+				t.handler.End(time.Now().UnixMilli(), ch)
+				if err := t.runHandler(ctx); err != nil {
+					return err
+				}
+			}
 			if t.gate.Open() > 0 {
 				if err := t.advanceWatermark(ctx, t.minWatermark()); err != nil {
 					return err
@@ -294,6 +338,35 @@ func (t *task) runGate(ctx context.Context) error {
 		}
 	}
 	return t.finish(ctx)
+}
+
+// alignTick is how often an aligned checkpoint with a timeout is checked.
+const alignTick = 10 * time.Millisecond
+
+// nextWake is the earliest time the loop must wake without input: the next
+// processing-time timer, or the next aligned-timeout check.
+func (t *task) nextWake() (int64, bool) {
+	next, ok := t.nextProcessingTimer()
+	if t.handler != nil && t.ckpt.alignedTimeout > 0 {
+		if _, pending := t.handler.Pending(); pending {
+			tick := time.Now().Add(alignTick).UnixMilli()
+			if !ok || tick < next {
+				next, ok = tick, true
+			}
+		}
+	}
+	return next, ok
+}
+
+// wakeUp fires due processing-time timers and checks the aligned timeout.
+func (t *task) wakeUp(ctx context.Context) error {
+	if t.handler != nil {
+		t.handler.Tick(time.Now().UnixMilli())
+		if err := t.runHandler(ctx); err != nil {
+			return err
+		}
+	}
+	return t.fireProcessingTimers(ctx)
 }
 
 func (t *task) minWatermark() int64 {

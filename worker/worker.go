@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -19,6 +20,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/wstream/wstream/abi"
+	"github.com/wstream/wstream/checkpoint"
 	"github.com/wstream/wstream/connector"
 	"github.com/wstream/wstream/host"
 	"github.com/wstream/wstream/job"
@@ -135,6 +137,11 @@ func (w *Worker) Start(ctx context.Context) error {
 		return err
 	}
 	w.subs = append(w.subs, sub)
+	sub, err = nc.Subscribe(transport.WorkerCheckpointSubject(w.cfg.ID), w.onCheckpoint)
+	if err != nil {
+		return err
+	}
+	w.subs = append(w.subs, sub)
 	if err := nc.Flush(); err != nil {
 		return err
 	}
@@ -236,7 +243,7 @@ func (w *Worker) onCancel(m *nats.Msg) {
 	w.mu.Lock()
 	j := w.jobs[req.JobID]
 	w.mu.Unlock()
-	if j != nil {
+	if j != nil && req.Attempt >= j.attempt {
 		if req.Failed {
 			j.failed.Store(true)
 		}
@@ -303,6 +310,18 @@ type jobRun struct {
 	wg     sync.WaitGroup
 	failed atomic.Bool
 	tasks  []*task
+
+	attempt     int
+	restartable bool
+	ckpt        *ckptEnv
+	done        chan struct{} // closed when every subtask has ended
+}
+
+// releaseSink lets go of a sink's resources and leaves its files.
+func releaseSink(s connector.Sink) {
+	if r, ok := s.(interface{ Release() error }); ok {
+		_ = r.Release()
+	}
 }
 
 // abortSink discards what a sink has not committed, when it can.
@@ -322,11 +341,23 @@ func (w *Worker) deploy(d transport.Deployment) error {
 		w.mu.Unlock()
 		return fmt.Errorf("worker %s is shutting down", w.cfg.ID)
 	}
-	if _, dup := w.jobs[d.JobID]; dup {
+	if prev, dup := w.jobs[d.JobID]; dup {
+		if prev.attempt >= d.Attempt {
+			w.mu.Unlock()
+			return fmt.Errorf("worker %s already runs attempt %d of job %s", w.cfg.ID, prev.attempt, d.JobID)
+		}
+		// A restart: the previous attempt's subtasks have all reported their
+		// end, but may still be releasing resources.
 		w.mu.Unlock()
-		return fmt.Errorf("worker %s already runs job %s", w.cfg.ID, d.JobID)
+		prev.cancel()
+		select {
+		case <-prev.done:
+		case <-time.After(time.Minute):
+			return fmt.Errorf("worker %s: attempt %d of job %s did not stop within a minute", w.cfg.ID, prev.attempt, d.JobID)
+		}
+	} else {
+		w.mu.Unlock()
 	}
-	w.mu.Unlock()
 
 	plan, err := job.Parse(d.Plan)
 	if err != nil {
@@ -337,7 +368,16 @@ func (w *Worker) deploy(d transport.Deployment) error {
 		return err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	j := &jobRun{id: d.JobID, plan: plan, graph: g, ctx: ctx, cancel: cancel}
+	j := &jobRun{id: d.JobID, attempt: d.Attempt, plan: plan, graph: g, ctx: ctx, cancel: cancel,
+		done: make(chan struct{}), restartable: d.Restartable}
+	if plan.Checkpoint.Enabled() {
+		env, err := w.checkpointEnv(j, d)
+		if err != nil {
+			cancel()
+			return err
+		}
+		j.ckpt = env
+	}
 	var mod *host.Module
 	if needsModule(g) {
 		mod, err = w.module(ctx, d.ModuleDigest, d.ModuleName)
@@ -363,10 +403,57 @@ func (w *Worker) deploy(d transport.Deployment) error {
 		j.wg.Wait()
 		cancel()
 		w.mu.Lock()
-		delete(w.jobs, j.id)
+		if w.jobs[j.id] == j {
+			delete(w.jobs, j.id)
+		}
 		w.mu.Unlock()
+		close(j.done)
 	}()
 	return nil
+}
+
+// checkpointEnv prepares what a checkpointing job's subtasks need: its
+// storage, its mode, and the checkpoint the attempt restores from.
+func (w *Worker) checkpointEnv(j *jobRun, d transport.Deployment) (*ckptEnv, error) {
+	cs := j.plan.Checkpoint
+	if d.CheckpointRoot == "" {
+		return nil, fmt.Errorf("job %s checkpoints but its deployment names no checkpoint storage", j.id)
+	}
+	st, err := checkpoint.OpenStorage(d.CheckpointRoot)
+	if err != nil {
+		return nil, err
+	}
+	mode := checkpoint.ExactlyOnce
+	if cs.Mode != "" {
+		if mode, err = checkpoint.ParseMode(cs.Mode); err != nil {
+			return nil, err
+		}
+	}
+	env := &ckptEnv{
+		storage:        st,
+		mode:           mode,
+		alignedTimeout: cs.AlignedTimeout,
+		tmpDir:         filepath.Join(w.cfg.DataDir, "jobs", j.id, "snapshots"),
+		publish: func(a transport.CheckpointAck) {
+			if err := w.cfg.NATS.Publish(transport.CheckpointAckSubject(j.id), ackJSON(a)); err != nil {
+				w.cfg.Logf("worker %s: acknowledging checkpoint %d of %s: %v", w.cfg.ID, a.ID, j.id, err)
+			}
+		},
+	}
+	if err := os.MkdirAll(env.tmpDir, 0o755); err != nil {
+		return nil, err
+	}
+	if d.RestoreID > 0 {
+		m, err := st.ReadMetadata(d.RestoreID)
+		if err != nil {
+			return nil, err
+		}
+		if err := st.Verify(m); err != nil {
+			return nil, err
+		}
+		env.restore = m
+	}
+	return env, nil
 }
 
 func needsModule(g *job.Graph) bool {
@@ -424,10 +511,26 @@ func (w *Worker) wire(j *jobRun, mod *host.Module, refs []transport.TaskRef) (ta
 func (w *Worker) newTask(j *jobRun, mod *host.Module, c *job.Chain, sub int,
 	channel func(e *job.ChainEdge, up, down int) (*transport.LocalChannel, error)) (*task, error) {
 	p := j.plan
-	t := &task{jobID: j.id, chain: c, subtask: sub, label: fmt.Sprintf("%s/%d", c.ID, sub), now: time.Now, wm: abi.MinWatermark}
+	t := &task{jobID: j.id, attempt: j.attempt, id: checkpoint.TaskID{Chain: c.Index, Subtask: sub}, chain: c, subtask: sub,
+		label: fmt.Sprintf("%s/%d", c.ID, sub), now: time.Now, wm: abi.MinWatermark}
 	fail := func(err error) (*task, error) {
 		_ = t.close()
 		return nil, err
+	}
+	if j.ckpt != nil {
+		t.ckpt = j.ckpt
+		t.mbox = newMailbox()
+		t.triggerTS = map[int64]int64{}
+		if m := j.ckpt.restore; m != nil {
+			for i := range m.Tasks {
+				if m.Tasks[i].Task == t.id {
+					t.restored = &m.Tasks[i]
+				}
+			}
+			if t.restored == nil {
+				return fail(fmt.Errorf("subtask %s: checkpoint %d holds no state for it: the plan changed since (rescaling comes with savepoints)", t.label, m.ID))
+			}
+		}
 	}
 
 	// Inputs, in the order of the head's input edges.
@@ -439,11 +542,20 @@ func (w *Worker) newTask(j *jobRun, mod *host.Module, c *job.Chain, sub int,
 				return fail(err)
 			}
 			ins = append(ins, ch)
+			t.inputs = append(t.inputs, inputRef{edge: e.Index, peer: up})
 		}
 	}
 	if len(ins) > 0 {
 		t.gate = transport.NewInputGate(ins)
 		t.closers = append(t.closers, func() error { t.gate.Close(); return nil })
+		if t.mbox != nil {
+			t.mbox.poke = t.gate.Interrupt
+			h, err := checkpoint.NewHandler(checkpoint.HandlerConfig{Channels: len(ins), Mode: j.ckpt.mode, AlignedTimeout: j.ckpt.alignedTimeout})
+			if err != nil {
+				return fail(fmt.Errorf("subtask %s: %w", t.label, err))
+			}
+			t.handler = h
+		}
 	}
 	// Outputs of the chain's tail.
 	for _, e := range c.Outputs {
@@ -462,6 +574,7 @@ func (w *Worker) newTask(j *jobRun, mod *host.Module, c *job.Chain, sub int,
 				return fail(err)
 			}
 			o.chans = append(o.chans, ch)
+			o.peers = append(o.peers, d)
 		}
 		o.bufs = make([]abi.Builder, len(o.chans))
 		t.outs = append(t.outs, o)
@@ -477,6 +590,16 @@ func (w *Worker) newTask(j *jobRun, mod *host.Module, c *job.Chain, sub int,
 	var store *state.Store
 	if keyed {
 		dir := filepath.Join(w.cfg.DataDir, "jobs", j.id, "state", fmt.Sprintf("%s-%d", c.ID, sub))
+		// State left by an earlier attempt ran past the checkpoint this one
+		// starts from: start from the checkpoint's files, or empty.
+		if err := os.RemoveAll(dir); err != nil {
+			return fail(fmt.Errorf("subtask %s: clearing state: %w", t.label, err))
+		}
+		if t.restored != nil {
+			if err := j.ckpt.storage.Restore(j.ckpt.restore, t.id, dir); err != nil {
+				return fail(fmt.Errorf("subtask %s: restoring state from checkpoint %d: %w", t.label, j.ckpt.restore.ID, err))
+			}
+		}
 		s, err := state.Open(state.Options{
 			Dir:            dir,
 			MaxParallelism: p.MaxParallelism,
@@ -506,6 +629,14 @@ func (w *Worker) newTask(j *jobRun, mod *host.Module, c *job.Chain, sub int,
 				return fail(fmt.Errorf("vertex %s: %w", v.ID, err))
 			}
 			t.sink = snk
+			if tx, ok := snk.(connector.Transactional); ok && j.ckpt != nil && j.ckpt.mode != checkpoint.AtLeastOnce {
+				// Exactly-once output: pending per checkpoint, committed when
+				// it completes.
+				if err := tx.BeginTransactions(); err != nil {
+					return fail(fmt.Errorf("vertex %s: %w", v.ID, err))
+				}
+				t.sinkTxn = true
+			}
 		default:
 			var op operator.Operator
 			if name, ok := strings.CutPrefix(v.Operator, builtin.Prefix); ok {
@@ -564,15 +695,35 @@ func chainedOutput(p *job.Plan, from, to string) int {
 func (w *Worker) open(j *jobRun, t *task) error {
 	p := j.plan
 	if t.source != nil {
+		v := t.chain.Vertices[0]
 		if err := t.source.Open(j.ctx, t.subtask, t.chain.Parallelism); err != nil {
-			v := t.chain.Vertices[0]
 			return fmt.Errorf("source %q (vertex %s, subtask %d): %w", v.Connector, v.ID, t.subtask, err)
+		}
+		if off := t.operatorState(v.ID); off != nil {
+			r, ok := t.source.(connector.Rewindable)
+			if !ok {
+				return fmt.Errorf("source %q (vertex %s, subtask %d) cannot rewind to its checkpointed position", v.Connector, v.ID, t.subtask)
+			}
+			if err := r.Seek(off); err != nil {
+				return fmt.Errorf("source %q (vertex %s, subtask %d): rewinding to checkpoint %d: %w", v.Connector, v.ID, t.subtask, j.ckpt.restore.ID, err)
+			}
 		}
 	}
 	if t.sink != nil {
+		v := t.chain.Vertices[len(t.chain.Vertices)-1]
 		if err := t.sink.Open(j.ctx, t.subtask, t.chain.Parallelism); err != nil {
-			v := t.chain.Vertices[len(t.chain.Vertices)-1]
 			return fmt.Errorf("sink %q (vertex %s, subtask %d): %w", v.Connector, v.ID, t.subtask, err)
+		}
+		if t.sinkTxn && (j.attempt > 0 || t.restored != nil) {
+			// Commit what the restored checkpoint pre-committed, and remove
+			// what the failed attempt wrote after it.
+			var id int64
+			if j.ckpt.restore != nil {
+				id = j.ckpt.restore.ID
+			}
+			if err := t.sink.(connector.Transactional).Recover(t.operatorState(v.ID), id); err != nil {
+				return fmt.Errorf("sink %q (vertex %s, subtask %d): recovering: %w", v.Connector, v.ID, t.subtask, err)
+			}
 		}
 	}
 	for k, s := range t.stages {
@@ -611,10 +762,27 @@ func levelName(l int32) string {
 
 func (w *Worker) runTask(j *jobRun, t *task) {
 	defer j.wg.Done()
-	err := w.open(j, t)
+	var err error
+	if t.restored != nil && t.restored.Finished {
+		// It finished before the checkpoint it restores from: its output
+		// is complete, so it only tells downstream that it has ended.
+		err = t.broadcast(j.ctx, transport.Message{Kind: transport.KindEnd})
+		t.sink = nil
+		if cerr := t.close(); err == nil && cerr != nil {
+			err = cerr
+		}
+		w.report(j, t, err)
+		return
+	}
+	err = w.open(j, t)
+	if err == nil && t.restored != nil && len(t.restored.Channels) > 0 {
+		err = t.restoreChannels(j.ctx, t.restored)
+	}
 	if err == nil {
 		err = t.run(j.ctx)
 	}
+	// Acknowledgements of snapshots already taken still go out.
+	t.asyncWG.Wait()
 	failed := err != nil && !(j.ctx.Err() != nil && errors.Is(err, context.Canceled))
 	if failed {
 		// Before any sink of the job is closed: they must abort instead.
@@ -623,25 +791,36 @@ func (w *Worker) runTask(j *jobRun, t *task) {
 	if t.sink != nil {
 		// The input did not end. A job stopped on request flushes what its
 		// sinks hold; a failed job's sinks abort, so a file sink never leaves
-		// a file that looks complete.
-		if j.failed.Load() {
+		// a file that looks complete. A transactional sink's files are what
+		// recovery (after a restart, or a resumed run) commits or removes,
+		// so they stay as they are.
+		switch {
+		case t.sinkTxn:
+			releaseSink(t.sink)
+		case j.failed.Load():
 			abortSink(t.sink)
-		} else {
+		default:
 			_ = t.sink.Close()
 		}
 	}
 	if cerr := t.close(); err == nil && cerr != nil {
 		err = fmt.Errorf("subtask %s: releasing resources: %w", t.label, cerr)
 	}
-	st := transport.TaskStatus{JobID: j.id, Worker: w.cfg.ID, Task: transport.TaskRef{Chain: t.chain.Index, Subtask: t.subtask}, Metrics: t.metrics()}
+	w.report(j, t, err)
+}
+
+// report publishes how a subtask ended.
+func (w *Worker) report(j *jobRun, t *task, err error) {
+	st := transport.TaskStatus{JobID: j.id, Attempt: j.attempt, Worker: w.cfg.ID, Task: transport.TaskRef{Chain: t.chain.Index, Subtask: t.subtask}, Metrics: t.metrics()}
 	switch {
 	case err == nil:
 		st.State = transport.TaskFinished
-	case !failed:
+	case j.ctx.Err() != nil && errors.Is(err, context.Canceled):
 		st.State = transport.TaskCanceled
 	default:
 		st.State = transport.TaskFailed
 		st.Error = err.Error()
+		j.failed.Store(true)
 		// Stop the job's other local subtasks at once; the coordinator also
 		// cancels them everywhere.
 		j.cancel()
@@ -693,4 +872,27 @@ func (w *Worker) Metrics(jobID string) []transport.VertexMetrics {
 		}
 	}
 	return out
+}
+
+// onCheckpoint routes a checkpoint trigger to the listed subtasks and a
+// notification to every subtask of the job's attempt.
+func (w *Worker) onCheckpoint(m *nats.Msg) {
+	var c transport.CheckpointControl
+	if err := json.Unmarshal(m.Data, &c); err != nil {
+		w.cfg.Logf("worker %s: bad checkpoint message: %v", w.cfg.ID, err)
+		return
+	}
+	w.mu.Lock()
+	j := w.jobs[c.JobID]
+	w.mu.Unlock()
+	if j == nil || j.attempt != c.Attempt || j.ckpt == nil {
+		return
+	}
+	ctl := control{action: c.Action, id: c.ID, kind: c.Kind, timestamp: c.Timestamp, reason: c.Reason}
+	for _, t := range j.tasks {
+		if c.Action == transport.CheckpointTrigger && !slices.Contains(c.Tasks, t.id) {
+			continue
+		}
+		t.mbox.put(ctl)
+	}
 }

@@ -1,0 +1,170 @@
+// Package checkpoint takes consistent snapshots of a running job and brings
+// the job back from them: Flink's checkpoints and savepoints (the design in
+// DESIGN.md, "Checkpoint path", and the source documents in shared/seeds),
+// rebuilt for sandboxed operators.
+//
+// The algorithms are pure state machines in the manner of etcd raft: they
+// start no goroutines, read no clock and do no IO. A driver owns each one
+// from a single goroutine, feeds it events with the time as milliseconds,
+// and carries out, in order, the actions its Ready method hands back. Every
+// ordering question is therefore a scenario test in testdata/, with no
+// sleeps.
+//
+// # Coordinator
+//
+// A Coordinator runs in the job's coordinator process. It triggers
+// checkpoints, collects every task's acknowledgement, and decides when a
+// checkpoint completes or aborts. The life of checkpoint n:
+//
+//  1. Trigger. Tick triggers a periodic checkpoint when it is due (the first
+//     after Config.InitialDelay, then every Config.Interval at a fixed rate),
+//     fewer than Config.MaxConcurrent periodic checkpoints are pending, and
+//     Config.MinPause has passed since the last checkpoint or savepoint
+//     ended (completed or aborted). TriggerSavepoint triggers a savepoint at once, whatever
+//     the limits. Ids come from one counter and strictly increase, across
+//     restarts too: the driver passes the next id to NewCoordinator. The
+//     driver carries out the Trigger action by sending it to the source
+//     subtasks.
+//  2. Acknowledge. Each task snapshots (sync phase, then async upload) and
+//     the driver reports its Ack with the state handles and metrics. A task
+//     may Decline instead, which aborts the checkpoint. A task that finishes
+//     (TaskFinished) counts as acked with empty state for the pending
+//     checkpoints and is not waited for by later ones.
+//  3. Persist. When no task is waited for any more, the coordinator emits
+//     Persist with the Completed checkpoint. Persists run one at a time, in
+//     the order the checkpoints became fully acknowledged; the driver writes
+//     the metadata atomically and reports the outcome with Persisted. Every
+//     task has answered such a checkpoint, so any further ack for it is a
+//     duplicate (ErrDuplicateAck) or comes from a finished task
+//     (ErrTaskFinished): both are ignored. It no longer expires and cannot
+//     be declined.
+//  4. Complete. After Persisted(n, nil), and only then, the coordinator
+//     emits NotifyComplete for n: sinks commit the transactions they
+//     prepared for it. A periodic checkpoint joins the completed store, and
+//     pending periodic checkpoints older than n are aborted ("subsumed");
+//     the retained checkpoints beyond Config.Retain are discarded, oldest
+//     first. A savepoint belongs to the user: it is not retained, never
+//     discarded, and subsumes nothing.
+//  5. Abort. A decline, a timeout (Config.Timeout after the trigger, for
+//     savepoints too), a failed Persist, subsumption, Stop and a failed job
+//     end a checkpoint with NotifyAborted (every subtask drops it and
+//     forwards a cancel marker) followed by Discard (its files go).
+//
+// Declines, timeouts and failed persists of periodic checkpoints count as
+// failures; a completed periodic checkpoint resets the count. When the
+// count of consecutive failures exceeds Config.TolerableFailures (-1:
+// unlimited), the coordinator emits FailJob once, aborts the checkpoints
+// that still wait for acks, and triggers nothing more. Stop does the same
+// without FailJob. Checkpoints already fully acknowledged still persist and
+// complete after either, so a driver drains Ready until Pending is empty.
+//
+// Messages about checkpoints that are not pending: the coordinator
+// remembers the last RecentEnded ids that ended (expired, aborted,
+// completed). An ack or decline for one of them is late and ignored (nil).
+// One for an id never triggered, triggered before this coordinator started,
+// or forgotten wraps ErrUnknownCheckpoint. Every event that carries a time
+// first expires the checkpoints whose deadline has passed, so an ack that
+// arrives after its checkpoint's deadline is late even without a Tick in
+// between. Periodic triggers happen only in Tick.
+//
+// # Barrier handlers
+//
+// A Handler runs in every subtask that has input channels, between its
+// input gate and its operator chain, one per subtask. The subtask reports
+// what it reads from the gate (Barrier, Cancel for a cancel marker, Data,
+// End), the time (Tick) and the coordinator's NotifyAborted (Abort), and
+// carries out the HandlerActions of Ready in their order. Per mode (seed
+// 000 §1.3–1.4, seed 001):
+//
+//   - ExactlyOnce (aligned): a channel that delivered barrier n is blocked;
+//     when every channel has delivered it (an ended channel counts as
+//     having delivered every barrier), Snapshot, then Unblock. With
+//     HandlerConfig.AlignedTimeout, an alignment that lasted that long when
+//     Tick looks switches to unaligned: Snapshot{Unaligned}, Unblock, then
+//     CaptureStart for the channels still without the barrier.
+//   - AtLeastOnce: nothing is blocked; Snapshot when every channel has
+//     delivered barrier n. Data read after a barrier is in the snapshot and
+//     replayed again on recovery.
+//   - Unaligned: Snapshot{Unaligned} at the first barrier of n, CaptureStart
+//     for every other open channel, CaptureEnd as each barrier arrives, then
+//     ChannelStateDone. Savepoints are aligned in this mode; they never
+//     switch to unaligned in any mode.
+//
+// The subtask's side of the contract:
+//
+//  1. Snapshot n: run the operators' pre-barrier hooks, forward barrier n on
+//     every output (an unaligned barrier goes ahead of the output still
+//     queued, which becomes output channel state), take the sync phase of
+//     the snapshot, then let the async phase run (seed 003, steps 1–4).
+//  2. The Unblocks that follow a Snapshot in one Ready come after it, so
+//     nothing read after a barrier reaches an aligned snapshot.
+//  3. Between CaptureStart{ch, n} and CaptureEnd{ch, n} every data message
+//     read from ch is processed as usual and also persisted as input channel
+//     state of n, to be replayed before new input on restore.
+//  4. Ack n to the coordinator when its async phase is done and, for an
+//     unaligned snapshot, after ChannelStateDone{n}.
+//  5. ForwardCancel n: drop whatever is in progress for n (async phase,
+//     captured channel state), forward a cancel marker for n on every
+//     output, and decline n to the coordinator unless the coordinator
+//     aborted it.
+//
+// At most one checkpoint is pending per handler, and ids only increase: a
+// barrier of a newer checkpoint drops the pending one (ForwardCancel
+// "subsumed by checkpoint m"); a cancel marker or Abort drops the pending
+// checkpoint, or, for a newer id, is remembered and forwarded so that its
+// barriers still on their way block nothing; barriers and cancels of ids
+// already done, dropped or older than the pending one are ignored.
+//
+// # Storage
+//
+// A Storage keeps the checkpoints of one job on a filesystem. Unlike the
+// state machines above it does IO: a subtask's async phase writes its
+// files into it, and the coordinator's driver carries out Persist with
+// WriteMetadata and Discard with Discard. The layout:
+//
+//	ROOT/                                  one per job, e.g. DATA/jobs/JOB/checkpoints
+//	  chk-0000000007/                        Dir(7)
+//	    _metadata                            written last, atomically: its presence means complete
+//	    tasks/<chain>-<subtask>/state/…      keyed-state files (a Pebble checkpoint)
+//	    tasks/<chain>-<subtask>/channels/…   in-flight data of unaligned checkpoints
+//
+// A FileHandle names a file by its slash-separated path below the
+// checkpoint's directory (tasks/0-1/state/000005.sst), with its size and
+// SHA-256. The rules that keep a checkpoint from half-landing:
+//
+//  1. Every file is written atomically: into a temporary file
+//     (.NAME.tmp-*) in the same directory, synced, renamed to its name,
+//     then the directory synced. A failed write leaves neither name behind.
+//  2. WriteMetadata syncs every directory of the checkpoint, then writes
+//     _metadata the same way. _metadata is JSON with Format
+//     MetadataFormat, Version MetadataVersion and Checksum, the SHA-256 of
+//     the metadata's compact encoding with Checksum empty. ReadMetadata
+//     refuses another format, a newer version ("written by a newer
+//     wstream"), a checksum that does not match and metadata that records
+//     another id, naming the file.
+//  3. A checkpoint with _metadata is complete, and its files no longer
+//     change: writes into it are refused. One without (in progress, aborted,
+//     or cut short by a crash) is incomplete: Completed omits it, recovery
+//     never uses it, and CleanIncomplete removes it, temporary files
+//     included. MaxID counts it, so a restarted coordinator never reuses
+//     its id.
+//  4. Discard removes _metadata first, durably, then the rest, so a
+//     checkpoint half removed by a crash is incomplete, not damaged.
+//
+// A task's snapshot and restore, with state.Store:
+//
+//  1. Sync phase: Store.Checkpoint(tmp), tmp beside the store's directory.
+//  2. Async phase: CopyDir(id, TaskDir(id, t)+"/state", tmp), which copies
+//     on a few goroutines; state.DirSize(tmp) is Metrics.StateSize; then
+//     remove tmp. The handles go into the ack as SubtaskState.State.
+//     Channel state goes below TaskDir(id, t)+"/channels/" with WriteFile.
+//  3. Recovery: LatestUsable returns the newest complete checkpoint whose
+//     metadata reads and whose files verify (exist, size, SHA-256), and
+//     says which newer ones it skipped and why; Restore copies the task's
+//     state files into a fresh directory, checking each file's size and
+//     SHA-256 as it copies; state.Open opens that directory with the
+//     task's key-group range.
+//
+// Errors about missing or damaged files wrap ErrCorrupt and name the file
+// by its path below ROOT (chk-0000000007/tasks/0-1/state/000005.sst).
+package checkpoint

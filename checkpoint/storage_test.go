@@ -1,0 +1,899 @@
+package checkpoint
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/wstream/wstream/abi"
+)
+
+func testStorage(t *testing.T) *Storage {
+	t.Helper()
+	s, err := OpenStorage(filepath.Join(t.TempDir(), "jobs", "j1", "checkpoints"))
+	if err != nil {
+		t.Fatalf("OpenStorage: %v", err)
+	}
+	return s
+}
+
+func sha256Hex(b []byte) string {
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
+
+// writeTree creates files (slash-separated path → content) below dir.
+func writeTree(t *testing.T, dir string, files map[string]string) {
+	t.Helper()
+	for p, content := range files {
+		name := filepath.Join(dir, filepath.FromSlash(p))
+		if err := os.MkdirAll(filepath.Dir(name), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(name, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// readTree returns the regular files below dir as slash-separated path →
+// content.
+func readTree(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		r, _ := filepath.Rel(dir, p)
+		out[filepath.ToSlash(r)] = string(b)
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("read %s: %v", dir, err)
+	}
+	return out
+}
+
+var testTask = TaskID{Chain: 0, Subtask: 1}
+
+// stateFiles is a small fake Pebble checkpoint.
+var stateFiles = map[string]string{
+	"000002.sst":      strings.Repeat("sst-two ", 300),
+	"000005.sst":      strings.Repeat("sst-five ", 500),
+	"MANIFEST-000001": "manifest",
+	"OPTIONS-000003":  "options",
+	"marker.format":   "",
+}
+
+// writeTestCheckpoint writes checkpoint id with state files from a fresh
+// directory, a channel-state file and operator state, then its metadata.
+func writeTestCheckpoint(t *testing.T, s *Storage, id int64) *Metadata {
+	t.Helper()
+	m, err := writeCheckpointFiles(s, id, t.TempDir())
+	if err != nil {
+		t.Fatalf("write checkpoint %d: %v", id, err)
+	}
+	if err := s.WriteMetadata(m); err != nil {
+		t.Fatalf("WriteMetadata(%d): %v", id, err)
+	}
+	return m
+}
+
+// writeCheckpointFiles writes the files of checkpoint id, using src as a
+// scratch directory, and returns the metadata to complete it with.
+func writeCheckpointFiles(s *Storage, id int64, src string) (*Metadata, error) {
+	for p, content := range stateFiles {
+		name := filepath.Join(src, "state", p)
+		if err := os.MkdirAll(filepath.Dir(name), 0o755); err != nil {
+			return nil, err
+		}
+		if err := os.WriteFile(name, []byte(content), 0o644); err != nil {
+			return nil, err
+		}
+	}
+	task := s.TaskDir(id, testTask)
+	state, err := s.CopyDir(id, task+"/state", filepath.Join(src, "state"))
+	if err != nil {
+		return nil, err
+	}
+	ch, err := s.WriteFile(id, task+"/channels/in-0-2", []byte("in-flight batches"))
+	if err != nil {
+		return nil, err
+	}
+	return &Metadata{
+		JobID:          "j1",
+		ID:             id,
+		Kind:           KindCheckpoint,
+		Trigger:        1_700_000_000_000 + id,
+		Done:           1_700_000_000_500 + id,
+		Plan:           json.RawMessage(`{"vertices": [{"id": "src"}, {"id": "count"}]}`),
+		ModuleDigest:   "sha256:abc",
+		MaxParallelism: abi.DefaultMaxParallelism,
+		Tasks: []SubtaskState{{
+			Task:      testTask,
+			KeyGroups: abi.KeyGroupRange{Start: 64, End: 127},
+			State:     state,
+			Operator:  map[string][]byte{"src": []byte("offset=42")},
+			Channels:  []ChannelState{{Input: true, Edge: 0, Peer: 2, File: ch, Bytes: ch.Size}},
+		}, {
+			Task: TaskID{Chain: 1, Subtask: 0},
+		}},
+		Metrics: map[string]Metrics{testTask.String(): {Sync: 3 * time.Millisecond, StateSize: 42, Unaligned: true}},
+	}, nil
+}
+
+func TestWriteFileAndOpen(t *testing.T) {
+	s := testStorage(t)
+	data := []byte("hello checkpoint")
+	h, err := s.WriteFile(7, "tasks/0-1/state/x.sst", data)
+	if err != nil {
+		t.Fatalf("WriteFile: %v", err)
+	}
+	want := FileHandle{Path: "tasks/0-1/state/x.sst", Size: int64(len(data)), SHA256: sha256Hex(data)}
+	if h != want {
+		t.Fatalf("WriteFile handle = %+v, want %+v", h, want)
+	}
+	if got, err := os.ReadFile(filepath.Join(s.Root(), "chk-0000000007", "tasks", "0-1", "state", "x.sst")); err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("file on disk = %q, %v; want %q", got, err, data)
+	}
+	r, err := s.Open(7, h)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	got, err := io.ReadAll(r)
+	r.Close()
+	if err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("Open read %q, %v; want %q", got, err, data)
+	}
+
+	// A native-separator or unclean path is stored clean and slash-separated.
+	h, err = s.WriteFile(7, filepath.Join("tasks", "0-1", "channels", ".", "c"), nil)
+	if err != nil || h.Path != "tasks/0-1/channels/c" || h.Size != 0 || h.SHA256 != sha256Hex(nil) {
+		t.Fatalf("WriteFile(empty) = %+v, %v", h, err)
+	}
+
+	src := filepath.Join(t.TempDir(), "src")
+	big := bytes.Repeat([]byte("0123456789abcdef"), 100_000)
+	if err := os.WriteFile(src, big, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	h, err = s.CopyFile(7, "tasks/0-1/state/big.sst", src)
+	if err != nil || h.Size != int64(len(big)) || h.SHA256 != sha256Hex(big) {
+		t.Fatalf("CopyFile = %+v, %v", h, err)
+	}
+	if _, err := s.CopyFile(7, "tasks/0-1/state/none", filepath.Join(t.TempDir(), "absent")); err == nil ||
+		!strings.Contains(err.Error(), "chk-0000000007/tasks/0-1/state/none") {
+		t.Fatalf("CopyFile of a missing source: %v; want an error naming the target", err)
+	}
+	if s.Dir(7) != filepath.Join(s.Root(), "chk-0000000007") {
+		t.Fatalf("Dir(7) = %s", s.Dir(7))
+	}
+	if got := s.TaskDir(7, TaskID{Chain: 3, Subtask: 12}); got != "tasks/3-12" {
+		t.Fatalf("TaskDir = %s", got)
+	}
+}
+
+func TestWriteFileRejectsBadArguments(t *testing.T) {
+	s := testStorage(t)
+	for _, tc := range []struct {
+		id   int64
+		rel  string
+		want string
+	}{
+		{1, "", "not a relative path"},
+		{1, "../escape", "not a relative path"},
+		{1, "/abs/file", "not a relative path"},
+		{1, "a/../../b", "not a relative path"},
+		{1, ".", "names the checkpoint directory"},
+		{1, "_metadata", "reserved"},
+		{1, "./_metadata", "reserved"},
+		{0, "a", "not positive"},
+		{-3, "a", "not positive"},
+	} {
+		if _, err := s.WriteFile(tc.id, tc.rel, []byte("x")); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("WriteFile(%d, %q) = %v; want an error containing %q", tc.id, tc.rel, err, tc.want)
+		}
+	}
+	if got := readTree(t, s.Root()); len(got) != 0 {
+		t.Fatalf("rejected writes left files: %v", got)
+	}
+}
+
+func TestMetadataRoundTrip(t *testing.T) {
+	s := testStorage(t)
+	m := writeTestCheckpoint(t, s, 3)
+	if m.Format != MetadataFormat || m.Version != MetadataVersion || len(m.Checksum) != 64 {
+		t.Fatalf("WriteMetadata left format %q version %d checksum %q", m.Format, m.Version, m.Checksum)
+	}
+	if string(m.Plan) != `{"vertices":[{"id":"src"},{"id":"count"}]}` {
+		t.Fatalf("WriteMetadata left plan %s; want it compact", m.Plan)
+	}
+	got, err := s.ReadMetadata(3)
+	if err != nil {
+		t.Fatalf("ReadMetadata: %v", err)
+	}
+	if !reflect.DeepEqual(got, m) {
+		t.Fatalf("ReadMetadata =\n%+v\nwant\n%+v", got, m)
+	}
+	if err := s.Verify(got); err != nil {
+		t.Fatalf("Verify: %v", err)
+	}
+	if len(got.Tasks[0].State) != len(stateFiles) {
+		t.Fatalf("state handles %d, want %d", len(got.Tasks[0].State), len(stateFiles))
+	}
+	ids, err := s.Completed()
+	if err != nil || !slices.Equal(ids, []int64{3}) {
+		t.Fatalf("Completed = %v, %v; want [3]", ids, err)
+	}
+
+	// A complete checkpoint is immutable.
+	if _, err := s.WriteFile(3, "tasks/0-1/state/late", []byte("x")); err == nil || !strings.Contains(err.Error(), "complete") {
+		t.Fatalf("WriteFile into a complete checkpoint: %v", err)
+	}
+	if err := s.WriteMetadata(m); err == nil || !strings.Contains(err.Error(), "complete") {
+		t.Fatalf("second WriteMetadata: %v", err)
+	}
+	if err := s.WriteMetadata(&Metadata{ID: 4, Kind: Kind(9)}); err == nil || !strings.Contains(err.Error(), "kind") {
+		t.Fatalf("WriteMetadata with a bad kind: %v", err)
+	}
+
+	// A stateless checkpoint has no directory until its metadata.
+	if err := s.WriteMetadata(&Metadata{JobID: "j1", ID: 4, Kind: KindSavepoint}); err != nil {
+		t.Fatalf("WriteMetadata without files: %v", err)
+	}
+	if m4, err := s.ReadMetadata(4); err != nil || m4.Kind != KindSavepoint {
+		t.Fatalf("ReadMetadata(4) = %+v, %v", m4, err)
+	}
+}
+
+// editMetadata rewrites checkpoint id's _metadata through fn, keeping its
+// checksum field as it was.
+func editMetadata(t *testing.T, s *Storage, id int64, fn func(map[string]any)) string {
+	t.Helper()
+	name := filepath.Join(s.Dir(id), MetadataName)
+	b, err := os.ReadFile(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var raw map[string]any
+	if err := json.Unmarshal(b, &raw); err != nil {
+		t.Fatal(err)
+	}
+	fn(raw)
+	if b, err = json.Marshal(raw); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(name, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return name
+}
+
+func TestReadMetadataRefuses(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		edit    func(map[string]any)
+		want    string
+		corrupt bool
+	}{
+		{"bad checksum", func(m map[string]any) { m["jobId"] = "other" }, "checksum mismatch", true},
+		{"changed file handle", func(m map[string]any) {
+			m["tasks"].([]any)[0].(map[string]any)["state"].([]any)[0].(map[string]any)["size"] = 1
+		}, "checksum mismatch", true},
+		{"wrong format", func(m map[string]any) { m["format"] = "flink-savepoint" }, `format "flink-savepoint"`, false},
+		{"no format", func(m map[string]any) { delete(m, "format") }, `format ""`, false},
+		{"newer version", func(m map[string]any) { m["version"] = 2; m["newField"] = true }, "version 2, written by a newer wstream", false},
+		{"version 0", func(m map[string]any) { m["version"] = 0 }, "unknown metadata version 0", false},
+		{"unknown field", func(m map[string]any) { m["owner"] = "x" }, `unknown field "owner"`, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := testStorage(t)
+			writeTestCheckpoint(t, s, 1)
+			name := editMetadata(t, s, 1, tc.edit)
+			_, err := s.ReadMetadata(1)
+			if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), name) {
+				t.Fatalf("ReadMetadata = %v; want an error naming %s and containing %q", err, name, tc.want)
+			}
+			if errors.Is(err, ErrCorrupt) != tc.corrupt {
+				t.Fatalf("errors.Is(%v, ErrCorrupt) = %t, want %t", err, !tc.corrupt, tc.corrupt)
+			}
+		})
+	}
+
+	s := testStorage(t)
+	writeTestCheckpoint(t, s, 1)
+	name := filepath.Join(s.Dir(1), MetadataName)
+	good, _ := os.ReadFile(name)
+	for _, tc := range []struct{ name, content, want string }{
+		{"truncated", string(good[:len(good)/2]), "not checkpoint metadata"},
+		{"trailing data", string(good) + `{"x":1}`, "not checkpoint metadata"},
+		{"empty", "", "not checkpoint metadata"},
+	} {
+		if err := os.WriteFile(name, []byte(tc.content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.ReadMetadata(1); err == nil || !strings.Contains(err.Error(), tc.want) ||
+			!strings.Contains(err.Error(), name) || !errors.Is(err, ErrCorrupt) {
+			t.Errorf("%s: ReadMetadata = %v; want a corruption error naming %s containing %q", tc.name, err, name, tc.want)
+		}
+	}
+
+	// Metadata moved to another checkpoint's directory.
+	if err := os.WriteFile(name, good, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(s.Dir(1), s.Dir(2)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.ReadMetadata(2); err == nil || !strings.Contains(err.Error(), "records checkpoint 1, not 2") {
+		t.Fatalf("ReadMetadata of moved metadata = %v", err)
+	}
+	if _, err := s.ReadMetadata(9); err == nil || !errors.Is(err, fs.ErrNotExist) ||
+		!strings.Contains(err.Error(), filepath.Join("chk-0000000009", MetadataName)) {
+		t.Fatalf("ReadMetadata of an absent checkpoint = %v", err)
+	}
+}
+
+func flipFileByte(t *testing.T, name string, at int64) {
+	t.Helper()
+	f, err := os.OpenFile(name, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	b := []byte{0}
+	if _, err := f.ReadAt(b, at); err != nil {
+		t.Fatal(err)
+	}
+	b[0] ^= 0x20
+	if _, err := f.WriteAt(b, at); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestVerifyDetectsDamage(t *testing.T) {
+	const sst = "tasks/0-1/state/000005.sst"
+	const channel = "tasks/0-1/channels/in-0-2"
+	for _, tc := range []struct {
+		name   string
+		file   string
+		damage func(t *testing.T, name string)
+		want   string
+	}{
+		{"missing", sst, func(t *testing.T, name string) {
+			if err := os.Remove(name); err != nil {
+				t.Fatal(err)
+			}
+		}, "missing"},
+		{"truncated", sst, func(t *testing.T, name string) {
+			if err := os.Truncate(name, 100); err != nil {
+				t.Fatal(err)
+			}
+		}, "truncated"},
+		{"grown", sst, func(t *testing.T, name string) {
+			f, err := os.OpenFile(name, os.O_APPEND|os.O_WRONLY, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			f.WriteString("more")
+			f.Close()
+		}, "larger than"},
+		{"flipped byte", sst, func(t *testing.T, name string) { flipFileByte(t, name, 1234) }, "SHA-256"},
+		{"flipped channel byte", channel, func(t *testing.T, name string) { flipFileByte(t, name, 0) }, "SHA-256"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := testStorage(t)
+			m := writeTestCheckpoint(t, s, 7)
+			tc.damage(t, filepath.Join(s.Dir(7), filepath.FromSlash(tc.file)))
+			err := s.Verify(m)
+			rel := "chk-0000000007/" + tc.file
+			if err == nil || !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), rel) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Verify = %v; want a corruption error naming %s containing %q", err, rel, tc.want)
+			}
+			// Only the damaged file is reported.
+			if n := strings.Count(err.Error(), "\n"); n != 0 {
+				t.Fatalf("Verify reported %d problems for one damaged file: %v", n+1, err)
+			}
+			// Open's reader reports the same at EOF.
+			var h FileHandle
+			for _, x := range m.handles() {
+				if x.Path == tc.file {
+					h = x
+				}
+			}
+			r, err := s.Open(7, h)
+			if err == nil {
+				_, err = io.ReadAll(r)
+				r.Close()
+			}
+			if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), rel) {
+				t.Fatalf("reading the damaged file through Open: %v; want a corruption error naming %s", err, rel)
+			}
+		})
+	}
+
+	t.Run("several", func(t *testing.T) {
+		s := testStorage(t)
+		m := writeTestCheckpoint(t, s, 7)
+		for _, p := range []string{"000002.sst", "MANIFEST-000001"} {
+			if err := os.Remove(filepath.Join(s.Dir(7), "tasks", "0-1", "state", p)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		err := s.Verify(m)
+		for _, p := range []string{"000002.sst", "MANIFEST-000001"} {
+			if err == nil || !strings.Contains(err.Error(), "chk-0000000007/tasks/0-1/state/"+p+": missing") {
+				t.Fatalf("Verify = %v; want %s reported missing", err, p)
+			}
+		}
+	})
+
+	t.Run("path outside the checkpoint", func(t *testing.T) {
+		s := testStorage(t)
+		m := writeTestCheckpoint(t, s, 7)
+		m.Tasks[0].State[0].Path = "../chk-0000000006/x"
+		if err := s.Verify(m); err == nil || !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "invalid file path") {
+			t.Fatalf("Verify = %v; want an invalid path error", err)
+		}
+	})
+}
+
+func TestCrashBetweenFilesAndMetadata(t *testing.T) {
+	s := testStorage(t)
+	writeTestCheckpoint(t, s, 3)
+	// Checkpoint 4 wrote its files; the coordinator died before _metadata,
+	// in the middle of writing it.
+	if _, err := writeCheckpointFiles(s, 4, t.TempDir()); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(s.Dir(4), "._metadata.tmp-123"), []byte(`{"format":`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// Checkpoint 5 was aborted before any file.
+	if err := os.Mkdir(s.Dir(5), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// Unrelated entries are ignored.
+	writeTree(t, s.Root(), map[string]string{"chk-12/x": "", "notes.txt": "", "chk-0000000009": "a file"})
+
+	if ids, err := s.Completed(); err != nil || !slices.Equal(ids, []int64{3}) {
+		t.Fatalf("Completed = %v, %v; want [3]", ids, err)
+	}
+	if id, err := s.MaxID(); err != nil || id != 5 {
+		t.Fatalf("MaxID = %d, %v; want 5 (incomplete ones count)", id, err)
+	}
+	m, skipped, err := s.LatestUsable()
+	if err != nil || m.ID != 3 || len(skipped) != 0 {
+		t.Fatalf("LatestUsable = %v, %v, %v; want checkpoint 3", m, skipped, err)
+	}
+	removed, err := s.CleanIncomplete()
+	if err != nil || !slices.Equal(removed, []int64{4, 5}) {
+		t.Fatalf("CleanIncomplete = %v, %v; want [4 5]", removed, err)
+	}
+	for _, id := range []int64{4, 5} {
+		if _, err := os.Stat(s.Dir(id)); !errors.Is(err, fs.ErrNotExist) {
+			t.Fatalf("checkpoint %d's directory survived CleanIncomplete: %v", id, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(s.Root(), "notes.txt")); err != nil {
+		t.Fatalf("CleanIncomplete removed an unrelated file: %v", err)
+	}
+	if id, err := s.MaxID(); err != nil || id != 3 {
+		t.Fatalf("MaxID after cleaning = %d, %v; want 3", id, err)
+	}
+	if removed, err := s.CleanIncomplete(); err != nil || len(removed) != 0 {
+		t.Fatalf("second CleanIncomplete = %v, %v", removed, err)
+	}
+	if err := s.Verify(m); err != nil {
+		t.Fatalf("the complete checkpoint no longer verifies: %v", err)
+	}
+}
+
+func TestMaxIDBeyondTenDigits(t *testing.T) {
+	s := testStorage(t)
+	for _, id := range []int64{9_999_999_999, 10_000_000_001, 2} {
+		if err := os.Mkdir(s.Dir(id), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if id, err := s.MaxID(); err != nil || id != 10_000_000_001 {
+		t.Fatalf("MaxID = %d, %v", id, err)
+	}
+	if empty, err := OpenStorage(t.TempDir()); err != nil {
+		t.Fatal(err)
+	} else if n, err := empty.MaxID(); err != nil || n != 0 {
+		t.Fatalf("MaxID of an empty root = %d, %v; want 0", n, err)
+	}
+}
+
+func TestLatestUsableFallsBack(t *testing.T) {
+	s := testStorage(t)
+	for id := int64(1); id <= 4; id++ {
+		writeTestCheckpoint(t, s, id)
+	}
+	flipFileByte(t, filepath.Join(s.Dir(4), "tasks", "0-1", "state", "000002.sst"), 10)
+	metaName := editMetadata(t, s, 3, func(m map[string]any) { m["done"] = 1 })
+
+	m, skipped, err := s.LatestUsable()
+	if err != nil {
+		t.Fatalf("LatestUsable: %v", err)
+	}
+	if m.ID != 2 {
+		t.Fatalf("LatestUsable chose checkpoint %d, want 2", m.ID)
+	}
+	if len(skipped) != 2 {
+		t.Fatalf("skipped = %v; want checkpoints 4 and 3", skipped)
+	}
+	if msg := skipped[0].Error(); !strings.Contains(msg, "checkpoint 4 skipped") ||
+		!strings.Contains(msg, "chk-0000000004/tasks/0-1/state/000002.sst") || !errors.Is(skipped[0], ErrCorrupt) {
+		t.Fatalf("skipped[0] = %v; want checkpoint 4 with its damaged file", skipped[0])
+	}
+	if msg := skipped[1].Error(); !strings.Contains(msg, "checkpoint 3 skipped") ||
+		!strings.Contains(msg, metaName) || !strings.Contains(msg, "checksum mismatch") {
+		t.Fatalf("skipped[1] = %v; want checkpoint 3's metadata checksum", skipped[1])
+	}
+
+	for _, id := range []int64{1, 2} {
+		if err := os.Remove(filepath.Join(s.Dir(id), "tasks", "0-1", "channels", "in-0-2")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m, skipped, err = s.LatestUsable()
+	if !errors.Is(err, ErrNoCheckpoint) || m != nil || len(skipped) != 4 || !strings.Contains(err.Error(), s.Root()) {
+		t.Fatalf("LatestUsable with none usable = %v, %d skipped, %v; want ErrNoCheckpoint naming the root", m, len(skipped), err)
+	}
+	if _, skipped, err := testStorage(t).LatestUsable(); !errors.Is(err, ErrNoCheckpoint) || len(skipped) != 0 {
+		t.Fatalf("LatestUsable of an empty storage = %v, %v", skipped, err)
+	}
+}
+
+func TestDiscard(t *testing.T) {
+	s := testStorage(t)
+	writeTestCheckpoint(t, s, 1)
+	writeTestCheckpoint(t, s, 2)
+	if err := s.Discard(1); err != nil {
+		t.Fatalf("Discard(1): %v", err)
+	}
+	if _, err := os.Stat(s.Dir(1)); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("Discard left the directory: %v", err)
+	}
+	if ids, err := s.Completed(); err != nil || !slices.Equal(ids, []int64{2}) {
+		t.Fatalf("Completed = %v, %v; want [2]", ids, err)
+	}
+	if err := s.Discard(1); err != nil {
+		t.Fatalf("Discard of a discarded checkpoint: %v", err)
+	}
+
+	// A Discard that fails after removing _metadata leaves an incomplete
+	// checkpoint, never a complete-looking one with files missing.
+	ffs := &faultStorageFS{failAt: 1}
+	s.fs = ffs
+	if err := s.Discard(2); err == nil || !strings.Contains(err.Error(), "injected") {
+		t.Fatalf("Discard with a failing directory sync = %v", err)
+	}
+	s.fs = osStorageFS{}
+	if ids, err := s.Completed(); err != nil || len(ids) != 0 {
+		t.Fatalf("Completed after a failed Discard = %v, %v; want none", ids, err)
+	}
+	if removed, err := s.CleanIncomplete(); err != nil || !slices.Equal(removed, []int64{2}) {
+		t.Fatalf("CleanIncomplete = %v, %v; want [2]", removed, err)
+	}
+}
+
+// faultStorageFS is the operating system's storageFS, except that its
+// failAt-th operation (counting creates, writes, syncs, closes, renames,
+// directory creations and directory syncs from 1) fails; a failing write
+// writes half of its bytes first.
+type faultStorageFS struct {
+	osStorageFS
+	failAt int
+
+	mu       sync.Mutex
+	ops      int
+	injected string // the operation that failed
+}
+
+func (f *faultStorageFS) step(op string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.ops++
+	if f.ops != f.failAt {
+		return nil
+	}
+	f.injected = op
+	return fmt.Errorf("injected failure of %s (operation %d)", op, f.ops)
+}
+
+func (f *faultStorageFS) failed() string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.injected
+}
+
+func (f *faultStorageFS) CreateTemp(dir, prefix string) (storageFile, error) {
+	if err := f.step("create in " + dir); err != nil {
+		return nil, err
+	}
+	file, err := f.osStorageFS.CreateTemp(dir, prefix)
+	if err != nil {
+		return nil, err
+	}
+	return &faultStorageFile{storageFile: file, fs: f}, nil
+}
+
+func (f *faultStorageFS) Rename(oldpath, newpath string) error {
+	if err := f.step("rename to " + newpath); err != nil {
+		return err
+	}
+	return f.osStorageFS.Rename(oldpath, newpath)
+}
+
+func (f *faultStorageFS) Mkdir(dir string) error {
+	if err := f.step("mkdir " + dir); err != nil {
+		return err
+	}
+	return f.osStorageFS.Mkdir(dir)
+}
+
+func (f *faultStorageFS) SyncDir(dir string) error {
+	if err := f.step("sync directory " + dir); err != nil {
+		return err
+	}
+	return f.osStorageFS.SyncDir(dir)
+}
+
+type faultStorageFile struct {
+	storageFile
+	fs *faultStorageFS
+}
+
+func (f *faultStorageFile) Write(p []byte) (int, error) {
+	if err := f.fs.step("write " + f.Name()); err != nil {
+		n, _ := f.storageFile.Write(p[:len(p)/2])
+		return n, err
+	}
+	return f.storageFile.Write(p)
+}
+
+func (f *faultStorageFile) Sync() error {
+	if err := f.fs.step("sync " + f.Name()); err != nil {
+		return err
+	}
+	return f.storageFile.Sync()
+}
+
+func (f *faultStorageFile) Close() error {
+	err := f.fs.step("close " + f.Name())
+	if cerr := f.storageFile.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// TestInjectedFailureNeverHalfLands fails each filesystem operation of
+// writing a checkpoint in turn and checks that no failure leaves a
+// complete-looking checkpoint, a file with partial content under its final
+// name, or a temporary file.
+func TestInjectedFailureNeverHalfLands(t *testing.T) {
+	want := map[string]string{"tasks/0-1/channels/in-0-2": "in-flight batches"}
+	for p, c := range stateFiles {
+		want["tasks/0-1/state/"+p] = c
+	}
+	base := t.TempDir()
+	failures := map[string]bool{}
+	for n := 1; ; n++ {
+		s, err := OpenStorage(filepath.Join(base, fmt.Sprint(n)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ffs := &faultStorageFS{failAt: n}
+		s.fs = ffs
+		m, err := writeCheckpointFiles(s, 1, t.TempDir())
+		if err == nil {
+			err = s.WriteMetadata(m)
+		}
+		op := ffs.failed()
+		if op == "" {
+			// Every operation has been failed once; this run succeeded.
+			if err != nil {
+				t.Fatalf("run without failure: %v", err)
+			}
+			if _, err := s.ReadMetadata(1); err != nil {
+				t.Fatalf("run without failure: %v", err)
+			}
+			if n < 30 {
+				t.Fatalf("writing a checkpoint took %d operations; the fault injection does not see them", n-1)
+			}
+			break
+		}
+		failures[strings.Fields(op)[0]] = true
+		if err == nil {
+			t.Fatalf("operation %d (%s) failed but writing the checkpoint succeeded", n, op)
+		}
+		if !strings.Contains(err.Error(), "injected") {
+			t.Fatalf("operation %d (%s): error %v does not carry the cause", n, op, err)
+		}
+		if ids, err := s.Completed(); err != nil || len(ids) != 0 {
+			t.Fatalf("operation %d (%s) failed: Completed = %v, %v; want none", n, op, ids, err)
+		}
+		if _, _, err := s.LatestUsable(); !errors.Is(err, ErrNoCheckpoint) {
+			t.Fatalf("operation %d (%s) failed: LatestUsable = %v", n, op, err)
+		}
+		for p, content := range readTree(t, s.Root()) {
+			rel := strings.TrimPrefix(p, "chk-0000000001/")
+			if strings.Contains(rel, ".tmp-") {
+				t.Fatalf("operation %d (%s) failed: temporary file %s left behind", n, op, p)
+			}
+			if content != want[rel] {
+				t.Fatalf("operation %d (%s) failed: %s holds %d bytes, want %d", n, op, p, len(content), len(want[rel]))
+			}
+		}
+		if _, err := s.CleanIncomplete(); err != nil {
+			t.Fatal(err)
+		}
+		if got := readTree(t, s.Root()); len(got) != 0 {
+			t.Fatalf("operation %d (%s): CleanIncomplete left %v", n, op, got)
+		}
+	}
+	for _, op := range []string{"create", "write", "sync", "close", "rename", "mkdir"} {
+		if !failures[op] {
+			t.Errorf("no %s operation was failed; seen %v", op, failures)
+		}
+	}
+}
+
+// gateStorageFS holds the first two file creations until both have
+// arrived, so a CopyDir that copies one file at a time never passes it.
+type gateStorageFS struct {
+	osStorageFS
+	mu      sync.Mutex
+	arrived int
+	both    chan struct{}
+}
+
+func (g *gateStorageFS) CreateTemp(dir, prefix string) (storageFile, error) {
+	g.mu.Lock()
+	g.arrived++
+	if g.arrived == 2 {
+		close(g.both)
+	}
+	n := g.arrived
+	g.mu.Unlock()
+	if n <= 2 {
+		select {
+		case <-g.both:
+		case <-time.After(10 * time.Second):
+			return nil, errors.New("a second file copy never started while the first was in progress")
+		}
+	}
+	return g.osStorageFS.CreateTemp(dir, prefix)
+}
+
+func TestCopyDirParallel(t *testing.T) {
+	s := testStorage(t)
+	src := t.TempDir()
+	files := map[string]string{}
+	for i := range 40 {
+		files[fmt.Sprintf("d%d/f%02d", i%3, i)] = strings.Repeat(fmt.Sprint(i), i*100)
+	}
+	files["top"] = "top"
+	writeTree(t, src, files)
+	s.fs = &gateStorageFS{both: make(chan struct{})}
+
+	hs, err := s.CopyDir(2, "tasks/1-0/state", src)
+	if err != nil {
+		t.Fatalf("CopyDir: %v", err)
+	}
+	if len(hs) != len(files) {
+		t.Fatalf("CopyDir returned %d handles for %d files", len(hs), len(files))
+	}
+	if !slices.IsSortedFunc(hs, func(a, b FileHandle) int { return strings.Compare(a.Path, b.Path) }) {
+		t.Fatalf("handles not sorted by path: %v", hs)
+	}
+	for _, h := range hs {
+		content, ok := files[strings.TrimPrefix(h.Path, "tasks/1-0/state/")]
+		if !ok || h.Size != int64(len(content)) || h.SHA256 != sha256Hex([]byte(content)) {
+			t.Fatalf("handle %+v does not match its source", h)
+		}
+	}
+	got := readTree(t, filepath.Join(s.Dir(2), "tasks", "1-0", "state"))
+	if !reflect.DeepEqual(got, files) {
+		t.Fatalf("copied tree differs from the source")
+	}
+
+	if err := os.Symlink("top", filepath.Join(src, "link")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.CopyDir(3, "x", src); err == nil || !strings.Contains(err.Error(), filepath.Join(src, "link")) ||
+		!strings.Contains(err.Error(), "not a regular file") {
+		t.Fatalf("CopyDir of a directory with a symlink = %v", err)
+	}
+	if _, err := s.CopyDir(3, "x", filepath.Join(src, "absent")); err == nil || !strings.Contains(err.Error(), "absent") {
+		t.Fatalf("CopyDir of a missing directory = %v", err)
+	}
+}
+
+func TestRestore(t *testing.T) {
+	s := testStorage(t)
+	m := writeTestCheckpoint(t, s, 5)
+
+	dst := filepath.Join(t.TempDir(), "restored", "db")
+	if err := s.Restore(m, testTask, dst); err != nil {
+		t.Fatalf("Restore: %v", err)
+	}
+	if got := readTree(t, dst); !reflect.DeepEqual(got, stateFiles) {
+		t.Fatalf("restored %v, want the task's state files", got)
+	}
+	if err := s.Restore(m, testTask, dst); err == nil || !strings.Contains(err.Error(), "not empty") {
+		t.Fatalf("Restore into a non-empty directory = %v", err)
+	}
+
+	// A task without state restores to an empty directory.
+	empty := filepath.Join(t.TempDir(), "empty")
+	if err := s.Restore(m, TaskID{Chain: 1, Subtask: 0}, empty); err != nil {
+		t.Fatalf("Restore of a stateless task: %v", err)
+	}
+	if got := readTree(t, empty); len(got) != 0 {
+		t.Fatalf("stateless restore wrote %v", got)
+	}
+	if err := s.Restore(m, TaskID{Chain: 9, Subtask: 9}, t.TempDir()); err == nil || !strings.Contains(err.Error(), "no state for task 9/9") {
+		t.Fatalf("Restore of an unknown task = %v", err)
+	}
+
+	// A damaged file fails the restore, names the file and leaves dst empty.
+	flipFileByte(t, filepath.Join(s.Dir(5), "tasks", "0-1", "state", "000005.sst"), 4000)
+	dst = t.TempDir()
+	err := s.Restore(m, testTask, dst)
+	if err == nil || !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "chk-0000000005/tasks/0-1/state/000005.sst") {
+		t.Fatalf("Restore of a damaged checkpoint = %v", err)
+	}
+	if got := readTree(t, dst); len(got) != 0 {
+		t.Fatalf("a failed restore left %v in the destination", got)
+	}
+
+	// State files must lie below the task's state directory.
+	m.Tasks[0].State[0].Path = "tasks/0-2/state/000002.sst"
+	if err := s.Restore(m, testTask, t.TempDir()); err == nil || !strings.Contains(err.Error(), "outside tasks/0-1/state/") {
+		t.Fatalf("Restore of a misplaced state file = %v", err)
+	}
+}
+
+func TestOpenStorage(t *testing.T) {
+	if _, err := OpenStorage(""); err == nil {
+		t.Fatal("OpenStorage(\"\") succeeded")
+	}
+	file := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := OpenStorage(file); err == nil || !strings.Contains(err.Error(), file) {
+		t.Fatalf("OpenStorage of a file = %v", err)
+	}
+	s := testStorage(t)
+	writeTestCheckpoint(t, s, 1)
+	again, err := OpenStorage(s.Root())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ids, err := again.Completed(); err != nil || !slices.Equal(ids, []int64{1}) {
+		t.Fatalf("reopened storage: Completed = %v, %v", ids, err)
+	}
+}

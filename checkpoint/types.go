@@ -1,0 +1,93 @@
+package checkpoint
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/wstream/wstream/abi"
+)
+
+// TaskID names one subtask of a job: the chain's index in the physical graph
+// (job.Graph.Chains) and the subtask index.
+type TaskID struct {
+	Chain   int `json:"chain"`
+	Subtask int `json:"subtask"`
+}
+
+func (t TaskID) String() string { return fmt.Sprintf("%d/%d", t.Chain, t.Subtask) }
+
+// Kind says what a snapshot is for.
+type Kind uint8
+
+const (
+	// KindCheckpoint is a periodic checkpoint: owned by the system,
+	// retained per Config.Retain, discarded when subsumed.
+	KindCheckpoint Kind = iota + 1
+	// KindSavepoint is user-triggered: always aligned, never expires,
+	// never discarded by the system.
+	KindSavepoint
+)
+
+func (k Kind) String() string {
+	switch k {
+	case KindCheckpoint:
+		return "checkpoint"
+	case KindSavepoint:
+		return "savepoint"
+	}
+	return fmt.Sprintf("kind(%d)", uint8(k))
+}
+
+// FileHandle is one persisted file of a snapshot. Path is relative to the
+// checkpoint's directory; SHA256 is the hex digest of the file's bytes.
+type FileHandle struct {
+	Path   string `json:"path"`
+	Size   int64  `json:"size"`
+	SHA256 string `json:"sha256"`
+}
+
+// ChannelState is the in-flight data of one channel captured by an
+// unaligned checkpoint: the records that the barrier overtook (output side)
+// or that were still to arrive before the barrier (input side). Replayed on
+// restore before any new input.
+type ChannelState struct {
+	Input bool       `json:"input"` // input side (true) or output side
+	Edge  int        `json:"edge"`  // job.ChainEdge.Index
+	Peer  int        `json:"peer"`  // the subtask at the other end
+	File  FileHandle `json:"file"`  // concatenated encoded abi batches, each prefixed by its u32 length
+	Bytes int64      `json:"bytes"` // payload bytes captured
+}
+
+// SubtaskState is what one subtask's snapshot holds.
+type SubtaskState struct {
+	Task TaskID `json:"task"`
+	// KeyGroups is the range of the chain head's keyed state (when keyed).
+	KeyGroups abi.KeyGroupRange `json:"keyGroups"`
+	// State lists the keyed-state files (a Pebble checkpoint).
+	State []FileHandle `json:"state,omitempty"`
+	// Operator holds small per-vertex operator state by vertex id: source
+	// offsets, sink transactions.
+	Operator map[string][]byte `json:"operator,omitempty"`
+	// Channels is the in-flight data of an unaligned checkpoint.
+	Channels []ChannelState `json:"channels,omitempty"`
+	// Finished says the subtask had finished (its input ended and it
+	// closed) before the checkpoint completed: a restore does not run it
+	// again, so its input is not replayed and its output not repeated.
+	Finished bool `json:"finished,omitempty"`
+}
+
+// Metrics are what a subtask reports about its part of a checkpoint.
+type Metrics struct {
+	// StartDelay: from the trigger to the first barrier at this subtask.
+	StartDelay time.Duration `json:"startDelay"`
+	// Alignment: from the first to the last barrier (0 for unaligned).
+	Alignment time.Duration `json:"alignment"`
+	// AlignmentBytes: input bytes processed while aligning.
+	AlignmentBytes int64         `json:"alignmentBytes"`
+	Sync           time.Duration `json:"sync"`
+	Async          time.Duration `json:"async"`
+	StateSize      int64         `json:"stateSize"`
+	// InFlightBytes: channel state persisted by an unaligned checkpoint.
+	InFlightBytes int64 `json:"inFlightBytes"`
+	Unaligned     bool  `json:"unaligned"`
+}

@@ -1,0 +1,465 @@
+package coordinator
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/wstream/wstream/checkpoint"
+	"github.com/wstream/wstream/job"
+	"github.com/wstream/wstream/transport"
+)
+
+// Record is what the coordinator keeps of a job in DATA/jobs/JOB/job.json:
+// enough to resume it after the process that ran it died.
+type Record struct {
+	JobID        string          `json:"jobId"`
+	Name         string          `json:"name"`
+	Plan         json.RawMessage `json:"plan"`
+	ModuleDigest string          `json:"moduleDigest,omitempty"`
+	ModuleName   string          `json:"moduleName,omitempty"`
+	State        string          `json:"state"`
+	Attempt      int             `json:"attempt"`
+	Updated      time.Time       `json:"updated"`
+}
+
+// JobDir is a job's directory under a data directory.
+func JobDir(dataDir, id string) string { return filepath.Join(dataDir, "jobs", id) }
+
+// CheckpointRoot is a job's checkpoint storage directory.
+func CheckpointRoot(dataDir, id string) string {
+	return filepath.Join(JobDir(dataDir, id), "checkpoints")
+}
+
+// ReadRecord reads a job's record.
+func ReadRecord(dataDir, id string) (*Record, error) {
+	b, err := os.ReadFile(filepath.Join(JobDir(dataDir, id), "job.json"))
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("no job %q in %s", id, dataDir)
+		}
+		return nil, err
+	}
+	var r Record
+	if err := json.Unmarshal(b, &r); err != nil {
+		return nil, fmt.Errorf("job record %s: %w", filepath.Join(JobDir(dataDir, id), "job.json"), err)
+	}
+	return &r, nil
+}
+
+// ListRecords returns the records of every job in a data directory, most
+// recently updated last.
+func ListRecords(dataDir string) ([]*Record, error) {
+	entries, err := os.ReadDir(filepath.Join(dataDir, "jobs"))
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, nil
+		}
+		return nil, err
+	}
+	var out []*Record
+	for _, e := range entries {
+		if !e.IsDir() {
+			continue
+		}
+		if r, err := ReadRecord(dataDir, e.Name()); err == nil {
+			out = append(out, r)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Updated.Before(out[j].Updated) })
+	return out, nil
+}
+
+func (c *Coordinator) readRecord(id string) (*Record, error) {
+	if c.cfg.DataDir == "" {
+		return nil, errors.New("this coordinator keeps no job records (no data directory)")
+	}
+	return ReadRecord(c.cfg.DataDir, id)
+}
+
+// writeRecord saves a job's record atomically.
+func (c *Coordinator) writeRecord(j *jobState, state string) {
+	if c.cfg.DataDir == "" {
+		return
+	}
+	c.mu.Lock()
+	r := Record{JobID: j.info.JobID, Name: j.info.Name, Plan: j.plan.JSON(), ModuleDigest: j.digest,
+		ModuleName: j.module, State: state, Attempt: j.attempt, Updated: c.now()}
+	c.mu.Unlock()
+	dir := JobDir(c.cfg.DataDir, r.JobID)
+	if err := writeJSONAtomic(dir, "job.json", r); err != nil {
+		c.cfg.Logf("coordinator: saving the record of job %s: %v", r.JobID, err)
+	}
+}
+
+func writeJSONAtomic(dir, name string, v any) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(dir, "."+name+".tmp-*")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	_, werr := f.Write(b)
+	serr := f.Sync()
+	cerr := f.Close()
+	if err := errors.Join(werr, serr, cerr); err != nil {
+		_ = os.Remove(tmp)
+		return err
+	}
+	return os.Rename(tmp, filepath.Join(dir, name))
+}
+
+// HistoryEntry is one line of a job's checkpoint history
+// (checkpoints/history.jsonl), which `wstream checkpoints` prints.
+type HistoryEntry struct {
+	ID       int64           `json:"id"`
+	Kind     checkpoint.Kind `json:"kind"`
+	Attempt  int             `json:"attempt"`
+	Status   string          `json:"status"` // completed | aborted
+	Reason   string          `json:"reason,omitempty"`
+	Trigger  int64           `json:"trigger"` // unix ms
+	Done     int64           `json:"done"`    // unix ms
+	Duration time.Duration   `json:"duration"`
+	// Sums over subtasks, and the slowest subtask's alignment, sync and
+	// async durations.
+	StateSize     int64         `json:"stateSize"`
+	InFlightBytes int64         `json:"inFlightBytes"`
+	Alignment     time.Duration `json:"alignment"`
+	Sync          time.Duration `json:"sync"`
+	Async         time.Duration `json:"async"`
+	Unaligned     bool          `json:"unaligned,omitempty"`
+}
+
+// ReadHistory reads a job's checkpoint history.
+func ReadHistory(dataDir, id string) ([]HistoryEntry, error) {
+	b, err := os.ReadFile(filepath.Join(CheckpointRoot(dataDir, id), "history.jsonl"))
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, nil
+		}
+		return nil, err
+	}
+	var out []HistoryEntry
+	dec := json.NewDecoder(bytesReader(b))
+	for dec.More() {
+		var e HistoryEntry
+		if err := dec.Decode(&e); err != nil {
+			// A crash can cut the last line short: keep what is whole.
+			break
+		}
+		out = append(out, e)
+	}
+	return out, nil
+}
+
+// ckptDriver runs the checkpoint coordinator of one attempt of a job: it
+// feeds the pure state machine ticks, acks and declines, and carries out its
+// actions (triggers, metadata writes, notifications, discards).
+type ckptDriver struct {
+	c       *Coordinator
+	j       *jobState
+	attempt int
+	mu      sync.Mutex
+	sm      *checkpoint.Coordinator
+	storage *checkpoint.Storage
+	sources []checkpoint.TaskID
+	done    map[checkpoint.TaskID]bool
+	pending map[int64]int64 // id → trigger time, for history of aborts
+	sub     *nats.Subscription
+	quit    chan struct{}
+	stopped bool
+	history *os.File
+	wg      sync.WaitGroup
+}
+
+// newCkptDriver prepares checkpointing for the job's current attempt and
+// returns the id of the checkpoint it restores from (0: none).
+func (c *Coordinator) newCkptDriver(j *jobState) (*ckptDriver, int64, error) {
+	if c.cfg.DataDir == "" {
+		return nil, 0, errors.New("checkpoints need a data directory for their storage")
+	}
+	st, err := checkpoint.OpenStorage(CheckpointRoot(c.cfg.DataDir, j.info.JobID))
+	if err != nil {
+		return nil, 0, err
+	}
+	// Directories of checkpoints that never completed hold nothing usable.
+	if _, err := st.CleanIncomplete(); err != nil {
+		return nil, 0, err
+	}
+	var restore int64
+	var retained []checkpoint.Completed
+	if j.attempt > 0 {
+		m, skipped, err := st.LatestUsable()
+		for _, s := range skipped {
+			c.cfg.Logf("coordinator: job %s: skipping checkpoint: %v", j.info.JobID, s)
+		}
+		switch {
+		case err == nil:
+			restore = m.ID
+		case errors.Is(err, checkpoint.ErrNoCheckpoint):
+			c.cfg.Logf("coordinator: job %s: no usable checkpoint; restarting from the beginning", j.info.JobID)
+		default:
+			return nil, 0, err
+		}
+		ids, err := st.Completed()
+		if err != nil {
+			return nil, 0, err
+		}
+		for _, id := range ids {
+			if id > restore {
+				// Newer but unusable: keeping it would make it "retained".
+				continue
+			}
+			m, err := st.ReadMetadata(id)
+			if err != nil || m.Kind != checkpoint.KindCheckpoint {
+				continue
+			}
+			retained = append(retained, checkpoint.Completed{ID: m.ID, Kind: m.Kind, Trigger: m.Trigger, Done: m.Done, Tasks: m.Tasks})
+		}
+	}
+	next, err := st.MaxID()
+	if err != nil {
+		return nil, 0, err
+	}
+	cs := j.plan.Checkpoint
+	cfg := checkpoint.Config{
+		Interval: cs.Interval, MinPause: cs.MinPause, MaxConcurrent: cs.MaxConcurrent,
+		Timeout: cs.Timeout, TolerableFailures: cs.TolerableFailures, Retain: cs.Retain,
+	}
+	// A random initial delay spreads the first checkpoints of many jobs
+	// (seed 002: the coordinator's first trigger).
+	if span := cs.Interval - cs.MinPause; span > 0 {
+		cfg.InitialDelay = cs.MinPause + time.Now().UnixNano()%span
+	} else {
+		cfg.InitialDelay = cs.Interval
+	}
+	g, err := job.Build(j.plan)
+	if err != nil {
+		return nil, 0, err
+	}
+	var tasks, sources []checkpoint.TaskID
+	for _, ch := range g.Chains {
+		for s := 0; s < ch.Parallelism; s++ {
+			id := checkpoint.TaskID{Chain: ch.Index, Subtask: s}
+			tasks = append(tasks, id)
+			if ch.Vertices[0].Kind == job.KindSource {
+				sources = append(sources, id)
+			}
+		}
+	}
+	sm, err := checkpoint.NewCoordinator(cfg, tasks, next+1, time.Now().UnixMilli())
+	if err != nil {
+		return nil, 0, err
+	}
+	if len(retained) > 0 {
+		if err := sm.Recover(retained); err != nil {
+			return nil, 0, err
+		}
+	}
+	hist, err := os.OpenFile(filepath.Join(st.Root(), "history.jsonl"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		return nil, 0, err
+	}
+	d := &ckptDriver{c: c, j: j, attempt: j.attempt, sm: sm, storage: st, sources: sources,
+		done: map[checkpoint.TaskID]bool{}, pending: map[int64]int64{}, quit: make(chan struct{}), history: hist}
+	sub, err := c.cfg.NATS.Subscribe(transport.CheckpointAckSubject(j.info.JobID), d.onAck)
+	if err != nil {
+		hist.Close()
+		return nil, 0, err
+	}
+	d.sub = sub
+	return d, restore, nil
+}
+
+// tick is how often the driver gives the state machine the time.
+const tick = 10 * time.Millisecond
+
+func (d *ckptDriver) start() {
+	d.wg.Add(1)
+	go func() {
+		defer d.wg.Done()
+		t := time.NewTicker(tick)
+		defer t.Stop()
+		for {
+			select {
+			case <-d.quit:
+				return
+			case <-t.C:
+				d.mu.Lock()
+				if !d.stopped {
+					d.sm.Tick(time.Now().UnixMilli())
+					d.run()
+				}
+				d.mu.Unlock()
+			}
+		}
+	}()
+}
+
+// stop ends the driver: pending checkpoints are aborted and forgotten (the
+// attempt is over; its subtasks are gone).
+func (d *ckptDriver) stop() {
+	d.mu.Lock()
+	if d.stopped {
+		d.mu.Unlock()
+		return
+	}
+	d.stopped = true
+	d.sm.Stop()
+	d.run()
+	d.mu.Unlock()
+	close(d.quit)
+	_ = d.sub.Unsubscribe()
+	d.wg.Wait()
+	d.history.Close()
+}
+
+func (d *ckptDriver) taskFinished(t checkpoint.TaskID) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.done[t] = true
+	if !d.stopped {
+		d.sm.TaskFinished(t)
+		d.run()
+	}
+}
+
+func (d *ckptDriver) onAck(m *nats.Msg) {
+	var a transport.CheckpointAck
+	if err := json.Unmarshal(m.Data, &a); err != nil {
+		d.c.cfg.Logf("coordinator: bad checkpoint acknowledgement: %v", err)
+		return
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.stopped || a.Attempt != d.attempt {
+		return
+	}
+	now := time.Now().UnixMilli()
+	var err error
+	if a.Decline != "" {
+		err = d.sm.Decline(now, a.ID, a.Task, a.Decline)
+	} else {
+		st := checkpoint.SubtaskState{Task: a.Task}
+		if a.State != nil {
+			st = *a.State
+		}
+		err = d.sm.Ack(now, a.ID, a.Task, st, a.Metrics)
+	}
+	if err != nil {
+		d.c.cfg.Logf("coordinator: job %s: %v", d.j.info.JobID, err)
+	}
+	d.run()
+}
+
+// run carries out the state machine's actions; d.mu is held.
+func (d *ckptDriver) run() {
+	for _, a := range d.sm.Ready() {
+		switch a := a.(type) {
+		case checkpoint.Trigger:
+			d.pending[a.ID] = a.Timestamp
+			var roots []checkpoint.TaskID
+			for _, s := range d.sources {
+				if !d.done[s] {
+					roots = append(roots, s)
+				}
+			}
+			d.send(transport.CheckpointControl{Action: transport.CheckpointTrigger, ID: a.ID, Kind: a.Kind, Timestamp: a.Timestamp, Tasks: roots})
+		case checkpoint.Persist:
+			d.persist(a.Checkpoint)
+		case checkpoint.NotifyComplete:
+			delete(d.pending, a.ID)
+			d.send(transport.CheckpointControl{Action: transport.CheckpointComplete, ID: a.ID, Kind: a.Kind})
+		case checkpoint.NotifyAborted:
+			d.record(HistoryEntry{ID: a.ID, Status: "aborted", Reason: a.Reason, Trigger: d.pending[a.ID], Done: time.Now().UnixMilli()})
+			delete(d.pending, a.ID)
+			if !d.stopped {
+				d.send(transport.CheckpointControl{Action: transport.CheckpointAbort, ID: a.ID, Reason: a.Reason})
+			}
+		case checkpoint.Discard:
+			id := a.ID
+			go func() {
+				if err := d.storage.Discard(id); err != nil {
+					d.c.cfg.Logf("coordinator: job %s: discarding checkpoint %d: %v", d.j.info.JobID, id, err)
+				}
+			}()
+		case checkpoint.FailJob:
+			attempt := d.attempt
+			go d.c.failJob(d.j, attempt, a.Reason)
+		}
+	}
+}
+
+func (d *ckptDriver) send(ctl transport.CheckpointControl) {
+	ctl.JobID, ctl.Attempt = d.j.info.JobID, d.attempt
+	b, _ := json.Marshal(ctl)
+	if err := d.c.cfg.NATS.Publish(transport.WorkerCheckpointSubject(d.j.worker), b); err != nil {
+		d.c.cfg.Logf("coordinator: job %s: sending checkpoint %s %d: %v", d.j.info.JobID, ctl.Action, ctl.ID, err)
+	}
+}
+
+// persist writes a completed checkpoint's metadata off the driver's lock,
+// then reports the outcome to the state machine.
+func (d *ckptDriver) persist(cp checkpoint.Completed) {
+	meta := &checkpoint.Metadata{
+		JobID: d.j.info.JobID, ID: cp.ID, Kind: cp.Kind, Trigger: cp.Trigger, Done: cp.Done,
+		Plan: d.j.plan.JSON(), ModuleDigest: d.j.digest, MaxParallelism: d.j.plan.MaxParallelism,
+		Tasks: slices.Clone(cp.Tasks), Metrics: map[string]checkpoint.Metrics{},
+	}
+	e := HistoryEntry{ID: cp.ID, Kind: cp.Kind, Status: "completed", Trigger: cp.Trigger, Done: cp.Done,
+		Duration: time.Duration(cp.Done-cp.Trigger) * time.Millisecond}
+	for i := range meta.Tasks {
+		// The state machine gives a task that finished before acknowledging
+		// an empty state and no metrics.
+		if _, acked := cp.Metrics[meta.Tasks[i].Task]; !acked {
+			meta.Tasks[i].Finished = true
+		}
+	}
+	for t, m := range cp.Metrics {
+		meta.Metrics[t.String()] = m
+		e.StateSize += m.StateSize
+		e.InFlightBytes += m.InFlightBytes
+		e.Alignment = max(e.Alignment, m.Alignment)
+		e.Sync = max(e.Sync, m.Sync)
+		e.Async = max(e.Async, m.Async)
+		e.Unaligned = e.Unaligned || m.Unaligned
+	}
+	d.wg.Add(1)
+	go func() {
+		defer d.wg.Done()
+		err := d.storage.WriteMetadata(meta)
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		if err != nil {
+			d.c.cfg.Logf("coordinator: job %s: writing checkpoint %d: %v", d.j.info.JobID, cp.ID, err)
+		} else {
+			d.record(e)
+		}
+		d.sm.Persisted(cp.ID, err)
+		d.run()
+	}()
+}
+
+// record appends a history line; d.mu is held.
+func (d *ckptDriver) record(e HistoryEntry) {
+	e.Attempt = d.attempt
+	b, _ := json.Marshal(e)
+	_, _ = d.history.Write(append(b, '\n'))
+}
+
+func bytesReader(b []byte) *bytes.Reader { return bytes.NewReader(b) }

@@ -1,0 +1,148 @@
+package job
+
+import "fmt"
+
+// CheckpointSettings configure a job's checkpoints (plan field
+// "checkpoint"; every field is also a deploy flag). Times are milliseconds.
+type CheckpointSettings struct {
+	// Interval between periodic checkpoints; 0 disables checkpointing.
+	Interval int64 `json:"interval"`
+	// Mode: "aligned" (exactly-once, the default), "unaligned" or
+	// "at-least-once".
+	Mode string `json:"mode,omitempty"`
+	// AlignedTimeout > 0 switches an aligned checkpoint whose alignment
+	// lasts longer to unaligned.
+	AlignedTimeout int64 `json:"alignedTimeout,omitempty"`
+	// Timeout after which a pending checkpoint expires (default 10 min).
+	Timeout int64 `json:"timeout,omitempty"`
+	// MinPause between the end of one checkpoint and the next trigger.
+	MinPause int64 `json:"minPause,omitempty"`
+	// MaxConcurrent pending checkpoints (default 1).
+	MaxConcurrent int `json:"maxConcurrent,omitempty"`
+	// TolerableFailures is how many consecutive failed checkpoints the job
+	// tolerates; one more fails it (-1: unlimited).
+	TolerableFailures int `json:"tolerableFailures,omitempty"`
+	// Retain completed checkpoints (default 1).
+	Retain int `json:"retain,omitempty"`
+}
+
+// Checkpoint modes.
+const (
+	ModeAligned     = "aligned"
+	ModeUnaligned   = "unaligned"
+	ModeAtLeastOnce = "at-least-once"
+)
+
+// RestartSettings say how a failed job restarts (plan field "restart").
+type RestartSettings struct {
+	// Strategy: "none", "fixed-delay" or "exponential-backoff".
+	Strategy string `json:"strategy"`
+	// Attempts is the most restarts before the job fails for good
+	// (0 with a strategy other than none: unlimited).
+	Attempts int `json:"attempts,omitempty"`
+	// Delay before a restart, ms (the first one, for exponential backoff).
+	Delay int64 `json:"delay,omitempty"`
+	// MaxDelay caps exponential backoff, ms.
+	MaxDelay int64 `json:"maxDelay,omitempty"`
+	// Multiplier of exponential backoff (default 2).
+	Multiplier float64 `json:"multiplier,omitempty"`
+}
+
+// Restart strategies.
+const (
+	RestartNone        = "none"
+	RestartFixedDelay  = "fixed-delay"
+	RestartExponential = "exponential-backoff"
+)
+
+// Enabled reports whether checkpointing is on.
+func (c *CheckpointSettings) Enabled() bool { return c != nil && c.Interval > 0 }
+
+func (c *CheckpointSettings) validate() error {
+	if c == nil {
+		return nil
+	}
+	switch {
+	case c.Interval < 0:
+		return errorf("checkpoint.interval", "%d must be ≥ 0 (0 disables checkpoints)", c.Interval)
+	case c.Mode != "" && c.Mode != ModeAligned && c.Mode != ModeUnaligned && c.Mode != ModeAtLeastOnce:
+		return errorf("checkpoint.mode", "%q must be %q, %q or %q", c.Mode, ModeAligned, ModeUnaligned, ModeAtLeastOnce)
+	case c.AlignedTimeout < 0:
+		return errorf("checkpoint.alignedTimeout", "%d must be ≥ 0", c.AlignedTimeout)
+	case c.AlignedTimeout > 0 && c.Mode != "" && c.Mode != ModeAligned:
+		return errorf("checkpoint.alignedTimeout", "applies to mode %q only, not %q", ModeAligned, c.Mode)
+	case c.Timeout < 0:
+		return errorf("checkpoint.timeout", "%d must be ≥ 0", c.Timeout)
+	case c.MinPause < 0:
+		return errorf("checkpoint.minPause", "%d must be ≥ 0", c.MinPause)
+	case c.MaxConcurrent < 0:
+		return errorf("checkpoint.maxConcurrent", "%d must be ≥ 0", c.MaxConcurrent)
+	case c.TolerableFailures < -1:
+		return errorf("checkpoint.tolerableFailures", "%d must be ≥ -1 (-1: unlimited)", c.TolerableFailures)
+	case c.Retain < 0:
+		return errorf("checkpoint.retain", "%d must be ≥ 0", c.Retain)
+	}
+	return nil
+}
+
+func (r *RestartSettings) validate() error {
+	if r == nil {
+		return nil
+	}
+	switch r.Strategy {
+	case RestartNone, RestartFixedDelay, RestartExponential:
+	default:
+		return errorf("restart.strategy", "%q must be %q, %q or %q", r.Strategy, RestartNone, RestartFixedDelay, RestartExponential)
+	}
+	switch {
+	case r.Attempts < 0:
+		return errorf("restart.attempts", "%d must be ≥ 0 (0: unlimited)", r.Attempts)
+	case r.Delay < 0:
+		return errorf("restart.delay", "%d must be ≥ 0", r.Delay)
+	case r.MaxDelay < 0:
+		return errorf("restart.maxDelay", "%d must be ≥ 0", r.MaxDelay)
+	case r.Multiplier != 0 && r.Multiplier < 1:
+		return errorf("restart.multiplier", "%g must be ≥ 1", r.Multiplier)
+	}
+	return nil
+}
+
+// DelayBefore returns the delay before restart number attempt (1-based) and
+// whether that restart is allowed.
+func (r *RestartSettings) DelayBefore(attempt int) (int64, bool) {
+	if r == nil || r.Strategy == RestartNone || r.Strategy == "" {
+		return 0, false
+	}
+	if r.Attempts > 0 && attempt > r.Attempts {
+		return 0, false
+	}
+	if r.Strategy == RestartFixedDelay {
+		return r.Delay, true
+	}
+	m := r.Multiplier
+	if m == 0 {
+		m = 2
+	}
+	d := float64(r.Delay)
+	for i := 1; i < attempt; i++ {
+		d *= m
+		if r.MaxDelay > 0 && d >= float64(r.MaxDelay) {
+			return r.MaxDelay, true
+		}
+	}
+	if r.MaxDelay > 0 && int64(d) > r.MaxDelay {
+		return r.MaxDelay, true
+	}
+	return int64(d), true
+}
+
+// String renders the strategy for logs.
+func (r *RestartSettings) String() string {
+	if r == nil || r.Strategy == "" || r.Strategy == RestartNone {
+		return RestartNone
+	}
+	if r.Strategy == RestartFixedDelay {
+		return fmt.Sprintf("%s (attempts %d, delay %dms)", r.Strategy, r.Attempts, r.Delay)
+	}
+	return fmt.Sprintf("%s (attempts %d, delay %dms, max %dms)", r.Strategy, r.Attempts, r.Delay, r.MaxDelay)
+}

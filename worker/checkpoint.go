@@ -1,0 +1,539 @@
+package worker
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/wstream/wstream/abi"
+	"github.com/wstream/wstream/checkpoint"
+	"github.com/wstream/wstream/connector"
+	"github.com/wstream/wstream/transport"
+)
+
+// ckptEnv is what a job's subtasks need to take part in checkpoints.
+type ckptEnv struct {
+	storage        *checkpoint.Storage
+	mode           checkpoint.Mode
+	alignedTimeout int64
+	tmpDir         string // where sync snapshots wait for the async phase
+	publish        func(transport.CheckpointAck)
+	// restore is the checkpoint the attempt starts from (nil: fresh).
+	restore *checkpoint.Metadata
+}
+
+// control is a checkpoint message for one subtask, queued by the worker and
+// handled by the subtask's goroutine.
+type control struct {
+	action    string
+	id        int64
+	kind      checkpoint.Kind
+	timestamp int64
+	reason    string
+}
+
+// mailbox queues control messages for a subtask without ever blocking the
+// worker's NATS handler.
+type mailbox struct {
+	mu    sync.Mutex
+	msgs  []control
+	poke  func() // wakes the subtask (gate interrupt)
+	ready chan struct{}
+}
+
+func newMailbox() *mailbox { return &mailbox{ready: make(chan struct{}, 1)} }
+
+func (m *mailbox) put(c control) {
+	m.mu.Lock()
+	m.msgs = append(m.msgs, c)
+	poke := m.poke
+	m.mu.Unlock()
+	select {
+	case m.ready <- struct{}{}:
+	default:
+	}
+	if poke != nil {
+		poke()
+	}
+}
+
+func (m *mailbox) take() []control {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := m.msgs
+	m.msgs = nil
+	return out
+}
+
+// inputRef names the channel behind a gate index: the chain edge and the
+// upstream subtask.
+type inputRef struct{ edge, peer int }
+
+// snapshotInProgress is a subtask's snapshot between its sync phase and its
+// acknowledgement.
+type snapshotInProgress struct {
+	id        int64
+	kind      checkpoint.Kind
+	trigger   int64
+	unaligned bool
+	state     *checkpoint.SubtaskState
+	stateDir  string // sync snapshot of the keyed state, "" when none
+	out       []capturedChannel
+	in        map[int]*capturedChannel // gate index → input capture
+	metrics   checkpoint.Metrics
+	aborted   bool
+}
+
+// capturedChannel is the in-flight data of one channel.
+type capturedChannel struct {
+	open    bool // input capture still recording
+	input   bool
+	edge    int
+	peer    int
+	batches [][]byte
+	bytes   int64
+}
+
+// checkpointing reports whether the subtask takes part in checkpoints.
+func (t *task) checkpointing() bool { return t.ckpt != nil }
+
+// handleControl runs the queued control messages.
+func (t *task) handleControl(ctx context.Context) error {
+	for _, c := range t.mbox.take() {
+		switch c.action {
+		case transport.CheckpointTrigger:
+			// A trigger reaches sources, and subtasks whose inputs have all
+			// ended: they have no barrier to wait for.
+			unaligned := t.ckpt.mode == checkpoint.Unaligned && c.kind != checkpoint.KindSavepoint
+			m := checkpoint.Metrics{StartDelay: sinceMillis(c.timestamp)}
+			if err := t.snapshot(ctx, c.id, c.kind, c.timestamp, unaligned, m); err != nil {
+				return err
+			}
+			// No input can still deliver data before this barrier: there is
+			// nothing to capture, so the snapshot can be persisted at once.
+			t.finishSnapshot()
+		case transport.CheckpointComplete:
+			if err := t.notifyComplete(c.id); err != nil {
+				return err
+			}
+		case transport.CheckpointAbort:
+			if err := t.notifyAborted(ctx, c.id, c.reason); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func sinceMillis(ts int64) time.Duration {
+	if ts <= 0 {
+		return 0
+	}
+	d := time.Since(time.UnixMilli(ts))
+	if d < 0 {
+		return 0
+	}
+	return d
+}
+
+// onBarrier feeds a barrier or cancel marker from gate channel ch to the
+// barrier handler and carries out what it asks.
+func (t *task) onBarrier(ctx context.Context, ch int, m transport.Message) error {
+	now := time.Now().UnixMilli()
+	switch m.Kind {
+	case transport.KindBarrier:
+		if _, seen := t.triggerTS[m.Checkpoint]; !seen {
+			t.triggerTS[m.Checkpoint] = m.Timestamp
+		}
+		if err := t.handler.Barrier(now, ch, m.Checkpoint, checkpoint.Kind(m.CheckpointKind)); err != nil {
+			return fmt.Errorf("subtask %s: %w", t.label, err)
+		}
+	case transport.KindCancel:
+		t.handler.Cancel(now, ch, m.Checkpoint)
+	}
+	return t.runHandler(ctx)
+}
+
+// runHandler carries out the barrier handler's actions in order.
+func (t *task) runHandler(ctx context.Context) error {
+	for _, a := range t.handler.Ready() {
+		switch a := a.(type) {
+		case checkpoint.Block:
+			t.gate.Block(a.Ch)
+		case checkpoint.Unblock:
+			t.gate.Unblock(a.Ch)
+		case checkpoint.Snapshot:
+			trig := t.triggerTS[a.ID]
+			m := checkpoint.Metrics{
+				Alignment:      time.Duration(a.Alignment) * time.Millisecond,
+				AlignmentBytes: a.AlignmentBytes,
+			}
+			if trig > 0 && a.FirstBarrier > trig {
+				m.StartDelay = time.Duration(a.FirstBarrier-trig) * time.Millisecond
+			}
+			if err := t.snapshot(ctx, a.ID, a.Kind, trig, a.Unaligned, m); err != nil {
+				return err
+			}
+			if !a.Unaligned {
+				t.finishSnapshot()
+			}
+		case checkpoint.CaptureStart:
+			if t.snap != nil && t.snap.id == a.ID {
+				in := t.inputs[a.Ch]
+				t.snap.in[a.Ch] = &capturedChannel{input: true, edge: in.edge, peer: in.peer, open: true}
+			}
+		case checkpoint.CaptureEnd:
+			// The capture is kept until ChannelStateDone; data after the
+			// barrier is not added any more.
+			if t.snap != nil && t.snap.id == a.ID {
+				if c := t.snap.in[a.Ch]; c != nil {
+					c.open = false
+				}
+			}
+		case checkpoint.ChannelStateDone:
+			if t.snap != nil && t.snap.id == a.ID {
+				t.finishSnapshot()
+			}
+		case checkpoint.ForwardCancel:
+			if err := t.dropSnapshot(ctx, a.ID, a.Reason); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// capture records a data batch from gate channel ch when an unaligned
+// checkpoint captures that channel. Channel buffers are never reused, so the
+// batch is kept without a copy.
+func (t *task) capture(ch int, data []byte) {
+	if t.snap == nil {
+		return
+	}
+	c := t.snap.in[ch]
+	if c == nil || !c.open {
+		return
+	}
+	c.batches = append(c.batches, data)
+	c.bytes += int64(len(data))
+}
+
+// snapshot is the synchronous phase of the subtask's part of checkpoint id:
+// operators flush what they hold, the data before the barrier leaves, the
+// keyed state is checkpointed (hard links), the source offset and the sink's
+// transaction are recorded, and the barrier is forwarded. The asynchronous
+// phase (finishSnapshot) persists the files and acknowledges.
+func (t *task) snapshot(ctx context.Context, id int64, kind checkpoint.Kind, trigger int64, unaligned bool, m checkpoint.Metrics) error {
+	if t.snap != nil {
+		// A newer checkpoint overtook one still capturing: the handler
+		// dropped the old one first, so this only happens at a trigger.
+		t.snap.aborted = true
+		t.snap = nil
+	}
+	start := time.Now()
+	for k, s := range t.stages {
+		if err := s.op.PreBarrier(id, &s.coll); err != nil {
+			return t.stageError(s, fmt.Sprintf("failed before the barrier of checkpoint %d", id), err)
+		}
+		if err := t.drain(ctx, k); err != nil {
+			return err
+		}
+	}
+	if err := t.sendBuffers(ctx); err != nil {
+		return err
+	}
+	st := &checkpoint.SubtaskState{Task: t.id, Operator: map[string][]byte{}}
+	snap := &snapshotInProgress{id: id, kind: kind, trigger: trigger, unaligned: unaligned, state: st, in: map[int]*capturedChannel{}}
+	if t.store != nil {
+		snap.stateDir = filepath.Join(t.ckpt.tmpDir, fmt.Sprintf("chk-%d-%d-%d", id, t.id.Chain, t.id.Subtask))
+		_ = os.RemoveAll(snap.stateDir)
+		if err := t.store.Checkpoint(snap.stateDir); err != nil {
+			return fmt.Errorf("subtask %s: checkpoint %d: %w", t.label, id, err)
+		}
+		st.KeyGroups = t.store.KeyGroups()
+	}
+	if t.source != nil {
+		r, ok := t.source.(connector.Rewindable)
+		if !ok {
+			return fmt.Errorf("subtask %s: source %q cannot record its position for checkpoints", t.label, t.chain.Vertices[0].Connector)
+		}
+		off, err := r.Offset()
+		if err != nil {
+			return fmt.Errorf("subtask %s: checkpoint %d: source offset: %w", t.label, id, err)
+		}
+		st.Operator[t.chain.Vertices[0].ID] = off
+	}
+	if tx, ok := t.sink.(connector.Transactional); ok && t.sinkTxn {
+		state, err := tx.PreCommit(id)
+		if err != nil {
+			return fmt.Errorf("subtask %s: checkpoint %d: sink pre-commit: %w", t.label, id, err)
+		}
+		st.Operator[t.chain.Vertices[len(t.chain.Vertices)-1].ID] = state
+	}
+	m.Sync = time.Since(start)
+	m.Unaligned = unaligned
+	snap.metrics = m
+	barrier := transport.Message{Kind: transport.KindBarrier, Checkpoint: id, CheckpointKind: uint8(kind), Timestamp: trigger}
+	for _, o := range t.outs {
+		for i, ch := range o.chans {
+			if !unaligned {
+				if err := ch.Send(ctx, barrier); err != nil {
+					return err
+				}
+				continue
+			}
+			over, err := ch.Overtake(barrier)
+			if err != nil {
+				return err
+			}
+			if len(over) > 0 {
+				c := capturedChannel{edge: o.edge.Index, peer: o.peers[i], batches: over}
+				for _, b := range over {
+					c.bytes += int64(len(b))
+				}
+				snap.out = append(snap.out, c)
+			}
+		}
+	}
+	t.snap = snap
+	return nil
+}
+
+// sendBuffers sends every non-empty output buffer.
+func (t *task) sendBuffers(ctx context.Context) error {
+	for _, o := range t.outs {
+		for i := range o.bufs {
+			if err := t.send(ctx, o, i); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// finishSnapshot hands the snapshot to the asynchronous phase.
+func (t *task) finishSnapshot() {
+	snap := t.snap
+	t.snap = nil
+	if snap == nil || snap.aborted {
+		return
+	}
+	t.asyncWG.Add(1)
+	go func() {
+		defer t.asyncWG.Done()
+		t.persist(snap)
+	}()
+}
+
+// persist is the asynchronous phase: copy the state files and the channel
+// state into storage, then acknowledge (or decline on failure).
+func (t *task) persist(snap *snapshotInProgress) {
+	start := time.Now()
+	ack := transport.CheckpointAck{JobID: t.jobID, Attempt: t.attempt, Task: t.id, ID: snap.id}
+	fail := func(err error) {
+		ack.Decline = fmt.Sprintf("subtask %s: %v", t.label, err)
+		ack.State = nil
+		t.ckpt.publish(ack)
+	}
+	st := snap.state
+	s := t.ckpt.storage
+	base := s.TaskDir(snap.id, t.id)
+	if snap.stateDir != "" {
+		files, err := s.CopyDir(snap.id, base+"/state", snap.stateDir)
+		_ = os.RemoveAll(snap.stateDir)
+		if err != nil {
+			fail(err)
+			return
+		}
+		st.State = files
+		for _, f := range files {
+			snap.metrics.StateSize += f.Size
+		}
+	}
+	chans := snap.out
+	for _, c := range snap.in {
+		if c != nil && len(c.batches) > 0 {
+			chans = append(chans, *c)
+		}
+	}
+	for _, c := range chans {
+		side := "out"
+		if c.input {
+			side = "in"
+		}
+		f, err := s.WriteFile(snap.id, fmt.Sprintf("%s/channels/%s-%d-%d", base, side, c.edge, c.peer), encodeChannel(c.batches))
+		if err != nil {
+			fail(err)
+			return
+		}
+		st.Channels = append(st.Channels, checkpoint.ChannelState{Input: c.input, Edge: c.edge, Peer: c.peer, File: f, Bytes: c.bytes})
+		snap.metrics.InFlightBytes += c.bytes
+	}
+	snap.metrics.Async = time.Since(start)
+	ack.State, ack.Metrics = st, snap.metrics
+	t.ckpt.publish(ack)
+}
+
+// encodeChannel frames batches as u32 length + bytes.
+func encodeChannel(batches [][]byte) []byte {
+	n := 0
+	for _, b := range batches {
+		n += 4 + len(b)
+	}
+	out := make([]byte, 0, n)
+	for _, b := range batches {
+		out = binary.LittleEndian.AppendUint32(out, uint32(len(b)))
+		out = append(out, b...)
+	}
+	return out
+}
+
+// decodeChannel reverses encodeChannel, validating every batch.
+func decodeChannel(r io.Reader, what string) ([][]byte, error) {
+	data, err := io.ReadAll(r)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	var out [][]byte
+	for len(data) > 0 {
+		if len(data) < 4 {
+			return nil, fmt.Errorf("%s: truncated frame header", what)
+		}
+		n := int(binary.LittleEndian.Uint32(data))
+		if n > len(data)-4 {
+			return nil, fmt.Errorf("%s: frame of %d bytes overruns the file", what, n)
+		}
+		b := data[4 : 4+n]
+		if _, err := abi.Validate(b); err != nil {
+			return nil, fmt.Errorf("%s: %w", what, err)
+		}
+		out = append(out, b)
+		data = data[4+n:]
+	}
+	return out, nil
+}
+
+// dropSnapshot abandons checkpoint id and forwards a cancel marker.
+func (t *task) dropSnapshot(ctx context.Context, id int64, reason string) error {
+	if t.snap != nil && t.snap.id == id {
+		t.snap.aborted = true
+		if t.snap.stateDir != "" {
+			_ = os.RemoveAll(t.snap.stateDir)
+		}
+		t.snap = nil
+	}
+	cancel := transport.Message{Kind: transport.KindCancel, Checkpoint: id}
+	for _, o := range t.outs {
+		for _, ch := range o.chans {
+			if _, err := ch.Overtake(cancel); err != nil && !errors.Is(err, transport.ErrClosed) {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// notifyComplete tells the operators and the sink that checkpoint id
+// completed: a transactional sink commits its output up to id.
+func (t *task) notifyComplete(id int64) error {
+	for _, s := range t.stages {
+		if err := s.op.CheckpointComplete(id); err != nil {
+			return t.stageError(s, fmt.Sprintf("failed on completion of checkpoint %d", id), err)
+		}
+	}
+	if tx, ok := t.sink.(connector.Transactional); ok && t.sinkTxn {
+		if err := tx.Commit(id); err != nil {
+			return fmt.Errorf("subtask %s: committing checkpoint %d: %w", t.label, id, err)
+		}
+	}
+	return nil
+}
+
+// notifyAborted tells the operators that checkpoint id was aborted and
+// drops whatever the subtask holds of it.
+func (t *task) notifyAborted(ctx context.Context, id int64, reason string) error {
+	for _, s := range t.stages {
+		if err := s.op.CheckpointAborted(id); err != nil {
+			return t.stageError(s, fmt.Sprintf("failed on abort of checkpoint %d", id), err)
+		}
+	}
+	if t.handler != nil {
+		t.handler.Abort(id, reason)
+		return t.runHandler(ctx)
+	}
+	if t.snap != nil && t.snap.id == id {
+		return t.dropSnapshot(ctx, id, reason)
+	}
+	return nil
+}
+
+// restoreChannels replays the channel state of the checkpoint the attempt
+// starts from: captured output is sent again ahead of new output, captured
+// input is processed before the gate is read.
+func (t *task) restoreChannels(ctx context.Context, st *checkpoint.SubtaskState) error {
+	s := t.ckpt.storage
+	for _, c := range st.Channels {
+		r, err := s.Open(t.ckpt.restore.ID, c.File)
+		if err != nil {
+			return err
+		}
+		batches, err := decodeChannel(r, c.File.Path)
+		r.Close()
+		if err != nil {
+			return err
+		}
+		if !c.Input {
+			out, idx := t.outChannel(c.Edge, c.Peer)
+			if out == nil {
+				return fmt.Errorf("subtask %s: channel state %s names edge %d to subtask %d, which this job does not have", t.label, c.File.Path, c.Edge, c.Peer)
+			}
+			for _, b := range batches {
+				if err := out.chans[idx].Send(ctx, transport.Message{Kind: transport.KindData, Data: b}); err != nil {
+					return err
+				}
+			}
+			continue
+		}
+		for _, b := range batches {
+			if err := t.deliver(ctx, 0, b); err != nil {
+				return err
+			}
+		}
+	}
+	return t.flush(ctx)
+}
+
+func (t *task) outChannel(edge, peer int) (*outEdge, int) {
+	for _, o := range t.outs {
+		if o.edge.Index != edge {
+			continue
+		}
+		for i, p := range o.peers {
+			if p == peer {
+				return o, i
+			}
+		}
+	}
+	return nil, 0
+}
+
+// operatorState returns the restored operator state of vertex, if any.
+func (t *task) operatorState(vertex string) []byte {
+	if t.restored == nil {
+		return nil
+	}
+	return t.restored.Operator[vertex]
+}
+
+// ackJSON is used by the worker to publish acks.
+func ackJSON(a transport.CheckpointAck) []byte {
+	b, _ := json.Marshal(a)
+	return b
+}
