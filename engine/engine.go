@@ -182,9 +182,55 @@ func (e *Engine) Close(ctx context.Context) error {
 type Deployment struct {
 	Name       string
 	ModuleName string
-	Wasm       []byte // nil when every operator is native
+	Wasm       []byte // nil when every operator is native or the module is stored already
 	Plan       *job.Plan
 	Graph      *job.Graph
+	// Resume continues the job with this id from its latest checkpoint;
+	// its module is the one stored under ModuleDigest.
+	Resume       string
+	ModuleDigest string
+}
+
+// PrepareResume prepares the continuation of a job recorded in the data
+// directory: id names it, or, when empty, the only job there that has not
+// ended.
+func PrepareResume(dataDir, id string) (*Deployment, error) {
+	if id == "" {
+		recs, err := coordinator.ListRecords(dataDir)
+		if err != nil {
+			return nil, err
+		}
+		var open []string
+		for _, r := range recs {
+			if r.State == transport.JobRunning {
+				open = append(open, r.JobID)
+			}
+		}
+		switch len(open) {
+		case 0:
+			return nil, fmt.Errorf("--resume: no job in %s is unfinished", dataDir)
+		case 1:
+			id = open[0]
+		default:
+			return nil, fmt.Errorf("--resume: %d unfinished jobs in %s (%s): name one", len(open), dataDir, strings.Join(open, ", "))
+		}
+	}
+	rec, err := coordinator.ReadRecord(dataDir, id)
+	if err != nil {
+		return nil, err
+	}
+	if rec.State != transport.JobRunning {
+		return nil, fmt.Errorf("--resume: job %s has %s", id, rec.State)
+	}
+	plan, err := job.Parse(rec.Plan)
+	if err != nil {
+		return nil, fmt.Errorf("job %s: its recorded plan: %w", id, err)
+	}
+	g, err := job.Build(plan)
+	if err != nil {
+		return nil, err
+	}
+	return &Deployment{Name: rec.Name, ModuleName: rec.ModuleName, Plan: plan, Graph: g, Resume: id, ModuleDigest: rec.ModuleDigest}, nil
 }
 
 // PrepareOptions say what to deploy.
@@ -193,6 +239,9 @@ type PrepareOptions struct {
 	PlanPath   string // a plan file overriding the module's plan
 	Overrides  job.Overrides
 	Name       string
+	// Settings, when set, adjusts the plan's checkpoint and restart
+	// settings (from flags) before it is validated.
+	Settings func(p *job.Plan)
 }
 
 // Prepare reads and validates the module, takes the plan from the plan file
@@ -235,6 +284,9 @@ func Prepare(ctx context.Context, rt *host.Runtime, o PrepareOptions) (*Deployme
 	if err := plan.Apply(o.Overrides); err != nil {
 		return nil, err
 	}
+	if o.Settings != nil {
+		o.Settings(plan)
+	}
 	if err := plan.Validate(); err != nil {
 		return nil, err
 	}
@@ -258,7 +310,7 @@ func Prepare(ctx context.Context, rt *host.Runtime, o PrepareOptions) (*Deployme
 
 // Submit stores the module and submits the job; it returns the job id.
 func (e *Engine) Submit(ctx context.Context, d *Deployment) (string, error) {
-	req := transport.SubmitRequest{Name: d.Name, Plan: d.Plan.JSON(), ModuleName: d.ModuleName}
+	req := transport.SubmitRequest{Name: d.Name, Plan: d.Plan.JSON(), ModuleName: d.ModuleName, Resume: d.Resume, ModuleDigest: d.ModuleDigest}
 	if d.Wasm != nil {
 		digest, err := coordinator.StoreModule(ctx, e.nc, d.Wasm)
 		if err != nil {

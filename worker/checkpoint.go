@@ -151,6 +151,14 @@ func (t *task) onBarrier(ctx context.Context, ch int, m transport.Message) error
 	case transport.KindBarrier:
 		if _, seen := t.triggerTS[m.Checkpoint]; !seen {
 			t.triggerTS[m.Checkpoint] = m.Timestamp
+			t.alignStart[m.Checkpoint] = now
+			// Forget old checkpoints' times.
+			for id := range t.triggerTS {
+				if id < m.Checkpoint-16 {
+					delete(t.triggerTS, id)
+					delete(t.alignStart, id)
+				}
+			}
 		}
 		if err := t.handler.Barrier(now, ch, m.Checkpoint, checkpoint.Kind(m.CheckpointKind)); err != nil {
 			return fmt.Errorf("subtask %s: %w", t.label, err)

@@ -144,10 +144,12 @@ type task struct {
 	handler   *checkpoint.Handler
 	inputs    []inputRef // gate index → channel
 	triggerTS map[int64]int64
-	snap      *snapshotInProgress
-	asyncWG   sync.WaitGroup
-	sinkTxn   bool
-	restored  *checkpoint.SubtaskState
+	// alignStart holds when the first barrier of a checkpoint arrived.
+	alignStart map[int64]int64
+	snap       *snapshotInProgress
+	asyncWG    sync.WaitGroup
+	sinkTxn    bool
+	restored   *checkpoint.SubtaskState
 
 	source   connector.Source
 	srcOut   atomic.Int64
@@ -333,6 +335,13 @@ func (t *task) runGate(ctx context.Context) error {
 				}
 			}
 		}
+		// An alignment that outlived its timeout switches to unaligned even
+		// while input keeps arriving on the other channels.
+		if at, aligning := t.alignDeadline(); aligning && time.Now().UnixMilli() >= at {
+			if err := t.wakeUp(ctx); err != nil {
+				return err
+			}
+		}
 		if err := t.flush(ctx); err != nil {
 			return err
 		}
@@ -340,22 +349,31 @@ func (t *task) runGate(ctx context.Context) error {
 	return t.finish(ctx)
 }
 
-// alignTick is how often an aligned checkpoint with a timeout is checked.
-const alignTick = 10 * time.Millisecond
-
 // nextWake is the earliest time the loop must wake without input: the next
-// processing-time timer, or the next aligned-timeout check.
+// processing-time timer, or when the pending alignment times out.
 func (t *task) nextWake() (int64, bool) {
 	next, ok := t.nextProcessingTimer()
-	if t.handler != nil && t.ckpt.alignedTimeout > 0 {
-		if _, pending := t.handler.Pending(); pending {
-			tick := time.Now().Add(alignTick).UnixMilli()
-			if !ok || tick < next {
-				next, ok = tick, true
-			}
-		}
+	if at, aligning := t.alignDeadline(); aligning && (!ok || at < next) {
+		next, ok = at, true
 	}
 	return next, ok
+}
+
+// alignDeadline is when the pending aligned checkpoint switches to
+// unaligned, if one is pending and has a timeout.
+func (t *task) alignDeadline() (int64, bool) {
+	if t.handler == nil || t.ckpt.alignedTimeout <= 0 {
+		return 0, false
+	}
+	id, pending := t.handler.Pending()
+	if !pending || (t.snap != nil && t.snap.id == id) {
+		return 0, false
+	}
+	start, ok := t.alignStart[id]
+	if !ok {
+		return 0, false
+	}
+	return start + t.ckpt.alignedTimeout, true
 }
 
 // wakeUp fires due processing-time timers and checks the aligned timeout.

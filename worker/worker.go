@@ -521,6 +521,7 @@ func (w *Worker) newTask(j *jobRun, mod *host.Module, c *job.Chain, sub int,
 		t.ckpt = j.ckpt
 		t.mbox = newMailbox()
 		t.triggerTS = map[int64]int64{}
+		t.alignStart = map[int64]int64{}
 		if m := j.ckpt.restore; m != nil {
 			for i := range m.Tasks {
 				if m.Tasks[i].Task == t.id {
@@ -629,7 +630,7 @@ func (w *Worker) newTask(j *jobRun, mod *host.Module, c *job.Chain, sub int,
 				return fail(fmt.Errorf("vertex %s: %w", v.ID, err))
 			}
 			t.sink = snk
-			if tx, ok := snk.(connector.Transactional); ok && j.ckpt != nil && j.ckpt.mode != checkpoint.AtLeastOnce {
+			if tx, ok := snk.(connector.Transactional); ok && j.ckpt != nil {
 				// Exactly-once output: pending per checkpoint, committed when
 				// it completes.
 				if err := tx.BeginTransactions(); err != nil {

@@ -17,6 +17,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/wstream/wstream/abi"
+	"github.com/wstream/wstream/checkpoint"
 	"github.com/wstream/wstream/coordinator"
 	"github.com/wstream/wstream/engine"
 	"github.com/wstream/wstream/host"
@@ -104,6 +105,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			serverCommand(),
 			workerCommand(),
 			listCommand(),
+			checkpointsCommand(),
 			cancelCommand(),
 			{
 				Name:  "version",
@@ -173,6 +175,19 @@ func deployCommand() *cli.Command {
 		&cli.StringSliceFlag{Name: "sink", Usage: "`[ID=]CONNECTOR[:k=v,...]` replace a sink, e.g. stdout or file:path=out.txt (repeatable)"},
 		&cli.StringFlag{Name: "name", Usage: "job name (default: the plan's name)"},
 		&cli.BoolFlag{Name: "dry-run", Usage: "validate the module and plan, print the execution graph, and exit"},
+		&cli.StringFlag{Name: "resume", Usage: "continue the unfinished job `JOB` of --data from its latest checkpoint (\"-\" or \"\": the only one); no MODULE argument"},
+		&cli.DurationFlag{Name: "checkpoint-interval", Usage: "take a checkpoint this often (0 disables checkpoints)"},
+		&cli.StringFlag{Name: "checkpoint-mode", Usage: "aligned (exactly-once), unaligned or at-least-once"},
+		&cli.DurationFlag{Name: "aligned-timeout", Usage: "switch an aligned checkpoint to unaligned when alignment takes longer"},
+		&cli.DurationFlag{Name: "checkpoint-timeout", Usage: "abort a checkpoint that has not completed after this long (default 10m)"},
+		&cli.DurationFlag{Name: "min-pause", Usage: "least time between the end of one checkpoint and the next"},
+		&cli.IntFlag{Name: "max-concurrent-checkpoints", Usage: "checkpoints in progress at once (default 1)"},
+		&cli.IntFlag{Name: "tolerable-failures", Usage: "consecutive failed checkpoints tolerated before the job fails (-1: unlimited)"},
+		&cli.IntFlag{Name: "retain", Usage: "completed checkpoints to keep (default 1)"},
+		&cli.StringFlag{Name: "restart", Usage: "restart strategy of a failed job: none, fixed-delay or exponential-backoff"},
+		&cli.IntFlag{Name: "restart-attempts", Usage: "most restarts before the job fails for good (0: unlimited)"},
+		&cli.DurationFlag{Name: "restart-delay", Usage: "delay before a restart (the first one, for exponential backoff)"},
+		&cli.DurationFlag{Name: "restart-max-delay", Usage: "cap of the exponential backoff"},
 		&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "do not print the summary"},
 		dataFlag, natsFlag, verboseFlag,
 	}
@@ -187,7 +202,11 @@ keeps everything under --data. A bounded job runs to the end and prints a summar
 then stops cleanly. Exits non-zero when the job fails.`,
 		Flags: append(flags, hostFlags()...),
 		Action: func(c *cli.Context) error {
-			if c.NArg() != 1 {
+			if c.IsSet("resume") {
+				if c.NArg() != 0 {
+					return usageError{fmt.Errorf("deploy --resume takes no MODULE argument: the job's module is stored with it")}
+				}
+			} else if c.NArg() != 1 {
 				return usageError{fmt.Errorf("deploy: want exactly one MODULE.wasm argument, got %d", c.NArg())}
 			}
 			hc, err := hostConfig(c)
@@ -230,19 +249,32 @@ func deploy(c *cli.Context, hc host.Config, ov job.Overrides) error {
 	}
 	// Validation needs only a wazero runtime; start the engine after it so
 	// that a bad module or plan fails fast and touches nothing.
-	rt, err := host.NewRuntime(ctx, withCache(hc, opts.DataDir))
-	if err != nil {
-		return err
-	}
-	d, err := engine.Prepare(ctx, rt, engine.PrepareOptions{
-		ModulePath: c.Args().First(),
-		PlanPath:   c.String("plan"),
-		Overrides:  ov,
-		Name:       c.String("name"),
-	})
-	_ = rt.Close(ctx)
-	if err != nil {
-		return err
+	var d *engine.Deployment
+	if c.IsSet("resume") {
+		id := c.String("resume")
+		if id == "-" {
+			id = ""
+		}
+		var err error
+		if d, err = engine.PrepareResume(opts.DataDir, id); err != nil {
+			return err
+		}
+	} else {
+		rt, err := host.NewRuntime(ctx, withCache(hc, opts.DataDir))
+		if err != nil {
+			return err
+		}
+		d, err = engine.Prepare(ctx, rt, engine.PrepareOptions{
+			ModulePath: c.Args().First(),
+			PlanPath:   c.String("plan"),
+			Overrides:  ov,
+			Name:       c.String("name"),
+			Settings:   func(p *job.Plan) { applySettingFlags(c, p) },
+		})
+		_ = rt.Close(ctx)
+		if err != nil {
+			return err
+		}
 	}
 	if c.Bool("dry-run") {
 		fmt.Fprint(out, d.Graph.String())
@@ -270,6 +302,64 @@ func deploy(c *cli.Context, hc host.Config, ov job.Overrides) error {
 	return nil
 }
 
+// applySettingFlags writes the checkpoint and restart flags that are set
+// into the plan; validation then checks them with the rest of the plan.
+func applySettingFlags(c *cli.Context, p *job.Plan) {
+	ms := func(name string) int64 { return c.Duration(name).Milliseconds() }
+	cp := p.Checkpoint
+	get := func() *job.CheckpointSettings {
+		if cp == nil {
+			cp = &job.CheckpointSettings{}
+		}
+		return cp
+	}
+	if c.IsSet("checkpoint-interval") {
+		get().Interval = ms("checkpoint-interval")
+	}
+	if c.IsSet("checkpoint-mode") {
+		get().Mode = c.String("checkpoint-mode")
+	}
+	if c.IsSet("aligned-timeout") {
+		get().AlignedTimeout = ms("aligned-timeout")
+	}
+	if c.IsSet("checkpoint-timeout") {
+		get().Timeout = ms("checkpoint-timeout")
+	}
+	if c.IsSet("min-pause") {
+		get().MinPause = ms("min-pause")
+	}
+	if c.IsSet("max-concurrent-checkpoints") {
+		get().MaxConcurrent = c.Int("max-concurrent-checkpoints")
+	}
+	if c.IsSet("tolerable-failures") {
+		get().TolerableFailures = c.Int("tolerable-failures")
+	}
+	if c.IsSet("retain") {
+		get().Retain = c.Int("retain")
+	}
+	p.Checkpoint = cp
+	r := p.Restart
+	getR := func() *job.RestartSettings {
+		if r == nil {
+			r = &job.RestartSettings{Strategy: job.RestartFixedDelay}
+		}
+		return r
+	}
+	if c.IsSet("restart") {
+		getR().Strategy = c.String("restart")
+	}
+	if c.IsSet("restart-attempts") {
+		getR().Attempts = c.Int("restart-attempts")
+	}
+	if c.IsSet("restart-delay") {
+		getR().Delay = ms("restart-delay")
+	}
+	if c.IsSet("restart-max-delay") {
+		getR().MaxDelay = ms("restart-max-delay")
+	}
+	p.Restart = r
+}
+
 func withCache(hc host.Config, dataDir string) host.Config {
 	if hc.CacheDir == "" {
 		hc.CacheDir = dataDir + "/cache/wazero"
@@ -286,7 +376,11 @@ func countSubtasks(g *job.Graph) int {
 }
 
 func printSummary(w io.Writer, p *job.Plan, r *transport.JobResult) {
-	fmt.Fprintf(w, "job %s %s in %s\n", r.JobID, r.State, r.Duration.Round(time.Millisecond))
+	fmt.Fprintf(w, "job %s %s in %s", r.JobID, r.State, r.Duration.Round(time.Millisecond))
+	if r.Restarts > 0 {
+		fmt.Fprintf(w, " after %d restarts", r.Restarts)
+	}
+	fmt.Fprintln(w)
 	var in, out int64
 	for _, m := range r.Metrics {
 		v := p.Vertex(m.Vertex)
@@ -423,6 +517,77 @@ func cancelCommand() *cli.Command {
 			}
 			defer e.Close(context.Background())
 			return coordinator.Cancel(c.Context, e.Conn(), c.Args().First())
+		},
+	}
+}
+
+func checkpointsCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "checkpoints",
+		Usage:     "list the checkpoint history of a job in --data",
+		ArgsUsage: "[JOB]",
+		Description: `Prints one line per checkpoint of the job (the only job in --data when
+JOB is omitted): id, status, duration, state size, persisted in-flight bytes,
+and the slowest subtask's alignment, sync and async times; then the
+checkpoints retained on disk.`,
+		Flags: []cli.Flag{dataFlag},
+		Action: func(c *cli.Context) error {
+			dir := c.String("data")
+			id := c.Args().First()
+			if id == "" {
+				recs, err := coordinator.ListRecords(dir)
+				if err != nil {
+					return err
+				}
+				switch len(recs) {
+				case 0:
+					return fmt.Errorf("no job in %s", dir)
+				case 1:
+					id = recs[0].JobID
+				default:
+					var ids []string
+					for _, r := range recs {
+						ids = append(ids, r.JobID)
+					}
+					return usageError{fmt.Errorf("checkpoints: %d jobs in %s (%s): name one", len(recs), dir, strings.Join(ids, ", "))}
+				}
+			}
+			if _, err := coordinator.ReadRecord(dir, id); err != nil {
+				return err
+			}
+			hist, err := coordinator.ReadHistory(dir, id)
+			if err != nil {
+				return err
+			}
+			w := c.App.Writer
+			fmt.Fprintf(w, "%-6s %-10s %-9s %-10s %-10s %-10s %-10s %-10s %-10s %s\n",
+				"ID", "KIND", "STATUS", "DURATION", "SIZE", "IN-FLIGHT", "ALIGNMENT", "SYNC", "ASYNC", "ATTEMPT")
+			for _, e := range hist {
+				kind := e.Kind.String()
+				if e.Kind == 0 {
+					kind = "-"
+				}
+				if e.Unaligned {
+					kind += "*"
+				}
+				fmt.Fprintf(w, "%-6d %-10s %-9s %-10s %-10d %-10d %-10s %-10s %-10s %d",
+					e.ID, kind, e.Status, e.Duration.Round(time.Millisecond), e.StateSize, e.InFlightBytes,
+					e.Alignment.Round(time.Millisecond), e.Sync.Round(time.Millisecond), e.Async.Round(time.Millisecond), e.Attempt)
+				if e.Reason != "" {
+					fmt.Fprintf(w, "  (%s)", e.Reason)
+				}
+				fmt.Fprintln(w)
+			}
+			st, err := checkpoint.OpenStorage(coordinator.CheckpointRoot(dir, id))
+			if err != nil {
+				return err
+			}
+			ids, err := st.Completed()
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(w, "retained: %v (* = unaligned)\n", ids)
+			return nil
 		},
 	}
 }

@@ -10,7 +10,11 @@
 //   - sleep: loops forever, to hit the host's per-call deadline;
 //   - grow: allocates and touches config "mb" MiB (on the first record when
 //     "on" is empty), to hit the host's memory limit;
-//   - identity: emits every record unchanged.
+//   - identity: emits every record unchanged;
+//   - chaos: passes records through, trapping (config "trap") or exiting
+//     (config "exit") with the given probability per record, for recovery
+//     tests;
+//   - runcount: a keyed running count that emits key, count per record.
 package main
 
 import (

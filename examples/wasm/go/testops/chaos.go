@@ -1,0 +1,100 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+
+	"github.com/wstream/wstream/guest-sdk/go/wstream"
+)
+
+func init() {
+	wstream.Register("chaos", func() wstream.Operator { return &chaos{} })
+	wstream.Register("runcount", func() wstream.Operator { return &runcount{} })
+}
+
+// chaos passes records through and fails at random points, for recovery
+// tests: with probability config "trap" per record it traps, with
+// probability "exit" it exits the instance (the subtask dies). The random
+// stream is seeded by config "seed" and the processing time at open, so each
+// restart fails at different records and the job makes progress. With
+// "stallEvery" N and "stallMs" D it also stalls for D ms after every N
+// records, so that its output channel lags now and then and barriers take
+// time to align downstream.
+type chaos struct {
+	cfg struct {
+		Trap       float64 `json:"trap"`
+		Exit       float64 `json:"exit"`
+		Seed       uint64  `json:"seed"`
+		StallEvery int     `json:"stallEvery"`
+		StallMs    int64   `json:"stallMs"`
+	}
+	state uint64
+	seen  int
+}
+
+func (o *chaos) Open(ctx *wstream.Context) error {
+	if err := ctx.UnmarshalConfig(&o.cfg); err != nil {
+		return err
+	}
+	o.state = o.cfg.Seed ^ uint64(ctx.ProcessingTime())*0x9e3779b97f4a7c15
+	return nil
+}
+
+// next is splitmix64: a uniform float in [0, 1).
+func (o *chaos) next() float64 {
+	o.state += 0x9e3779b97f4a7c15
+	z := o.state
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
+	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
+	z ^= z >> 31
+	return float64(z>>11) / (1 << 53)
+}
+
+func (o *chaos) Process(ctx *wstream.Context, r wstream.Record) error {
+	switch x := o.next(); {
+	case x < o.cfg.Trap:
+		fmt.Fprintf(os.Stderr, "panic: testops chaos trap at record %q\n", r.Value)
+		unreachable()
+	case x < o.cfg.Trap+o.cfg.Exit:
+		fmt.Fprintf(os.Stderr, "testops chaos: the subtask dies at record %q\n", r.Value)
+		os.Exit(137)
+	}
+	if o.cfg.StallEvery > 0 {
+		o.seen++
+		if o.seen%o.cfg.StallEvery == 0 {
+			until := ctx.ProcessingTime() + o.cfg.StallMs
+			for ctx.ProcessingTime() < until {
+			}
+		}
+	}
+	ctx.Emit(r.Key, r.Value, r.Timestamp)
+	return nil
+}
+
+// runcount keeps a count per key and emits key, running count for every
+// record: its output shows at once whether state and output are
+// exactly-once (a lost or repeated record changes the multiset of lines).
+type runcount struct {
+	n   wstream.ValueState
+	buf []byte
+}
+
+func (o *runcount) Open(ctx *wstream.Context) error {
+	o.n = ctx.ValueState("n")
+	return nil
+}
+
+func (o *runcount) Process(ctx *wstream.Context, r wstream.Record) error {
+	n, _, err := o.n.GetInt64()
+	if err != nil {
+		return err
+	}
+	n++
+	if err := o.n.PutInt64(n); err != nil {
+		return err
+	}
+	o.buf = strconv.AppendInt(o.buf[:0], n, 10)
+	ctx.Emit(r.Key, o.buf, r.Timestamp)
+	return nil
+}
