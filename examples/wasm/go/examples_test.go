@@ -397,7 +397,7 @@ func TestTestops(t *testing.T) {
 func TestCallErrors(t *testing.T) {
 	h := newHost(t, "testops")
 	st, err := h.openOp(0, "nope", "")
-	if err != nil || st != abi.StatusUnknownOp || len(h.failures) != 1 || !strings.Contains(h.failures[0], `no operator "nope"; it has ["fail" "grow" "identity" "panic" "sleep" "trap"]`) {
+	if err != nil || st != abi.StatusUnknownOp || len(h.failures) != 1 || !strings.Contains(h.failures[0], `no operator "nope"; it has ["chaos" "fail" "grow" "identity" "panic" "runcount" "sleep" "trap"]`) {
 		t.Fatalf("open nope: status %d, error %v, failures %q", st, err, h.failures)
 	}
 	h.mustOpen(0, "identity", "")
