@@ -259,6 +259,7 @@ func deploy(c *cli.Context, hc host.Config, ov job.Overrides) error {
 		if d, err = engine.PrepareResume(opts.DataDir, id); err != nil {
 			return err
 		}
+		reportResumePoint(errw, opts.DataDir, d)
 	} else {
 		rt, err := host.NewRuntime(ctx, withCache(hc, opts.DataDir))
 		if err != nil {
@@ -300,6 +301,28 @@ func deploy(c *cli.Context, hc host.Config, ov job.Overrides) error {
 		return cli.Exit(fmt.Sprintf("job %s failed: %s", res.JobID, res.Error), 1)
 	}
 	return nil
+}
+
+// reportResumePoint tells the user which checkpoint a resumed job starts
+// from, and why newer ones cannot be used.
+func reportResumePoint(w io.Writer, dataDir string, d *engine.Deployment) {
+	if !d.Plan.Checkpoint.Enabled() {
+		fmt.Fprintf(w, "job %s does not checkpoint: it starts over\n", d.Resume)
+		return
+	}
+	st, err := checkpoint.OpenStorage(coordinator.CheckpointRoot(dataDir, d.Resume))
+	if err != nil {
+		return
+	}
+	m, skipped, err := st.LatestUsable()
+	for _, s := range skipped {
+		fmt.Fprintf(w, "skipping an unusable checkpoint: %v\n", s)
+	}
+	if err != nil {
+		fmt.Fprintf(w, "job %s has no usable checkpoint: it starts over\n", d.Resume)
+		return
+	}
+	fmt.Fprintf(w, "resuming job %s from checkpoint %d\n", d.Resume, m.ID)
 }
 
 // applySettingFlags writes the checkpoint and restart flags that are set
