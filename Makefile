@@ -32,7 +32,8 @@ test: setup
 	$(GO) test -count=1 -timeout 20m ./...
 
 bench: setup build examples
-	$(GO) test -run '^$$' -bench . -benchtime 3x ./bench/
+	$(GO) test -run '^$$' -bench 'Stateless|Keyed' -benchtime 3x -count 2 ./bench/
+	$(GO) test -run '^$$' -bench 'Checkpoint|Unaligned' -benchtime 2x ./bench/
 
 clean:
 	rm -rf bin examples/wasm/build wstream-data

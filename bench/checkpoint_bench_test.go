@@ -1,0 +1,128 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/wstream/wstream/coordinator"
+	"github.com/wstream/wstream/engine"
+	"github.com/wstream/wstream/job"
+	"github.com/wstream/wstream/transport"
+)
+
+// BenchmarkCheckpointOverhead runs the keyed count (WASM, C guest) with and
+// without 1 s checkpoints; the ratio of records/s is the checkpoint overhead.
+func BenchmarkCheckpointOverhead(b *testing.B) {
+	_, cMod := buildModules(b, "wordcount")
+	const n = 6_000_000 // about a second per run at native speed
+	plan := func(ckpt string) string {
+		return fmt.Sprintf(`{"name":"overhead","parallelism":2,%s
+ "vertices":[
+  {"id":"source","kind":"source","connector":"gen","config":{"count":%d,"keys":10000,"words":1,"seed":1},"parallelism":1},
+  {"id":"count","kind":"operator","operator":"count"},
+  {"id":"sink","kind":"sink","connector":"discard"}],
+ "edges":[{"from":"source","to":"count","partition":"key"},{"from":"count","to":"sink"}]}`, ckpt, n)
+	}
+	b.Run("none", func(b *testing.B) { runJob(b, cMod, plan(""), n, nil) })
+	b.Run("1s", func(b *testing.B) {
+		runJob(b, cMod, plan(`"checkpoint":{"interval":1000},`), n, func(b *testing.B, h []coordinator.HistoryEntry) {
+			completed := 0
+			for _, e := range h {
+				if e.Status == "completed" {
+					completed++
+				}
+			}
+			b.ReportMetric(float64(completed)/float64(b.N), "checkpoints/op")
+		})
+	})
+}
+
+// BenchmarkUnalignedVsAligned backs up both input channels of a subtask
+// behind a slow sink (20,000 records/s) and compares checkpoint durations:
+// an aligned barrier waits behind the queued data, an unaligned one
+// overtakes it and persists it instead.
+func BenchmarkUnalignedVsAligned(b *testing.B) {
+	const n = 60000
+	plan := func(mode string) string {
+		return fmt.Sprintf(`{"name":"slow","checkpoint":{"interval":300,"mode":%q},
+ "vertices":[
+  {"id":"a","kind":"source","connector":"gen","config":{"count":%d,"keys":100,"words":4,"seed":1}},
+  {"id":"b","kind":"source","connector":"gen","config":{"count":%d,"keys":100,"words":4,"seed":2}},
+  {"id":"id","kind":"operator","operator":"go:identity"},
+  {"id":"sink","kind":"sink","connector":"discard","config":{"rate":20000}}],
+ "edges":[{"from":"a","to":"id","partition":"key"},{"from":"b","to":"id","partition":"key"},{"from":"id","to":"sink"}]}`, mode, n/2, n/2)
+	}
+	for _, mode := range []string{"aligned", "unaligned"} {
+		b.Run(mode, func(b *testing.B) {
+			runJob(b, "", plan(mode), n, func(b *testing.B, h []coordinator.HistoryEntry) {
+				var dur, align time.Duration
+				var inflight int64
+				c := 0
+				for _, e := range h {
+					if e.Status != "completed" {
+						continue
+					}
+					c++
+					dur += e.Duration
+					align += e.Alignment
+					inflight += e.InFlightBytes
+				}
+				if c == 0 {
+					b.Fatal("no checkpoint completed")
+				}
+				b.ReportMetric(float64(dur.Milliseconds())/float64(c), "ms/checkpoint")
+				b.ReportMetric(float64(align.Milliseconds())/float64(c), "alignment-ms")
+				b.ReportMetric(float64(inflight)/float64(c), "inflight-B")
+			})
+		})
+	}
+}
+
+// runJob runs a plan b.N times on one engine, reports records/s, and hands
+// the checkpoint history of each run to report.
+func runJob(b *testing.B, modPath, plan string, records int, report func(*testing.B, []coordinator.HistoryEntry)) {
+	ctx := context.Background()
+	dir := b.TempDir()
+	planPath := filepath.Join(dir, "plan.json")
+	if err := os.WriteFile(planPath, []byte(plan), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	e, err := engine.Start(ctx, engine.Options{DataDir: dir, Stdout: io.Discard})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer e.Close(ctx)
+	d, err := engine.Prepare(ctx, e.Runtime(), engine.PrepareOptions{ModulePath: modPath, PlanPath: planPath, Overrides: job.Overrides{}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	var hist []coordinator.HistoryEntry
+	b.ResetTimer()
+	start := time.Now()
+	for i := 0; i < b.N; i++ {
+		var id string
+		r, err := e.Run(ctx, d, func(s string) { id = s })
+		if err != nil {
+			b.Fatal(err)
+		}
+		if r.State != transport.JobFinished {
+			b.Fatalf("job %s: %s", r.State, r.Error)
+		}
+		h, err := coordinator.ReadHistory(dir, id)
+		if err != nil {
+			b.Fatal(err)
+		}
+		hist = append(hist, h...)
+	}
+	el := time.Since(start)
+	b.StopTimer()
+	b.ReportMetric(float64(records)*float64(b.N)/el.Seconds(), "records/s")
+	if report != nil {
+		report(b, hist)
+	}
+}
