@@ -20,6 +20,13 @@ import (
 // running count per key, written by the two-phase file sink. The chaos
 // operator traps and kills its subtask at random records.
 func chaosPlan(trap, exit float64, rate int, mode string, alignedTimeout int) string {
+	return chaosPlanSlow(trap, exit, rate, mode, alignedTimeout, 0)
+}
+
+// chaosPlanSlow is chaosPlan with a count that stalls 5 ms every slowEvery
+// records (0: never), backing up its input channels: unaligned checkpoints
+// are then taken while senders are blocked.
+func chaosPlanSlow(trap, exit float64, rate int, mode string, alignedTimeout, slowEvery int) string {
 	stall := 0
 	if rate > 0 {
 		// Stalls make one input of the count lag behind the other now and
@@ -37,12 +44,12 @@ func chaosPlan(trap, exit float64, rate int, mode string, alignedTimeout int) st
  "vertices":[
   {"id":"source","kind":"source","connector":"gen","config":{"count":24000,"keys":60,"rate":%d}},
   {"id":"chaos","kind":"operator","operator":"chaos","config":{"trap":%g,"exit":%g,"seed":7,"stallEvery":400,"stallMs":%d}},
-  {"id":"count","kind":"operator","operator":"runcount"},
+  {"id":"count","kind":"operator","operator":"runcount","config":{"stallEvery":%d,"stallMs":5}},
   {"id":"sink","kind":"sink","connector":"file","config":{"path":"out"}}],
  "edges":[
   {"from":"source","to":"chaos"},
   {"from":"chaos","to":"count","partition":"key"},
-  {"from":"count","to":"sink","partition":"rebalance"}]}`, cp, rate, trap, exit, stall)
+  {"from":"count","to":"sink","partition":"rebalance"}]}`, cp, rate, trap, exit, stall, slowEvery)
 }
 
 // committed returns the sorted lines of every committed part file in dir.
@@ -121,15 +128,21 @@ func TestChaos(t *testing.T) {
 	for _, m := range []struct {
 		name, mode     string
 		alignedTimeout int
+		// rate of the source (0: as fast as it goes) and how often the
+		// count stalls (0: never).
+		rate, slowEvery int
+		// failures per record: trap and exit probability
+		trap, exit float64
 	}{
-		{"aligned", "aligned", 0},
-		{"unaligned", "unaligned", 0},
-		{"aligned-timeout", "aligned", 1},
-		{"at-least-once", "at-least-once", 0},
+		{"aligned", "aligned", 0, 4000, 0, 0.0006, 0.0002},
+		{"unaligned", "unaligned", 0, 4000, 0, 0.0006, 0.0002},
+		{"unaligned-backpressure", "unaligned", 0, 0, 40, 0.0001, 0.00005},
+		{"aligned-timeout", "aligned", 1, 4000, 0, 0.0006, 0.0002},
+		{"at-least-once", "at-least-once", 0, 4000, 0, 0.0006, 0.0002},
 	} {
 		t.Run(m.name, func(t *testing.T) {
 			dir := t.TempDir()
-			plan := chaosPlan(0.0006, 0.0002, 4000, m.mode, m.alignedTimeout)
+			plan := chaosPlanSlow(m.trap, m.exit, m.rate, m.mode, m.alignedTimeout, m.slowEvery)
 			if err := os.WriteFile(filepath.Join(dir, "plan.json"), []byte(plan), 0o644); err != nil {
 				t.Fatal(err)
 			}
@@ -168,6 +181,16 @@ func TestChaos(t *testing.T) {
 				}
 				if !bytes.Contains(b, []byte(`"unaligned":true`)) {
 					t.Fatalf("no aligned checkpoint switched to unaligned after its %dms timeout", m.alignedTimeout)
+				}
+			}
+			if m.slowEvery > 0 {
+				hist, _ := filepath.Glob(filepath.Join(dir, "wstream-data", "jobs", "*", "checkpoints", "history.jsonl"))
+				b, err := os.ReadFile(hist[0])
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !bytes.Contains(b, []byte(`"inFlightBytes":`)) || bytes.Count(b, []byte(`"inFlightBytes":0,`)) == bytes.Count(b, []byte(`"status":"completed"`)) {
+					t.Fatal("no unaligned checkpoint under backpressure persisted in-flight data")
 				}
 			}
 			got := committed(t, filepath.Join(dir, "out"))

@@ -60,6 +60,10 @@ type OutputChannel interface {
 	// Send enqueues m, blocking while the channel is full (backpressure)
 	// until there is room or ctx is done.
 	Send(ctx context.Context, m Message) error
+	// SendOr is Send that gives up with ErrInterrupted when intr receives
+	// while it waits for room (m is then not enqueued): a subtask blocked
+	// by backpressure still takes unaligned checkpoints.
+	SendOr(ctx context.Context, m Message, intr <-chan struct{}) error
 	// Overtake puts m at the head of the queue, ahead of every message
 	// already queued, without blocking (an unaligned checkpoint's barrier
 	// overtakes in-flight data). It returns the data batches it overtook,
@@ -75,6 +79,12 @@ type InputChannel interface {
 	// Notify registers a channel that receives a value (without blocking)
 	// whenever a message is enqueued; the gate waits on it.
 	Notify(wake chan<- struct{})
+	// NotifyPriority registers a channel that receives a value (without
+	// blocking) whenever a message overtakes the queue (Overtake).
+	NotifyPriority(prio chan<- struct{})
+	// TryRecvPriority returns the message at the head of the queue when it
+	// satisfies take (a barrier that overtook the data), without blocking.
+	TryRecvPriority(take func(Message) bool) (Message, bool)
 	// Close tells producers that nobody will read any more.
 	Close()
 }
@@ -90,6 +100,7 @@ type LocalChannel struct {
 	// space receives a value when a message leaves a full queue.
 	space  chan struct{}
 	wake   chan<- struct{}
+	prio   chan<- struct{}
 	closed chan struct{}
 }
 
@@ -109,7 +120,10 @@ func NewLocalChannel(capacity int) *LocalChannel {
 }
 
 // Send implements OutputChannel.
-func (c *LocalChannel) Send(ctx context.Context, m Message) error {
+func (c *LocalChannel) Send(ctx context.Context, m Message) error { return c.SendOr(ctx, m, nil) }
+
+// SendOr implements OutputChannel.
+func (c *LocalChannel) SendOr(ctx context.Context, m Message, intr <-chan struct{}) error {
 	for {
 		c.mu.Lock()
 		if c.n < c.capacity {
@@ -121,6 +135,8 @@ func (c *LocalChannel) Send(ctx context.Context, m Message) error {
 		c.mu.Unlock()
 		select {
 		case <-c.space:
+		case <-intr:
+			return ErrInterrupted
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-c.closed:
@@ -150,8 +166,15 @@ func (c *LocalChannel) Overtake(m Message) ([][]byte, error) {
 	c.head = (c.head - 1 + len(c.q)) % len(c.q)
 	c.q[c.head] = m
 	c.n++
+	prio := c.prio
 	c.mu.Unlock()
 	c.notify()
+	if prio != nil {
+		select {
+		case prio <- struct{}{}:
+		default:
+		}
+	}
 	return over, nil
 }
 
@@ -202,6 +225,32 @@ func (c *LocalChannel) TryRecv() (Message, bool) {
 
 // Notify implements InputChannel. It must be called before the first Send.
 func (c *LocalChannel) Notify(wake chan<- struct{}) { c.wake = wake }
+
+// NotifyPriority implements InputChannel.
+func (c *LocalChannel) NotifyPriority(prio chan<- struct{}) {
+	c.mu.Lock()
+	c.prio = prio
+	c.mu.Unlock()
+}
+
+// TryRecvPriority implements InputChannel.
+func (c *LocalChannel) TryRecvPriority(take func(Message) bool) (Message, bool) {
+	c.mu.Lock()
+	if c.n == 0 || !take(c.q[c.head]) {
+		c.mu.Unlock()
+		return Message{}, false
+	}
+	m := c.q[c.head]
+	c.q[c.head] = Message{}
+	c.head = (c.head + 1) % len(c.q)
+	c.n--
+	c.mu.Unlock()
+	select {
+	case c.space <- struct{}{}:
+	default:
+	}
+	return m, true
+}
 
 // Close implements InputChannel.
 func (c *LocalChannel) Close() {

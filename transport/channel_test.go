@@ -202,3 +202,41 @@ func TestGateInterrupt(t *testing.T) {
 		t.Fatalf("after interrupt: %q %v", m.Data, err)
 	}
 }
+
+func TestSendOrInterruptAndPriority(t *testing.T) {
+	c := NewLocalChannel(1)
+	g := NewInputGate([]InputChannel{c})
+	prio := make(chan struct{}, 1)
+	g.NotifyPriority(prio)
+	ctx := context.Background()
+	_ = c.Send(ctx, data("a"))
+	intr := make(chan struct{}, 1)
+	intr <- struct{}{}
+	// Full channel: SendOr gives up on the interrupt and enqueues nothing.
+	if err := c.SendOr(ctx, data("b"), intr); !errors.Is(err, ErrInterrupted) {
+		t.Fatalf("SendOr = %v, want ErrInterrupted", err)
+	}
+	if c.Len() != 1 {
+		t.Fatalf("Len = %d after an interrupted send", c.Len())
+	}
+	isBarrier := func(m Message) bool { return m.Kind == KindBarrier }
+	if _, _, ok := g.TakePriority(isBarrier); ok {
+		t.Fatal("TakePriority took a data message")
+	}
+	if _, err := c.Overtake(Message{Kind: KindBarrier, Checkpoint: 3}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-prio:
+	default:
+		t.Fatal("Overtake did not signal the priority channel")
+	}
+	ch, m, ok := g.TakePriority(isBarrier)
+	if !ok || ch != 0 || m.Checkpoint != 3 {
+		t.Fatalf("TakePriority = %d %+v %t", ch, m, ok)
+	}
+	// The data behind it is still there.
+	if _, m, _ := g.Next(ctx, nil); string(m.Data) != "a" {
+		t.Fatalf("after the barrier: %q", m.Data)
+	}
+}

@@ -115,6 +115,32 @@ func (g *InputGate) Next(ctx context.Context, timer <-chan time.Time) (int, Mess
 	}
 }
 
+// NotifyPriority makes every channel signal prio when a message overtakes
+// its queue.
+func (g *InputGate) NotifyPriority(prio chan<- struct{}) {
+	for _, c := range g.chans {
+		c.NotifyPriority(prio)
+	}
+}
+
+// TakePriority returns a message that overtook the queue of a channel that
+// is neither blocked nor ended, when take accepts it, without blocking.
+func (g *InputGate) TakePriority(take func(Message) bool) (int, Message, bool) {
+	for i, c := range g.chans {
+		if g.blocked[i] || g.ended[i] {
+			continue
+		}
+		if m, ok := c.TryRecvPriority(take); ok {
+			if m.Kind == KindEnd {
+				g.ended[i] = true
+				g.open--
+			}
+			return i, m, true
+		}
+	}
+	return -1, Message{}, false
+}
+
 // Close closes every channel so that blocked producers return ErrClosed.
 func (g *InputGate) Close() {
 	for _, c := range g.chans {

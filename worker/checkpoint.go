@@ -46,6 +46,7 @@ type mailbox struct {
 	msgs  []control
 	poke  func() // wakes the subtask (gate interrupt)
 	ready chan struct{}
+	prio  chan struct{} // wakes a send blocked by backpressure
 }
 
 func newMailbox() *mailbox { return &mailbox{ready: make(chan struct{}, 1)} }
@@ -59,9 +60,22 @@ func (m *mailbox) put(c control) {
 	case m.ready <- struct{}{}:
 	default:
 	}
+	if m.prio != nil {
+		select {
+		case m.prio <- struct{}{}:
+		default:
+		}
+	}
 	if poke != nil {
 		poke()
 	}
+}
+
+// putQuiet queues c without waking the subtask.
+func (m *mailbox) putQuiet(c control) {
+	m.mu.Lock()
+	m.msgs = append(m.msgs, c)
+	m.mu.Unlock()
 }
 
 func (m *mailbox) take() []control {
@@ -70,6 +84,57 @@ func (m *mailbox) take() []control {
 	out := m.msgs
 	m.msgs = nil
 	return out
+}
+
+// pendingSend is a message that a send blocked by backpressure has not
+// enqueued yet.
+type pendingSend struct {
+	out *outEdge
+	ch  int
+	msg transport.Message
+}
+
+// handleBlocked runs while a send waits for room in a full channel: an
+// unaligned checkpoint does not wait for backpressure. Triggers (sources)
+// and barriers that overtook the input queues are handled at once; the
+// snapshot captures the output not yet sent, which is then sent after the
+// barrier. Everything else waits for the send to complete.
+func (t *task) handleBlocked(ctx context.Context) error {
+	if t.handling || t.snapshotting {
+		return nil
+	}
+	t.handling = true
+	defer func() { t.handling = false }()
+	for _, c := range t.mbox.take() {
+		if c.action == transport.CheckpointTrigger && c.kind == checkpoint.KindSavepoint {
+			// Savepoints are aligned: taken between batches.
+			t.mbox.putQuiet(c)
+			continue
+		}
+		if err := t.runControl(ctx, c); err != nil {
+			return err
+		}
+	}
+	if t.gate == nil || t.handler == nil {
+		return nil
+	}
+	for {
+		ch, m, ok := t.gate.TakePriority(overtaking)
+		if !ok {
+			return nil
+		}
+		if err := t.onBarrier(ctx, ch, m); err != nil {
+			return err
+		}
+	}
+}
+
+// overtaking accepts what an unaligned barrier puts at a queue's head: a
+// checkpoint's barrier or a cancel marker (savepoint barriers are aligned
+// and wait their turn).
+func overtaking(m transport.Message) bool {
+	return m.Kind == transport.KindCancel ||
+		m.Kind == transport.KindBarrier && checkpoint.Kind(m.CheckpointKind) != checkpoint.KindSavepoint
 }
 
 // inputRef names the channel behind a gate index: the chain edge and the
@@ -107,27 +172,30 @@ func (t *task) checkpointing() bool { return t.ckpt != nil }
 // handleControl runs the queued control messages.
 func (t *task) handleControl(ctx context.Context) error {
 	for _, c := range t.mbox.take() {
-		switch c.action {
-		case transport.CheckpointTrigger:
-			// A trigger reaches sources, and subtasks whose inputs have all
-			// ended: they have no barrier to wait for.
-			unaligned := t.ckpt.mode == checkpoint.Unaligned && c.kind != checkpoint.KindSavepoint
-			m := checkpoint.Metrics{StartDelay: sinceMillis(c.timestamp)}
-			if err := t.snapshot(ctx, c.id, c.kind, c.timestamp, unaligned, m); err != nil {
-				return err
-			}
-			// No input can still deliver data before this barrier: there is
-			// nothing to capture, so the snapshot can be persisted at once.
-			t.finishSnapshot()
-		case transport.CheckpointComplete:
-			if err := t.notifyComplete(c.id); err != nil {
-				return err
-			}
-		case transport.CheckpointAbort:
-			if err := t.notifyAborted(ctx, c.id, c.reason); err != nil {
-				return err
-			}
+		if err := t.runControl(ctx, c); err != nil {
+			return err
 		}
+	}
+	return nil
+}
+
+func (t *task) runControl(ctx context.Context, c control) error {
+	switch c.action {
+	case transport.CheckpointTrigger:
+		// A trigger reaches sources, and subtasks whose inputs have all
+		// ended: they have no barrier to wait for.
+		unaligned := t.ckpt.mode == checkpoint.Unaligned && c.kind != checkpoint.KindSavepoint
+		m := checkpoint.Metrics{StartDelay: sinceMillis(c.timestamp)}
+		if err := t.snapshot(ctx, c.id, c.kind, c.timestamp, unaligned, m); err != nil {
+			return err
+		}
+		// No input can still deliver data before this barrier: there is
+		// nothing to capture, so the snapshot can be persisted at once.
+		t.finishSnapshot()
+	case transport.CheckpointComplete:
+		return t.notifyComplete(c.id)
+	case transport.CheckpointAbort:
+		return t.notifyAborted(ctx, c.id, c.reason)
 	}
 	return nil
 }
@@ -246,6 +314,8 @@ func (t *task) snapshot(ctx context.Context, id int64, kind checkpoint.Kind, tri
 		t.snap = nil
 	}
 	start := time.Now()
+	t.snapshotting = true
+	defer func() { t.snapshotting = false }()
 	for k, s := range t.stages {
 		if err := s.op.PreBarrier(id, &s.coll); err != nil {
 			return t.stageError(s, fmt.Sprintf("failed before the barrier of checkpoint %d", id), err)
@@ -254,8 +324,11 @@ func (t *task) snapshot(ctx context.Context, id int64, kind checkpoint.Kind, tri
 			return err
 		}
 	}
-	if err := t.sendBuffers(ctx); err != nil {
-		return err
+	if !unaligned {
+		// Aligned: everything emitted before the barrier goes ahead of it.
+		if err := t.sendBuffers(ctx); err != nil {
+			return err
+		}
 	}
 	st := &checkpoint.SubtaskState{Task: t.id, Operator: map[string][]byte{}}
 	snap := &snapshotInProgress{id: id, kind: kind, trigger: trigger, unaligned: unaligned, state: st, in: map[int]*capturedChannel{}}
@@ -300,6 +373,15 @@ func (t *task) snapshot(ctx context.Context, id int64, kind checkpoint.Kind, tri
 			over, err := ch.Overtake(barrier)
 			if err != nil {
 				return err
+			}
+			// In channel order: what was queued, the message a blocked send
+			// holds, then what is still buffered. All of it is sent after the
+			// barrier and is channel state of this checkpoint.
+			if p := t.pending; p != nil && p.out == o && p.ch == i && p.msg.Kind == transport.KindData {
+				over = append(over, p.msg.Data)
+			}
+			if b := &o.bufs[i]; b.Len() > 0 {
+				over = append(over, append([]byte(nil), b.Bytes()...))
 			}
 			if len(over) > 0 {
 				c := capturedChannel{edge: o.edge.Index, peer: o.peers[i], batches: over}

@@ -147,9 +147,16 @@ type task struct {
 	// alignStart holds when the first barrier of a checkpoint arrived.
 	alignStart map[int64]int64
 	snap       *snapshotInProgress
-	asyncWG    sync.WaitGroup
-	sinkTxn    bool
-	restored   *checkpoint.SubtaskState
+	// prio wakes a send blocked by backpressure for a checkpoint trigger or
+	// an overtaking barrier (nil without unaligned checkpoints).
+	prio chan struct{}
+	// pending is the message a blocked send is trying to enqueue.
+	pending      *pendingSend
+	snapshotting bool
+	handling     bool
+	asyncWG      sync.WaitGroup
+	sinkTxn      bool
+	restored     *checkpoint.SubtaskState
 
 	source   connector.Source
 	srcOut   atomic.Int64
@@ -443,7 +450,7 @@ func (t *task) emitTail(ctx context.Context, batch []byte) error {
 			return err
 		}
 		if !ok {
-			return nil
+			return t.sendFull(ctx)
 		}
 		for _, o := range t.outs {
 			if o.port != r.Port {
@@ -482,11 +489,28 @@ func (t *task) route(ctx context.Context, o *outEdge, r *abi.Record) error {
 	}
 }
 
+// appendTo adds r to the buffer of channel i. It never sends: a batch's
+// output is routed whole before any of it is sent, so that at every point
+// where a send can block, all not-yet-sent output sits in the buffers (what
+// an unaligned checkpoint taken while blocked captures).
 func (t *task) appendTo(ctx context.Context, o *outEdge, i int, r *abi.Record) error {
-	b := &o.bufs[i]
-	b.Add(o.inPort, r.Timestamp, r.Key, r.Value)
-	if b.Size() >= flushBytes {
-		return t.send(ctx, o, i)
+	o.bufs[i].Add(o.inPort, r.Timestamp, r.Key, r.Value)
+	return nil
+}
+
+// sendFull sends the buffers that reached flushBytes.
+func (t *task) sendFull(ctx context.Context) error {
+	if t.snapshotting {
+		return nil
+	}
+	for _, o := range t.outs {
+		for i := range o.bufs {
+			if o.bufs[i].Size() >= flushBytes {
+				if err := t.send(ctx, o, i); err != nil {
+					return err
+				}
+			}
+		}
 	}
 	return nil
 }
@@ -499,7 +523,25 @@ func (t *task) send(ctx context.Context, o *outEdge, i int) error {
 	// The channel owns what it is sent: copy out of the reusable builder.
 	data := append([]byte(nil), b.Bytes()...)
 	b.Reset()
-	return o.chans[i].Send(ctx, transport.Message{Kind: transport.KindData, Data: data})
+	return t.sendMsg(ctx, o, i, transport.Message{Kind: transport.KindData, Data: data})
+}
+
+// sendMsg sends m on channel i of o. While the channel is full, a subtask
+// that takes unaligned checkpoints still handles checkpoint triggers and
+// barriers that overtook its input (handleBlocked), as Flink's mailbox does.
+func (t *task) sendMsg(ctx context.Context, o *outEdge, i int, m transport.Message) error {
+	for {
+		err := o.chans[i].SendOr(ctx, m, t.prio)
+		if !errors.Is(err, transport.ErrInterrupted) {
+			return err
+		}
+		t.pending = &pendingSend{out: o, ch: i, msg: m}
+		err = t.handleBlocked(ctx)
+		t.pending = nil
+		if err != nil {
+			return err
+		}
+	}
 }
 
 // flush ends the processing of one input message: every non-empty output
@@ -529,8 +571,8 @@ func (t *task) broadcast(ctx context.Context, m transport.Message) error {
 		return err
 	}
 	for _, o := range t.outs {
-		for _, c := range o.chans {
-			if err := c.Send(ctx, m); err != nil {
+		for i := range o.chans {
+			if err := t.sendMsg(ctx, o, i, m); err != nil {
 				return err
 			}
 		}

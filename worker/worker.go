@@ -522,6 +522,10 @@ func (w *Worker) newTask(j *jobRun, mod *host.Module, c *job.Chain, sub int,
 		t.mbox = newMailbox()
 		t.triggerTS = map[int64]int64{}
 		t.alignStart = map[int64]int64{}
+		if j.ckpt.mode == checkpoint.Unaligned {
+			t.prio = make(chan struct{}, 1)
+			t.mbox.prio = t.prio
+		}
 		if m := j.ckpt.restore; m != nil {
 			for i := range m.Tasks {
 				if m.Tasks[i].Task == t.id {
@@ -551,6 +555,9 @@ func (w *Worker) newTask(j *jobRun, mod *host.Module, c *job.Chain, sub int,
 		t.closers = append(t.closers, func() error { t.gate.Close(); return nil })
 		if t.mbox != nil {
 			t.mbox.poke = t.gate.Interrupt
+			if t.prio != nil {
+				t.gate.NotifyPriority(t.prio)
+			}
 			h, err := checkpoint.NewHandler(checkpoint.HandlerConfig{Channels: len(ins), Mode: j.ckpt.mode, AlignedTimeout: j.ckpt.alignedTimeout})
 			if err != nil {
 				return fail(fmt.Errorf("subtask %s: %w", t.label, err))

@@ -75,17 +75,32 @@ func (o *chaos) Process(ctx *wstream.Context, r wstream.Record) error {
 // runcount keeps a count per key and emits key, running count for every
 // record: its output shows at once whether state and output are
 // exactly-once (a lost or repeated record changes the multiset of lines).
+// Config "stallEvery" N and "stallMs" D make it stall D ms after every N
+// records: a slow consumer that backs up its input channels.
 type runcount struct {
 	n   wstream.ValueState
 	buf []byte
+	cfg struct {
+		StallEvery int   `json:"stallEvery"`
+		StallMs    int64 `json:"stallMs"`
+	}
+	seen int
 }
 
 func (o *runcount) Open(ctx *wstream.Context) error {
 	o.n = ctx.ValueState("n")
-	return nil
+	return ctx.UnmarshalConfig(&o.cfg)
 }
 
 func (o *runcount) Process(ctx *wstream.Context, r wstream.Record) error {
+	if o.cfg.StallEvery > 0 {
+		o.seen++
+		if o.seen%o.cfg.StallEvery == 0 {
+			until := ctx.ProcessingTime() + o.cfg.StallMs
+			for ctx.ProcessingTime() < until {
+			}
+		}
+	}
 	n, _, err := o.n.GetInt64()
 	if err != nil {
 		return err
