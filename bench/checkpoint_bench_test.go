@@ -19,7 +19,7 @@ import (
 // without 1 s checkpoints; the ratio of records/s is the checkpoint overhead.
 func BenchmarkCheckpointOverhead(b *testing.B) {
 	_, cMod := buildModules(b, "wordcount")
-	const n = 6_000_000 // about a second per run at native speed
+	const n = 12_000_000 // a few seconds per run, so several 1 s checkpoints
 	plan := func(ckpt string) string {
 		return fmt.Sprintf(`{"name":"overhead","parallelism":2,%s
  "vertices":[

@@ -170,6 +170,9 @@ func TestChaos(t *testing.T) {
 			}
 			attempts := jobAttempt(t, filepath.Join(dir, "wstream-data"))
 			t.Logf("%d process kills, %d attempts", kills, attempts)
+			if kills < 1 {
+				t.Fatal("the process was never killed")
+			}
 			if attempts < 10 {
 				t.Fatalf("only %d failures were injected, want at least 10", attempts)
 			}
