@@ -20,13 +20,19 @@ import (
 // running count per key, written by the two-phase file sink. The chaos
 // operator traps and kills its subtask at random records.
 func chaosPlan(trap, exit float64, rate int, mode string, alignedTimeout int) string {
-	return chaosPlanSlow(trap, exit, rate, mode, alignedTimeout, 0)
+	return chaosPlanSlow(trap, exit, rate, mode, alignedTimeout, 0, 24000, trap > 0)
 }
 
 // chaosPlanSlow is chaosPlan with a count that stalls 5 ms every slowEvery
-// records (0: never), backing up its input channels: unaligned checkpoints
-// are then taken while senders are blocked.
-func chaosPlanSlow(trap, exit float64, rate int, mode string, alignedTimeout, slowEvery int) string {
+// records (0: never), backing up its input channels (unaligned checkpoints
+// are then taken while senders are blocked), and n records. With timed,
+// the chaos operator also fails at a random time 300–500 ms after it opens,
+// so that every run has a steady number of failures.
+func chaosPlanSlow(trap, exit float64, rate int, mode string, alignedTimeout, slowEvery, n int, timed bool) string {
+	failAfter := "[0,0]"
+	if timed {
+		failAfter = "[300,500]"
+	}
 	stall := 0
 	if rate > 0 {
 		// Stalls make one input of the count lag behind the other now and
@@ -42,14 +48,15 @@ func chaosPlanSlow(trap, exit float64, rate int, mode string, alignedTimeout, sl
  "checkpoint":%s,
  "restart":{"strategy":"fixed-delay","attempts":1000,"delay":10},
  "vertices":[
-  {"id":"source","kind":"source","connector":"gen","config":{"count":24000,"keys":60,"rate":%d}},
-  {"id":"chaos","kind":"operator","operator":"chaos","config":{"trap":%g,"exit":%g,"seed":7,"stallEvery":400,"stallMs":%d}},
+  {"id":"source","kind":"source","connector":"gen","config":{"count":%d,"keys":60,"rate":%d}},
+  {"id":"chaos","kind":"operator","operator":"chaos","config":{"trap":%g,"exit":%g,"seed":7,"stallEvery":400,"stallMs":%d,
+   "failAfterMs":%s,"exitShare":0.3}},
   {"id":"count","kind":"operator","operator":"runcount","config":{"stallEvery":%d,"stallMs":5}},
   {"id":"sink","kind":"sink","connector":"file","config":{"path":"out"}}],
  "edges":[
   {"from":"source","to":"chaos"},
   {"from":"chaos","to":"count","partition":"key"},
-  {"from":"count","to":"sink","partition":"rebalance"}]}`, cp, rate, trap, exit, stall, slowEvery)
+  {"from":"count","to":"sink","partition":"rebalance"}]}`, cp, n, rate, trap, exit, stall, failAfter, slowEvery)
 }
 
 // committed returns the sorted lines of every committed part file in dir.
@@ -113,16 +120,24 @@ func TestChaos(t *testing.T) {
 	t.Logf("seed %d (set WSTREAM_CHAOS_SEED to repeat the kill points)", seed)
 	rng := rand.New(rand.NewSource(seed))
 
-	refDir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(refDir, "plan.json"), []byte(chaosPlan(0, 0, 0, "aligned", 0)), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if r := runCLI(t, refDir, "deploy", "-q", "--plan", "plan.json", mod); r.code != 0 {
-		t.Fatalf("reference run: exit %d\n%s", r.code, r.stderr)
-	}
-	want := committed(t, filepath.Join(refDir, "out"))
-	if len(want) != 24000 {
-		t.Fatalf("reference run committed %d lines, want 24000", len(want))
+	refs := map[int][]string{}
+	reference := func(n int) []string {
+		if want, ok := refs[n]; ok {
+			return want
+		}
+		dir := t.TempDir()
+		if err := os.WriteFile(filepath.Join(dir, "plan.json"), []byte(chaosPlanSlow(0, 0, 0, "aligned", 0, 0, n, false)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if r := runCLI(t, dir, "deploy", "-q", "--plan", "plan.json", mod); r.code != 0 {
+			t.Fatalf("reference run: exit %d\n%s", r.code, r.stderr)
+		}
+		want := committed(t, filepath.Join(dir, "out"))
+		if len(want) != n {
+			t.Fatalf("reference run committed %d lines, want %d", len(want), n)
+		}
+		refs[n] = want
+		return want
 	}
 
 	for _, m := range []struct {
@@ -131,18 +146,23 @@ func TestChaos(t *testing.T) {
 		// rate of the source (0: as fast as it goes) and how often the
 		// count stalls (0: never).
 		rate, slowEvery int
-		// failures per record: trap and exit probability
+		// records of the run
+		n int
+		// failures per record besides the timed ones: trap, exit
 		trap, exit float64
 	}{
-		{"aligned", "aligned", 0, 4000, 0, 0.0006, 0.0002},
-		{"unaligned", "unaligned", 0, 4000, 0, 0.0006, 0.0002},
-		{"unaligned-backpressure", "unaligned", 0, 0, 40, 0.0001, 0.00005},
-		{"aligned-timeout", "aligned", 1, 4000, 0, 0.0006, 0.0002},
-		{"at-least-once", "at-least-once", 0, 4000, 0, 0.0006, 0.0002},
+		{"aligned", "aligned", 0, 4000, 0, 24000, 0.0001, 0.00005},
+		{"unaligned", "unaligned", 0, 4000, 0, 24000, 0.0001, 0.00005},
+		{"unaligned-backpressure", "unaligned", 0, 0, 40, 64000, 0, 0},
+		{"aligned-timeout", "aligned", 1, 4000, 0, 24000, 0.0001, 0.00005},
+		{"at-least-once", "at-least-once", 0, 4000, 0, 24000, 0.0001, 0.00005},
 	} {
 		t.Run(m.name, func(t *testing.T) {
 			dir := t.TempDir()
-			plan := chaosPlanSlow(m.trap, m.exit, m.rate, m.mode, m.alignedTimeout, m.slowEvery)
+			want := reference(m.n)
+			// Random failures per record, and one timed failure 300–500 ms
+			// after every start of the chaos operator.
+			plan := chaosPlanSlow(m.trap, m.exit, m.rate, m.mode, m.alignedTimeout, m.slowEvery, m.n, true)
 			if err := os.WriteFile(filepath.Join(dir, "plan.json"), []byte(plan), 0o644); err != nil {
 				t.Fatal(err)
 			}

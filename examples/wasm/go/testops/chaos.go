@@ -21,16 +21,24 @@ func init() {
 // "stallEvery" N and "stallMs" D it also stalls for D ms after every N
 // records, so that its output channel lags now and then and barriers take
 // time to align downstream.
+//
+// With "failAfterMs" [min, max] it also fails once a random time in that
+// range has passed since open: by a trap, or by exiting with probability
+// "exitShare". Failures spaced in time, rather than per record, keep the
+// number of failures of a run steady whatever its speed.
 type chaos struct {
 	cfg struct {
-		Trap       float64 `json:"trap"`
-		Exit       float64 `json:"exit"`
-		Seed       uint64  `json:"seed"`
-		StallEvery int     `json:"stallEvery"`
-		StallMs    int64   `json:"stallMs"`
+		Trap        float64  `json:"trap"`
+		Exit        float64  `json:"exit"`
+		Seed        uint64   `json:"seed"`
+		StallEvery  int      `json:"stallEvery"`
+		StallMs     int64    `json:"stallMs"`
+		FailAfterMs [2]int64 `json:"failAfterMs"`
+		ExitShare   float64  `json:"exitShare"`
 	}
-	state uint64
-	seen  int
+	state    uint64
+	seen     int
+	deadline int64 // 0: no timed failure
 }
 
 func (o *chaos) Open(ctx *wstream.Context) error {
@@ -38,6 +46,12 @@ func (o *chaos) Open(ctx *wstream.Context) error {
 		return err
 	}
 	o.state = o.cfg.Seed ^ uint64(ctx.ProcessingTime())*0x9e3779b97f4a7c15
+	if lo, hi := o.cfg.FailAfterMs[0], o.cfg.FailAfterMs[1]; hi > 0 {
+		if hi < lo {
+			return fmt.Errorf("chaos: failAfterMs [%d, %d]: the maximum is below the minimum", lo, hi)
+		}
+		o.deadline = ctx.ProcessingTime() + lo + int64(o.next()*float64(hi-lo))
+	}
 	return nil
 }
 
@@ -52,6 +66,14 @@ func (o *chaos) next() float64 {
 }
 
 func (o *chaos) Process(ctx *wstream.Context, r wstream.Record) error {
+	if o.deadline > 0 && ctx.ProcessingTime() >= o.deadline {
+		if o.next() < o.cfg.ExitShare {
+			fmt.Fprintf(os.Stderr, "testops chaos: the subtask dies at record %q\n", r.Value)
+			os.Exit(137)
+		}
+		fmt.Fprintf(os.Stderr, "panic: testops chaos trap at record %q\n", r.Value)
+		unreachable()
+	}
 	switch x := o.next(); {
 	case x < o.cfg.Trap:
 		fmt.Fprintf(os.Stderr, "panic: testops chaos trap at record %q\n", r.Value)

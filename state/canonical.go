@@ -1,0 +1,825 @@
+package state
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash"
+	"hash/crc32"
+	"io"
+	"runtime"
+	"sync"
+	"unsafe"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/klauspost/compress/zstd"
+	"github.com/wstream/wstream/abi"
+)
+
+// CanonicalFormatVersion is the version of the canonical state stream that
+// ExportCanonical writes and the only one ImportCanonical and ScanCanonical
+// read. Any change to the layout below, to the key → key-group hash
+// (abi.KeyHash) or to the meaning of a field is a new version.
+//
+// # Canonical state stream, version 1
+//
+// The canonical stream is the portable form of a store's keyed state: what
+// a savepoint holds, independent of Pebble's files and of the store's key
+// layout, restorable into a store of any key-group range. It is a header,
+// stored uncompressed so that any reader can tell the version before it
+// decompresses anything, followed by a zstd stream (one or more frames, to
+// the end of the input) whose content is a sequence of records ended by a
+// trailer record. All integers are big-endian unless they are uvarints
+// (encoding/binary; lengths and counts of variable fields).
+//
+//	header (29 bytes, uncompressed):
+//
+//	offset size
+//	0      17   magic "WSTREAM-CANONICAL"
+//	17     2    format version, u16 (1). A reader checks magic and version
+//	            before anything else: every later version keeps these 19
+//	            bytes, so an older reader can say "written by a newer
+//	            wstream" instead of failing on the fields that follow.
+//	19     2    max parallelism (number of key groups), u16, 1..32768
+//	21     2    first key group of the exporting store's range, u16
+//	23     2    last key group of that range (inclusive), u16
+//	25     4    CRC-32C (Castagnoli) of bytes 0..24, u32
+//
+//	zstd content: records, then the trailer
+//
+//	record   := uvarint(len(body)) body          1 <= len(body) <= 64 MiB
+//	body     := tag u8, fields
+//
+//	entry    (tag 0x01): key group u16, vertex, state name, key, namespace, value
+//	timer    (tag 0x02): key group u16, vertex, domain u8 (0 event time,
+//	                     1 processing time), time i64 (two's complement), key,
+//	                     namespace
+//	trailer  (tag 0xff): entries u64, timers u64, SHA-256 (32 bytes) of every
+//	                     byte of the stream before the trailer's length
+//	                     prefix: the header and all records, uncompressed
+//
+//	vertex, state name, key, namespace, value: uvarint(len) bytes
+//
+// A record's fields fill its body exactly. Records are in non-decreasing key
+// group order; every key group lies in the header's range and is the key
+// group of the record's key (abi.KeyGroup(key, max parallelism)). Within a
+// key group ExportCanonical writes the entries, then the timers, in the
+// order of the store's keys, but a reader relies on no more than key-group
+// order. The trailer is the last record: nothing may follow it in the
+// decompressed content, and its counts are those of the entry and timer
+// records before it. Byte offsets in error messages are offsets in this
+// uncompressed stream (the header's bytes are the file's first bytes too).
+const CanonicalFormatVersion = 1
+
+// CanonicalMagic starts every canonical state stream.
+const CanonicalMagic = "WSTREAM-CANONICAL"
+
+// CanonicalHeaderSize is the size of a version 1 header.
+const CanonicalHeaderSize = 29
+
+// MaxCanonicalRecord bounds a record body: larger lengths are malformed.
+const MaxCanonicalRecord = 64 << 20
+
+// Record tags. Part of the format.
+const (
+	canonicalTagEntry   byte = 0x01
+	canonicalTagTimer   byte = 0x02
+	canonicalTagTrailer byte = 0xff
+
+	canonicalTrailerLen = 1 + 8 + 8 + sha256.Size
+	// canonicalPrefixLen is the header part that every version keeps.
+	canonicalPrefixLen = len(CanonicalMagic) + 2
+)
+
+// Errors of the canonical stream readers. Every error of ImportCanonical and
+// ScanCanonical about the stream wraps one of them.
+var (
+	// ErrCanonicalCorrupt: not a canonical stream, or truncated, corrupt
+	// (checksum mismatch, undecodable zstd) or malformed.
+	ErrCanonicalCorrupt = errors.New("state: corrupt canonical state stream")
+	// ErrCanonicalVersion: a format version this wstream does not read.
+	ErrCanonicalVersion = errors.New("state: unsupported canonical format version")
+	// ErrCanonicalMismatch: the stream does not fit the store (max
+	// parallelism differs).
+	ErrCanonicalMismatch = errors.New("state: canonical state stream does not match the store")
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// CanonicalHeader is the decoded header of a canonical stream.
+type CanonicalHeader struct {
+	Version        int
+	MaxParallelism int
+	// KeyGroups is the key-group range of the store that wrote the stream.
+	KeyGroups abi.KeyGroupRange
+}
+
+// CanonicalRecord is one entry or timer of a canonical stream. Its byte
+// slices alias the reader's buffer: they are valid only during the callback
+// that receives the record.
+type CanonicalRecord struct {
+	Kind      KeyKind // KindEntry or KindTimer
+	KeyGroup  int
+	Vertex    []byte
+	State     []byte // KindEntry only
+	Domain    int32  // KindTimer only
+	Time      int64  // KindTimer only
+	Key       []byte
+	Namespace []byte
+	Value     []byte // KindEntry only
+	// Offset is the record's byte offset in the uncompressed stream and
+	// Index its position (1 for the first record after the header).
+	Offset int64
+	Index  int64
+}
+
+// CanonicalTrailer is what a complete, verified stream ends with.
+type CanonicalTrailer struct {
+	Header         CanonicalHeader
+	Entries        int64
+	Timers         int64
+	RawBytes       int64 // uncompressed length: header, records and trailer
+	SHA256         [sha256.Size]byte
+	FirstKeyGroup  int // first and last key group of any record; -1 when none
+	LastKeyGroup   int
+	RecordsScanned int64
+}
+
+// ExportStats describe what ExportCanonical wrote.
+type ExportStats struct {
+	Entries, Timers int64
+	// RawBytes is the uncompressed stream length (header, records,
+	// trailer); CompressedBytes is what was written to the writer.
+	RawBytes, CompressedBytes int64
+	// PerState has the entries of each state, by "vertex/state".
+	PerState map[string]StateStats
+	// TimersPerVertex counts the timers of each vertex.
+	TimersPerVertex map[string]int64
+	// KeyGroups is the exporting store's key-group range (the header's).
+	KeyGroups abi.KeyGroupRange
+}
+
+// StateStats describe the entries of one state in a canonical stream.
+type StateStats struct {
+	Entries int64
+	Bytes   int64 // record bytes, length prefixes included
+	// KeyGroups is the first to the last key group with an entry.
+	KeyGroups abi.KeyGroupRange
+}
+
+// ImportStats describe what ImportCanonical wrote: entries and timers in
+// the store's key-group range, and the records of other key groups that it
+// skipped.
+type ImportStats struct {
+	Entries, Timers, Skipped int64
+}
+
+// canonicalChunk is the size of the raw-byte buffers of the writer and the
+// reader: large enough that hashing and compression see big writes.
+const canonicalChunk = 256 << 10
+
+// maxImportBatch keeps an import's Pebble batch below Pebble's 4 GiB batch
+// limit (where it panics).
+const maxImportBatch = 3 << 30
+
+// encoderPools keep zstd encoders, by level (0 default, 1..4 the
+// zstd.EncoderLevel values): a new encoder allocates its block buffers and
+// match tables, and savepoints export one stream per subtask.
+var encoderPools [int(zstd.SpeedBestCompression) + 1]sync.Pool
+
+func canonicalEncoder(w io.Writer, level int) (*zstd.Encoder, error) {
+	if level < 0 || level > int(zstd.SpeedBestCompression) {
+		return nil, fmt.Errorf("state: export canonical stream: zstd level %d is outside [0, %d] (0 = default)",
+			level, int(zstd.SpeedBestCompression))
+	}
+	if e, ok := encoderPools[level].Get().(*zstd.Encoder); ok {
+		e.Reset(w)
+		return e, nil
+	}
+	opts := []zstd.EOption{zstd.WithEncoderConcurrency(runtime.GOMAXPROCS(0))}
+	if level != 0 {
+		opts = append(opts, zstd.WithEncoderLevel(zstd.EncoderLevel(level)))
+	}
+	e, err := zstd.NewWriter(w, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("state: export canonical stream: zstd encoder: %w", err)
+	}
+	return e, nil
+}
+
+// AppendCanonicalHeader appends a version 1 header to dst.
+func AppendCanonicalHeader(dst []byte, maxParallelism int, groups abi.KeyGroupRange) []byte {
+	start := len(dst)
+	dst = append(dst, CanonicalMagic...)
+	dst = binary.BigEndian.AppendUint16(dst, CanonicalFormatVersion)
+	dst = binary.BigEndian.AppendUint16(dst, uint16(maxParallelism))
+	dst = binary.BigEndian.AppendUint16(dst, uint16(groups.Start))
+	dst = binary.BigEndian.AppendUint16(dst, uint16(groups.End))
+	return binary.BigEndian.AppendUint32(dst, crc32.Checksum(dst[start:], castagnoli))
+}
+
+// countingWriter counts the bytes written through it.
+type countingWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// bstr views b as a string without copying, for the key-layout helpers,
+// which only append it.
+func bstr(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
+
+func uvarintField(dst, f []byte) []byte {
+	dst = binary.AppendUvarint(dst, uint64(len(f)))
+	return append(dst, f...)
+}
+
+func fieldLen(f []byte) int { return uvarintLen(uint64(len(f))) + len(f) }
+
+// ExportCanonical writes every state entry and timer of the store's
+// key-group range (all vertices) to w as a canonical stream (see
+// CanonicalFormatVersion for the layout), zstd-compressed at level
+// (a zstd.EncoderLevel, 0 for the default), and returns what it wrote.
+// It first writes the cached changes (Flush). Keys of other key groups that
+// a rescale left in the Pebble directory belong to other subtasks and are
+// not exported.
+//
+// It streams: one Pebble iterator, a reusable record buffer, a pooled
+// encoder compressing concurrently with the iteration; memory does not grow
+// with the state. To export while processing continues, open the store's
+// Checkpoint as a Store and export that.
+func (s *Store) ExportCanonical(w io.Writer, level int) (ExportStats, error) {
+	st := ExportStats{KeyGroups: s.groups}
+	if s.err != nil {
+		return st, s.err
+	}
+	if err := s.Flush(); err != nil {
+		return st, err
+	}
+	fail := func(err error) (ExportStats, error) {
+		return st, fmt.Errorf("state: export canonical stream of %s: %w", s.dir, err)
+	}
+	cw := &countingWriter{w: w}
+	enc, err := canonicalEncoder(cw, level)
+	if err != nil {
+		return st, err
+	}
+	sum := sha256.New()
+	buf := make([]byte, 0, canonicalChunk)
+	buf = AppendCanonicalHeader(buf, s.maxPar, s.groups)
+	// The header goes out uncompressed.
+	sum.Write(buf)
+	if _, err := cw.Write(buf); err != nil {
+		return fail(err)
+	}
+	raw := int64(len(buf))
+	buf = buf[:0]
+	flush := func() error {
+		if len(buf) == 0 {
+			return nil
+		}
+		sum.Write(buf)
+		raw += int64(len(buf))
+		_, err := enc.Write(buf)
+		buf = buf[:0]
+		return err
+	}
+
+	perState := make(map[string]*StateStats)
+	perVertex := make(map[string]int64)
+	var (
+		cur                 *StateStats
+		curVertex, curState []byte
+		curTimerVertex      []byte
+		curTimerCount       int64
+		haveTimerVertex     bool
+		nameBuf             []byte
+	)
+	flushTimerVertex := func() {
+		if haveTimerVertex {
+			perVertex[string(curTimerVertex)] += curTimerCount
+		}
+		curTimerCount = 0
+	}
+
+	lower, upper := KeyGroupSpan(s.groups)
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
+	if err != nil {
+		return fail(err)
+	}
+	for ok := it.First(); ok; ok = it.Next() {
+		k, err := DecodeKey(it.Key())
+		if err != nil {
+			_ = it.Close()
+			return fail(err)
+		}
+		var n int
+		switch k.Kind {
+		case KindEntry:
+			val, err := it.ValueAndErr()
+			if err != nil {
+				_ = it.Close()
+				return fail(err)
+			}
+			body := 3 + fieldLen(k.Vertex) + fieldLen(k.State) + fieldLen(k.Key) + fieldLen(k.Namespace) + fieldLen(val)
+			n = uvarintLen(uint64(body)) + body
+			if len(buf)+n > cap(buf) {
+				if err := flush(); err != nil {
+					_ = it.Close()
+					return fail(err)
+				}
+			}
+			buf = binary.AppendUvarint(buf, uint64(body))
+			buf = append(buf, canonicalTagEntry, byte(k.KeyGroup>>8), byte(k.KeyGroup))
+			buf = uvarintField(buf, k.Vertex)
+			buf = uvarintField(buf, k.State)
+			buf = uvarintField(buf, k.Key)
+			buf = uvarintField(buf, k.Namespace)
+			buf = uvarintField(buf, val)
+			st.Entries++
+			// The entries of one state are runs: look the name up once a run.
+			if cur == nil || !bytes.Equal(k.Vertex, curVertex) || !bytes.Equal(k.State, curState) {
+				curVertex = append(curVertex[:0], k.Vertex...)
+				curState = append(curState[:0], k.State...)
+				nameBuf = append(append(append(nameBuf[:0], k.Vertex...), '/'), k.State...)
+				cur = perState[string(nameBuf)]
+				if cur == nil {
+					cur = &StateStats{KeyGroups: abi.KeyGroupRange{Start: k.KeyGroup, End: k.KeyGroup}}
+					perState[string(nameBuf)] = cur
+				}
+			}
+			cur.Entries++
+			cur.Bytes += int64(n)
+			cur.KeyGroups.End = k.KeyGroup
+		case KindTimer:
+			body := 3 + fieldLen(k.Vertex) + 1 + 8 + fieldLen(k.Key) + fieldLen(k.Namespace)
+			n = uvarintLen(uint64(body)) + body
+			if len(buf)+n > cap(buf) {
+				if err := flush(); err != nil {
+					_ = it.Close()
+					return fail(err)
+				}
+			}
+			buf = binary.AppendUvarint(buf, uint64(body))
+			buf = append(buf, canonicalTagTimer, byte(k.KeyGroup>>8), byte(k.KeyGroup))
+			buf = uvarintField(buf, k.Vertex)
+			buf = append(buf, byte(k.Domain))
+			buf = binary.BigEndian.AppendUint64(buf, uint64(k.Time))
+			buf = uvarintField(buf, k.Key)
+			buf = uvarintField(buf, k.Namespace)
+			st.Timers++
+			if !haveTimerVertex || !bytes.Equal(k.Vertex, curTimerVertex) {
+				flushTimerVertex()
+				haveTimerVertex = true
+				curTimerVertex = append(curTimerVertex[:0], k.Vertex...)
+			}
+			curTimerCount++
+		}
+	}
+	flushTimerVertex()
+	if err := it.Close(); err != nil {
+		return fail(err)
+	}
+	if err := flush(); err != nil {
+		return fail(err)
+	}
+	// The trailer is not part of its own checksum.
+	var digest [sha256.Size]byte
+	sum.Sum(digest[:0])
+	buf = append(buf, canonicalTrailerLen, canonicalTagTrailer)
+	buf = binary.BigEndian.AppendUint64(buf, uint64(st.Entries))
+	buf = binary.BigEndian.AppendUint64(buf, uint64(st.Timers))
+	buf = append(buf, digest[:]...)
+	raw += int64(len(buf))
+	if _, err := enc.Write(buf); err != nil {
+		return fail(err)
+	}
+	if err := enc.Close(); err != nil {
+		return fail(err)
+	}
+	// Drop the reference to the caller's writer before pooling.
+	enc.Reset(io.Discard)
+	encoderPools[level].Put(enc)
+
+	st.RawBytes = raw
+	st.CompressedBytes = cw.n
+	st.PerState = make(map[string]StateStats, len(perState))
+	for name, ss := range perState {
+		st.PerState[name] = *ss
+	}
+	st.TimersPerVertex = perVertex
+	return st, nil
+}
+
+// ReadCanonicalHeader reads and checks the header of a canonical stream,
+// consuming exactly its bytes from r.
+func ReadCanonicalHeader(r io.Reader) (CanonicalHeader, error) {
+	var b [CanonicalHeaderSize]byte
+	h, err := readCanonicalHeader(r, &b)
+	return h, err
+}
+
+func readCanonicalHeader(r io.Reader, b *[CanonicalHeaderSize]byte) (CanonicalHeader, error) {
+	var h CanonicalHeader
+	// Magic and version first: a later version may have another header.
+	if n, err := io.ReadFull(r, b[:canonicalPrefixLen]); err != nil {
+		if m := min(n, len(CanonicalMagic)); string(b[:m]) != CanonicalMagic[:m] {
+			return h, badMagic(b[:m])
+		}
+		return h, fmt.Errorf("%w: header truncated at byte %d (a header has %d bytes): %v",
+			ErrCanonicalCorrupt, n, CanonicalHeaderSize, err)
+	}
+	if string(b[:len(CanonicalMagic)]) != CanonicalMagic {
+		return h, badMagic(b[:len(CanonicalMagic)])
+	}
+	h.Version = int(binary.BigEndian.Uint16(b[len(CanonicalMagic):]))
+	switch {
+	case h.Version > CanonicalFormatVersion:
+		return h, fmt.Errorf("%w: the stream has format version %d (at byte %d) and was written by a newer wstream; this wstream reads version %d: restore it with a newer wstream",
+			ErrCanonicalVersion, h.Version, len(CanonicalMagic), CanonicalFormatVersion)
+	case h.Version < 1:
+		return h, fmt.Errorf("%w: format version %d at byte %d is not a valid version",
+			ErrCanonicalVersion, h.Version, len(CanonicalMagic))
+	}
+	if n, err := io.ReadFull(r, b[canonicalPrefixLen:]); err != nil {
+		return h, fmt.Errorf("%w: header truncated at byte %d (a header has %d bytes): %v",
+			ErrCanonicalCorrupt, canonicalPrefixLen+n, CanonicalHeaderSize, err)
+	}
+	if got, want := binary.BigEndian.Uint32(b[25:]), crc32.Checksum(b[:25], castagnoli); got != want {
+		return h, fmt.Errorf("%w: header checksum mismatch at byte 25 (stored %08x, computed %08x)",
+			ErrCanonicalCorrupt, got, want)
+	}
+	h.MaxParallelism = int(binary.BigEndian.Uint16(b[19:]))
+	h.KeyGroups = abi.KeyGroupRange{Start: int(binary.BigEndian.Uint16(b[21:])), End: int(binary.BigEndian.Uint16(b[23:]))}
+	if h.MaxParallelism < 1 || h.MaxParallelism > abi.MaxMaxParallelism {
+		return h, fmt.Errorf("%w: max parallelism %d at byte 19 is outside [1, %d]",
+			ErrCanonicalCorrupt, h.MaxParallelism, abi.MaxMaxParallelism)
+	}
+	if g := h.KeyGroups; g.Start > g.End || g.End >= h.MaxParallelism {
+		return h, fmt.Errorf("%w: key-group range [%d, %d] at byte 21 is empty or outside [0, %d]",
+			ErrCanonicalCorrupt, g.Start, g.End, h.MaxParallelism-1)
+	}
+	return h, nil
+}
+
+func badMagic(got []byte) error {
+	return fmt.Errorf("%w: not a wstream canonical state stream: it starts with %q at byte 0, want %q",
+		ErrCanonicalCorrupt, got, CanonicalMagic)
+}
+
+// canonicalReader reads the records of the zstd content of a canonical
+// stream, hashing the bytes it consumes.
+type canonicalReader struct {
+	src    io.Reader
+	buf    []byte
+	r, w   int   // buf[r:w] is unread
+	base   int64 // stream offset of buf[0]
+	sum    hash.Hash
+	hashed int // buf[:hashed] has been hashed
+	srcErr error
+}
+
+// fill makes at least n bytes unread, or returns why it cannot.
+func (cr *canonicalReader) fill(n int) error {
+	for cr.w-cr.r < n {
+		if cr.srcErr != nil {
+			return cr.srcErr
+		}
+		if cr.r > 0 {
+			cr.sum.Write(cr.buf[cr.hashed:cr.r])
+			copy(cr.buf, cr.buf[cr.r:cr.w])
+			cr.base += int64(cr.r)
+			cr.w -= cr.r
+			cr.r, cr.hashed = 0, 0
+		}
+		if n > len(cr.buf) {
+			nb := make([]byte, max(n, 2*len(cr.buf)))
+			copy(nb, cr.buf[:cr.w])
+			cr.buf = nb
+		}
+		m, err := cr.src.Read(cr.buf[cr.w:])
+		cr.w += m
+		if err != nil {
+			cr.srcErr = err
+		}
+	}
+	return nil
+}
+
+// scanCanonical reads a whole stream: the header, which check may refuse,
+// then every record, which it validates and passes to fn, then the trailer,
+// which it verifies.
+func scanCanonical(r io.Reader, check func(CanonicalHeader) error, fn func(*CanonicalRecord) error) (CanonicalTrailer, error) {
+	tr := CanonicalTrailer{FirstKeyGroup: -1, LastKeyGroup: -1}
+	var hb [CanonicalHeaderSize]byte
+	h, err := readCanonicalHeader(r, &hb)
+	tr.Header = h
+	if err != nil {
+		return tr, err
+	}
+	if check != nil {
+		if err := check(h); err != nil {
+			return tr, err
+		}
+	}
+	dec, err := zstd.NewReader(r, zstd.WithDecoderConcurrency(min(runtime.GOMAXPROCS(0), 4)))
+	if err != nil {
+		return tr, fmt.Errorf("state: canonical stream: zstd decoder: %w", err)
+	}
+	defer dec.Close()
+	cr := &canonicalReader{src: dec, buf: make([]byte, canonicalChunk), base: CanonicalHeaderSize, sum: sha256.New()}
+	cr.sum.Write(hb[:])
+
+	var rec CanonicalRecord
+	prevKG := 0
+	for index := int64(1); ; index++ {
+		start := cr.base + int64(cr.r)
+		where := func() string { return fmt.Sprintf("record %d at byte %d", index, start) }
+		readErr := func(err error, what string) error {
+			switch {
+			case err == io.EOF:
+				return fmt.Errorf("%w: truncated: the stream ends at byte %d, in %s (%s); a complete stream ends with a trailer",
+					ErrCanonicalCorrupt, cr.base+int64(cr.w), where(), what)
+			case errors.Is(err, io.ErrUnexpectedEOF):
+				return fmt.Errorf("%w: truncated or damaged: the compressed data ends inside a zstd frame after byte %d, in %s (%s)",
+					ErrCanonicalCorrupt, cr.base+int64(cr.w), where(), what)
+			}
+			return fmt.Errorf("%w: %s: decompress: %v", ErrCanonicalCorrupt, where(), err)
+		}
+		// The length prefix: a uvarint of at most 10 bytes.
+		var size uint64
+		var w int
+		for {
+			size, w = binary.Uvarint(cr.buf[cr.r:cr.w])
+			if w > 0 {
+				break
+			}
+			if w < 0 {
+				return tr, fmt.Errorf("%w: %s: the record length is not a valid uvarint", ErrCanonicalCorrupt, where())
+			}
+			if err := cr.fill(cr.w - cr.r + 1); err != nil {
+				return tr, readErr(err, "length")
+			}
+		}
+		if size < 1 || size > MaxCanonicalRecord {
+			return tr, fmt.Errorf("%w: %s: record length %d is outside [1, %d]", ErrCanonicalCorrupt, where(), size, MaxCanonicalRecord)
+		}
+		if err := cr.fill(w + int(size)); err != nil {
+			return tr, readErr(err, fmt.Sprintf("a record of %d bytes", size))
+		}
+		recAt := cr.r
+		body := cr.buf[cr.r+w : cr.r+w+int(size)]
+		cr.r += w + int(size)
+		tr.RecordsScanned = index
+
+		if body[0] == canonicalTagTrailer {
+			if len(body) != canonicalTrailerLen {
+				return tr, fmt.Errorf("%w: %s: trailer of %d bytes, want %d", ErrCanonicalCorrupt, where(), len(body), canonicalTrailerLen)
+			}
+			cr.sum.Write(cr.buf[cr.hashed:recAt])
+			cr.hashed = recAt
+			var digest [sha256.Size]byte
+			cr.sum.Sum(digest[:0])
+			copy(tr.SHA256[:], body[17:])
+			if digest != tr.SHA256 {
+				return tr, fmt.Errorf("%w: checksum mismatch: the SHA-256 of bytes 0 to %d is %x, the trailer (%s) says %x: the stream was altered or damaged",
+					ErrCanonicalCorrupt, start, digest, where(), tr.SHA256)
+			}
+			entries, timers := binary.BigEndian.Uint64(body[1:]), binary.BigEndian.Uint64(body[9:])
+			if entries != uint64(tr.Entries) || timers != uint64(tr.Timers) {
+				return tr, fmt.Errorf("%w: %s: the trailer counts %d entries and %d timers, the stream holds %d and %d",
+					ErrCanonicalCorrupt, where(), entries, timers, tr.Entries, tr.Timers)
+			}
+			tr.RawBytes = cr.base + int64(cr.r)
+			// Nothing may follow the trailer.
+			if err := cr.fill(1); err == nil {
+				return tr, fmt.Errorf("%w: data after the trailer at byte %d", ErrCanonicalCorrupt, tr.RawBytes)
+			} else if !errors.Is(err, io.EOF) {
+				return tr, fmt.Errorf("%w: after the trailer at byte %d: decompress: %v", ErrCanonicalCorrupt, tr.RawBytes, err)
+			}
+			return tr, nil
+		}
+		if err := parseCanonicalRecord(body, &rec); err != nil {
+			return tr, fmt.Errorf("%w: %s: %v", ErrCanonicalCorrupt, where(), err)
+		}
+		kg := rec.KeyGroup
+		if !h.KeyGroups.Contains(kg) {
+			return tr, fmt.Errorf("%w: %s: key group %d is outside the header's range [%d, %d]",
+				ErrCanonicalCorrupt, where(), kg, h.KeyGroups.Start, h.KeyGroups.End)
+		}
+		if kg < prevKG {
+			return tr, fmt.Errorf("%w: %s: key group %d follows key group %d: records must be in key-group order",
+				ErrCanonicalCorrupt, where(), kg, prevKG)
+		}
+		if want := abi.KeyGroup(rec.Key, h.MaxParallelism); want != kg {
+			return tr, fmt.Errorf("%w: %s: key %q is in key group %d, the record says %d",
+				ErrCanonicalCorrupt, where(), truncate(rec.Key), want, kg)
+		}
+		prevKG = kg
+		if tr.FirstKeyGroup < 0 {
+			tr.FirstKeyGroup = kg
+		}
+		tr.LastKeyGroup = kg
+		if rec.Kind == KindEntry {
+			tr.Entries++
+		} else {
+			tr.Timers++
+		}
+		rec.Offset, rec.Index = start, index
+		if err := fn(&rec); err != nil {
+			return tr, err
+		}
+	}
+}
+
+// parseCanonicalRecord decodes an entry or timer body into rec, whose
+// slices then alias body.
+func parseCanonicalRecord(body []byte, rec *CanonicalRecord) error {
+	if len(body) < 3 {
+		return fmt.Errorf("record of %d bytes is shorter than tag and key group", len(body))
+	}
+	tag := body[0]
+	rec.KeyGroup = int(binary.BigEndian.Uint16(body[1:]))
+	rest := body[3:]
+	var err error
+	if rec.Vertex, rest, err = cutField(rest, "vertex id"); err != nil {
+		return err
+	}
+	switch tag {
+	case canonicalTagEntry:
+		rec.Kind = KindEntry
+		rec.Domain, rec.Time = 0, 0
+		if rec.State, rest, err = cutField(rest, "state name"); err != nil {
+			return err
+		}
+	case canonicalTagTimer:
+		rec.Kind = KindTimer
+		rec.State, rec.Value = nil, nil
+		if len(rest) < 9 {
+			return errors.New("timer domain and time truncated")
+		}
+		rec.Domain = int32(rest[0])
+		if rec.Domain != abi.TimeEvent && rec.Domain != abi.TimeProcessing {
+			return fmt.Errorf("timer domain %d is neither event (0) nor processing (1) time", rec.Domain)
+		}
+		rec.Time = int64(binary.BigEndian.Uint64(rest[1:]))
+		rest = rest[9:]
+	default:
+		return fmt.Errorf("unknown record tag 0x%02x", tag)
+	}
+	if rec.Key, rest, err = cutField(rest, "key"); err != nil {
+		return err
+	}
+	if rec.Namespace, rest, err = cutField(rest, "namespace"); err != nil {
+		return err
+	}
+	if tag == canonicalTagEntry {
+		if rec.Value, rest, err = cutField(rest, "value"); err != nil {
+			return err
+		}
+	}
+	if len(rest) != 0 {
+		return fmt.Errorf("%d bytes after the last field", len(rest))
+	}
+	return nil
+}
+
+func cutField(b []byte, what string) (field, rest []byte, err error) {
+	n, w := binary.Uvarint(b)
+	if w <= 0 {
+		return nil, nil, fmt.Errorf("%s length is not a valid uvarint", what)
+	}
+	b = b[w:]
+	if n > uint64(len(b)) {
+		return nil, nil, fmt.Errorf("%s of %d bytes overruns the record (%d left)", what, n, len(b))
+	}
+	return b[:n:n], b[n:], nil
+}
+
+// ScanCanonical reads a canonical stream without a store, for tools that
+// list its contents: it checks the header, passes every entry and timer to
+// fn in stream order, and verifies the trailer. Records reach fn before the
+// checksum at the end is verified: when ScanCanonical returns an error, what
+// fn saw may be damaged. An error of fn stops the scan and is returned as
+// is.
+func ScanCanonical(r io.Reader, fn func(CanonicalRecord) error) (CanonicalTrailer, error) {
+	return scanCanonical(r, nil, func(rec *CanonicalRecord) error { return fn(*rec) })
+}
+
+// ImportCanonical reads a canonical stream and writes into the store every
+// entry and timer whose key group lies in the store's range; the others are
+// skipped (after a rescale they belong to other subtasks) but read and
+// verified all the same. Entries and timers already in the store stay
+// unless the stream has the same entry (its value then replaces theirs) or
+// timer; importing a stream twice is harmless.
+//
+// The import is atomic: it first writes the store's cached changes (Flush),
+// then collects the stream's writes in one Pebble batch that it commits
+// only after the trailer's counts and checksum verify. On any error (bad
+// magic, a newer format version, another max parallelism, truncation, a
+// checksum mismatch, a malformed record) it returns an error that says what
+// and at which byte offset and record, and the store is as before. The
+// batch holds the imported keys and values in memory, so one import is
+// limited to about 3 GiB of imported state per subtask; it says so when a
+// stream exceeds that. After the commit the store drops its cached entries
+// and loads the imported timers into its timer queues, as Open does.
+func (s *Store) ImportCanonical(r io.Reader) (ImportStats, error) {
+	var st ImportStats
+	if s.err != nil {
+		return st, s.err
+	}
+	fail := func(err error) (ImportStats, error) {
+		return ImportStats{}, fmt.Errorf("state: import canonical stream into %s: %w", s.dir, err)
+	}
+	check := func(h CanonicalHeader) error {
+		if h.MaxParallelism != s.maxPar {
+			return fmt.Errorf("%w: the stream has max parallelism %d (header byte 19), the store %d: state cannot be moved between jobs with different max parallelism",
+				ErrCanonicalMismatch, h.MaxParallelism, s.maxPar)
+		}
+		return s.Flush()
+	}
+	b := s.db.NewBatch()
+	defer b.Close()
+	var keyBuf []byte
+	timerGroups := abi.KeyGroupRange{Start: 1, End: 0} // empty
+	_, err := scanCanonical(r, check, func(rec *CanonicalRecord) error {
+		if !s.groups.Contains(rec.KeyGroup) {
+			st.Skipped++
+			return nil
+		}
+		var val []byte
+		if rec.Kind == KindEntry {
+			keyBuf = AppendEntryKey(keyBuf[:0], rec.KeyGroup, bstr(rec.Vertex), bstr(rec.State), rec.Key, rec.Namespace)
+			val = rec.Value
+			st.Entries++
+		} else {
+			keyBuf = AppendTimerKey(keyBuf[:0], rec.KeyGroup, bstr(rec.Vertex), rec.Domain, rec.Time, rec.Key, rec.Namespace)
+			st.Timers++
+			if timerGroups.Len() == 0 {
+				timerGroups.Start = rec.KeyGroup
+			}
+			timerGroups.End = rec.KeyGroup
+		}
+		if b.Len()+len(keyBuf)+len(val)+32 > maxImportBatch {
+			return fmt.Errorf("%s at byte %d: the imported state exceeds %d bytes, more than one import can hold; restore with a higher parallelism",
+				fmt.Sprintf("record %d", rec.Index), rec.Offset, maxImportBatch)
+		}
+		return b.Set(keyBuf, val, nil)
+	})
+	if err != nil {
+		return fail(err)
+	}
+	if !b.Empty() {
+		if err := b.Commit(pebble.Sync); err != nil {
+			return fail(fmt.Errorf("commit: %w", err))
+		}
+	}
+	// Every cached entry is clean after the Flush, and may be stale now.
+	for c := s.cache; c.tail != noSlot; {
+		c.evict(c.tail)
+	}
+	if timerGroups.Len() > 0 {
+		if err := s.reloadTimers(timerGroups); err != nil {
+			return st, err
+		}
+	}
+	return st, nil
+}
+
+// reloadTimers adds the persisted timers of the key groups in groups that
+// the timer queues do not hold yet, as loadTimers does when Open loads them.
+func (s *Store) reloadTimers(groups abi.KeyGroupRange) error {
+	it, err := s.db.NewIter(nil)
+	if err != nil {
+		return fmt.Errorf("state: load imported timers in %s: %w", s.dir, err)
+	}
+	for kg := groups.Start; kg <= groups.End; kg++ {
+		prefix := []byte{byte(kg >> 8), byte(kg), byte(KindTimer)}
+		for ok := it.SeekGE(prefix); ok && bytes.HasPrefix(it.Key(), prefix); ok = it.Next() {
+			k, err := DecodeKey(it.Key())
+			if err != nil {
+				_ = it.Close()
+				return fmt.Errorf("state: load imported timers in %s: %w", s.dir, err)
+			}
+			v, ok := s.vertices[string(k.Vertex)]
+			if !ok {
+				v = newVertexState(s, string(k.Vertex))
+				s.vertices[v.id] = v
+			}
+			if q := &v.timers[k.Domain]; q.find(it.Key()) == nil {
+				q.add(newTimer(k.Time, it.Key(), len(k.Key), len(k.Namespace)))
+			}
+		}
+	}
+	if err := it.Close(); err != nil {
+		return fmt.Errorf("state: load imported timers in %s: %w", s.dir, err)
+	}
+	return nil
+}
