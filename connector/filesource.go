@@ -57,6 +57,12 @@ type fileSource struct {
 	step    int64
 	maxTs   int64
 	done    bool
+	// After a Seek to a rescaled offset: what the subtasks before the
+	// rescaling read in this subtask's class (see rescale.go), and the
+	// largest of its gaps, above which nothing was read. prior.gaps is nil
+	// otherwise.
+	prior  layout
+	gapsHi int64
 }
 
 func newFileSource(raw json.RawMessage) (Source, error) {
@@ -88,6 +94,7 @@ func (s *fileSource) Open(_ context.Context, subtask, parallelism int) error {
 	s.step = int64(parallelism)
 	s.maxTs = abi.MinWatermark
 	s.done = false
+	s.prior, s.gapsHi = layout{}, 0
 	return nil
 }
 
@@ -118,6 +125,9 @@ func (s *fileSource) Next(ctx context.Context, b *abi.Builder, limit int) (int64
 		s.index++
 		if index%s.step != s.subtask {
 			continue
+		}
+		if index < s.gapsHi && index < s.prior.gaps[s.prior.gapIndex(index)] {
+			continue // read before a rescale
 		}
 		lineNo := index + 1
 		if s.cfg.Format == formatText {
@@ -172,12 +182,42 @@ func (s *fileSource) watermark() int64 { return watermark(s.maxTs, s.cfg.Waterma
 // fileOffset is the "file" source's offset: the 0-based index and the byte
 // offset of the next line to read, and the largest timestamp emitted so
 // far. Path names the file so that an offset is not applied to another one.
+// A rescaled offset (RescaleOffsets) also has Period and Gaps: the layout
+// of the lines already read in the subtask's class (see rescale.go); Line
+// and Byte are then only where reading starts, at or before the smallest
+// gap.
 type fileOffset struct {
 	offsetHeader
-	Path  string `json:"path"`
-	Line  int64  `json:"line"`
-	Byte  int64  `json:"byte"`
-	MaxTs int64  `json:"maxTs"`
+	Path   string  `json:"path"`
+	Line   int64   `json:"line"`
+	Byte   int64   `json:"byte"`
+	MaxTs  int64   `json:"maxTs"`
+	Period int64   `json:"period,omitempty"`
+	Gaps   []int64 `json:"gaps,omitempty"`
+}
+
+// rescaled reports whether the offset has a layout of its own.
+func (o *fileOffset) rescaled() bool { return o.Period != 0 || o.Gaps != nil }
+
+// layout checks the offset's layout and returns what its subtask has read.
+// A plain offset's subtask has read the lines of its class before Line.
+func (o *fileOffset) layout() (layout, error) {
+	s, p := int64(o.Subtask), int64(o.Parallelism)
+	if o.Line < 0 || o.Byte < 0 || o.Line > o.Byte {
+		return layout{}, fmt.Errorf("line %d at byte %d is not a possible position", o.Line, o.Byte)
+	}
+	if !o.rescaled() {
+		l := layout{subtask: s, parallelism: p, period: p, gaps: []int64{alignUp(o.Line, s, p)}}
+		return l, l.check()
+	}
+	l := layout{subtask: s, parallelism: p, period: o.Period, gaps: o.Gaps}
+	if err := l.check(); err != nil {
+		return layout{}, err
+	}
+	if m := l.minGap(); o.Line > m {
+		return layout{}, fmt.Errorf("line %d is past the first unread line %d of the subtask", o.Line, m)
+	}
+	return l, nil
 }
 
 // Offset returns the position of the next line to read. Lines of other
@@ -187,19 +227,31 @@ func (s *fileSource) Offset() ([]byte, error) {
 	if s.f == nil {
 		return nil, fmt.Errorf("connector file: source %s: offset: %w", s.cfg.Path, errNotOpen)
 	}
-	return json.Marshal(fileOffset{
+	o := fileOffset{
 		offsetHeader: offsetHeader{Version: offsetVersion, Kind: "file", Subtask: int(s.subtask), Parallelism: int(s.step)},
 		Path:         s.cfg.Path,
 		Line:         s.index,
 		Byte:         s.pos,
 		MaxTs:        s.maxTs,
-	})
+	}
+	if s.prior.gaps != nil {
+		// Every line of the class before index is read (by this subtask or
+		// before the rescale). The plain form says exactly that, so it fits
+		// when nothing beyond is read either.
+		l := s.prior.advance(s.index).reduce()
+		if len(l.gaps) > 1 || l.gaps[0] != alignUp(s.index, s.subtask, s.step) {
+			o.Period, o.Gaps = l.period, l.gaps
+		}
+	}
+	return json.Marshal(o)
 }
 
 // Seek positions the file at the offset's byte without reading what comes
 // before it. The file must still hold at least that many bytes, and the
 // offset must fall at the start of a line (or at the end of the file):
-// anything else means the file changed since the offset was taken.
+// anything else means the file changed since the offset was taken. After a
+// rescaled offset, Next also skips the lines of the class that the subtasks
+// before the rescale had read.
 func (s *fileSource) Seek(offset []byte) error {
 	what := "connector file: source " + s.cfg.Path
 	if s.f == nil {
@@ -212,8 +264,12 @@ func (s *fileSource) Seek(offset []byte) error {
 	if o.Path != s.cfg.Path {
 		return fmt.Errorf("%s: seek: the offset belongs to file %s; restore with the path the offset was taken from", what, o.Path)
 	}
-	if o.Line < 0 || o.Byte < 0 || o.Line > o.Byte {
-		return fmt.Errorf("%s: seek: line %d at byte %d is not a possible position", what, o.Line, o.Byte)
+	l, err := o.layout()
+	if err != nil {
+		if !o.rescaled() {
+			return fmt.Errorf("%s: seek: %v", what, err)
+		}
+		return fmt.Errorf("%s: seek: rescaled offset: %v", what, err)
 	}
 	st, err := s.f.Stat()
 	if err != nil {
@@ -237,6 +293,10 @@ func (s *fileSource) Seek(offset []byte) error {
 	}
 	s.r.Reset(s.f)
 	s.index, s.pos, s.maxTs, s.done = o.Line, o.Byte, o.MaxTs, false
+	s.prior, s.gapsHi = layout{}, 0
+	if o.rescaled() {
+		s.prior, s.gapsHi = l, l.maxGap()
+	}
 	return nil
 }
 

@@ -150,10 +150,16 @@ type genSource struct {
 	subtask int64
 	step    int64 // parallelism
 	maxTs   int64
-	val     []byte
-	bucket  *tokenBucket
-	now     func() time.Time
-	sleep   func(ctx context.Context, d time.Duration) error
+	// After a Seek to a rescaled offset: what the subtasks before the
+	// rescaling emitted in this subtask's class (see rescale.go), and the
+	// largest of its gaps, above which nothing was emitted. gaps is nil
+	// otherwise.
+	prior  layout
+	gapsHi int64
+	val    []byte
+	bucket *tokenBucket
+	now    func() time.Time
+	sleep  func(ctx context.Context, d time.Duration) error
 }
 
 func newGenSource(raw json.RawMessage) (Source, error) {
@@ -173,6 +179,7 @@ func (g *genSource) Open(_ context.Context, subtask, parallelism int) error {
 	g.subtask = int64(subtask)
 	g.step = int64(parallelism)
 	g.maxTs = abi.MinWatermark
+	g.prior, g.gapsHi = layout{}, 0
 	g.bucket = nil
 	if g.p.rate > 0 {
 		g.bucket = newTokenBucket(g.p.rate / float64(parallelism))
@@ -213,12 +220,18 @@ func (g *genSource) Next(ctx context.Context, b *abi.Builder, limit int) (int64,
 	}
 	maxTs := g.maxTs
 	for range n {
+		if g.p.count > 0 && g.next >= g.p.count {
+			break // only after a rescale: skipped records made n too large
+		}
 		var ts int64
 		var keyLen int
 		ts, g.val, keyLen = genRecord(&g.p, g.next, g.val)
 		b.Add(0, ts, g.val[:keyLen], g.val)
 		maxTs = max(maxTs, ts)
 		g.next += g.step
+		if g.next < g.gapsHi {
+			g.skipEmitted()
+		}
 	}
 	g.maxTs = maxTs
 	return g.watermark(), g.p.count > 0 && g.next >= g.p.count, nil
@@ -226,12 +239,52 @@ func (g *genSource) Next(ctx context.Context, b *abi.Builder, limit int) (int64,
 
 func (g *genSource) watermark() int64 { return watermark(g.maxTs, g.p.delay) }
 
+// skipEmitted moves next past the indices that subtasks before a rescale
+// already emitted: O(1) per index, and each skipped index is a record one
+// of them emitted, so over the job the skips cost at most one step per
+// record emitted before the rescale.
+func (g *genSource) skipEmitted() {
+	k := g.prior.gapIndex(g.next)
+	for g.next < g.gapsHi && g.next < g.prior.gaps[k] {
+		g.next += g.step
+		if k++; k == len(g.prior.gaps) {
+			k = 0
+		}
+	}
+}
+
 // genOffset is the "gen" source's offset: the global index of the
-// subtask's next record and the largest timestamp emitted so far.
+// subtask's next record and the largest timestamp emitted so far. A
+// rescaled offset (RescaleOffsets) also has Period and Gaps: the layout of
+// the records already emitted in the subtask's class (see rescale.go);
+// Next is then its smallest gap.
 type genOffset struct {
 	offsetHeader
-	Next  int64 `json:"next"`
-	MaxTs int64 `json:"maxTs"`
+	Next   int64   `json:"next"`
+	MaxTs  int64   `json:"maxTs"`
+	Period int64   `json:"period,omitempty"`
+	Gaps   []int64 `json:"gaps,omitempty"`
+}
+
+// layout checks the offset and returns what its subtask has emitted.
+func (o *genOffset) layout() (layout, error) {
+	s, p := int64(o.Subtask), int64(o.Parallelism)
+	if o.Period == 0 && o.Gaps == nil {
+		if o.Next < s || (o.Next-s)%p != 0 {
+			return layout{}, fmt.Errorf("next record %d is not one of subtask %d of parallelism %d (index mod %d must be %d)",
+				o.Next, s, p, p, s)
+		}
+		l := layout{subtask: s, parallelism: p, period: p, gaps: []int64{o.Next}}
+		return l, l.check()
+	}
+	l := layout{subtask: s, parallelism: p, period: o.Period, gaps: o.Gaps}
+	if err := l.check(); err != nil {
+		return layout{}, err
+	}
+	if m := l.minGap(); o.Next != m {
+		return layout{}, fmt.Errorf("next record %d is not the smallest gap %d", o.Next, m)
+	}
+	return l, nil
 }
 
 // Offset returns the index of the next record this subtask would produce
@@ -240,15 +293,26 @@ func (g *genSource) Offset() ([]byte, error) {
 	if !g.open {
 		return nil, fmt.Errorf("connector gen: offset: %w", errNotOpen)
 	}
-	return json.Marshal(genOffset{
+	o := genOffset{
 		offsetHeader: offsetHeader{Version: offsetVersion, Kind: "gen", Subtask: int(g.subtask), Parallelism: int(g.step)},
 		Next:         g.next,
 		MaxTs:        g.maxTs,
-	})
+	}
+	if g.prior.gaps != nil {
+		// Every index of the class below next is emitted (by this subtask
+		// or before the rescale), and next is the smallest gap.
+		l := g.prior.advance(g.next).reduce()
+		if len(l.gaps) > 1 || (g.next == g.subtask && g.maxTs != abi.MinWatermark) {
+			o.Period, o.Gaps = l.period, l.gaps
+		}
+	}
+	return json.Marshal(o)
 }
 
 // Seek continues after the record before offset's index. Records are pure
-// functions of their index, so nothing is replayed to get there.
+// functions of their index, so nothing is replayed to get there. After a
+// rescaled offset, Next also skips the records the subtasks before the
+// rescale had emitted.
 func (g *genSource) Seek(offset []byte) error {
 	if !g.open {
 		return fmt.Errorf("connector gen: seek: %w", errNotOpen)
@@ -256,6 +320,15 @@ func (g *genSource) Seek(offset []byte) error {
 	var o genOffset
 	if err := decodeOffset("connector gen", "gen", int(g.subtask), int(g.step), offset, &o); err != nil {
 		return err
+	}
+	if o.Period != 0 || o.Gaps != nil {
+		l, err := o.layout()
+		if err != nil {
+			return fmt.Errorf("connector gen: seek: rescaled offset: %v", err)
+		}
+		g.next, g.maxTs = o.Next, o.MaxTs
+		g.prior, g.gapsHi = l, l.maxGap()
+		return nil
 	}
 	if o.Next < g.subtask || (o.Next-g.subtask)%g.step != 0 {
 		return fmt.Errorf("connector gen: seek: next record %d is not one of subtask %d of parallelism %d (index mod %d must be %d)",
@@ -265,6 +338,7 @@ func (g *genSource) Seek(offset []byte) error {
 		return fmt.Errorf("connector gen: seek: the offset is before the first record but has maximum timestamp %d", o.MaxTs)
 	}
 	g.next, g.maxTs = o.Next, o.MaxTs
+	g.prior, g.gapsHi = layout{}, 0
 	return nil
 }
 

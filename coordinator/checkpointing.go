@@ -185,6 +185,8 @@ type ckptDriver struct {
 	stopped bool
 	history *os.File
 	wg      sync.WaitGroup
+	// savepoints clients wait for, by id
+	savepoints map[int64]*pendingSavepoint
 }
 
 // newCkptDriver prepares checkpointing for the job's current attempt and
@@ -236,6 +238,9 @@ func (c *Coordinator) newCkptDriver(j *jobState) (*ckptDriver, int64, error) {
 	if err != nil {
 		return nil, 0, err
 	}
+	// Sinks name their output by checkpoint id: a job started from a
+	// savepoint continues the savepoint's numbering.
+	next = max(next, j.savepointID)
 	cs := j.plan.Checkpoint
 	cfg := checkpoint.Config{
 		Interval: cs.Interval, MinPause: cs.MinPause, MaxConcurrent: cs.MaxConcurrent,
@@ -276,7 +281,8 @@ func (c *Coordinator) newCkptDriver(j *jobState) (*ckptDriver, int64, error) {
 		return nil, 0, err
 	}
 	d := &ckptDriver{c: c, j: j, attempt: j.attempt, sm: sm, storage: st, sources: sources,
-		done: map[checkpoint.TaskID]bool{}, pending: map[int64]int64{}, quit: make(chan struct{}), history: hist}
+		done: map[checkpoint.TaskID]bool{}, pending: map[int64]int64{}, quit: make(chan struct{}), history: hist,
+		savepoints: map[int64]*pendingSavepoint{}}
 	sub, err := c.cfg.NATS.Subscribe(transport.CheckpointAckSubject(j.info.JobID), d.onAck)
 	if err != nil {
 		hist.Close()
@@ -379,13 +385,33 @@ func (d *ckptDriver) run() {
 					roots = append(roots, s)
 				}
 			}
-			d.send(transport.CheckpointControl{Action: transport.CheckpointTrigger, ID: a.ID, Kind: a.Kind, Timestamp: a.Timestamp, Tasks: roots})
+			stop := false
+			if sp := d.savepoints[a.ID]; sp != nil {
+				stop = sp.stop
+			}
+			d.send(transport.CheckpointControl{Action: transport.CheckpointTrigger, ID: a.ID, Kind: a.Kind, Timestamp: a.Timestamp, Tasks: roots, Stop: stop})
 		case checkpoint.Persist:
 			d.persist(a.Checkpoint)
 		case checkpoint.NotifyComplete:
 			delete(d.pending, a.ID)
 			d.send(transport.CheckpointControl{Action: transport.CheckpointComplete, ID: a.ID, Kind: a.Kind})
+			if sp := d.savepoints[a.ID]; sp != nil {
+				delete(d.savepoints, a.ID)
+				if sp.stop {
+					// After the completion on the same subject, so that
+					// every subtask commits before it stops.
+					d.c.mu.Lock()
+					d.j.stopped = true
+					d.c.mu.Unlock()
+					d.send(transport.CheckpointControl{Action: transport.CheckpointStop, ID: a.ID})
+				}
+				respond(sp.reply, transport.SavepointReply{ID: a.ID, Dir: sp.dir})
+			}
 		case checkpoint.NotifyAborted:
+			if sp := d.savepoints[a.ID]; sp != nil {
+				delete(d.savepoints, a.ID)
+				respond(sp.reply, transport.SavepointReply{Error: fmt.Sprintf("savepoint %d failed: %s", a.ID, a.Reason)})
+			}
 			d.record(HistoryEntry{ID: a.ID, Status: "aborted", Reason: a.Reason, Trigger: d.pending[a.ID], Done: time.Now().UnixMilli()})
 			delete(d.pending, a.ID)
 			if !d.stopped {
@@ -443,6 +469,19 @@ func (d *ckptDriver) persist(cp checkpoint.Completed) {
 	go func() {
 		defer d.wg.Done()
 		err := d.storage.WriteMetadata(meta)
+		if err == nil && cp.Kind == checkpoint.KindSavepoint {
+			d.mu.Lock()
+			sp := d.savepoints[cp.ID]
+			d.mu.Unlock()
+			if sp != nil {
+				err = d.exportSavepoint(cp.ID, sp.dir)
+			}
+			if err == nil {
+				// The savepoint lives in its own directory now; the copy in
+				// the job's storage is not one of its checkpoints.
+				err = d.storage.Discard(cp.ID)
+			}
+		}
 		d.mu.Lock()
 		defer d.mu.Unlock()
 		if err != nil {

@@ -67,10 +67,14 @@ type jobState struct {
 	failed   string
 	canceled bool
 	ckpt     *ckptDriver
-	metrics  map[string]*transport.VertexMetrics
-	sub      *nats.Subscription
-	started  time.Time
-	done     bool
+	stopped  bool // stopped with a savepoint
+	// savepoint the first attempt restores from
+	fromSavepoint string
+	savepointID   int64
+	metrics       map[string]*transport.VertexMetrics
+	sub           *nats.Subscription
+	started       time.Time
+	done          bool
 }
 
 // New returns a coordinator; Start subscribes it.
@@ -99,6 +103,7 @@ func (c *Coordinator) Start() error {
 		transport.SubjectSubmit:    c.onSubmit,
 		transport.SubjectCancel:    c.onCancel,
 		transport.SubjectList:      c.onList,
+		transport.SubjectSavepoint: c.onSavepoint,
 	} {
 		s, err := nc.Subscribe(subj, h)
 		if err != nil {
@@ -260,6 +265,15 @@ func (c *Coordinator) submit(req transport.SubmitRequest) (string, error) {
 		id = newJobID(name)
 	}
 
+	var spID int64
+	if req.FromSavepoint != "" {
+		if id != "" && req.Resume != "" {
+			return "", errors.New("a job cannot both resume and start from a savepoint")
+		}
+		if spID, err = checkSavepoint(req.FromSavepoint, plan, req.AllowNonRestoredState); err != nil {
+			return "", err
+		}
+	}
 	pick, err := c.pickWorker(name, len(refs))
 	if err != nil {
 		return "", err
@@ -274,6 +288,9 @@ func (c *Coordinator) submit(req transport.SubmitRequest) (string, error) {
 		attempt: attempt,
 		started: c.now(),
 		metrics: map[string]*transport.VertexMetrics{},
+
+		fromSavepoint: req.FromSavepoint,
+		savepointID:   spID,
 	}
 	c.mu.Lock()
 	if old, ok := c.jobs[id]; ok && !old.done {
@@ -357,6 +374,10 @@ func (c *Coordinator) deployAttempt(js *jobState) error {
 		}
 		d.CheckpointRoot = drv.storage.Root()
 		d.RestoreID = restore
+		if restore == 0 && js.fromSavepoint != "" {
+			// No checkpoint of its own yet: start (again) from the savepoint.
+			d.SavepointRoot, d.RestoreID = js.fromSavepoint, js.savepointID
+		}
 		// Every later restart can fall back on a checkpoint.
 		d.Restartable = d.Restartable || js.plan.Restart != nil
 		c.mu.Lock()
@@ -532,6 +553,8 @@ func (c *Coordinator) endJob(j *jobState) *transport.JobResult {
 		}
 	case j.finished == len(j.refs):
 		r.State = transport.JobFinished
+	case j.stopped:
+		r.State = transport.JobStopped
 	default:
 		r.State = transport.JobCanceled
 	}

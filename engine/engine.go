@@ -55,6 +55,20 @@ type Engine struct {
 	rt      *host.Runtime
 	coord   *coordinator.Coordinator
 	workers []*worker.Worker
+	urlFile string
+}
+
+// URLFile is where an embedded server that listens writes its client URL.
+func URLFile(dataDir string) string { return filepath.Join(dataDir, "nats.url") }
+
+// LocalURL returns the URL of the server a running `wstream deploy` embeds
+// for dataDir, or an error saying that none runs.
+func LocalURL(dataDir string) (string, error) {
+	b, err := os.ReadFile(URLFile(dataDir))
+	if err != nil {
+		return "", fmt.Errorf("no wstream is running with data directory %s (start the job with wstream deploy, or pass --nats)", dataDir)
+	}
+	return strings.TrimSpace(string(b)), nil
 }
 
 // Start starts an engine.
@@ -95,6 +109,14 @@ func Start(ctx context.Context, o Options) (e *Engine, err error) {
 		e.nc, err = transport.ConnectInProcess(e.srv, "wstream")
 		if err != nil {
 			return nil, err
+		}
+		if o.Listen != "" {
+			// Commands such as `wstream savepoint` find this process's
+			// server through the data directory.
+			if err := os.WriteFile(URLFile(o.DataDir), []byte(e.srv.ClientURL()+"\n"), 0o644); err != nil {
+				return nil, err
+			}
+			e.urlFile = URLFile(o.DataDir)
 		}
 		if o.Workers <= 0 {
 			o.Workers = 1
@@ -170,6 +192,9 @@ func (e *Engine) Close(ctx context.Context) error {
 		e.nc.Close()
 		e.nc = nil
 	}
+	if e.urlFile != "" {
+		_ = os.Remove(e.urlFile)
+	}
 	if e.srv != nil {
 		e.srv.Shutdown()
 		e.srv.WaitForShutdown()
@@ -189,6 +214,9 @@ type Deployment struct {
 	// its module is the one stored under ModuleDigest.
 	Resume       string
 	ModuleDigest string
+	// FromSavepoint starts the job from the savepoint in this directory.
+	FromSavepoint         string
+	AllowNonRestoredState bool
 }
 
 // PrepareResume prepares the continuation of a job recorded in the data
@@ -310,7 +338,8 @@ func Prepare(ctx context.Context, rt *host.Runtime, o PrepareOptions) (*Deployme
 
 // Submit stores the module and submits the job; it returns the job id.
 func (e *Engine) Submit(ctx context.Context, d *Deployment) (string, error) {
-	req := transport.SubmitRequest{Name: d.Name, Plan: d.Plan.JSON(), ModuleName: d.ModuleName, Resume: d.Resume, ModuleDigest: d.ModuleDigest}
+	req := transport.SubmitRequest{Name: d.Name, Plan: d.Plan.JSON(), ModuleName: d.ModuleName, Resume: d.Resume,
+		ModuleDigest: d.ModuleDigest, FromSavepoint: d.FromSavepoint, AllowNonRestoredState: d.AllowNonRestoredState}
 	if d.Wasm != nil {
 		digest, err := coordinator.StoreModule(ctx, e.nc, d.Wasm)
 		if err != nil {

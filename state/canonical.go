@@ -11,6 +11,7 @@ import (
 	"io"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -184,29 +185,105 @@ const canonicalChunk = 256 << 10
 // limit (where it panics).
 const maxImportBatch = 3 << 30
 
-// encoderPools keep zstd encoders, by level (0 default, 1..4 the
-// zstd.EncoderLevel values): a new encoder allocates its block buffers and
-// match tables, and savepoints export one stream per subtask.
+// canonicalChunks is the number of raw-byte chunks in flight between the
+// iteration and the compressor.
+const canonicalChunks = 4
+
+// encoderPools keep zstd encoders and chunk buffers, by level (0 default,
+// 1..4 the zstd.EncoderLevel values): a new encoder allocates its block
+// buffers and match tables, and savepoints export one stream per subtask.
 var encoderPools [int(zstd.SpeedBestCompression) + 1]sync.Pool
 
-func canonicalEncoder(w io.Writer, level int) (*zstd.Encoder, error) {
+// compressPipe compresses the chunks that the exporting goroutine fills in
+// a goroutine of its own, with a queue of chunks between them deep enough
+// that neither waits for the other's slower moments: iterating Pebble and
+// hashing overlap with zstd.
+type compressPipe struct {
+	level  int
+	enc    *zstd.Encoder
+	bufs   [][]byte
+	full   chan []byte
+	free   chan []byte
+	done   chan error
+	failed atomic.Bool
+}
+
+func newCompressPipe(w io.Writer, level int) (*compressPipe, error) {
 	if level < 0 || level > int(zstd.SpeedBestCompression) {
 		return nil, fmt.Errorf("state: export canonical stream: zstd level %d is outside [0, %d] (0 = default)",
 			level, int(zstd.SpeedBestCompression))
 	}
-	if e, ok := encoderPools[level].Get().(*zstd.Encoder); ok {
-		e.Reset(w)
-		return e, nil
+	p, ok := encoderPools[level].Get().(*compressPipe)
+	if ok {
+		p.enc.Reset(w)
+		p.failed.Store(false)
+	} else {
+		opts := []zstd.EOption{zstd.WithEncoderConcurrency(runtime.GOMAXPROCS(0))}
+		if level != 0 {
+			opts = append(opts, zstd.WithEncoderLevel(zstd.EncoderLevel(level)))
+		}
+		enc, err := zstd.NewWriter(w, opts...)
+		if err != nil {
+			return nil, fmt.Errorf("state: export canonical stream: zstd encoder: %w", err)
+		}
+		p = &compressPipe{level: level, enc: enc, done: make(chan error, 1)}
 	}
-	opts := []zstd.EOption{zstd.WithEncoderConcurrency(runtime.GOMAXPROCS(0))}
-	if level != 0 {
-		opts = append(opts, zstd.WithEncoderLevel(zstd.EncoderLevel(level)))
+	for len(p.bufs) < canonicalChunks {
+		p.bufs = append(p.bufs, make([]byte, 0, canonicalChunk))
 	}
-	e, err := zstd.NewWriter(w, opts...)
+	p.full = make(chan []byte, canonicalChunks)
+	p.free = make(chan []byte, canonicalChunks)
+	for _, b := range p.bufs[1:] {
+		p.free <- b[:0]
+	}
+	go p.run()
+	return p, nil
+}
+
+// first is the chunk the exporting goroutine starts with.
+func (p *compressPipe) first() []byte { return p.bufs[0][:0] }
+
+func (p *compressPipe) run() {
+	var err error
+	for b := range p.full {
+		if err == nil {
+			if _, err = p.enc.Write(b); err != nil {
+				p.failed.Store(true)
+			}
+		}
+		p.free <- b[:0]
+	}
+	if err == nil {
+		err = p.enc.Close()
+	}
+	p.done <- err
+}
+
+// send queues b for compression and returns an empty chunk, and false
+// when the compressor has failed (finish then says why).
+func (p *compressPipe) send(b []byte) ([]byte, bool) {
+	p.full <- b
+	return <-p.free, !p.failed.Load()
+}
+
+// finish compresses what was sent, ends the zstd stream, and pools the
+// encoder when all went well.
+func (p *compressPipe) finish() error {
+	close(p.full)
+	err := <-p.done
 	if err != nil {
-		return nil, fmt.Errorf("state: export canonical stream: zstd encoder: %w", err)
+		return err
 	}
-	return e, nil
+	// Keep the chunks, which may have grown for a large record, and drop
+	// the reference to the caller's writer.
+	// The run loop returned every chunk it got before it sent on done.
+	p.bufs = p.bufs[:0]
+	for len(p.free) > 0 {
+		p.bufs = append(p.bufs, (<-p.free)[:0])
+	}
+	p.enc.Reset(io.Discard)
+	encoderPools[p.level].Put(p)
+	return nil
 }
 
 // AppendCanonicalHeader appends a version 1 header to dst.
@@ -251,9 +328,10 @@ func fieldLen(f []byte) int { return uvarintLen(uint64(len(f))) + len(f) }
 // a rescale left in the Pebble directory belong to other subtasks and are
 // not exported.
 //
-// It streams: one Pebble iterator, a reusable record buffer, a pooled
-// encoder compressing concurrently with the iteration; memory does not grow
-// with the state. To export while processing continues, open the store's
+// It streams: one Pebble iterator fills reusable chunks of records, which a
+// pooled zstd encoder compresses in another goroutine while the iteration
+// goes on (see compressPipe); nothing is allocated per entry and memory does
+// not grow with the state. To export while processing continues, open the store's
 // Checkpoint as a Store and export that.
 func (s *Store) ExportCanonical(w io.Writer, level int) (ExportStats, error) {
 	st := ExportStats{KeyGroups: s.groups}
@@ -267,29 +345,39 @@ func (s *Store) ExportCanonical(w io.Writer, level int) (ExportStats, error) {
 		return st, fmt.Errorf("state: export canonical stream of %s: %w", s.dir, err)
 	}
 	cw := &countingWriter{w: w}
-	enc, err := canonicalEncoder(cw, level)
+	// The encoder writes nothing before the first chunk reaches it.
+	pipe, err := newCompressPipe(cw, level)
 	if err != nil {
 		return st, err
 	}
-	sum := sha256.New()
-	buf := make([]byte, 0, canonicalChunk)
-	buf = AppendCanonicalHeader(buf, s.maxPar, s.groups)
+	finished := false
+	defer func() {
+		if !finished {
+			_ = pipe.finish()
+		}
+	}()
 	// The header goes out uncompressed.
-	sum.Write(buf)
-	if _, err := cw.Write(buf); err != nil {
+	var hdr [CanonicalHeaderSize]byte
+	AppendCanonicalHeader(hdr[:0], s.maxPar, s.groups)
+	sum := sha256.New()
+	sum.Write(hdr[:])
+	if _, err := cw.Write(hdr[:]); err != nil {
 		return fail(err)
 	}
-	raw := int64(len(buf))
-	buf = buf[:0]
+	raw := int64(len(hdr))
+	buf := pipe.first()
 	flush := func() error {
 		if len(buf) == 0 {
 			return nil
 		}
 		sum.Write(buf)
 		raw += int64(len(buf))
-		_, err := enc.Write(buf)
-		buf = buf[:0]
-		return err
+		var ok bool
+		if buf, ok = pipe.send(buf); !ok {
+			finished = true
+			return pipe.finish()
+		}
+		return nil
 	}
 
 	perState := make(map[string]*StateStats)
@@ -398,15 +486,11 @@ func (s *Store) ExportCanonical(w io.Writer, level int) (ExportStats, error) {
 	buf = binary.BigEndian.AppendUint64(buf, uint64(st.Timers))
 	buf = append(buf, digest[:]...)
 	raw += int64(len(buf))
-	if _, err := enc.Write(buf); err != nil {
+	pipe.full <- buf
+	finished = true
+	if err := pipe.finish(); err != nil {
 		return fail(err)
 	}
-	if err := enc.Close(); err != nil {
-		return fail(err)
-	}
-	// Drop the reference to the caller's writer before pooling.
-	enc.Reset(io.Discard)
-	encoderPools[level].Put(enc)
 
 	st.RawBytes = raw
 	st.CompressedBytes = cw.n

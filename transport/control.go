@@ -10,6 +10,7 @@ import (
 // Subjects of the control plane. Job and worker ids are restricted to
 // [A-Za-z0-9_-] so they are single subject tokens.
 const (
+	SubjectSavepoint = "wstream.coord.savepoint"
 	SubjectSubmit    = "wstream.coord.submit"
 	SubjectCancel    = "wstream.coord.cancel"
 	SubjectList      = "wstream.coord.list"
@@ -44,16 +45,38 @@ const ModuleBucket = "wstream-modules"
 type SubmitRequest struct {
 	// Resume, when set, continues an existing job (its id) from its latest
 	// checkpoint instead of starting a new one.
-	Resume       string          `json:"resume,omitempty"`
-	Name         string          `json:"name"`
-	Plan         json.RawMessage `json:"plan"`
-	ModuleDigest string          `json:"moduleDigest"`
-	ModuleName   string          `json:"moduleName"`
+	Resume string `json:"resume,omitempty"`
+	// FromSavepoint starts the job from the savepoint in this directory.
+	FromSavepoint string `json:"fromSavepoint,omitempty"`
+	// AllowNonRestoredState lets a savepoint hold state of vertices that
+	// the plan no longer has (it is dropped).
+	AllowNonRestoredState bool            `json:"allowNonRestoredState,omitempty"`
+	Name                  string          `json:"name"`
+	Plan                  json.RawMessage `json:"plan"`
+	ModuleDigest          string          `json:"moduleDigest"`
+	ModuleName            string          `json:"moduleName"`
 }
 
 // SubmitReply answers a SubmitRequest.
 type SubmitReply struct {
 	JobID string `json:"jobId,omitempty"`
+	Error string `json:"error,omitempty"`
+}
+
+// SavepointRequest asks the coordinator for a savepoint of a running job,
+// written to Dir (default: DATA/savepoints/savepoint-JOB-ID); with Stop the
+// job is stopped once the savepoint is complete and its sinks committed.
+type SavepointRequest struct {
+	JobID string `json:"jobId"`
+	Dir   string `json:"dir,omitempty"`
+	Stop  bool   `json:"stop,omitempty"`
+}
+
+// SavepointReply answers a SavepointRequest when the savepoint is complete
+// (or failed).
+type SavepointReply struct {
+	ID    int64  `json:"id,omitempty"`
+	Dir   string `json:"dir,omitempty"`
 	Error string `json:"error,omitempty"`
 }
 
@@ -101,6 +124,10 @@ type Deployment struct {
 	// Restartable says a failure will be followed by a restart: sinks then
 	// keep their files for recovery instead of aborting.
 	Restartable bool `json:"restartable,omitempty"`
+	// SavepointRoot, with RestoreID, restores the job from a savepoint
+	// (a storage root holding one checkpoint in canonical form), possibly
+	// at another parallelism; CheckpointRoot is then the job's own storage.
+	SavepointRoot string `json:"savepointRoot,omitempty"`
 }
 
 // Checkpoint control actions.
@@ -108,6 +135,8 @@ const (
 	CheckpointTrigger  = "trigger"
 	CheckpointComplete = "complete"
 	CheckpointAbort    = "abort"
+	// CheckpointStop stops every subtask after a stop-with-savepoint.
+	CheckpointStop = "stop"
 )
 
 // CheckpointControl carries a checkpoint trigger (to the listed subtasks) or
@@ -121,6 +150,9 @@ type CheckpointControl struct {
 	Timestamp int64               `json:"timestamp,omitempty"`
 	Reason    string              `json:"reason,omitempty"`
 	Tasks     []checkpoint.TaskID `json:"tasks,omitempty"`
+	// Stop, on a savepoint trigger, makes sources stop emitting after it:
+	// the job is about to be stopped with this savepoint.
+	Stop bool `json:"stop,omitempty"`
 }
 
 // CheckpointAck is a subtask's acknowledgement of its part of a checkpoint,
@@ -167,6 +199,8 @@ const (
 	JobFinished = "finished"
 	JobFailed   = "failed"
 	JobCanceled = "canceled"
+	// JobStopped: stopped with a savepoint.
+	JobStopped = "stopped"
 )
 
 // JobResult announces the end of a job.

@@ -41,6 +41,9 @@ func StartEmbedded(o EmbeddedOptions) (*server.Server, error) {
 		if err != nil {
 			return nil, fmt.Errorf("nats listen address %q: bad port", o.Listen)
 		}
+		if p == 0 {
+			p = server.RANDOM_PORT
+		}
 		opts.Host, opts.Port = host, p
 	}
 	s, err := server.NewServer(opts)

@@ -15,6 +15,8 @@ import (
 	"github.com/wstream/wstream/abi"
 	"github.com/wstream/wstream/checkpoint"
 	"github.com/wstream/wstream/connector"
+	"github.com/wstream/wstream/job"
+	"github.com/wstream/wstream/state"
 	"github.com/wstream/wstream/transport"
 )
 
@@ -25,9 +27,20 @@ type ckptEnv struct {
 	alignedTimeout int64
 	tmpDir         string // where sync snapshots wait for the async phase
 	publish        func(transport.CheckpointAck)
-	// restore is the checkpoint the attempt starts from (nil: fresh).
-	restore *checkpoint.Metadata
+	// restore is the checkpoint the attempt starts from (nil: fresh), and
+	// restoreStorage where its files are: the job's own storage, or a
+	// savepoint's directory.
+	restore        *checkpoint.Metadata
+	restoreStorage *checkpoint.Storage
+	// fromSavepoint: restore is a savepoint, in canonical form, possibly of
+	// another parallelism; oldGraph is the graph it was taken with.
+	fromSavepoint bool
+	oldGraph      *job.Graph
+	dataDir       string
 }
+
+// errStopped ends a subtask stopped after a stop-with-savepoint.
+var errStopped = errors.New("stopped with a savepoint")
 
 // control is a checkpoint message for one subtask, queued by the worker and
 // handled by the subtask's goroutine.
@@ -37,6 +50,7 @@ type control struct {
 	kind      checkpoint.Kind
 	timestamp int64
 	reason    string
+	stop      bool
 }
 
 // mailbox queues control messages for a subtask without ever blocking the
@@ -192,6 +206,12 @@ func (t *task) runControl(ctx context.Context, c control) error {
 		// No input can still deliver data before this barrier: there is
 		// nothing to capture, so the snapshot can be persisted at once.
 		t.finishSnapshot()
+		if c.stop && t.source != nil {
+			// The job stops with this savepoint: emit nothing after it.
+			t.idle = true
+		}
+	case transport.CheckpointStop:
+		return errStopped
 	case transport.CheckpointComplete:
 		return t.notifyComplete(c.id)
 	case transport.CheckpointAbort:
@@ -436,7 +456,13 @@ func (t *task) persist(snap *snapshotInProgress) {
 	s := t.ckpt.storage
 	base := s.TaskDir(snap.id, t.id)
 	if snap.stateDir != "" {
-		files, err := s.CopyDir(snap.id, base+"/state", snap.stateDir)
+		var files []checkpoint.FileHandle
+		var err error
+		if snap.kind == checkpoint.KindSavepoint {
+			files, err = t.exportCanonical(snap, base)
+		} else {
+			files, err = s.CopyDir(snap.id, base+"/state", snap.stateDir)
+		}
 		_ = os.RemoveAll(snap.stateDir)
 		if err != nil {
 			fail(err)
@@ -626,4 +652,108 @@ func (t *task) operatorState(vertex string) []byte {
 func ackJSON(a transport.CheckpointAck) []byte {
 	b, _ := json.Marshal(a)
 	return b
+}
+
+// canonicalFile is the name of a subtask's keyed state in a savepoint.
+const canonicalFile = "canonical.zst"
+
+// exportCanonical writes the keyed state of a savepoint's sync snapshot in
+// the canonical, backend-independent format: it opens the snapshot's Pebble
+// checkpoint as a store of its own and exports it, so processing went on
+// meanwhile.
+func (t *task) exportCanonical(snap *snapshotInProgress, base string) ([]checkpoint.FileHandle, error) {
+	st, err := state.Open(state.Options{Dir: snap.stateDir, MaxParallelism: t.store.MaxParallelism(), KeyGroups: snap.state.KeyGroups})
+	if err != nil {
+		return nil, fmt.Errorf("opening snapshot %d for export: %w", snap.id, err)
+	}
+	tmp := snap.stateDir + ".canonical"
+	f, err := os.Create(tmp)
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	defer os.Remove(tmp)
+	_, err = st.ExportCanonical(f, 0)
+	if cerr := st.Close(); err == nil {
+		err = cerr
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return nil, fmt.Errorf("exporting savepoint %d: %w", snap.id, err)
+	}
+	h, err := t.ckpt.storage.CopyFile(snap.id, base+"/state/"+canonicalFile, tmp)
+	if err != nil {
+		return nil, err
+	}
+	return []checkpoint.FileHandle{h}, nil
+}
+
+// oldTasks returns the savepoint's subtask states of the chain whose head is
+// vertex, ordered by subtask, and the parallelism they ran with.
+func (e *ckptEnv) oldTasks(vertex string) ([]*checkpoint.SubtaskState, int) {
+	var chain *job.Chain
+	for _, c := range e.oldGraph.Chains {
+		if c.Vertices[0].ID == vertex {
+			chain = c
+		}
+	}
+	if chain == nil {
+		return nil, 0
+	}
+	out := make([]*checkpoint.SubtaskState, chain.Parallelism)
+	for i := range e.restore.Tasks {
+		st := &e.restore.Tasks[i]
+		if st.Task.Chain == chain.Index && st.Task.Subtask < chain.Parallelism {
+			out[st.Task.Subtask] = st
+		}
+	}
+	return out, chain.Parallelism
+}
+
+// importSavepointState fills a new subtask's store with the keyed state of
+// every old subtask of the same vertex whose key groups overlap its own:
+// the import keeps only the key groups the store owns (rescaling).
+func (t *task) importSavepointState(vertex string) error {
+	env := t.ckpt
+	olds, _ := env.oldTasks(vertex)
+	mine := t.store.KeyGroups()
+	for _, st := range olds {
+		if st == nil || len(st.State) == 0 || st.KeyGroups.End < mine.Start || st.KeyGroups.Start > mine.End {
+			continue
+		}
+		for _, f := range st.State {
+			r, err := env.restoreStorage.Open(env.restore.ID, f)
+			if err != nil {
+				return err
+			}
+			_, err = t.store.ImportCanonical(r)
+			r.Close()
+			if err != nil {
+				return fmt.Errorf("savepoint file %s: %w", f.Path, err)
+			}
+		}
+	}
+	return nil
+}
+
+// savepointOffset returns the position a new source subtask starts from:
+// the old subtask's own offset when the parallelism is unchanged, else the
+// old offsets redistributed.
+func (t *task) savepointOffset(vertex, connectorName string) ([]byte, error) {
+	olds, p := t.ckpt.oldTasks(vertex)
+	if olds == nil {
+		return nil, nil
+	}
+	offs := make([][]byte, p)
+	for s, st := range olds {
+		if st != nil {
+			offs[s] = st.Operator[vertex]
+		}
+	}
+	if p == t.chain.Parallelism {
+		return offs[t.subtask], nil
+	}
+	return connector.RescaleOffsets(connectorName, offs, t.subtask, t.chain.Parallelism)
 }

@@ -154,6 +154,10 @@ type task struct {
 	pending      *pendingSend
 	snapshotting bool
 	handling     bool
+	// idle: a source stopped emitting after a stop-with-savepoint.
+	idle bool
+	// sourceOffset is where a source restored from a savepoint starts.
+	sourceOffset []byte
 	asyncWG      sync.WaitGroup
 	sinkTxn      bool
 	restored     *checkpoint.SubtaskState
@@ -226,6 +230,15 @@ func (t *task) runSource(ctx context.Context) error {
 		if t.mbox != nil {
 			if err := t.handleControl(ctx); err != nil {
 				return err
+			}
+			if t.idle {
+				// Stopped emitting: wait for the stop (or a notification).
+				select {
+				case <-t.mbox.ready:
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+				continue
 			}
 		}
 		t.srcBuf.Reset()

@@ -443,7 +443,21 @@ func (w *Worker) checkpointEnv(j *jobRun, d transport.Deployment) (*ckptEnv, err
 	if err := os.MkdirAll(env.tmpDir, 0o755); err != nil {
 		return nil, err
 	}
-	if d.RestoreID > 0 {
+	switch {
+	case d.SavepointRoot != "":
+		sp, m, err := checkpoint.OpenSavepoint(d.SavepointRoot)
+		if err != nil {
+			return nil, err
+		}
+		old, err := job.Parse(m.Plan)
+		if err == nil {
+			env.oldGraph, err = job.Build(old)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("savepoint %s: its plan: %w", d.SavepointRoot, err)
+		}
+		env.restore, env.restoreStorage, env.fromSavepoint = m, sp, true
+	case d.RestoreID > 0:
 		m, err := st.ReadMetadata(d.RestoreID)
 		if err != nil {
 			return nil, err
@@ -451,7 +465,7 @@ func (w *Worker) checkpointEnv(j *jobRun, d transport.Deployment) (*ckptEnv, err
 		if err := st.Verify(m); err != nil {
 			return nil, err
 		}
-		env.restore = m
+		env.restore, env.restoreStorage = m, st
 	}
 	return env, nil
 }
@@ -526,7 +540,7 @@ func (w *Worker) newTask(j *jobRun, mod *host.Module, c *job.Chain, sub int,
 			t.prio = make(chan struct{}, 1)
 			t.mbox.prio = t.prio
 		}
-		if m := j.ckpt.restore; m != nil {
+		if m := j.ckpt.restore; m != nil && !j.ckpt.fromSavepoint {
 			for i := range m.Tasks {
 				if m.Tasks[i].Task == t.id {
 					t.restored = &m.Tasks[i]
@@ -604,7 +618,7 @@ func (w *Worker) newTask(j *jobRun, mod *host.Module, c *job.Chain, sub int,
 			return fail(fmt.Errorf("subtask %s: clearing state: %w", t.label, err))
 		}
 		if t.restored != nil {
-			if err := j.ckpt.storage.Restore(j.ckpt.restore, t.id, dir); err != nil {
+			if err := j.ckpt.restoreStorage.Restore(j.ckpt.restore, t.id, dir); err != nil {
 				return fail(fmt.Errorf("subtask %s: restoring state from checkpoint %d: %w", t.label, j.ckpt.restore.ID, err))
 			}
 		}
@@ -619,6 +633,12 @@ func (w *Worker) newTask(j *jobRun, mod *host.Module, c *job.Chain, sub int,
 		}
 		store = s
 		t.closers = append(t.closers, s.Close)
+		t.store = s
+		if j.ckpt != nil && j.ckpt.fromSavepoint {
+			if err := t.importSavepointState(head.ID); err != nil {
+				return fail(fmt.Errorf("subtask %s: restoring state from savepoint %d: %w", t.label, j.ckpt.restore.ID, err))
+			}
+		}
 	}
 
 	var inst *host.Instance
@@ -631,6 +651,13 @@ func (w *Worker) newTask(j *jobRun, mod *host.Module, c *job.Chain, sub int,
 			}
 			t.source = src
 			t.closers = append(t.closers, src.Close)
+			if j.ckpt != nil && j.ckpt.fromSavepoint {
+				off, err := t.savepointOffset(v.ID, v.Connector)
+				if err != nil {
+					return fail(fmt.Errorf("subtask %s: the source position in savepoint %d: %w", t.label, j.ckpt.restore.ID, err))
+				}
+				t.sourceOffset = off
+			}
 		case job.KindSink:
 			snk, err := connector.NewSink(v.Connector, v.Config, w.cfg.Stdout)
 			if err != nil {
@@ -707,7 +734,11 @@ func (w *Worker) open(j *jobRun, t *task) error {
 		if err := t.source.Open(j.ctx, t.subtask, t.chain.Parallelism); err != nil {
 			return fmt.Errorf("source %q (vertex %s, subtask %d): %w", v.Connector, v.ID, t.subtask, err)
 		}
-		if off := t.operatorState(v.ID); off != nil {
+		off := t.operatorState(v.ID)
+		if off == nil {
+			off = t.sourceOffset
+		}
+		if off != nil {
 			r, ok := t.source.(connector.Rewindable)
 			if !ok {
 				return fmt.Errorf("source %q (vertex %s, subtask %d) cannot rewind to its checkpointed position", v.Connector, v.ID, t.subtask)
@@ -722,7 +753,7 @@ func (w *Worker) open(j *jobRun, t *task) error {
 		if err := t.sink.Open(j.ctx, t.subtask, t.chain.Parallelism); err != nil {
 			return fmt.Errorf("sink %q (vertex %s, subtask %d): %w", v.Connector, v.ID, t.subtask, err)
 		}
-		if t.sinkTxn && (j.attempt > 0 || t.restored != nil) {
+		if t.sinkTxn && (j.attempt > 0 || j.ckpt.restore != nil) {
 			// Commit what the restored checkpoint pre-committed, and remove
 			// what the failed attempt wrote after it.
 			var id int64
@@ -791,7 +822,7 @@ func (w *Worker) runTask(j *jobRun, t *task) {
 	}
 	// Acknowledgements of snapshots already taken still go out.
 	t.asyncWG.Wait()
-	failed := err != nil && !(j.ctx.Err() != nil && errors.Is(err, context.Canceled))
+	failed := err != nil && !(j.ctx.Err() != nil && errors.Is(err, context.Canceled)) && !errors.Is(err, errStopped)
 	if failed {
 		// Before any sink of the job is closed: they must abort instead.
 		j.failed.Store(true)
@@ -823,7 +854,7 @@ func (w *Worker) report(j *jobRun, t *task, err error) {
 	switch {
 	case err == nil:
 		st.State = transport.TaskFinished
-	case j.ctx.Err() != nil && errors.Is(err, context.Canceled):
+	case j.ctx.Err() != nil && errors.Is(err, context.Canceled), errors.Is(err, errStopped):
 		st.State = transport.TaskCanceled
 	default:
 		st.State = transport.TaskFailed
@@ -896,7 +927,7 @@ func (w *Worker) onCheckpoint(m *nats.Msg) {
 	if j == nil || j.attempt != c.Attempt || j.ckpt == nil {
 		return
 	}
-	ctl := control{action: c.Action, id: c.ID, kind: c.Kind, timestamp: c.Timestamp, reason: c.Reason}
+	ctl := control{action: c.Action, id: c.ID, kind: c.Kind, timestamp: c.Timestamp, reason: c.Reason, stop: c.Stop}
 	for _, t := range j.tasks {
 		if c.Action == transport.CheckpointTrigger && !slices.Contains(c.Tasks, t.id) {
 			continue

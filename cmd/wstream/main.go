@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime/pprof"
 	"strconv"
 	"strings"
@@ -107,6 +108,9 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			listCommand(),
 			checkpointsCommand(),
 			cancelCommand(),
+			savepointCommand(),
+			stopCommand(),
+			inspectCommand(),
 			{
 				Name:  "version",
 				Usage: "print the version and ABI version",
@@ -175,6 +179,8 @@ func deployCommand() *cli.Command {
 		&cli.StringSliceFlag{Name: "sink", Usage: "`[ID=]CONNECTOR[:k=v,...]` replace a sink, e.g. stdout or file:path=out.txt (repeatable)"},
 		&cli.StringFlag{Name: "name", Usage: "job name (default: the plan's name)"},
 		&cli.BoolFlag{Name: "dry-run", Usage: "validate the module and plan, print the execution graph, and exit"},
+		&cli.StringFlag{Name: "from-savepoint", Usage: "start from the savepoint in `DIR` (at any parallelism up to the max parallelism)"},
+		&cli.BoolFlag{Name: "allow-non-restored-state", Usage: "with --from-savepoint: drop savepoint state of vertices the plan no longer has"},
 		&cli.StringFlag{Name: "resume", Usage: "continue the unfinished job `JOB` of --data from its latest checkpoint (\"-\" or \"\": the only one); no MODULE argument"},
 		&cli.DurationFlag{Name: "checkpoint-interval", Usage: "take a checkpoint this often (0 disables checkpoints)"},
 		&cli.StringFlag{Name: "checkpoint-mode", Usage: "aligned (exactly-once), unaligned or at-least-once"},
@@ -246,6 +252,10 @@ func deploy(c *cli.Context, hc host.Config, ov job.Overrides) error {
 	opts := engine.Options{DataDir: c.String("data"), NATSURL: c.String("nats"), Host: hc, Stdout: out, Logf: logf(c)}
 	if opts.NATSURL != "" {
 		opts.NoCoordinator = true
+	} else {
+		// Listen on loopback so that `wstream savepoint`, `stop`, `cancel`
+		// and `list` reach this job through the data directory.
+		opts.Listen = "127.0.0.1:0"
 	}
 	// Validation needs only a wazero runtime; start the engine after it so
 	// that a bad module or plan fails fast and touches nothing.
@@ -275,6 +285,13 @@ func deploy(c *cli.Context, hc host.Config, ov job.Overrides) error {
 		_ = rt.Close(ctx)
 		if err != nil {
 			return err
+		}
+		if dir := c.String("from-savepoint"); dir != "" {
+			abs, err := filepath.Abs(dir)
+			if err != nil {
+				return err
+			}
+			d.FromSavepoint, d.AllowNonRestoredState = abs, c.Bool("allow-non-restored-state")
 		}
 	}
 	if c.Bool("dry-run") {
@@ -494,11 +511,23 @@ func workerCommand() *cli.Command {
 	}
 }
 
+// clientEngine connects to the server at --nats, or to the one a running
+// `wstream deploy` embeds for --data.
 func clientEngine(c *cli.Context) (*engine.Engine, error) {
-	if c.String("nats") == "" {
-		return nil, usageError{fmt.Errorf("%s: --nats URL is required (jobs of the embedded default live only inside their deploy command)", c.Command.Name)}
+	url := c.String("nats")
+	if url == "" {
+		u, err := engine.LocalURL(c.String("data"))
+		if err != nil {
+			return nil, err
+		}
+		url = u
 	}
-	return engine.Start(c.Context, engine.Options{DataDir: c.String("data"), NATSURL: c.String("nats"), NoCoordinator: true})
+	tmp, err := os.MkdirTemp("", "wstream-client")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(tmp)
+	return engine.Start(c.Context, engine.Options{DataDir: tmp, NATSURL: url, NoCoordinator: true})
 }
 
 func listCommand() *cli.Command {

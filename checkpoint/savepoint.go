@@ -1,0 +1,37 @@
+package checkpoint
+
+import (
+	"fmt"
+	"os"
+)
+
+// OpenSavepoint opens the savepoint in dir: a checkpoint storage root holding
+// exactly one complete checkpoint, in canonical form. It reads and verifies
+// its metadata and every file.
+func OpenSavepoint(dir string) (*Storage, *Metadata, error) {
+	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+		return nil, nil, fmt.Errorf("no savepoint at %s: not a directory", dir)
+	}
+	st, err := OpenStorage(dir)
+	if err != nil {
+		return nil, nil, err
+	}
+	ids, err := st.Completed()
+	if err != nil {
+		return nil, nil, err
+	}
+	if len(ids) != 1 {
+		return nil, nil, fmt.Errorf("%s is not a savepoint: it holds %d complete checkpoints, want 1", dir, len(ids))
+	}
+	m, err := st.ReadMetadata(ids[0])
+	if err != nil {
+		return nil, nil, err
+	}
+	if m.Kind != KindSavepoint {
+		return nil, nil, fmt.Errorf("%s holds a %s, not a savepoint", dir, m.Kind)
+	}
+	if err := st.Verify(m); err != nil {
+		return nil, nil, err
+	}
+	return st, m, nil
+}

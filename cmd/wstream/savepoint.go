@@ -1,0 +1,263 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"path/filepath"
+	"sort"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/wstream/wstream/checkpoint"
+	"github.com/wstream/wstream/state"
+	"github.com/wstream/wstream/transport"
+)
+
+func savepointCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "savepoint",
+		Usage:     "take a savepoint of a running job",
+		ArgsUsage: "JOB [DIR]",
+		Description: `Takes an aligned savepoint of JOB and writes it, self-contained and in the
+canonical format, to DIR/savepoint-JOB-ID (DIR defaults to DATA/savepoints). The
+job goes on running. Restore it with wstream deploy --from-savepoint, at any
+parallelism. Reaches the job through --nats, or through --data when the job runs
+in a local wstream deploy.`,
+		Flags: []cli.Flag{natsFlag, dataFlag, &cli.DurationFlag{Name: "timeout", Usage: "give up waiting after this long", Value: 10 * time.Minute}},
+		Action: func(c *cli.Context) error {
+			if c.NArg() < 1 || c.NArg() > 2 {
+				return usageError{fmt.Errorf("savepoint: want JOB [DIR], got %d arguments", c.NArg())}
+			}
+			return requestSavepoint(c, c.Args().Get(0), c.Args().Get(1), false)
+		},
+	}
+}
+
+func stopCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "stop",
+		Usage:     "stop a running job with a savepoint",
+		ArgsUsage: "JOB",
+		Description: `Takes a savepoint of JOB (its sources emit nothing after it), lets the
+sinks commit, and stops the job. The savepoint goes to --savepoint DIR (default
+DATA/savepoints), in DIR/savepoint-JOB-ID.`,
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "savepoint", Usage: "directory for the savepoint"},
+			natsFlag, dataFlag,
+			&cli.DurationFlag{Name: "timeout", Usage: "give up waiting after this long", Value: 10 * time.Minute},
+		},
+		Action: func(c *cli.Context) error {
+			if c.NArg() != 1 {
+				return usageError{fmt.Errorf("stop: want one JOB argument, got %d", c.NArg())}
+			}
+			return requestSavepoint(c, c.Args().First(), c.String("savepoint"), true)
+		},
+	}
+}
+
+func requestSavepoint(c *cli.Context, jobID, dir string, stop bool) error {
+	if dir != "" {
+		abs, err := filepath.Abs(dir)
+		if err != nil {
+			return err
+		}
+		dir = abs
+	}
+	e, err := clientEngine(c)
+	if err != nil {
+		return err
+	}
+	defer e.Close(context.Background())
+	b, _ := json.Marshal(transport.SavepointRequest{JobID: jobID, Dir: dir, Stop: stop})
+	ctx, cancel := context.WithTimeout(c.Context, c.Duration("timeout"))
+	defer cancel()
+	msg, err := e.Conn().RequestWithContext(ctx, transport.SubjectSavepoint, b)
+	if err != nil {
+		return fmt.Errorf("savepoint of job %s: %w", jobID, err)
+	}
+	var r transport.SavepointReply
+	if err := json.Unmarshal(msg.Data, &r); err != nil {
+		return fmt.Errorf("bad savepoint reply: %w", err)
+	}
+	if r.Error != "" {
+		return errors.New(r.Error)
+	}
+	verb := "savepoint"
+	if stop {
+		verb = "stopped with savepoint"
+	}
+	fmt.Fprintf(c.App.Writer, "%s %d of job %s: %s\n", verb, r.ID, jobID, r.Dir)
+	return nil
+}
+
+func inspectCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "inspect",
+		Usage:     "print what a savepoint or checkpoint holds",
+		ArgsUsage: "DIR",
+		Description: `DIR is a savepoint directory, a job's checkpoint directory
+(DATA/jobs/JOB/checkpoints: its newest complete checkpoint), or one chk-* directory.
+Prints the subtasks with their key-group ranges, state files, state names with
+entries and bytes (canonical savepoints), source offsets and in-flight data.
+--verify checks every file's size and SHA-256, and reads every canonical file to
+its checksum.`,
+		Flags: []cli.Flag{&cli.BoolFlag{Name: "verify", Usage: "check every checksum"}},
+		Action: func(c *cli.Context) error {
+			if c.NArg() != 1 {
+				return usageError{fmt.Errorf("inspect: want one DIR argument, got %d", c.NArg())}
+			}
+			return inspect(c.App.Writer, c.Args().First(), c.Bool("verify"))
+		},
+	}
+}
+
+// openSnapshotDir finds the checkpoint a directory names.
+func openSnapshotDir(dir string) (*checkpoint.Storage, *checkpoint.Metadata, error) {
+	root, id := dir, int64(0)
+	if base := filepath.Base(dir); len(base) > 4 && base[:4] == "chk-" {
+		root = filepath.Dir(dir)
+		if _, err := fmt.Sscanf(base, "chk-%d", &id); err != nil {
+			return nil, nil, fmt.Errorf("%s: not a checkpoint directory name", dir)
+		}
+	}
+	st, err := checkpoint.OpenStorage(root)
+	if err != nil {
+		return nil, nil, err
+	}
+	if id == 0 {
+		ids, err := st.Completed()
+		if err != nil {
+			return nil, nil, err
+		}
+		if len(ids) == 0 {
+			return nil, nil, fmt.Errorf("%s holds no complete checkpoint or savepoint", dir)
+		}
+		id = ids[len(ids)-1]
+	}
+	m, err := st.ReadMetadata(id)
+	if err != nil {
+		return nil, nil, err
+	}
+	return st, m, nil
+}
+
+func inspect(w io.Writer, dir string, verify bool) error {
+	st, m, err := openSnapshotDir(dir)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "%s %d of job %s\n", m.Kind, m.ID, m.JobID)
+	fmt.Fprintf(w, "  format %s v%d, created %s, max parallelism %d\n", m.Format, m.Version, time.UnixMilli(m.Done).UTC().Format(time.RFC3339), m.MaxParallelism)
+	if m.ModuleDigest != "" {
+		fmt.Fprintf(w, "  module %s\n", m.ModuleDigest)
+	}
+	tasks := append([]checkpoint.SubtaskState(nil), m.Tasks...)
+	sort.Slice(tasks, func(i, j int) bool {
+		a, b := tasks[i].Task, tasks[j].Task
+		return a.Chain < b.Chain || a.Chain == b.Chain && a.Subtask < b.Subtask
+	})
+	var total int64
+	for _, t := range tasks {
+		fmt.Fprintf(w, "  subtask %s", t.Task)
+		if t.Finished {
+			fmt.Fprint(w, " (finished)")
+		}
+		if len(t.State) > 0 {
+			fmt.Fprintf(w, " key groups %d-%d", t.KeyGroups.Start, t.KeyGroups.End)
+		}
+		fmt.Fprintln(w)
+		for _, f := range t.State {
+			total += f.Size
+			fmt.Fprintf(w, "    state file %s (%d bytes)\n", f.Path, f.Size)
+			if filepath.Base(f.Path) == "canonical.zst" {
+				if err := describeCanonical(w, st, m.ID, f); err != nil {
+					return err
+				}
+			}
+		}
+		ops := make([]string, 0, len(t.Operator))
+		for v := range t.Operator {
+			ops = append(ops, v)
+		}
+		sort.Strings(ops)
+		for _, v := range ops {
+			fmt.Fprintf(w, "    operator state of %s: %s\n", v, abbreviate(t.Operator[v]))
+		}
+		for _, ch := range t.Channels {
+			side := "output"
+			if ch.Input {
+				side = "input"
+			}
+			total += ch.File.Size
+			fmt.Fprintf(w, "    in-flight %s of edge %d, peer %d: %d bytes\n", side, ch.Edge, ch.Peer, ch.Bytes)
+		}
+	}
+	fmt.Fprintf(w, "  %d files, %d bytes\n", countFiles(tasks), total)
+	if verify {
+		if err := st.Verify(m); err != nil {
+			return err
+		}
+		fmt.Fprintln(w, "  verified: every file's size and SHA-256 match")
+	}
+	return nil
+}
+
+func describeCanonical(w io.Writer, st *checkpoint.Storage, id int64, f checkpoint.FileHandle) error {
+	r, err := st.Open(id, f)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	type agg struct{ entries, bytes int64 }
+	per := map[string]*agg{}
+	var timers int64
+	_, err = state.ScanCanonical(r, func(rec state.CanonicalRecord) error {
+		if rec.Kind == state.KindTimer {
+			timers++
+			return nil
+		}
+		k := string(rec.Vertex) + "/" + string(rec.State)
+		a := per[k]
+		if a == nil {
+			a = &agg{}
+			per[k] = a
+		}
+		a.entries++
+		a.bytes += int64(len(rec.Key) + len(rec.Namespace) + len(rec.Value))
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("%s: %w", f.Path, err)
+	}
+	names := make([]string, 0, len(per))
+	for k := range per {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	for _, k := range names {
+		fmt.Fprintf(w, "      state %s: %d entries, %d bytes\n", k, per[k].entries, per[k].bytes)
+	}
+	if timers > 0 {
+		fmt.Fprintf(w, "      timers: %d\n", timers)
+	}
+	return nil
+}
+
+func countFiles(tasks []checkpoint.SubtaskState) int {
+	n := 0
+	for _, t := range tasks {
+		n += len(t.State) + len(t.Channels)
+	}
+	return n
+}
+
+func abbreviate(b []byte) string {
+	if len(b) > 120 {
+		return string(b[:117]) + "..."
+	}
+	return string(b)
+}

@@ -1,0 +1,202 @@
+package coordinator
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/wstream/wstream/checkpoint"
+	"github.com/wstream/wstream/job"
+	"github.com/wstream/wstream/transport"
+)
+
+// SavepointVertices returns the ids of the vertices whose state a savepoint
+// holds, with their kind, from the plan it was taken with.
+func SavepointVertices(m *checkpoint.Metadata) (map[string]string, error) {
+	old, err := job.Parse(m.Plan)
+	if err != nil {
+		return nil, fmt.Errorf("the savepoint's plan: %w", err)
+	}
+	g, err := job.Build(old)
+	if err != nil {
+		return nil, fmt.Errorf("the savepoint's plan: %w", err)
+	}
+	out := map[string]string{}
+	for _, t := range m.Tasks {
+		if t.Task.Chain < 0 || t.Task.Chain >= len(g.Chains) {
+			return nil, fmt.Errorf("the savepoint names chain %d, which its plan does not have", t.Task.Chain)
+		}
+		ch := g.Chains[t.Task.Chain]
+		if len(t.State) > 0 {
+			out[ch.Vertices[0].ID] = ch.Vertices[0].Kind
+		}
+		for v := range t.Operator {
+			if pv := old.Vertex(v); pv != nil {
+				out[v] = pv.Kind
+			}
+		}
+	}
+	return out, nil
+}
+
+// checkSavepoint checks that a savepoint can start plan and returns its id.
+func checkSavepoint(dir string, plan *job.Plan, allowNonRestored bool) (int64, error) {
+	if !plan.Checkpoint.Enabled() {
+		return 0, errors.New("starting from a savepoint needs checkpoints: set --checkpoint-interval (or the plan's checkpoint.interval)")
+	}
+	_, m, err := checkpoint.OpenSavepoint(dir)
+	if err != nil {
+		return 0, err
+	}
+	if m.MaxParallelism != plan.MaxParallelism {
+		return 0, fmt.Errorf("savepoint %s was taken with max parallelism %d and the plan has %d: key groups cannot be remapped (set --max-parallelism %d)",
+			dir, m.MaxParallelism, plan.MaxParallelism, m.MaxParallelism)
+	}
+	verts, err := SavepointVertices(m)
+	if err != nil {
+		return 0, fmt.Errorf("savepoint %s: %w", dir, err)
+	}
+	for id, kind := range verts {
+		v := plan.Vertex(id)
+		switch {
+		case v == nil && !allowNonRestored:
+			return 0, fmt.Errorf("savepoint %s holds state of vertex %q, which the plan does not have (pass --allow-non-restored-state to drop it)", dir, id)
+		case v != nil && v.Kind != kind:
+			return 0, fmt.Errorf("savepoint %s holds %s state for vertex %q, which the plan makes a %s", dir, kind, id, v.Kind)
+		}
+	}
+	return m.ID, nil
+}
+
+// pendingSavepoint is a savepoint a client waits for.
+type pendingSavepoint struct {
+	dir   string
+	stop  bool
+	reply *nats.Msg
+}
+
+func (c *Coordinator) onSavepoint(m *nats.Msg) {
+	var req transport.SavepointRequest
+	if err := json.Unmarshal(m.Data, &req); err != nil {
+		respond(m, transport.SavepointReply{Error: "bad savepoint request: " + err.Error()})
+		return
+	}
+	c.mu.Lock()
+	j, ok := c.jobs[req.JobID]
+	var d *ckptDriver
+	if ok && !j.done {
+		d = j.ckpt
+	}
+	c.mu.Unlock()
+	switch {
+	case !ok:
+		respond(m, transport.SavepointReply{Error: fmt.Sprintf("no job %q", req.JobID)})
+		return
+	case j.done:
+		respond(m, transport.SavepointReply{Error: fmt.Sprintf("job %s has ended", req.JobID)})
+		return
+	case d == nil:
+		if !j.plan.Checkpoint.Enabled() {
+			respond(m, transport.SavepointReply{Error: fmt.Sprintf("job %s does not checkpoint: deploy it with --checkpoint-interval to take savepoints", req.JobID)})
+		} else {
+			respond(m, transport.SavepointReply{Error: fmt.Sprintf("job %s is restarting: try again", req.JobID)})
+		}
+		return
+	}
+	dir := req.Dir
+	if dir == "" {
+		dir = filepath.Join(c.cfg.DataDir, "savepoints")
+	}
+	d.savepoint(dir, req.Stop, m)
+}
+
+// savepoint triggers a savepoint; the client's reply comes when it
+// completes or fails.
+func (d *ckptDriver) savepoint(parent string, stop bool, reply *nats.Msg) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.stopped {
+		respond(reply, transport.SavepointReply{Error: "the job is restarting: try again"})
+		return
+	}
+	id, err := d.sm.TriggerSavepoint(time.Now().UnixMilli())
+	if err != nil {
+		respond(reply, transport.SavepointReply{Error: err.Error()})
+		return
+	}
+	dir := filepath.Join(parent, fmt.Sprintf("savepoint-%s-%d", d.j.info.JobID, id))
+	d.savepoints[id] = &pendingSavepoint{dir: dir, stop: stop, reply: reply}
+	d.run()
+}
+
+// exportSavepoint copies a completed savepoint out of the job's checkpoint
+// storage into its own directory, self-contained, metadata last.
+func (d *ckptDriver) exportSavepoint(id int64, dir string) error {
+	if _, err := os.Stat(dir); err == nil {
+		return fmt.Errorf("savepoint directory %s exists already", dir)
+	}
+	src := d.storage.Dir(id)
+	dstRoot := dir + ".tmp"
+	_ = os.RemoveAll(dstRoot)
+	dst := filepath.Join(dstRoot, filepath.Base(src))
+	var metadata string
+	err := filepath.Walk(src, func(p string, fi os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(src, p)
+		target := filepath.Join(dst, rel)
+		if fi.IsDir() {
+			return os.MkdirAll(target, 0o755)
+		}
+		if rel == checkpoint.MetadataName {
+			metadata = p
+			return nil
+		}
+		return copyFile(p, target)
+	})
+	if err == nil && metadata == "" {
+		err = fmt.Errorf("checkpoint %d has no metadata", id)
+	}
+	if err == nil {
+		err = copyFile(metadata, filepath.Join(dst, checkpoint.MetadataName))
+	}
+	if err == nil {
+		err = os.MkdirAll(filepath.Dir(dir), 0o755)
+	}
+	if err == nil {
+		err = os.Rename(dstRoot, dir)
+	}
+	if err != nil {
+		_ = os.RemoveAll(dstRoot)
+		return fmt.Errorf("writing savepoint %s: %w", dir, err)
+	}
+	return nil
+}
+
+func copyFile(src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	if err := out.Sync(); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}
