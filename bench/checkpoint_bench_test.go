@@ -11,6 +11,7 @@ import (
 
 	"github.com/wstream/wstream/coordinator"
 	"github.com/wstream/wstream/engine"
+	"github.com/wstream/wstream/host"
 	"github.com/wstream/wstream/job"
 	"github.com/wstream/wstream/transport"
 )
@@ -28,9 +29,9 @@ func BenchmarkCheckpointOverhead(b *testing.B) {
   {"id":"sink","kind":"sink","connector":"discard"}],
  "edges":[{"from":"source","to":"count","partition":"key"},{"from":"count","to":"sink"}]}`, ckpt, n)
 	}
-	b.Run("none", func(b *testing.B) { runJob(b, cMod, plan(""), n, nil) })
+	b.Run("none", func(b *testing.B) { runJob(b, jobRun{module: cMod, plan: plan(""), records: n}) })
 	b.Run("1s", func(b *testing.B) {
-		runJob(b, cMod, plan(`"checkpoint":{"interval":1000},`), n, func(b *testing.B, h []coordinator.HistoryEntry) {
+		runJob(b, jobRun{module: cMod, plan: plan(`"checkpoint":{"interval":1000},`), records: n, report: func(b *testing.B, h []coordinator.HistoryEntry) {
 			completed := 0
 			for _, e := range h {
 				if e.Status == "completed" {
@@ -38,7 +39,7 @@ func BenchmarkCheckpointOverhead(b *testing.B) {
 				}
 			}
 			b.ReportMetric(float64(completed)/float64(b.N), "checkpoints/op")
-		})
+		}})
 	})
 }
 
@@ -59,7 +60,7 @@ func BenchmarkUnalignedVsAligned(b *testing.B) {
 	}
 	for _, mode := range []string{"aligned", "unaligned"} {
 		b.Run(mode, func(b *testing.B) {
-			runJob(b, "", plan(mode), n, func(b *testing.B, h []coordinator.HistoryEntry) {
+			runJob(b, jobRun{plan: plan(mode), records: n, report: func(b *testing.B, h []coordinator.HistoryEntry) {
 				var dur, align time.Duration
 				var inflight int64
 				c := 0
@@ -78,40 +79,56 @@ func BenchmarkUnalignedVsAligned(b *testing.B) {
 				b.ReportMetric(float64(dur.Milliseconds())/float64(c), "ms/checkpoint")
 				b.ReportMetric(float64(align.Milliseconds())/float64(c), "alignment-ms")
 				b.ReportMetric(float64(inflight)/float64(c), "inflight-B")
-			})
+			}})
 		})
 	}
 }
 
-// runJob runs a plan b.N times on one engine, reports records/s, and hands
-// the checkpoint history of each run to report.
-func runJob(b *testing.B, modPath, plan string, records int, report func(*testing.B, []coordinator.HistoryEntry)) {
+// jobRun says what runJob runs.
+type jobRun struct {
+	module  string // "" when every operator is native
+	plan    string
+	records int
+	host    host.Config
+	warmUp  bool // one run before the timer, to fill the compilation cache
+	// report, when set, gets the checkpoint history of the runs.
+	report func(*testing.B, []coordinator.HistoryEntry)
+}
+
+// runJob runs a plan b.N times on one engine, reports records/s, and
+// returns the wall time of the timed runs.
+func runJob(b *testing.B, r jobRun) time.Duration {
 	ctx := context.Background()
 	dir := b.TempDir()
 	planPath := filepath.Join(dir, "plan.json")
-	if err := os.WriteFile(planPath, []byte(plan), 0o644); err != nil {
+	if err := os.WriteFile(planPath, []byte(r.plan), 0o644); err != nil {
 		b.Fatal(err)
 	}
-	e, err := engine.Start(ctx, engine.Options{DataDir: dir, Stdout: io.Discard})
+	e, err := engine.Start(ctx, engine.Options{DataDir: dir, Stdout: io.Discard, Host: r.host})
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer e.Close(ctx)
-	d, err := engine.Prepare(ctx, e.Runtime(), engine.PrepareOptions{ModulePath: modPath, PlanPath: planPath, Overrides: job.Overrides{}})
+	d, err := engine.Prepare(ctx, e.Runtime(), engine.PrepareOptions{ModulePath: r.module, PlanPath: planPath, Overrides: job.Overrides{}})
 	if err != nil {
 		b.Fatal(err)
+	}
+	if r.warmUp {
+		if res, err := e.Run(ctx, d, nil); err != nil || res.State != transport.JobFinished {
+			b.Fatalf("warm-up: %v %+v", err, res)
+		}
 	}
 	var hist []coordinator.HistoryEntry
 	b.ResetTimer()
 	start := time.Now()
 	for i := 0; i < b.N; i++ {
 		var id string
-		r, err := e.Run(ctx, d, func(s string) { id = s })
+		res, err := e.Run(ctx, d, func(s string) { id = s })
 		if err != nil {
 			b.Fatal(err)
 		}
-		if r.State != transport.JobFinished {
-			b.Fatalf("job %s: %s", r.State, r.Error)
+		if res.State != transport.JobFinished {
+			b.Fatalf("job %s: %s", res.State, res.Error)
 		}
 		h, err := coordinator.ReadHistory(dir, id)
 		if err != nil {
@@ -121,8 +138,9 @@ func runJob(b *testing.B, modPath, plan string, records int, report func(*testin
 	}
 	el := time.Since(start)
 	b.StopTimer()
-	b.ReportMetric(float64(records)*float64(b.N)/el.Seconds(), "records/s")
-	if report != nil {
-		report(b, hist)
+	b.ReportMetric(float64(r.records)*float64(b.N)/el.Seconds(), "records/s")
+	if r.report != nil {
+		r.report(b, hist)
 	}
+	return el
 }

@@ -1,19 +1,12 @@
 package bench
 
 import (
-	"context"
 	"fmt"
-	"io"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
-	"github.com/wstream/wstream/engine"
 	"github.com/wstream/wstream/host"
 	"github.com/wstream/wstream/internal/testmod"
-	"github.com/wstream/wstream/job"
-	"github.com/wstream/wstream/transport"
 )
 
 // records per job: large enough that instantiating modules is noise.
@@ -72,41 +65,11 @@ func buildModules(b *testing.B, name string) (goMod, cMod string) {
 	return goMod, cMod
 }
 
-// runPipeline runs the job b.N times on one engine and reports source
-// records per second of wall time. callTimeout is host.Config.CallTimeout:
-// 0 for the default deadline, negative for none.
+// runPipeline runs the job b.N times on one engine (after one warm-up run
+// that compiles the module into the cache) and reports source records per
+// second of wall time. callTimeout is host.Config.CallTimeout: 0 for the
+// default deadline, negative for none.
 func runPipeline(b *testing.B, modPath, plan string, callTimeout time.Duration) {
-	ctx := context.Background()
-	dir := b.TempDir()
-	planPath := filepath.Join(dir, "plan.json")
-	if err := os.WriteFile(planPath, []byte(plan), 0o644); err != nil {
-		b.Fatal(err)
-	}
-	e, err := engine.Start(ctx, engine.Options{DataDir: dir, Stdout: io.Discard, Host: host.Config{CallTimeout: callTimeout}})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer e.Close(ctx)
-	d, err := engine.Prepare(ctx, e.Runtime(), engine.PrepareOptions{ModulePath: modPath, PlanPath: planPath, Overrides: job.Overrides{}})
-	if err != nil {
-		b.Fatal(err)
-	}
-	// One run outside the timer compiles the module into the cache.
-	if r, err := e.Run(ctx, d, nil); err != nil || r.State != transport.JobFinished {
-		b.Fatalf("warm-up: %v %+v", err, r)
-	}
-	b.ResetTimer()
-	start := time.Now()
-	for i := 0; i < b.N; i++ {
-		r, err := e.Run(ctx, d, nil)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if r.State != transport.JobFinished {
-			b.Fatalf("job %s: %s", r.State, r.Error)
-		}
-	}
-	el := time.Since(start)
-	b.ReportMetric(float64(records)*float64(b.N)/el.Seconds(), "records/s")
+	el := runJob(b, jobRun{module: modPath, plan: plan, records: records, host: host.Config{CallTimeout: callTimeout}, warmUp: true})
 	b.ReportMetric(el.Seconds()*1e9/float64(records)/float64(b.N), "ns/record")
 }

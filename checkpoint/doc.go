@@ -127,17 +127,37 @@
 //	    _metadata                            written last, atomically: its presence means complete
 //	    tasks/<chain>-<subtask>/state/…      keyed-state files (a Pebble checkpoint)
 //	    tasks/<chain>-<subtask>/channels/…   in-flight data of unaligned checkpoints
+//	  shared/<sha256>.sst                    shared files (incremental checkpoints), PutShared
 //
 // A FileHandle names a file by its slash-separated path below the
 // checkpoint's directory (tasks/0-1/state/000005.sst), with its size and
-// SHA-256. The rules that keep a checkpoint from half-landing:
+// SHA-256. A shared handle (Shared) names a file below the root instead
+// (shared/<sha256>.sst), and its Name is the path the file has in the
+// snapshot (tasks/0-1/state/000005.sst), where Restore puts it. A
+// compressed handle (Compressed, after SetCompression(1..4)) names a zstd
+// file: Size and SHA256 are of the stored bytes, RawSize of the original
+// ones, and Open and Restore decompress. WriteMetadata writes metadata
+// version 1 when no handle uses these fields, so older wstreams read it, and
+// version 2 otherwise.
+//
+// Incremental checkpoints: Pebble SSTs never change, so a task puts each
+// with PutShared, which names it by the SHA-256 of its bytes and uploads
+// nothing when that file exists, and lists the returned handle, Name set,
+// in SubtaskState.State; other files (MANIFEST, OPTIONS, …) are copied into
+// the checkpoint as before. Shared files belong to no checkpoint: Discard
+// leaves them, and the shared-state registry counts the complete
+// checkpoints referencing each and removes one with RemoveShared when none
+// is left. Audit reports files complete checkpoints reference that are
+// missing or damaged, and shared files none references (the registry's
+// garbage, or files of a checkpoint still in progress); SharedFiles lists
+// them all. The rules that keep a checkpoint from half-landing:
 //
 //  1. Every file is written atomically: into a temporary file
 //     (.NAME.tmp-*) in the same directory, synced, renamed to its name,
 //     then the directory synced. A failed write leaves neither name behind.
 //  2. WriteMetadata syncs every directory of the checkpoint, then writes
 //     _metadata the same way. _metadata is JSON with Format
-//     MetadataFormat, Version MetadataVersion and Checksum, the SHA-256 of
+//     MetadataFormat, Version (up to MetadataVersion) and Checksum, the SHA-256 of
 //     the metadata's compact encoding with Checksum empty. ReadMetadata
 //     refuses another format, a newer version ("written by a newer
 //     wstream"), a checksum that does not match and metadata that records
@@ -150,6 +170,11 @@
 //     its id.
 //  4. Discard removes _metadata first, durably, then the rest, so a
 //     checkpoint half removed by a crash is incomplete, not damaged.
+//  5. A shared file is written like any other, then linked to its name
+//     only if no file has it (another writer's identical file wins), and
+//     checked against the given SHA-256 first. The files of a checkpoint
+//     that references shared files are durable before its _metadata as
+//     ever; CleanIncomplete removes shared temporary files a crash left.
 //
 // A task's snapshot and restore, with state.Store:
 //

@@ -19,14 +19,23 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+
+	"github.com/klauspost/compress/zstd"
 )
 
 // MetadataFormat names the format of a checkpoint's _metadata file.
 const MetadataFormat = "wstream-checkpoint"
 
-// MetadataVersion is the version of the metadata format this wstream writes
-// and the newest it reads.
-const MetadataVersion = 1
+// MetadataVersion is the newest version of the metadata format this
+// wstream reads. WriteMetadata writes version 1 for a checkpoint whose file
+// handles are all plain (no Shared, Compressed, RawSize or Name), which
+// older wstreams read, and version 2, which they refuse as newer, for one
+// with any such handle.
+const MetadataVersion = 2
+
+// SharedDir is the directory, below the storage root, of the shared
+// (content-addressed) files; see PutShared.
+const SharedDir = "shared"
 
 // MetadataName is the name of the file, in a checkpoint's directory, whose
 // presence marks the checkpoint complete.
@@ -94,6 +103,19 @@ func (m *Metadata) checksum() (string, error) {
 type Storage struct {
 	root string
 	fs   storageFS
+
+	level atomic.Int32 // zstd level of later copies; 0 for none
+
+	// sharedLocks serialise PutShared and RemoveShared of one name, by the
+	// name's first byte.
+	sharedLocks [256]sync.Mutex
+	sharedMu    sync.Mutex
+	// sharedSeen caches the handles of shared files already inspected or
+	// written, so that a repeated PutShared does not read the file again.
+	sharedSeen map[string]sharedEntry
+	// sharedRootSynced says the shared directory's entry in the root has
+	// been synced.
+	sharedRootSynced atomic.Bool
 }
 
 // OpenStorage returns the storage rooted at root, creating the directory
@@ -156,29 +178,46 @@ func (s *Storage) WriteFile(id int64, rel string, data []byte) (FileHandle, erro
 	if err != nil {
 		return FileHandle{}, err
 	}
-	return s.writeAtomic(id, rel, func(w io.Writer) error {
+	return s.writeAtomic(id, rel, 0, func(w io.Writer) error {
 		_, err := w.Write(data)
 		return err
 	})
 }
 
+// SetCompression sets how later CopyFile, CopyDir and PutShared calls store
+// files: level 0 (the default) stores them as they are, levels 1 to 4
+// (zstd.SpeedFastest to zstd.SpeedBestCompression) zstd-compressed, their
+// handles then marked Compressed. WriteFile never compresses. Readers
+// decompress whatever the handle says, so the level may change at any time.
+func (s *Storage) SetCompression(level int) error {
+	if level < 0 || level > int(zstd.SpeedBestCompression) {
+		return fmt.Errorf("checkpoint: compression level %d is not 0 (off) or a zstd level from %d to %d",
+			level, zstd.SpeedFastest, zstd.SpeedBestCompression)
+	}
+	s.level.Store(int32(level))
+	return nil
+}
+
+func (s *Storage) compression() int { return int(s.level.Load()) }
+
 // CopyFile copies the file src to rel (slash-separated, relative to
-// checkpoint id's directory) atomically, hashing it while streaming.
+// checkpoint id's directory) atomically, hashing it while streaming, and
+// compressing it as SetCompression says.
 func (s *Storage) CopyFile(id int64, rel string, src string) (FileHandle, error) {
 	rel, err := s.checkWritable(id, rel)
 	if err != nil {
 		return FileHandle{}, err
 	}
-	return s.copyFile(id, rel, src)
+	return s.copyFile(id, rel, src, s.compression())
 }
 
-func (s *Storage) copyFile(id int64, rel string, src string) (FileHandle, error) {
+func (s *Storage) copyFile(id int64, rel string, src string, level int) (FileHandle, error) {
 	f, err := os.Open(src)
 	if err != nil {
 		return FileHandle{}, fmt.Errorf("checkpoint: copy to %s: %w", s.relToRoot(id, rel), err)
 	}
 	defer f.Close()
-	return s.writeAtomic(id, rel, func(w io.Writer) error {
+	return s.writeAtomic(id, rel, level, func(w io.Writer) error {
 		if _, err := io.Copy(w, f); err != nil {
 			return fmt.Errorf("copy from %s: %w", src, err)
 		}
@@ -188,7 +227,8 @@ func (s *Storage) copyFile(id int64, rel string, src string) (FileHandle, error)
 
 // CopyDir copies every regular file below srcDir to the directory rel
 // (slash-separated, relative to checkpoint id's directory), keeping the
-// files' paths below srcDir, each atomically, on a few goroutines. It
+// files' paths below srcDir, each atomically and compressed as
+// SetCompression said when CopyDir began, on a few goroutines. It
 // returns the handles sorted by path. A srcDir holding anything other than
 // directories and regular files is an error, as is an empty rel. After a
 // failure, the files already copied stay in the incomplete checkpoint until
@@ -232,8 +272,9 @@ func (s *Storage) CopyDir(id int64, rel string, srcDir string) ([]FileHandle, er
 		}
 	}
 	handles := make([]FileHandle, len(files))
+	level := s.compression()
 	errs := parallel(len(files), true, func(i int) error {
-		h, err := s.copyFile(id, path.Join(rel, files[i]), filepath.Join(srcDir, filepath.FromSlash(files[i])))
+		h, err := s.copyFile(id, path.Join(rel, files[i]), filepath.Join(srcDir, filepath.FromSlash(files[i])), level)
 		handles[i] = h
 		return err
 	})
@@ -295,14 +336,49 @@ func (s *Storage) relToRoot(id int64, rel string) string {
 }
 
 // writeAtomic creates the file rel of checkpoint id with the bytes fill
-// writes: into a temporary file in the same directory, synced, renamed to
-// its name, and the directory synced. On failure nothing remains under the
-// final name or the temporary one.
-func (s *Storage) writeAtomic(id int64, rel string, fill func(io.Writer) error) (FileHandle, error) {
-	target := filepath.Join(s.Dir(id), filepath.FromSlash(rel))
+// writes, zstd-compressed at level unless it is 0, with writeAtomicAt.
+func (s *Storage) writeAtomic(id int64, rel string, level int, fill func(io.Writer) error) (FileHandle, error) {
+	w, err := s.writeAtomicAt(filepath.Join(s.Dir(id), filepath.FromSlash(rel)), s.relToRoot(id, rel), writeOpts{level: level}, fill)
+	if err != nil {
+		return FileHandle{}, err
+	}
+	return w.handle(rel, level > 0), nil
+}
+
+// writeOpts says how writeAtomicAt stores a file.
+type writeOpts struct {
+	level   int  // zstd level; 0 stores the bytes as they are
+	hashRaw bool // compute the SHA-256 of the raw bytes too
+	// check, when set, vets the file before it gets its name.
+	check func(written) error
+	// publish gives the synced temporary file its name; nil renames it.
+	publish func(tmp, target string) error
+}
+
+// written describes a file writeAtomicAt wrote.
+type written struct {
+	size   int64  // stored bytes
+	sum    string // SHA-256 of the stored bytes
+	raw    int64  // bytes fill wrote
+	rawSum string // their SHA-256, with hashRaw
+}
+
+func (w written) handle(p string, compressed bool) FileHandle {
+	h := FileHandle{Path: p, Size: w.size, SHA256: w.sum}
+	if compressed {
+		h.Compressed, h.RawSize = true, w.raw
+	}
+	return h
+}
+
+// writeAtomicAt creates the file target (name is how errors call it) with
+// the bytes fill writes: into a temporary file in the same directory,
+// synced, renamed to its name, and the directory synced. On failure nothing
+// remains under the final name or the temporary one.
+func (s *Storage) writeAtomicAt(target, name string, o writeOpts, fill func(io.Writer) error) (written, error) {
 	dir := filepath.Dir(target)
-	fail := func(err error) (FileHandle, error) {
-		return FileHandle{}, fmt.Errorf("checkpoint: write %s in %s: %w", s.relToRoot(id, rel), s.root, err)
+	fail := func(err error) (written, error) {
+		return written{}, fmt.Errorf("checkpoint: write %s in %s: %w", name, s.root, err)
 	}
 	if err := s.mkdirs(dir); err != nil {
 		return fail(err)
@@ -314,7 +390,36 @@ func (s *Storage) writeAtomic(id int64, rel string, fill func(io.Writer) error) 
 	tmp := f.Name()
 	h := sha256.New()
 	cw := &countingWriter{w: io.MultiWriter(f, h)}
-	err = fill(cw)
+	raw := &countingWriter{w: cw}
+	var rawHash hash.Hash
+	var enc *zstd.Encoder
+	if o.level > 0 {
+		enc, err = zstd.NewWriter(cw, zstd.WithEncoderLevel(zstd.EncoderLevel(o.level)), zstd.WithEncoderConcurrency(1))
+		raw.w = enc
+		if o.hashRaw {
+			rawHash = sha256.New()
+			raw.w = io.MultiWriter(enc, rawHash)
+		}
+	}
+	if err == nil {
+		err = fill(raw)
+	}
+	if enc != nil {
+		if cerr := enc.Close(); err == nil {
+			err = cerr
+		}
+	}
+	var w written
+	if err == nil {
+		w = written{size: cw.n, sum: hex.EncodeToString(h.Sum(nil)), raw: raw.n}
+		w.rawSum = w.sum
+		if rawHash != nil {
+			w.rawSum = hex.EncodeToString(rawHash.Sum(nil))
+		}
+		if o.check != nil {
+			err = o.check(w)
+		}
+	}
 	if err == nil {
 		err = f.Sync()
 	}
@@ -322,7 +427,11 @@ func (s *Storage) writeAtomic(id int64, rel string, fill func(io.Writer) error) 
 		err = cerr
 	}
 	if err == nil {
-		err = s.fs.Rename(tmp, target)
+		if o.publish != nil {
+			err = o.publish(tmp, target)
+		} else {
+			err = s.fs.Rename(tmp, target)
+		}
 	}
 	if err != nil {
 		_ = os.Remove(tmp)
@@ -334,7 +443,7 @@ func (s *Storage) writeAtomic(id int64, rel string, fill func(io.Writer) error) 
 		_ = os.Remove(target)
 		return fail(err)
 	}
-	return FileHandle{Path: rel, Size: cw.n, SHA256: hex.EncodeToString(h.Sum(nil))}, nil
+	return w, nil
 }
 
 // mkdirs creates dir and its missing parents. Their entries become durable
@@ -385,7 +494,13 @@ func (s *Storage) WriteMetadata(m *Metadata) error {
 		m.Plan = plan.Bytes()
 	}
 	m.Format = MetadataFormat
-	m.Version = MetadataVersion
+	m.Version = 1
+	for _, h := range m.handles() {
+		if h.Shared || h.Compressed || h.RawSize != 0 || h.Name != "" {
+			m.Version = 2
+			break
+		}
+	}
 	sum, err := m.checksum()
 	if err != nil {
 		return fmt.Errorf("checkpoint: encode metadata of checkpoint %d: %w", m.ID, err)
@@ -414,7 +529,7 @@ func (s *Storage) WriteMetadata(m *Metadata) error {
 	if err != nil {
 		return fmt.Errorf("checkpoint: sync directories of checkpoint %d in %s: %w", m.ID, s.root, err)
 	}
-	_, err = s.writeAtomic(m.ID, MetadataName, func(w io.Writer) error {
+	_, err = s.writeAtomic(m.ID, MetadataName, 0, func(w io.Writer) error {
 		_, err := w.Write(data)
 		return err
 	})
@@ -484,10 +599,12 @@ func (m *Metadata) handles() []FileHandle {
 	return hs
 }
 
-// Verify checks every file of m (state and channel state of every task):
-// that it exists and has the recorded size and SHA-256. Each problem is an
+// Verify checks every file of m (state and channel state of every task,
+// shared files included): that it exists and has the recorded size and
+// SHA-256, of the stored bytes for a compressed file. Each problem is an
 // error that wraps ErrCorrupt and names the file by its path relative to
-// the root; all of them are returned, joined.
+// the root (shared/<name> for a shared file); all of them are returned,
+// joined.
 func (s *Storage) Verify(m *Metadata) error {
 	hs := m.handles()
 	errs := parallel(len(hs), false, func(i int) error {
@@ -503,13 +620,13 @@ func (s *Storage) verifyFile(id int64, h FileHandle) error {
 	}
 	defer r.Close()
 	if fi, err := r.f.Stat(); err != nil {
-		return fmt.Errorf("checkpoint: %s: %w", s.relToRoot(id, h.Path), err)
+		return fmt.Errorf("checkpoint: %s: %w", r.name, err)
 	} else if fi.Size() != h.Size {
 		problem := "larger than"
 		if fi.Size() < h.Size {
 			problem = "truncated: smaller than"
 		}
-		return s.corrupt(id, h.Path, "%d bytes, %s the %d bytes the metadata records", fi.Size(), problem, h.Size)
+		return &corruptError{path: r.name, problem: fmt.Sprintf("%d bytes, %s the %d bytes the metadata records", fi.Size(), problem, h.Size)}
 	}
 	_, err = io.Copy(io.Discard, r)
 	return err
@@ -528,33 +645,69 @@ func (s *Storage) corrupt(id int64, rel, format string, args ...any) error {
 	return &corruptError{path: s.relToRoot(id, rel), problem: fmt.Sprintf(format, args...)}
 }
 
-// Open opens the file h of checkpoint id for reading. The reader returns an
-// error wrapping ErrCorrupt, instead of io.EOF, when the bytes read are not
-// h.Size bytes with SHA-256 h.SHA256; a missing file is such an error too.
+// Open opens the file h of checkpoint id for reading; a shared file is
+// found below the root whatever id is. The reader returns the raw bytes,
+// decompressing a compressed file. It returns an error wrapping ErrCorrupt,
+// instead of io.EOF, when the bytes stored are not h.Size bytes with
+// SHA-256 h.SHA256, or do not decompress to h.RawSize bytes; a missing file
+// is such an error too.
 func (s *Storage) Open(id int64, h FileHandle) (io.ReadCloser, error) {
 	r, err := s.open(id, h)
 	if err != nil {
 		return nil, err
 	}
+	if h.Compressed {
+		return &rawReader{hr: r}, nil
+	}
 	return r, nil
 }
 
-func (s *Storage) open(id int64, h FileHandle) (*handleReader, error) {
+// locate returns where the file of h (of checkpoint id) lies, and its name
+// relative to the root for errors.
+func (s *Storage) locate(id int64, h FileHandle) (abs, name string, err error) {
+	if h.Shared {
+		base, ok := sharedBase(h.Path)
+		if !ok {
+			return "", h.Path, &corruptError{path: h.Path, problem: "metadata names an invalid shared file path"}
+		}
+		return filepath.Join(s.root, SharedDir, base), h.Path, nil
+	}
 	rel, err := cleanRel(h.Path)
 	if err != nil || rel != h.Path || rel == MetadataName {
-		return nil, s.corrupt(id, h.Path, "metadata names an invalid file path")
+		return "", s.relToRoot(id, h.Path), s.corrupt(id, h.Path, "metadata names an invalid file path")
 	}
-	f, err := os.Open(filepath.Join(s.Dir(id), filepath.FromSlash(rel)))
-	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return nil, s.corrupt(id, rel, "missing")
-		}
-		return nil, fmt.Errorf("checkpoint: open %s: %w", s.relToRoot(id, rel), err)
-	}
-	return &handleReader{f: f, h: sha256.New(), want: h, name: s.relToRoot(id, rel)}, nil
+	return filepath.Join(s.Dir(id), filepath.FromSlash(rel)), s.relToRoot(id, rel), nil
 }
 
-// handleReader reads a checkpoint file and checks it against its handle.
+// sharedBase returns the file name of the shared path p, "shared/<name>".
+func sharedBase(p string) (string, bool) {
+	base, ok := strings.CutPrefix(p, SharedDir+"/")
+	if !ok || base == "" || strings.ContainsAny(base, `/\`) || strings.HasPrefix(base, ".") || !filepath.IsLocal(base) {
+		return "", false
+	}
+	return base, true
+}
+
+func (s *Storage) open(id int64, h FileHandle) (*handleReader, error) {
+	abs, name, err := s.locate(id, h)
+	if err != nil {
+		return nil, err
+	}
+	if !h.Compressed && h.RawSize != 0 && h.RawSize != h.Size {
+		return nil, &corruptError{path: name, problem: fmt.Sprintf("metadata records %d raw bytes for an uncompressed file of %d", h.RawSize, h.Size)}
+	}
+	f, err := os.Open(abs)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, &corruptError{path: name, problem: "missing"}
+		}
+		return nil, fmt.Errorf("checkpoint: open %s: %w", name, err)
+	}
+	return &handleReader{f: f, h: sha256.New(), want: h, name: name}, nil
+}
+
+// handleReader reads a checkpoint file's stored bytes and checks them
+// against its handle.
 type handleReader struct {
 	f    *os.File
 	h    hash.Hash
@@ -591,6 +744,68 @@ func (r *handleReader) Read(p []byte) (int, error) {
 }
 
 func (r *handleReader) Close() error { return r.f.Close() }
+
+// rawReader decompresses a compressed file read through a handleReader.
+// The stored bytes' verdict comes first: when they are damaged, that is the
+// error, whatever the decompression made of them.
+type rawReader struct {
+	hr  *handleReader
+	dec *zstd.Decoder
+	n   int64
+	err error // sticky
+}
+
+func (r *rawReader) Read(p []byte) (int, error) {
+	if r.err != nil {
+		return 0, r.err
+	}
+	if r.dec == nil {
+		dec, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1))
+		if err == nil {
+			err = dec.Reset(r.hr)
+		}
+		r.dec = dec
+		if err != nil {
+			r.err = r.verdict(err)
+			return 0, r.err
+		}
+	}
+	n, err := r.dec.Read(p)
+	r.n += int64(n)
+	switch {
+	case r.n > r.hr.want.RawSize:
+		r.err = r.verdict(fmt.Errorf("decompresses to more than the %d bytes the metadata records", r.hr.want.RawSize))
+	case err == io.EOF:
+		r.err = r.verdict(nil)
+		if r.err == io.EOF && r.n != r.hr.want.RawSize {
+			r.err = &corruptError{path: r.hr.name, problem: fmt.Sprintf("decompresses to %d bytes, the metadata records %d", r.n, r.hr.want.RawSize)}
+		}
+	case err != nil:
+		r.err = r.verdict(fmt.Errorf("does not decompress: %v", err))
+	default:
+		return n, nil
+	}
+	return n, r.err
+}
+
+// verdict reads the rest of the stored bytes and returns their error, if
+// any; else the decompression problem, as corruption; else io.EOF.
+func (r *rawReader) verdict(problem error) error {
+	if _, err := io.Copy(io.Discard, r.hr); err != nil {
+		return err
+	}
+	if problem != nil {
+		return &corruptError{path: r.hr.name, problem: problem.Error()}
+	}
+	return io.EOF
+}
+
+func (r *rawReader) Close() error {
+	if r.dec != nil {
+		r.dec.Close()
+	}
+	return r.hr.Close()
+}
 
 // dirState is a checkpoint directory found in the root.
 type dirState struct {
@@ -699,8 +914,9 @@ func (s *Storage) Discard(id int64) error {
 }
 
 // CleanIncomplete removes the directories of checkpoints without
-// _metadata, left by a crash or an abort, and returns their ids. Call it
-// when no checkpoint is in progress, such as when a job (re)starts.
+// _metadata, left by a crash or an abort, and returns their ids, and the
+// temporary files of shared files in ROOT/shared. Call it when no
+// checkpoint is in progress, such as when a job (re)starts.
 func (s *Storage) CleanIncomplete() ([]int64, error) {
 	dirs, err := s.list()
 	if err != nil {
@@ -716,6 +932,26 @@ func (s *Storage) CleanIncomplete() ([]int64, error) {
 		}
 		removed = append(removed, d.id)
 	}
+	// Temporary files of shared files that a crash left.
+	dir := filepath.Join(s.root, SharedDir)
+	entries, err := os.ReadDir(dir)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return removed, fmt.Errorf("checkpoint: clean %s: %w", dir, err)
+	}
+	temps := 0
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), ".") && strings.Contains(e.Name(), ".tmp-") {
+			if err := os.Remove(filepath.Join(dir, e.Name())); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return removed, fmt.Errorf("checkpoint: clean %s: %w", dir, err)
+			}
+			temps++
+		}
+	}
+	if temps > 0 {
+		if err := s.fs.SyncDir(dir); err != nil {
+			return removed, fmt.Errorf("checkpoint: clean %s: %w", dir, err)
+		}
+	}
 	if len(removed) > 0 {
 		if err := s.fs.SyncDir(s.root); err != nil {
 			return removed, fmt.Errorf("checkpoint: remove incomplete checkpoints in %s: %w", s.root, err)
@@ -726,10 +962,12 @@ func (s *Storage) CleanIncomplete() ([]int64, error) {
 
 // Restore copies the keyed-state files of task t in checkpoint m into dst,
 // which it creates and which must be empty, verifying each file's size and
-// SHA-256 while copying. The files keep their paths below
-// TaskDir(m.ID, t)/state, where every state file of t must lie, so dst is
-// then the Pebble directory the task snapshotted. On failure dst is left
-// empty. The copies are not synced: a crash during a restore restarts it.
+// SHA-256 while copying and decompressing compressed files. A file's path
+// in the snapshot is its Path, or, for a shared file, its Name; every such
+// path must lie below TaskDir(m.ID, t)/state, and the file is restored to
+// the same path below dst, so dst is then the Pebble directory the task
+// snapshotted. On failure dst is left empty. The copies are not synced: a
+// crash during a restore restarts it.
 func (s *Storage) Restore(m *Metadata, t TaskID, dst string) error {
 	var task *SubtaskState
 	for i := range m.Tasks {
@@ -743,8 +981,18 @@ func (s *Storage) Restore(m *Metadata, t TaskID, dst string) error {
 	}
 	prefix := s.TaskDir(m.ID, t) + "/state/"
 	for _, h := range task.State {
-		if !strings.HasPrefix(h.Path, prefix) || strings.TrimPrefix(h.Path, prefix) == "" {
-			return s.corrupt(m.ID, h.Path, "state file of task %s outside %s", t, prefix)
+		p := h.Path
+		if h.Shared {
+			if h.Name == "" {
+				return &corruptError{path: h.Path, problem: fmt.Sprintf("shared state file of task %s has no name in checkpoint %d", t, m.ID)}
+			}
+			if clean, err := cleanRel(h.Name); err != nil || clean != h.Name {
+				return &corruptError{path: h.Path, problem: fmt.Sprintf("shared state file of task %s has the invalid name %q in checkpoint %d", t, h.Name, m.ID)}
+			}
+			p = h.Name
+		}
+		if !strings.HasPrefix(p, prefix) || strings.TrimPrefix(p, prefix) == "" {
+			return s.corrupt(m.ID, p, "state file of task %s outside %s", t, prefix)
 		}
 	}
 	if err := os.MkdirAll(dst, 0o755); err != nil {
@@ -759,7 +1007,11 @@ func (s *Storage) Restore(m *Metadata, t TaskID, dst string) error {
 	}
 	errs := parallel(len(task.State), true, func(i int) error {
 		h := task.State[i]
-		return s.restoreFile(m.ID, h, filepath.Join(dst, filepath.FromSlash(strings.TrimPrefix(h.Path, prefix))))
+		p := h.Path
+		if h.Shared {
+			p = h.Name
+		}
+		return s.restoreFile(m.ID, h, filepath.Join(dst, filepath.FromSlash(strings.TrimPrefix(p, prefix))))
 	})
 	if err := firstError(errs); err != nil {
 		if entries, rerr := os.ReadDir(dst); rerr == nil {
@@ -790,6 +1042,343 @@ func (s *Storage) restoreFile(id int64, h FileHandle, target string) error {
 		err = cerr
 	}
 	return err
+}
+
+// sharedEntry is a shared file's handle as PutShared last saw the file.
+type sharedEntry struct {
+	h       FileHandle
+	size    int64
+	modTime int64 // unix nanoseconds
+}
+
+// errSharedExists says another writer gave a shared file its name first.
+var errSharedExists = errors.New("shared file already exists")
+
+// PutShared stores the file src as a shared file named by its content,
+// ROOT/shared/<rawSHA256>.<ext> where ext is src's extension (none when src
+// has none), compressed as SetCompression says, atomically (a temporary
+// file, synced, linked or renamed to its name, the directory synced).
+// rawSHA256 is the hex SHA-256 of src's bytes; when it is "", PutShared
+// reads src once to compute it. A given digest is checked against the
+// bytes copied, so a wrong one fails and stores nothing.
+//
+// When a file of that name already exists and holds those bytes (stored
+// compressed or not), nothing is copied and uploaded is false; the handle
+// then describes the existing file, which PutShared reads once per Storage
+// to learn it. An existing file that does not hold those bytes is damaged
+// and replaced (uploaded is true).
+//
+// The handle has Shared set, Path "shared/<name>", Size and SHA256 of the
+// stored bytes, RawSize the size of src's bytes and Compressed as stored;
+// Name is empty, for the caller to set (see FileHandle.Name). Shared files
+// belong to no checkpoint: Discard leaves them, and whoever tracks their
+// references removes them with RemoveShared.
+func (s *Storage) PutShared(src string, rawSHA256 string) (h FileHandle, uploaded bool, err error) {
+	fail := func(err error) (FileHandle, bool, error) {
+		return FileHandle{}, false, fmt.Errorf("checkpoint: put shared file %s: %w", src, err)
+	}
+	if rawSHA256 == "" {
+		if rawSHA256, err = hashFile(src); err != nil {
+			return fail(err)
+		}
+	}
+	rawSHA256 = strings.ToLower(rawSHA256)
+	if b, err := hex.DecodeString(rawSHA256); err != nil || len(b) != sha256.Size {
+		return fail(fmt.Errorf("%q is not a hex SHA-256", rawSHA256))
+	}
+	name := rawSHA256
+	if ext := strings.TrimPrefix(filepath.Ext(src), "."); ext != "" {
+		if strings.ContainsAny(ext, `/\`) || !filepath.IsLocal(ext) {
+			return fail(fmt.Errorf("extension %q cannot name a shared file", ext))
+		}
+		name += "." + ext
+	}
+	rel := SharedDir + "/" + name
+	target := filepath.Join(s.root, SharedDir, name)
+
+	lock := s.sharedLock(name)
+	lock.Lock()
+	defer lock.Unlock()
+
+	existing, state, err := s.inspectShared(rel, target, rawSHA256)
+	if err != nil {
+		return fail(err)
+	}
+	if state == sharedIntact {
+		return existing, false, nil
+	}
+	f, err := os.Open(src)
+	if err != nil {
+		return fail(err)
+	}
+	defer f.Close()
+	level := s.compression()
+	opts := writeOpts{
+		level:   level,
+		hashRaw: true,
+		check: func(w written) error {
+			if w.rawSum != rawSHA256 {
+				return fmt.Errorf("%s has SHA-256 %s, not the %s given", src, w.rawSum, rawSHA256)
+			}
+			return nil
+		},
+	}
+	if state == sharedAbsent {
+		// Never replace a file another process may have just written.
+		opts.publish = s.linkNoReplace
+	}
+	w, err := s.writeAtomicAt(target, rel, opts, func(dst io.Writer) error {
+		_, err := io.Copy(dst, f)
+		return err
+	})
+	if errors.Is(err, errSharedExists) {
+		existing, state, ierr := s.inspectShared(rel, target, rawSHA256)
+		if ierr == nil && state == sharedIntact {
+			return existing, false, nil
+		}
+	}
+	if err != nil {
+		return FileHandle{}, false, fmt.Errorf("checkpoint: put shared file %s: %w", src, err)
+	}
+	if !s.sharedRootSynced.Load() {
+		// The shared directory may be new: make its entry durable.
+		if err := s.fs.SyncDir(s.root); err != nil {
+			return fail(err)
+		}
+		s.sharedRootSynced.Store(true)
+	}
+	h = w.handle(rel, level > 0)
+	h.Shared, h.RawSize = true, w.raw
+	s.remember(name, target, h)
+	return h, true, nil
+}
+
+// linkNoReplace gives tmp the name target unless target exists, then
+// removes tmp. Where the filesystem has no hard links it renames.
+func (s *Storage) linkNoReplace(tmp, target string) error {
+	err := os.Link(tmp, target)
+	switch {
+	case err == nil:
+		return os.Remove(tmp)
+	case errors.Is(err, fs.ErrExist):
+		return errSharedExists
+	}
+	return s.fs.Rename(tmp, target)
+}
+
+func (s *Storage) sharedLock(name string) *sync.Mutex {
+	return &s.sharedLocks[name[0]]
+}
+
+// Shared file states, as inspectShared finds them.
+const (
+	sharedAbsent = iota
+	sharedIntact
+	sharedDamaged
+)
+
+// inspectShared returns the handle of the shared file target (rel from the
+// root) when it holds the bytes with SHA-256 rawSum, stored compressed or
+// not, and says whether it is absent, intact or damaged.
+func (s *Storage) inspectShared(rel, target, rawSum string) (FileHandle, int, error) {
+	name := path.Base(rel)
+	fi, err := os.Stat(target)
+	if errors.Is(err, fs.ErrNotExist) {
+		s.forget(name)
+		return FileHandle{}, sharedAbsent, nil
+	}
+	if err != nil {
+		return FileHandle{}, 0, err
+	}
+	s.sharedMu.Lock()
+	e, ok := s.sharedSeen[name]
+	s.sharedMu.Unlock()
+	if ok && e.size == fi.Size() && e.modTime == fi.ModTime().UnixNano() {
+		return e.h, sharedIntact, nil
+	}
+	f, err := os.Open(target)
+	if err != nil {
+		return FileHandle{}, 0, err
+	}
+	defer f.Close()
+	stored := sha256.New()
+	sc := &countingWriter{w: stored}
+	in := io.TeeReader(f, sc)
+	raw := sha256.New()
+	rc := &countingWriter{w: raw}
+	compressed := false
+	var magic [4]byte
+	if n, _ := io.ReadFull(in, magic[:]); n == 4 && bytes.Equal(magic[:], []byte{0x28, 0xb5, 0x2f, 0xfd}) {
+		dec, err := zstd.NewReader(io.MultiReader(bytes.NewReader(magic[:]), in), zstd.WithDecoderConcurrency(1))
+		if err == nil {
+			_, err = io.Copy(rc, dec)
+			dec.Close()
+		}
+		compressed = err == nil && hex.EncodeToString(raw.Sum(nil)) == rawSum
+	}
+	if _, err := io.Copy(io.Discard, in); err != nil {
+		return FileHandle{}, 0, err
+	}
+	sum := hex.EncodeToString(stored.Sum(nil))
+	h := FileHandle{Path: rel, Size: sc.n, SHA256: sum, Shared: true, RawSize: sc.n}
+	switch {
+	case compressed:
+		h.Compressed, h.RawSize = true, rc.n
+	case sum != rawSum:
+		return FileHandle{}, sharedDamaged, nil
+	}
+	s.remember(name, target, h)
+	return h, sharedIntact, nil
+}
+
+func (s *Storage) remember(name, target string, h FileHandle) {
+	fi, err := os.Stat(target)
+	if err != nil || fi.Size() != h.Size {
+		return
+	}
+	s.sharedMu.Lock()
+	defer s.sharedMu.Unlock()
+	if s.sharedSeen == nil {
+		s.sharedSeen = map[string]sharedEntry{}
+	}
+	s.sharedSeen[name] = sharedEntry{h: h, size: fi.Size(), modTime: fi.ModTime().UnixNano()}
+}
+
+func (s *Storage) forget(name string) {
+	s.sharedMu.Lock()
+	defer s.sharedMu.Unlock()
+	delete(s.sharedSeen, name)
+}
+
+func hashFile(name string) (string, error) {
+	f, err := os.Open(name)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// SharedFiles returns every shared file, by its path from the root
+// ("shared/<name>"), with its size. Temporary files of writes in progress
+// (or cut short by a crash) are not listed; CleanIncomplete removes them.
+func (s *Storage) SharedFiles() (map[string]int64, error) {
+	entries, err := os.ReadDir(filepath.Join(s.root, SharedDir))
+	if errors.Is(err, fs.ErrNotExist) {
+		return map[string]int64{}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint: list shared files in %s: %w", s.root, err)
+	}
+	files := make(map[string]int64, len(entries))
+	for _, e := range entries {
+		if e.IsDir() || strings.HasPrefix(e.Name(), ".") {
+			continue
+		}
+		fi, err := e.Info()
+		if errors.Is(err, fs.ErrNotExist) {
+			continue // removed meanwhile
+		}
+		if err != nil {
+			return nil, fmt.Errorf("checkpoint: list shared files in %s: %w", s.root, err)
+		}
+		files[SharedDir+"/"+e.Name()] = fi.Size()
+	}
+	return files, nil
+}
+
+// RemoveShared removes the shared file p ("shared/<name>") and syncs the
+// shared directory. Removing a missing file is not an error. The caller
+// must know no complete checkpoint references the file any more.
+func (s *Storage) RemoveShared(p string) error {
+	name, ok := sharedBase(p)
+	if !ok {
+		return fmt.Errorf("checkpoint: remove shared file: %q is not a shared file path (shared/<name>)", p)
+	}
+	lock := s.sharedLock(name)
+	lock.Lock()
+	defer lock.Unlock()
+	s.forget(name)
+	dir := filepath.Join(s.root, SharedDir)
+	switch err := os.Remove(filepath.Join(dir, name)); {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil
+	case err != nil:
+		return fmt.Errorf("checkpoint: remove shared file %s in %s: %w", p, s.root, err)
+	}
+	if err := s.fs.SyncDir(dir); err != nil {
+		return fmt.Errorf("checkpoint: remove shared file %s in %s: %w", p, s.root, err)
+	}
+	return nil
+}
+
+// Audit checks the storage's complete checkpoints against their files.
+// missing has an error for each file a complete checkpoint references that
+// is missing or damaged (each wraps ErrCorrupt, names the checkpoint and
+// the file; a shared file is checked once however many checkpoints
+// reference it, and reported for each), and for each complete checkpoint
+// whose metadata does not read (its references are then unknown).
+// unreferenced lists, sorted, the shared files no complete checkpoint
+// references: garbage, unless a checkpoint in progress is about to
+// reference them. err is for failures to list the storage.
+func (s *Storage) Audit() (missing []error, unreferenced []string, err error) {
+	ids, err := s.Completed()
+	if err != nil {
+		return nil, nil, err
+	}
+	type sharedKey struct {
+		path, sum  string
+		size, raw  int64
+		compressed bool
+	}
+	verdicts := map[sharedKey]error{}
+	referenced := map[string]bool{}
+	for _, id := range ids {
+		m, err := s.ReadMetadata(id)
+		if err != nil {
+			missing = append(missing, fmt.Errorf("checkpoint %d: %w", id, err))
+			continue
+		}
+		hs := m.handles()
+		var plain []FileHandle
+		for _, h := range hs {
+			if !h.Shared {
+				plain = append(plain, h)
+				continue
+			}
+			referenced[h.Path] = true
+			k := sharedKey{h.Path, h.SHA256, h.Size, h.RawSize, h.Compressed}
+			verdict, ok := verdicts[k]
+			if !ok {
+				verdict = s.verifyFile(id, h)
+				verdicts[k] = verdict
+			}
+			if verdict != nil {
+				missing = append(missing, fmt.Errorf("checkpoint %d: %w", id, verdict))
+			}
+		}
+		errs := parallel(len(plain), false, func(i int) error { return s.verifyFile(id, plain[i]) })
+		for _, err := range errs {
+			if err != nil {
+				missing = append(missing, fmt.Errorf("checkpoint %d: %w", id, err))
+			}
+		}
+	}
+	files, err := s.SharedFiles()
+	if err != nil {
+		return missing, nil, err
+	}
+	for p := range files {
+		if !referenced[p] {
+			unreferenced = append(unreferenced, p)
+		}
+	}
+	slices.Sort(unreferenced)
+	return missing, unreferenced, nil
 }
 
 // parallel calls fn(i) for i in [0, n) on up to copyWorkers goroutines and

@@ -220,7 +220,7 @@ func TestWriteFileRejectsBadArguments(t *testing.T) {
 func TestMetadataRoundTrip(t *testing.T) {
 	s := testStorage(t)
 	m := writeTestCheckpoint(t, s, 3)
-	if m.Format != MetadataFormat || m.Version != MetadataVersion || len(m.Checksum) != 64 {
+	if m.Format != MetadataFormat || m.Version != 1 || len(m.Checksum) != 64 {
 		t.Fatalf("WriteMetadata left format %q version %d checksum %q", m.Format, m.Version, m.Checksum)
 	}
 	if string(m.Plan) != `{"vertices":[{"id":"src"},{"id":"count"}]}` {
@@ -300,7 +300,7 @@ func TestReadMetadataRefuses(t *testing.T) {
 		}, "checksum mismatch", true},
 		{"wrong format", func(m map[string]any) { m["format"] = "flink-savepoint" }, `format "flink-savepoint"`, false},
 		{"no format", func(m map[string]any) { delete(m, "format") }, `format ""`, false},
-		{"newer version", func(m map[string]any) { m["version"] = 2; m["newField"] = true }, "version 2, written by a newer wstream", false},
+		{"newer version", func(m map[string]any) { m["version"] = 3; m["newField"] = true }, "version 3, written by a newer wstream", false},
 		{"version 0", func(m map[string]any) { m["version"] = 0 }, "unknown metadata version 0", false},
 		{"unknown field", func(m map[string]any) { m["owner"] = "x" }, `unknown field "owner"`, true},
 	} {
@@ -895,5 +895,386 @@ func TestOpenStorage(t *testing.T) {
 	}
 	if ids, err := again.Completed(); err != nil || !slices.Equal(ids, []int64{1}) {
 		t.Fatalf("reopened storage: Completed = %v, %v", ids, err)
+	}
+}
+
+// writeSharedCheckpoint writes checkpoint id of testTask whose .sst state
+// files are shared (put with PutShared) and the rest copied, then its
+// metadata. It returns the metadata and how many shared files it uploaded.
+func writeSharedCheckpoint(t *testing.T, s *Storage, id int64, files map[string]string) (*Metadata, int) {
+	t.Helper()
+	src := t.TempDir()
+	writeTree(t, src, files)
+	task := s.TaskDir(id, testTask)
+	var state []FileHandle
+	uploads := 0
+	for _, p := range slices.Sorted(func(yield func(string) bool) {
+		for p := range files {
+			if !yield(p) {
+				return
+			}
+		}
+	}) {
+		name := filepath.Join(src, filepath.FromSlash(p))
+		if !strings.HasSuffix(p, ".sst") {
+			h, err := s.CopyFile(id, task+"/state/"+p, name)
+			if err != nil {
+				t.Fatalf("CopyFile(%s): %v", p, err)
+			}
+			state = append(state, h)
+			continue
+		}
+		h, uploaded, err := s.PutShared(name, "")
+		if err != nil {
+			t.Fatalf("PutShared(%s): %v", p, err)
+		}
+		if uploaded {
+			uploads++
+		}
+		h.Name = task + "/state/" + p
+		state = append(state, h)
+	}
+	m := &Metadata{JobID: "j1", ID: id, Kind: KindCheckpoint, MaxParallelism: abi.DefaultMaxParallelism,
+		Tasks: []SubtaskState{{Task: testTask, KeyGroups: abi.KeyGroupRange{Start: 0, End: 127}, State: state}}}
+	if err := s.WriteMetadata(m); err != nil {
+		t.Fatalf("WriteMetadata(%d): %v", id, err)
+	}
+	return m, uploads
+}
+
+func TestPutSharedDedup(t *testing.T) {
+	s := testStorage(t)
+	src := filepath.Join(t.TempDir(), "000007.sst")
+	content := []byte(strings.Repeat("immutable sst ", 1000))
+	if err := os.WriteFile(src, content, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256Hex(content)
+	h, uploaded, err := s.PutShared(src, "")
+	if err != nil || !uploaded {
+		t.Fatalf("first PutShared = %+v, %t, %v; want an upload", h, uploaded, err)
+	}
+	want := FileHandle{Path: "shared/" + sum + ".sst", Size: int64(len(content)), SHA256: sum, Shared: true, RawSize: int64(len(content))}
+	if h != want {
+		t.Fatalf("PutShared handle = %+v, want %+v", h, want)
+	}
+	stored := filepath.Join(s.Root(), "shared", sum+".sst")
+	fi, err := os.Stat(stored)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// The same content again, from another file, with its digest given:
+	// nothing is copied.
+	again := filepath.Join(t.TempDir(), "000042.sst")
+	if err := os.WriteFile(again, content, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	h2, uploaded, err := s.PutShared(again, sum)
+	if err != nil || uploaded || h2 != want {
+		t.Fatalf("second PutShared = %+v, %t, %v; want %+v without an upload", h2, uploaded, err, want)
+	}
+	// A fresh Storage (a restarted worker) learns the existing file.
+	fresh, err := OpenStorage(s.Root())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h3, uploaded, err := fresh.PutShared(again, ""); err != nil || uploaded || h3 != want {
+		t.Fatalf("PutShared on a reopened storage = %+v, %t, %v; want %+v without an upload", h3, uploaded, err, want)
+	}
+	if fi2, err := os.Stat(stored); err != nil || !fi2.ModTime().Equal(fi.ModTime()) || !os.SameFile(fi, fi2) {
+		t.Fatalf("the shared file was rewritten: %v", err)
+	}
+	if files, err := s.SharedFiles(); err != nil || !reflect.DeepEqual(files, map[string]int64{want.Path: want.Size}) {
+		t.Fatalf("SharedFiles = %v, %v", files, err)
+	}
+
+	// A wrong digest stores nothing.
+	other := filepath.Join(t.TempDir(), "000043.sst")
+	if err := os.WriteFile(other, []byte("other"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	wrong := sha256Hex([]byte("not other"))
+	if _, _, err := s.PutShared(other, wrong); err == nil || !strings.Contains(err.Error(), "not the "+wrong+" given") {
+		t.Fatalf("PutShared with a wrong digest = %v", err)
+	}
+	if _, _, err := s.PutShared(other, "xyz"); err == nil || !strings.Contains(err.Error(), "not a hex SHA-256") {
+		t.Fatalf("PutShared with a malformed digest = %v", err)
+	}
+	if got := readTree(t, filepath.Join(s.Root(), "shared")); len(got) != 1 {
+		t.Fatalf("shared directory holds %v; want only the first file", slices.Collect(func(yield func(string) bool) {
+			for p := range got {
+				yield(p)
+			}
+		}))
+	}
+
+	// A damaged shared file is replaced by the next put of its content.
+	flipFileByte(t, stored, 10)
+	h4, uploaded, err := fresh.PutShared(src, sum)
+	if err != nil || !uploaded || h4 != want {
+		t.Fatalf("PutShared over a damaged file = %+v, %t, %v; want a fresh upload", h4, uploaded, err)
+	}
+	if b, err := os.ReadFile(stored); err != nil || !bytes.Equal(b, content) {
+		t.Fatalf("damaged shared file not replaced: %v", err)
+	}
+
+	// Checkpoints share files: the second uploads only its new one.
+	files := map[string]string{"000002.sst": "two", "000005.sst": "five", "MANIFEST-000001": "manifest"}
+	_, n := writeSharedCheckpoint(t, s, 1, files)
+	if n != 2 {
+		t.Fatalf("checkpoint 1 uploaded %d shared files, want 2", n)
+	}
+	files["000009.sst"] = "nine"
+	m2, n := writeSharedCheckpoint(t, s, 2, files)
+	if n != 1 {
+		t.Fatalf("checkpoint 2 uploaded %d shared files, want 1", n)
+	}
+	if m2.Version != 2 {
+		t.Fatalf("metadata with shared files has version %d, want 2", m2.Version)
+	}
+	// Discard leaves shared files to whoever counts their references.
+	before, _ := s.SharedFiles()
+	if err := s.Discard(1); err != nil {
+		t.Fatal(err)
+	}
+	if after, err := s.SharedFiles(); err != nil || !reflect.DeepEqual(after, before) {
+		t.Fatalf("Discard changed the shared files: %v → %v, %v", before, after, err)
+	}
+	got, err := s.ReadMetadata(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Verify(got); err != nil {
+		t.Fatalf("Verify of checkpoint 2 after discarding 1: %v", err)
+	}
+	dst := filepath.Join(t.TempDir(), "db")
+	if err := s.Restore(got, testTask, dst); err != nil {
+		t.Fatalf("Restore: %v", err)
+	}
+	if got := readTree(t, dst); !reflect.DeepEqual(got, files) {
+		t.Fatalf("restored %v, want %v", got, files)
+	}
+}
+
+func TestCompressionRoundTrip(t *testing.T) {
+	s := testStorage(t)
+	if err := s.SetCompression(5); err == nil {
+		t.Fatal("SetCompression(5) succeeded")
+	}
+	if err := s.SetCompression(3); err != nil {
+		t.Fatal(err)
+	}
+	m := writeTestCheckpoint(t, s, 1)
+	for _, h := range m.Tasks[0].State {
+		raw := stateFiles[strings.TrimPrefix(h.Path, "tasks/0-1/state/")]
+		if !h.Compressed || h.RawSize != int64(len(raw)) {
+			t.Fatalf("CopyDir handle %+v: want compressed, raw size %d", h, len(raw))
+		}
+		stored, err := os.ReadFile(filepath.Join(s.Dir(1), filepath.FromSlash(h.Path)))
+		if err != nil || int64(len(stored)) != h.Size || sha256Hex(stored) != h.SHA256 {
+			t.Fatalf("stored file of %s does not match its handle: %v", h.Path, err)
+		}
+		if len(raw) > 1000 && len(stored) >= len(raw)/4 {
+			t.Fatalf("%s stored in %d bytes from %d: not compressed", h.Path, len(stored), len(raw))
+		}
+		r, err := s.Open(1, h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := io.ReadAll(r)
+		r.Close()
+		if err != nil || string(got) != raw {
+			t.Fatalf("Open(%s) read %d bytes, %v; want the %d raw bytes", h.Path, len(got), err, len(raw))
+		}
+	}
+	if ch := m.Tasks[0].Channels[0].File; ch.Compressed {
+		t.Fatalf("WriteFile compressed %+v", ch)
+	}
+	if err := s.Verify(m); err != nil {
+		t.Fatalf("Verify: %v", err)
+	}
+	dst := filepath.Join(t.TempDir(), "db")
+	if err := s.Restore(m, testTask, dst); err != nil {
+		t.Fatalf("Restore: %v", err)
+	}
+	if got := readTree(t, dst); !reflect.DeepEqual(got, stateFiles) {
+		t.Fatalf("restored %v, want the raw state files", got)
+	}
+
+	// Shared files compress too; a compressed shared file is found again
+	// by a storage whose compression is off.
+	files := map[string]string{"000002.sst": strings.Repeat("a", 5000), "OPTIONS-000003": "options"}
+	m2, _ := writeSharedCheckpoint(t, s, 2, files)
+	var shared FileHandle
+	for _, h := range m2.Tasks[0].State {
+		if h.Shared {
+			shared = h
+		}
+	}
+	if !shared.Compressed || shared.RawSize != 5000 || shared.Size >= 5000 {
+		t.Fatalf("shared handle %+v: want compressed from 5000 bytes", shared)
+	}
+	fresh, err := OpenStorage(s.Root())
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := filepath.Join(t.TempDir(), "000002.sst")
+	writeTree(t, filepath.Dir(src), map[string]string{"000002.sst": files["000002.sst"]})
+	if h, uploaded, err := fresh.PutShared(src, ""); err != nil || uploaded || h != (FileHandle{Path: shared.Path, Size: shared.Size, SHA256: shared.SHA256, Shared: true, Compressed: true, RawSize: 5000}) {
+		t.Fatalf("PutShared of a stored compressed file = %+v, %t, %v; want %+v", h, uploaded, err, shared)
+	}
+	dst = filepath.Join(t.TempDir(), "db")
+	if err := fresh.Restore(m2, testTask, dst); err != nil {
+		t.Fatalf("Restore: %v", err)
+	}
+	if got := readTree(t, dst); !reflect.DeepEqual(got, files) {
+		t.Fatalf("restored %v", got)
+	}
+}
+
+func TestVerifyCompressedAndShared(t *testing.T) {
+	s := testStorage(t)
+	if err := s.SetCompression(1); err != nil {
+		t.Fatal(err)
+	}
+	m := writeTestCheckpoint(t, s, 1)
+	const sst = "tasks/0-1/state/000005.sst"
+	name := filepath.Join(s.Dir(1), filepath.FromSlash(sst))
+	flipFileByte(t, name, 20)
+	err := s.Verify(m)
+	if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "chk-0000000001/"+sst+": SHA-256") {
+		t.Fatalf("Verify of a damaged compressed file = %v", err)
+	}
+	var h FileHandle
+	for _, x := range m.Tasks[0].State {
+		if x.Path == sst {
+			h = x
+		}
+	}
+	r, err := s.Open(1, h)
+	if err == nil {
+		_, err = io.ReadAll(r)
+		r.Close()
+	}
+	if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "chk-0000000001/"+sst) {
+		t.Fatalf("reading a damaged compressed file = %v; want a corruption error naming it", err)
+	}
+	dst := t.TempDir()
+	if err := s.Restore(m, testTask, dst); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), sst) {
+		t.Fatalf("Restore of a damaged compressed file = %v", err)
+	}
+	if got := readTree(t, dst); len(got) != 0 {
+		t.Fatalf("a failed restore left %v", got)
+	}
+	flipFileByte(t, name, 20)
+	if err := s.Verify(m); err != nil {
+		t.Fatalf("Verify after undoing the damage: %v", err)
+	}
+	// A handle whose raw size is wrong fails on reading.
+	h.RawSize++
+	r, err = s.Open(1, h)
+	if err == nil {
+		_, err = io.ReadAll(r)
+		r.Close()
+	}
+	if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "decompresses to") {
+		t.Fatalf("reading with a wrong raw size = %v", err)
+	}
+
+	// A missing shared file is reported by its name below the root.
+	m2, _ := writeSharedCheckpoint(t, s, 2, map[string]string{"000002.sst": "two", "000003.sst": "three"})
+	gone := m2.Tasks[0].State[0].Path
+	if err := s.RemoveShared(gone); err != nil {
+		t.Fatal(err)
+	}
+	err = s.Verify(m2)
+	if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "checkpoint: "+gone+": missing") || strings.Count(err.Error(), "\n") != 0 {
+		t.Fatalf("Verify with a missing shared file = %v; want %s reported missing", err, gone)
+	}
+	if _, skipped, err := s.LatestUsable(); err != nil || len(skipped) != 1 {
+		t.Fatalf("LatestUsable = %v, %v; want checkpoint 2 skipped", skipped, err)
+	}
+	// Shared paths are checked.
+	bad := m2.Tasks[0].State[1]
+	bad.Path = "shared/../chk-0000000001/x"
+	if err := s.verifyFile(2, bad); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "invalid shared file path") {
+		t.Fatalf("Verify of a bad shared path = %v", err)
+	}
+	m2.Tasks[0].State[1].Name = ""
+	if err := s.Restore(m2, testTask, t.TempDir()); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "has no name") {
+		t.Fatalf("Restore of a shared file without a name = %v", err)
+	}
+}
+
+func TestAuditAndRemoveShared(t *testing.T) {
+	s := testStorage(t)
+	m1, _ := writeSharedCheckpoint(t, s, 1, map[string]string{"000002.sst": "two", "000003.sst": "three"})
+	writeSharedCheckpoint(t, s, 2, map[string]string{"000003.sst": "three", "000004.sst": "four"})
+	if missing, unref, err := s.Audit(); err != nil || len(missing) != 0 || len(unref) != 0 {
+		t.Fatalf("Audit of an intact storage = %v, %v, %v", missing, unref, err)
+	}
+
+	// Checkpoint 1 goes; the registry has not yet removed its only file.
+	if err := s.Discard(1); err != nil {
+		t.Fatal(err)
+	}
+	two := m1.Tasks[0].State[0].Path // 000002.sst
+	// And a file both reference goes missing.
+	three := "shared/" + sha256Hex([]byte("three")) + ".sst"
+	if err := s.RemoveShared(three); err != nil {
+		t.Fatal(err)
+	}
+	missing, unref, err := s.Audit()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(unref, []string{two}) {
+		t.Fatalf("Audit unreferenced = %v, want [%s]", unref, two)
+	}
+	if len(missing) != 1 || !errors.Is(missing[0], ErrCorrupt) || !strings.Contains(missing[0].Error(), "checkpoint 2: checkpoint: "+three+": missing") {
+		t.Fatalf("Audit missing = %v; want %s missing from checkpoint 2", missing, three)
+	}
+
+	// RemoveShared: removed, idempotent, and only shared paths.
+	if err := s.RemoveShared(two); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.RemoveShared(two); err != nil {
+		t.Fatalf("second RemoveShared = %v", err)
+	}
+	for _, p := range []string{"chk-0000000002/_metadata", "shared/", "shared/../x", "shared/.tmp", "shared/a/b"} {
+		if err := s.RemoveShared(p); err == nil {
+			t.Fatalf("RemoveShared(%q) succeeded", p)
+		}
+	}
+	if _, err := s.ReadMetadata(2); err != nil {
+		t.Fatalf("checkpoint 2 damaged by RemoveShared: %v", err)
+	}
+	files, err := s.SharedFiles()
+	if err != nil || len(files) != 1 {
+		t.Fatalf("SharedFiles = %v, %v; want only 000004.sst", files, err)
+	}
+	if _, unref, err := s.Audit(); err != nil || len(unref) != 0 {
+		t.Fatalf("Audit after RemoveShared = %v, %v", unref, err)
+	}
+
+	// A crash's temporary file is not a shared file; CleanIncomplete
+	// removes it.
+	tmp := filepath.Join(s.Root(), "shared", ".abc.sst.tmp-123")
+	if err := os.WriteFile(tmp, []byte("partial"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if files, err := s.SharedFiles(); err != nil || len(files) != 1 {
+		t.Fatalf("SharedFiles with a temporary file = %v, %v", files, err)
+	}
+	if _, err := s.CleanIncomplete(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(tmp); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("CleanIncomplete left %s: %v", tmp, err)
+	}
+	if missing, _, err := testStorage(t).Audit(); err != nil || len(missing) != 0 {
+		t.Fatalf("Audit of an empty storage = %v, %v", missing, err)
 	}
 }

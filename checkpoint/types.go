@@ -39,11 +39,28 @@ func (k Kind) String() string {
 }
 
 // FileHandle is one persisted file of a snapshot. Path is relative to the
-// checkpoint's directory; SHA256 is the hex digest of the file's bytes.
+// checkpoint's directory, or, for a shared file, to the storage root; Size
+// and SHA256 (hex) are those of the bytes stored.
 type FileHandle struct {
 	Path   string `json:"path"`
 	Size   int64  `json:"size"`
 	SHA256 string `json:"sha256"`
+	// Shared says Path ("shared/<name>") is relative to the storage root:
+	// the file is content-addressed and may be referenced by several
+	// checkpoints (see Storage.PutShared).
+	Shared bool `json:"shared,omitempty"`
+	// Compressed says the file is stored zstd-compressed: Size and SHA256
+	// are of the stored (compressed) bytes and RawSize is the size of the
+	// original bytes, which readers (Open, Restore) return.
+	Compressed bool `json:"compressed,omitempty"`
+	// RawSize is the size of the original bytes. It is set on compressed
+	// and shared handles; 0 on any other handle means Size.
+	RawSize int64 `json:"rawSize,omitempty"`
+	// Name is, for a shared keyed-state file, the path the file has in the
+	// snapshot, relative to the checkpoint's directory as a non-shared
+	// file's Path is (tasks/0-1/state/000123.sst): Restore recreates it
+	// there. Empty on other handles.
+	Name string `json:"name,omitempty"`
 }
 
 // ChannelState is the in-flight data of one channel captured by an
@@ -89,5 +106,8 @@ type Metrics struct {
 	StateSize      int64         `json:"stateSize"`
 	// InFlightBytes: channel state persisted by an unaligned checkpoint.
 	InFlightBytes int64 `json:"inFlightBytes"`
-	Unaligned     bool  `json:"unaligned"`
+	// Uploaded: bytes this checkpoint wrote to storage (an incremental
+	// checkpoint references earlier uploads instead of writing them again).
+	Uploaded  int64 `json:"uploaded"`
+	Unaligned bool  `json:"unaligned"`
 }

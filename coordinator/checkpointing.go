@@ -138,6 +138,7 @@ type HistoryEntry struct {
 	// Sums over subtasks, and the slowest subtask's alignment, sync and
 	// async durations.
 	StateSize     int64         `json:"stateSize"`
+	Uploaded      int64         `json:"uploaded"`
 	InFlightBytes int64         `json:"inFlightBytes"`
 	Alignment     time.Duration `json:"alignment"`
 	Sync          time.Duration `json:"sync"`
@@ -187,6 +188,62 @@ type ckptDriver struct {
 	wg      sync.WaitGroup
 	// savepoints clients wait for, by id
 	savepoints map[int64]*pendingSavepoint
+	reg        *registry
+}
+
+// registry counts references to shared state files (incremental
+// checkpoints upload an SST file once and reference it from every later
+// checkpoint that still has it) and deletes a file when no retained
+// checkpoint, and no acknowledged pending one, references it any more
+// (seed 000 §4.2, SharedStateRegistry).
+type registry struct {
+	refs      map[string]int
+	pending   map[int64][]string // checkpoint id → shared paths its acks reference
+	completed map[int64][]string // retained checkpoint id → shared paths
+}
+
+func newRegistry() *registry {
+	return &registry{refs: map[string]int{}, pending: map[int64][]string{}, completed: map[int64][]string{}}
+}
+
+func sharedPaths(st checkpoint.SubtaskState) []string {
+	var out []string
+	for _, f := range st.State {
+		if f.Shared {
+			out = append(out, f.Path)
+		}
+	}
+	return out
+}
+
+func (r *registry) acked(id int64, st checkpoint.SubtaskState) {
+	for _, p := range sharedPaths(st) {
+		r.refs[p]++
+		r.pending[id] = append(r.pending[id], p)
+	}
+}
+
+func (r *registry) completedCheckpoint(id int64) {
+	r.completed[id] = r.pending[id]
+	delete(r.pending, id)
+}
+
+// release drops the references of an aborted or discarded checkpoint and
+// returns the files nothing references any more.
+func (r *registry) release(id int64) []string {
+	paths := r.pending[id]
+	delete(r.pending, id)
+	paths = append(paths, r.completed[id]...)
+	delete(r.completed, id)
+	var free []string
+	for _, p := range paths {
+		r.refs[p]--
+		if r.refs[p] <= 0 {
+			delete(r.refs, p)
+			free = append(free, p)
+		}
+	}
+	return free
 }
 
 // newCkptDriver prepares checkpointing for the job's current attempt and
@@ -282,7 +339,16 @@ func (c *Coordinator) newCkptDriver(j *jobState) (*ckptDriver, int64, error) {
 	}
 	d := &ckptDriver{c: c, j: j, attempt: j.attempt, sm: sm, storage: st, sources: sources,
 		done: map[checkpoint.TaskID]bool{}, pending: map[int64]int64{}, quit: make(chan struct{}), history: hist,
-		savepoints: map[int64]*pendingSavepoint{}}
+		savepoints: map[int64]*pendingSavepoint{}, reg: newRegistry()}
+	for _, cp := range retained {
+		for _, t := range cp.Tasks {
+			d.reg.acked(cp.ID, t)
+		}
+		d.reg.completedCheckpoint(cp.ID)
+	}
+	// Nothing is pending yet: shared files that no retained checkpoint
+	// references were left by aborted or crashed checkpoints.
+	d.sweep()
 	sub, err := c.cfg.NATS.Subscribe(transport.CheckpointAckSubject(j.info.JobID), d.onAck)
 	if err != nil {
 		hist.Close()
@@ -365,7 +431,9 @@ func (d *ckptDriver) onAck(m *nats.Msg) {
 		if a.State != nil {
 			st = *a.State
 		}
-		err = d.sm.Ack(now, a.ID, a.Task, st, a.Metrics)
+		if err = d.sm.Ack(now, a.ID, a.Task, st, a.Metrics); err == nil {
+			d.reg.acked(a.ID, st)
+		}
 	}
 	if err != nil {
 		d.c.cfg.Logf("coordinator: job %s: %v", d.j.info.JobID, err)
@@ -394,6 +462,11 @@ func (d *ckptDriver) run() {
 			d.persist(a.Checkpoint)
 		case checkpoint.NotifyComplete:
 			delete(d.pending, a.ID)
+			if a.Kind == checkpoint.KindCheckpoint {
+				d.reg.completedCheckpoint(a.ID)
+			} else {
+				d.reg.release(a.ID) // savepoints reference no shared files
+			}
 			d.send(transport.CheckpointControl{Action: transport.CheckpointComplete, ID: a.ID, Kind: a.Kind})
 			if sp := d.savepoints[a.ID]; sp != nil {
 				delete(d.savepoints, a.ID)
@@ -419,11 +492,20 @@ func (d *ckptDriver) run() {
 			}
 		case checkpoint.Discard:
 			id := a.ID
-			go func() {
-				if err := d.storage.Discard(id); err != nil {
-					d.c.cfg.Logf("coordinator: job %s: discarding checkpoint %d: %v", d.j.info.JobID, id, err)
+			free := d.reg.release(id)
+			// Synchronously, before any later trigger: a checkpoint must not
+			// reference a shared file that is being deleted.
+			if err := d.storage.Discard(id); err != nil {
+				d.c.cfg.Logf("coordinator: job %s: discarding checkpoint %d: %v", d.j.info.JobID, id, err)
+			}
+			for _, p := range free {
+				if err := d.storage.RemoveShared(p); err != nil {
+					d.c.cfg.Logf("coordinator: job %s: removing shared file %s: %v", d.j.info.JobID, p, err)
 				}
-			}()
+			}
+			if len(d.sm.Pending()) == 0 {
+				d.sweep()
+			}
 		case checkpoint.FailJob:
 			attempt := d.attempt
 			go d.c.failJob(d.j, attempt, a.Reason)
@@ -459,6 +541,7 @@ func (d *ckptDriver) persist(cp checkpoint.Completed) {
 	for t, m := range cp.Metrics {
 		meta.Metrics[t.String()] = m
 		e.StateSize += m.StateSize
+		e.Uploaded += m.Uploaded
 		e.InFlightBytes += m.InFlightBytes
 		e.Alignment = max(e.Alignment, m.Alignment)
 		e.Sync = max(e.Sync, m.Sync)
@@ -492,6 +575,25 @@ func (d *ckptDriver) persist(cp checkpoint.Completed) {
 		d.sm.Persisted(cp.ID, err)
 		d.run()
 	}()
+}
+
+// sweep deletes shared files that nothing references: uploads of
+// checkpoints that were aborted before their acknowledgement arrived. It
+// runs only while no checkpoint is pending, so no upload it could race with
+// belongs to a live checkpoint.
+func (d *ckptDriver) sweep() {
+	files, err := d.storage.SharedFiles()
+	if err != nil {
+		d.c.cfg.Logf("coordinator: job %s: listing shared files: %v", d.j.info.JobID, err)
+		return
+	}
+	for p := range files {
+		if d.reg.refs[p] == 0 {
+			if err := d.storage.RemoveShared(p); err != nil {
+				d.c.cfg.Logf("coordinator: job %s: removing unreferenced %s: %v", d.j.info.JobID, p, err)
+			}
+		}
+	}
 }
 
 // record appends a history line; d.mu is held.

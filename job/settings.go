@@ -24,6 +24,23 @@ type CheckpointSettings struct {
 	TolerableFailures int `json:"tolerableFailures,omitempty"`
 	// Retain completed checkpoints (default 1).
 	Retain int `json:"retain,omitempty"`
+	// Incremental checkpoints upload only the state files that are new
+	// since the last one (default true).
+	Incremental *bool `json:"incremental,omitempty"`
+	// Compression is the zstd level of uploaded files: 0 off, 1 (default)
+	// fastest … 4 best.
+	Compression *int `json:"compression,omitempty"`
+}
+
+// IncrementalOn reports whether checkpoints are incremental.
+func (c *CheckpointSettings) IncrementalOn() bool { return c.Incremental == nil || *c.Incremental }
+
+// CompressionLevel is the zstd level of uploads.
+func (c *CheckpointSettings) CompressionLevel() int {
+	if c.Compression == nil {
+		return 1
+	}
+	return *c.Compression
 }
 
 // Checkpoint modes.
@@ -81,6 +98,8 @@ func (c *CheckpointSettings) validate() error {
 		return errorf("checkpoint.tolerableFailures", "%d must be ≥ -1 (-1: unlimited)", c.TolerableFailures)
 	case c.Retain < 0:
 		return errorf("checkpoint.retain", "%d must be ≥ 0", c.Retain)
+	case c.Compression != nil && (*c.Compression < 0 || *c.Compression > 4):
+		return errorf("checkpoint.compression", "%d must be in [0, 4] (0: off)", *c.Compression)
 	}
 	return nil
 }

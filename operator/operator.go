@@ -58,6 +58,17 @@ const (
 // Byte slices passed in are not retained; byte slices returned stay valid
 // only until the next call.
 type Services interface {
+	KeyedState
+	// Watermark is the subtask's current event-time watermark.
+	Watermark() int64
+	// ProcessingTime is the wall clock in milliseconds since the Unix epoch.
+	ProcessingTime() int64
+	// Log writes a message to the worker's log, tagged with the operator.
+	Log(level int32, msg string)
+}
+
+// KeyedState is the keyed state and timers of one operator.
+type KeyedState interface {
 	// RegisterState declares a state by name and kind (abi.StateValue,
 	// abi.StateMap) and returns its handle. Registering the same name twice
 	// returns the same handle; the same name with another kind is
@@ -78,12 +89,6 @@ type Services interface {
 	RegisterTimer(domain int32, key, ns []byte, ts int64) error
 	// DeleteTimer removes a timer; deleting an absent timer is not an error.
 	DeleteTimer(domain int32, key, ns []byte, ts int64) error
-	// Watermark is the subtask's current event-time watermark.
-	Watermark() int64
-	// ProcessingTime is the wall clock in milliseconds since the Unix epoch.
-	ProcessingTime() int64
-	// Log writes a message to the worker's log, tagged with the operator.
-	Log(level int32, msg string)
 }
 
 // Collector receives an operator's output. Port is the index of the

@@ -2,7 +2,9 @@ package worker
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -37,6 +39,8 @@ type ckptEnv struct {
 	fromSavepoint bool
 	oldGraph      *job.Graph
 	dataDir       string
+	// incremental: checkpoints upload only SST files not stored yet.
+	incremental bool
 }
 
 // errStopped ends a subtask stopped after a stop-with-savepoint.
@@ -458,9 +462,12 @@ func (t *task) persist(snap *snapshotInProgress) {
 	if snap.stateDir != "" {
 		var files []checkpoint.FileHandle
 		var err error
-		if snap.kind == checkpoint.KindSavepoint {
+		switch {
+		case snap.kind == checkpoint.KindSavepoint:
 			files, err = t.exportCanonical(snap, base)
-		} else {
+		case t.ckpt.incremental:
+			files, err = t.uploadIncremental(snap, base)
+		default:
 			files, err = s.CopyDir(snap.id, base+"/state", snap.stateDir)
 		}
 		_ = os.RemoveAll(snap.stateDir)
@@ -471,6 +478,9 @@ func (t *task) persist(snap *snapshotInProgress) {
 		st.State = files
 		for _, f := range files {
 			snap.metrics.StateSize += f.Size
+		}
+		if !t.ckpt.incremental || snap.kind == checkpoint.KindSavepoint {
+			snap.metrics.Uploaded = snap.metrics.StateSize
 		}
 	}
 	chans := snap.out
@@ -756,4 +766,82 @@ func (t *task) savepointOffset(vertex, connectorName string) ([]byte, error) {
 		return offs[t.subtask], nil
 	}
 	return connector.RescaleOffsets(connectorName, offs, t.subtask, t.chain.Parallelism)
+}
+
+// uploadIncremental persists a keyed-state snapshot incrementally: Pebble's
+// SST files are immutable, so each is stored once, shared, named by its
+// content, and referenced by every later checkpoint that still has it (the
+// coordinator's registry deletes it when none does); the small mutable files
+// (MANIFEST, OPTIONS, WAL) are copied into the checkpoint itself.
+func (t *task) uploadIncremental(snap *snapshotInProgress, base string) ([]checkpoint.FileHandle, error) {
+	s := t.ckpt.storage
+	var files []checkpoint.FileHandle
+	err := filepath.WalkDir(snap.stateDir, func(p string, de os.DirEntry, err error) error {
+		if err != nil || de.IsDir() {
+			return err
+		}
+		rel, err := filepath.Rel(snap.stateDir, p)
+		if err != nil {
+			return err
+		}
+		name := base + "/state/" + filepath.ToSlash(rel)
+		if filepath.Ext(p) != ".sst" {
+			h, err := s.CopyFile(snap.id, name, p)
+			if err != nil {
+				return err
+			}
+			snap.metrics.Uploaded += h.Size
+			files = append(files, h)
+			return nil
+		}
+		sum, err := t.sstDigest(p)
+		if err != nil {
+			return err
+		}
+		h, uploaded, err := s.PutShared(p, sum)
+		if err != nil {
+			return err
+		}
+		h.Name = name
+		if uploaded {
+			snap.metrics.Uploaded += h.Size
+		}
+		files = append(files, h)
+		return nil
+	})
+	return files, err
+}
+
+// sstDigest returns the SHA-256 of an SST file of the subtask's store.
+// SST files never change and their numbers are not reused while the store
+// lives, so each is hashed once.
+func (t *task) sstDigest(path string) (string, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return "", err
+	}
+	key := fmt.Sprintf("%s/%d", filepath.Base(path), fi.Size())
+	t.digestMu.Lock()
+	sum, ok := t.digests[key]
+	t.digestMu.Unlock()
+	if ok {
+		return sum, nil
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", err
+	}
+	sum = hex.EncodeToString(h.Sum(nil))
+	t.digestMu.Lock()
+	if t.digests == nil {
+		t.digests = map[string]string{}
+	}
+	t.digests[key] = sum
+	t.digestMu.Unlock()
+	return sum, nil
 }

@@ -29,15 +29,10 @@ const stateFlushBytes = 32 << 20
 // sourceBatch is how many records a source is asked for at a time.
 const sourceBatch = 1024
 
-// keyedState is what a stage needs from package state (or noKeyedState).
+// keyedState is what a stage needs from package state (or noKeyedState):
+// the operator's keyed state and timers, and firing them.
 type keyedState interface {
-	RegisterState(name string, kind int32) (int32, error)
-	StateGet(h int32, key, ns, dst []byte) ([]byte, error)
-	StatePut(h int32, key, ns, value []byte) error
-	StateDelete(h int32, key, ns []byte) error
-	StateIter(h int32, key, prefix, after []byte, fn func(ns, value []byte) bool) error
-	RegisterTimer(domain int32, key, ns []byte, ts int64) error
-	DeleteTimer(domain int32, key, ns []byte, ts int64) error
+	operator.KeyedState
 	PopTimers(domain int32, upTo int64, b *abi.Builder) (int, error)
 	NextTimer(domain int32) (int64, bool)
 }
@@ -158,9 +153,13 @@ type task struct {
 	idle bool
 	// sourceOffset is where a source restored from a savepoint starts.
 	sourceOffset []byte
-	asyncWG      sync.WaitGroup
-	sinkTxn      bool
-	restored     *checkpoint.SubtaskState
+	// digests caches the SHA-256 of the store's SST files (incremental
+	// checkpoints); persist goroutines share it.
+	digestMu sync.Mutex
+	digests  map[string]string
+	asyncWG  sync.WaitGroup
+	sinkTxn  bool
+	restored *checkpoint.SubtaskState
 
 	source   connector.Source
 	srcOut   atomic.Int64

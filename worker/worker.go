@@ -429,9 +429,13 @@ func (w *Worker) checkpointEnv(j *jobRun, d transport.Deployment) (*ckptEnv, err
 			return nil, err
 		}
 	}
+	if err := st.SetCompression(cs.CompressionLevel()); err != nil {
+		return nil, err
+	}
 	env := &ckptEnv{
 		storage:        st,
 		mode:           mode,
+		incremental:    cs.IncrementalOn(),
 		alignedTimeout: cs.AlignedTimeout,
 		tmpDir:         filepath.Join(w.cfg.DataDir, "jobs", j.id, "snapshots"),
 		publish: func(a transport.CheckpointAck) {

@@ -190,6 +190,8 @@ func deployCommand() *cli.Command {
 		&cli.IntFlag{Name: "max-concurrent-checkpoints", Usage: "checkpoints in progress at once (default 1)"},
 		&cli.IntFlag{Name: "tolerable-failures", Usage: "consecutive failed checkpoints tolerated before the job fails (-1: unlimited)"},
 		&cli.IntFlag{Name: "retain", Usage: "completed checkpoints to keep (default 1)"},
+		&cli.BoolFlag{Name: "incremental", Usage: "checkpoints upload only the state files that are new since the last one (--incremental=false: every file every time)", Value: true},
+		&cli.IntFlag{Name: "compression", Usage: "zstd level of uploaded checkpoint files: 0 off, 1 fastest (default) … 4 best"},
 		&cli.StringFlag{Name: "restart", Usage: "restart strategy of a failed job: none, fixed-delay or exponential-backoff"},
 		&cli.IntFlag{Name: "restart-attempts", Usage: "most restarts before the job fails for good (0: unlimited)"},
 		&cli.DurationFlag{Name: "restart-delay", Usage: "delay before a restart (the first one, for exponential backoff)"},
@@ -376,6 +378,14 @@ func applySettingFlags(c *cli.Context, p *job.Plan) {
 	}
 	if c.IsSet("retain") {
 		get().Retain = c.Int("retain")
+	}
+	if c.IsSet("incremental") {
+		v := c.Bool("incremental")
+		get().Incremental = &v
+	}
+	if c.IsSet("compression") {
+		v := c.Int("compression")
+		get().Compression = &v
 	}
 	p.Checkpoint = cp
 	r := p.Restart
@@ -612,8 +622,8 @@ checkpoints retained on disk.`,
 				return err
 			}
 			w := c.App.Writer
-			fmt.Fprintf(w, "%-6s %-10s %-9s %-10s %-10s %-10s %-10s %-10s %-10s %s\n",
-				"ID", "KIND", "STATUS", "DURATION", "SIZE", "IN-FLIGHT", "ALIGNMENT", "SYNC", "ASYNC", "ATTEMPT")
+			fmt.Fprintf(w, "%-6s %-11s %-9s %-10s %-10s %-10s %-10s %-10s %-10s %-10s %s\n",
+				"ID", "KIND", "STATUS", "DURATION", "SIZE", "UPLOADED", "IN-FLIGHT", "ALIGNMENT", "SYNC", "ASYNC", "ATTEMPT")
 			for _, e := range hist {
 				kind := e.Kind.String()
 				if e.Kind == 0 {
@@ -622,8 +632,8 @@ checkpoints retained on disk.`,
 				if e.Unaligned {
 					kind += "*"
 				}
-				fmt.Fprintf(w, "%-6d %-10s %-9s %-10s %-10d %-10d %-10s %-10s %-10s %d",
-					e.ID, kind, e.Status, e.Duration.Round(time.Millisecond), e.StateSize, e.InFlightBytes,
+				fmt.Fprintf(w, "%-6d %-11s %-9s %-10s %-10d %-10d %-10d %-10s %-10s %-10s %d",
+					e.ID, kind, e.Status, e.Duration.Round(time.Millisecond), e.StateSize, e.Uploaded, e.InFlightBytes,
 					e.Alignment.Round(time.Millisecond), e.Sync.Round(time.Millisecond), e.Async.Round(time.Millisecond), e.Attempt)
 				if e.Reason != "" {
 					fmt.Fprintf(w, "  (%s)", e.Reason)

@@ -202,6 +202,19 @@ func inspect(w io.Writer, dir string, verify bool) error {
 			return err
 		}
 		fmt.Fprintln(w, "  verified: every file's size and SHA-256 match")
+		// Across every checkpoint of the directory: files that are
+		// referenced but missing, and shared files nothing references.
+		missing, unreferenced, err := st.Audit()
+		if err != nil {
+			return err
+		}
+		for _, u := range unreferenced {
+			fmt.Fprintf(w, "  unreferenced: %s\n", u)
+		}
+		if len(missing) > 0 {
+			return fmt.Errorf("%d referenced files are missing or damaged: %w", len(missing), errors.Join(missing...))
+		}
+		fmt.Fprintf(w, "  audit: no missing files, %d unreferenced\n", len(unreferenced))
 	}
 	return nil
 }

@@ -135,3 +135,51 @@ func (o *runcount) Process(ctx *wstream.Context, r wstream.Record) error {
 	ctx.Emit(r.Key, o.buf, r.Timestamp)
 	return nil
 }
+
+func init() {
+	wstream.Register("fill", func() wstream.Operator { return &fill{} })
+}
+
+// fill keeps, per key, a value of config "pad" bytes that changes with every
+// record (its first 8 bytes count the key's records), and emits nothing: a
+// job with a large keyed state of which each record changes one entry.
+type fill struct {
+	v   wstream.ValueState
+	buf []byte
+	cfg struct {
+		Pad int `json:"pad"`
+	}
+}
+
+func (o *fill) Open(ctx *wstream.Context) error {
+	if err := ctx.UnmarshalConfig(&o.cfg); err != nil {
+		return err
+	}
+	if o.cfg.Pad < 8 {
+		o.cfg.Pad = 8
+	}
+	o.v = ctx.ValueState("v")
+	o.buf = make([]byte, o.cfg.Pad)
+	return nil
+}
+
+func (o *fill) Process(ctx *wstream.Context, r wstream.Record) error {
+	old, ok, err := o.v.Get()
+	if err != nil {
+		return err
+	}
+	var n uint64
+	if ok && len(old) >= 8 {
+		n = uint64(old[0]) | uint64(old[1])<<8 | uint64(old[2])<<16 | uint64(old[3])<<24 |
+			uint64(old[4])<<32 | uint64(old[5])<<40 | uint64(old[6])<<48 | uint64(old[7])<<56
+	}
+	n++
+	for i := 0; i < 8; i++ {
+		o.buf[i] = byte(n >> (8 * i))
+	}
+	// The rest varies with the key and the count, so it does not compress away.
+	for i := 8; i < len(o.buf); i++ {
+		o.buf[i] = byte(uint64(i)*n*2654435761>>13) ^ r.Key[i%len(r.Key)]
+	}
+	return o.v.Put(o.buf)
+}
