@@ -861,8 +861,13 @@ func (s *Store) ImportCanonical(r io.Reader) (ImportStats, error) {
 		return fail(err)
 	}
 	if !b.Empty() {
-		if err := b.Commit(pebble.Sync); err != nil {
+		// The store has no WAL: flushing the memtable makes the import
+		// durable at once.
+		if err := b.Commit(pebble.NoSync); err != nil {
 			return fail(fmt.Errorf("commit: %w", err))
+		}
+		if err := s.db.Flush(); err != nil {
+			return fail(fmt.Errorf("flush: %w", err))
 		}
 	}
 	// Every cached entry is clean after the Flush, and may be stale now.

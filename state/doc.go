@@ -39,11 +39,12 @@
 // # Writes, reads and flushes
 //
 // StatePut and StateDelete go to an in-memory write-back cache: repeated
-// writes to a hot key within one input batch cost one Pebble write. Store.Flush,
-// which the runtime calls once per input batch, writes all of them (and the
-// timer changes) as one Pebble batch without fsync: durability comes from
-// checkpoints, and the write-ahead log lets a store reopened after Close see
-// every flushed write. StateGet reads the cache first; entries read from
+// writes to a hot key between flushes cost one Pebble write. Store.Flush,
+// which the runtime calls when the cache fills up and before every
+// snapshot, writes all of them (and the timer changes) as one Pebble batch.
+// Durability comes from checkpoints: the store runs without a write-ahead
+// log (a snapshot flushes the memtable first, and Close flushes it, so a
+// store reopened after Close sees every write). StateGet reads the cache first; entries read from
 // Pebble, including absent ones, stay cached in a bounded LRU of hot keys.
 // StateIter flushes first when the iterated key has unflushed writes and
 // then reads Pebble, so it sees every earlier put and delete.

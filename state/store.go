@@ -96,6 +96,21 @@ func Open(o Options) (*Store, error) {
 		Cache:              o.Cache,
 		Logger:             logger,
 		FormatMajorVersion: pebble.FormatNewest,
+		// No write-ahead log: state is durable through checkpoints, which
+		// flush the memtable first, and Close flushes too. A WAL would
+		// only be copied into every checkpoint (Pebble's checkpoint copies
+		// it) and re-uploaded each time.
+		DisableWAL: true,
+		// Every checkpoint flushes the memtable into a small L0 file. With
+		// updates spread over all keys, each L0 file overlaps the whole
+		// base level, so an L0 compaction rewrites (and the next
+		// incremental checkpoint uploads) all of it: let L0 files gather
+		// longer before they are compacted, so that rewrite is amortized
+		// over many checkpoints. Bloom filters keep reads over many L0
+		// files cheap.
+		L0CompactionThreshold:     32,
+		L0CompactionFileThreshold: 64,
+		L0StopWritesThreshold:     256,
 	}
 	// Most reads that miss the hot-key cache are of keys a batch sees for
 	// the first time, often absent: bloom filters answer those without
@@ -216,6 +231,10 @@ func (s *Store) Close() error {
 	var ferr error
 	if s.err == nil {
 		ferr = s.Flush()
+		if ferr == nil {
+			// Without a WAL, what is still in the memtable would be lost.
+			ferr = s.db.Flush()
+		}
 	}
 	berr := s.batch.Close()
 	cerr := s.db.Close()

@@ -141,25 +141,40 @@ func init() {
 }
 
 // fill keeps, per key, a value of config "pad" bytes that changes with every
-// record (its first 8 bytes count the key's records), and emits nothing: a
+// record (its first 8 bytes count the key's records; the rest is taken from
+// a random block at a place that depends on the key and the count, so it
+// neither compresses away nor costs a loop per byte), and emits nothing: a
 // job with a large keyed state of which each record changes one entry.
 type fill struct {
-	v   wstream.ValueState
-	buf []byte
-	cfg struct {
+	v     wstream.ValueState
+	buf   []byte
+	block []byte
+	cfg   struct {
 		Pad int `json:"pad"`
 	}
 }
+
+const fillBlock = 1 << 20
 
 func (o *fill) Open(ctx *wstream.Context) error {
 	if err := ctx.UnmarshalConfig(&o.cfg); err != nil {
 		return err
 	}
-	if o.cfg.Pad < 8 {
-		o.cfg.Pad = 8
+	if o.cfg.Pad < 8 || o.cfg.Pad > fillBlock/2 {
+		return fmt.Errorf("fill: pad %d must be in [8, %d]", o.cfg.Pad, fillBlock/2)
 	}
 	o.v = ctx.ValueState("v")
 	o.buf = make([]byte, o.cfg.Pad)
+	o.block = make([]byte, fillBlock)
+	x := uint64(0x9e3779b97f4a7c15)
+	for i := 0; i < fillBlock; i += 8 {
+		x ^= x << 13
+		x ^= x >> 7
+		x ^= x << 17
+		for k := 0; k < 8; k++ {
+			o.block[i+k] = byte(x >> (8 * k))
+		}
+	}
 	return nil
 }
 
@@ -174,12 +189,14 @@ func (o *fill) Process(ctx *wstream.Context, r wstream.Record) error {
 			uint64(old[4])<<32 | uint64(old[5])<<40 | uint64(old[6])<<48 | uint64(old[7])<<56
 	}
 	n++
+	h := n * 0x9e3779b97f4a7c15
+	for _, c := range r.Key {
+		h = (h ^ uint64(c)) * 0x100000001b3
+	}
+	off := int(h % uint64(fillBlock-len(o.buf)))
+	copy(o.buf, o.block[off:off+len(o.buf)])
 	for i := 0; i < 8; i++ {
 		o.buf[i] = byte(n >> (8 * i))
-	}
-	// The rest varies with the key and the count, so it does not compress away.
-	for i := 8; i < len(o.buf); i++ {
-		o.buf[i] = byte(uint64(i)*n*2654435761>>13) ^ r.Key[i%len(r.Key)]
 	}
 	return o.v.Put(o.buf)
 }
