@@ -164,9 +164,10 @@ func TestBackpressureBoundsMemory(t *testing.T) {
 		}
 		return 0
 	}
-	// Two channels of 8 buffers of at most 32 KiB (about 600 of these
-	// records each), plus one source batch and one sink batch in hand.
-	const bound = 2*8*700 + 2*1024
+	// Two channels of 8 buffers, each at most one source batch (1,024
+	// records) since a batch's output is sent whole, plus a buffer waiting
+	// to be sent into each and one batch in hand at the source and sink.
+	const bound = 2*(8+1)*1024 + 2*1024
 	deadline := time.Now().Add(time.Minute)
 	var maxInFlight int64
 	var ms runtime.MemStats
