@@ -30,6 +30,10 @@ type CheckpointSettings struct {
 	// Compression is the zstd level of uploaded files: 0 off, 1 (default)
 	// fastest … 4 best.
 	Compression *int `json:"compression,omitempty"`
+	// LocalRecovery keeps each subtask's last completed snapshot on its
+	// worker, so that a subtask restarted there restores its keyed state
+	// from that copy instead of checkpoint storage (default false).
+	LocalRecovery bool `json:"localRecovery,omitempty"`
 }
 
 // IncrementalOn reports whether checkpoints are incremental.

@@ -41,6 +41,10 @@ type ckptEnv struct {
 	dataDir       string
 	// incremental: checkpoints upload only SST files not stored yet.
 	incremental bool
+	// localRoot is where subtasks keep their local snapshots
+	// (DATA/jobs/JOB/local), "" when local recovery is off.
+	localRoot string
+	logf      func(format string, args ...any)
 }
 
 // errStopped ends a subtask stopped after a stop-with-savepoint.
@@ -470,8 +474,8 @@ func (t *task) persist(snap *snapshotInProgress) {
 		default:
 			files, err = s.CopyDir(snap.id, base+"/state", snap.stateDir)
 		}
-		_ = os.RemoveAll(snap.stateDir)
 		if err != nil {
+			_ = os.RemoveAll(snap.stateDir)
 			fail(err)
 			return
 		}
@@ -482,6 +486,20 @@ func (t *task) persist(snap *snapshotInProgress) {
 		if !t.ckpt.incremental || snap.kind == checkpoint.KindSavepoint {
 			snap.metrics.Uploaded = snap.metrics.StateSize
 		}
+	}
+	// The sync snapshot is removed, or kept as the local snapshot once the
+	// checkpoint is persisted.
+	keep := snap.stateDir != "" && snap.kind == checkpoint.KindCheckpoint && t.localDir() != ""
+	if snap.stateDir != "" && !keep {
+		_ = os.RemoveAll(snap.stateDir)
+	}
+	fail = func(err error) {
+		if keep {
+			_ = os.RemoveAll(snap.stateDir)
+		}
+		ack.Decline = fmt.Sprintf("subtask %s: %v", t.label, err)
+		ack.State = nil
+		t.ckpt.publish(ack)
 	}
 	chans := snap.out
 	for _, c := range snap.in {
@@ -501,6 +519,12 @@ func (t *task) persist(snap *snapshotInProgress) {
 		}
 		st.Channels = append(st.Channels, checkpoint.ChannelState{Input: c.input, Edge: c.edge, Peer: c.peer, File: f, Bytes: c.bytes})
 		snap.metrics.InFlightBytes += c.bytes
+	}
+	if keep {
+		// Not keeping it only costs a restore from storage.
+		if err := t.keepLocal(snap); err != nil {
+			t.ckpt.logf("subtask %s: %v", t.label, err)
+		}
 	}
 	snap.metrics.Async = time.Since(start)
 	ack.State, ack.Metrics = st, snap.metrics
@@ -579,12 +603,15 @@ func (t *task) notifyComplete(id int64) error {
 			return fmt.Errorf("subtask %s: committing checkpoint %d: %w", t.label, id, err)
 		}
 	}
+	// The local snapshot of id is now the newest completed one.
+	t.localCompleted(id)
 	return nil
 }
 
 // notifyAborted tells the operators that checkpoint id was aborted and
 // drops whatever the subtask holds of it.
 func (t *task) notifyAborted(ctx context.Context, id int64, reason string) error {
+	t.localAbortedID(id)
 	for _, s := range t.stages {
 		if err := s.op.CheckpointAborted(id); err != nil {
 			return t.stageError(s, fmt.Sprintf("failed on abort of checkpoint %d", id), err)
@@ -724,8 +751,9 @@ func (e *ckptEnv) oldTasks(vertex string) ([]*checkpoint.SubtaskState, int) {
 
 // importSavepointState fills a new subtask's store with the keyed state of
 // every old subtask of the same vertex whose key groups overlap its own:
-// the import keeps only the key groups the store owns (rescaling).
-func (t *task) importSavepointState(vertex string) error {
+// the import keeps only the key groups the store owns (rescaling). It
+// returns the bytes of savepoint files it read.
+func (t *task) importSavepointState(vertex string) (read int64, err error) {
 	env := t.ckpt
 	olds, _ := env.oldTasks(vertex)
 	mine := t.store.KeyGroups()
@@ -736,16 +764,17 @@ func (t *task) importSavepointState(vertex string) error {
 		for _, f := range st.State {
 			r, err := env.restoreStorage.Open(env.restore.ID, f)
 			if err != nil {
-				return err
+				return read, err
 			}
 			_, err = t.store.ImportCanonical(r)
 			r.Close()
 			if err != nil {
-				return fmt.Errorf("savepoint file %s: %w", f.Path, err)
+				return read, fmt.Errorf("savepoint file %s: %w", f.Path, err)
 			}
+			read += f.Size
 		}
 	}
-	return nil
+	return read, nil
 }
 
 // savepointOffset returns the position a new source subtask starts from:

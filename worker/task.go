@@ -157,9 +157,14 @@ type task struct {
 	// checkpoints); persist goroutines share it.
 	digestMu sync.Mutex
 	digests  map[string]string
-	asyncWG  sync.WaitGroup
-	sinkTxn  bool
-	restored *checkpoint.SubtaskState
+	// localMu serialises the changes to the subtask's local snapshots
+	// (local recovery); localAborted holds the aborted checkpoints whose
+	// snapshot may still be being persisted.
+	localMu      sync.Mutex
+	localAborted map[int64]bool
+	asyncWG      sync.WaitGroup
+	sinkTxn      bool
+	restored     *checkpoint.SubtaskState
 
 	source   connector.Source
 	srcOut   atomic.Int64

@@ -65,7 +65,22 @@ type Worker struct {
 	closed   bool
 	stopBeat chan struct{}
 	beatDone chan struct{}
+
+	// restoreRead counts the bytes of keyed-state files that restores read
+	// from checkpoint storage, localRead those they took from local
+	// snapshots instead (local recovery).
+	restoreRead atomic.Int64
+	localRead   atomic.Int64
 }
+
+// RestoreBytesRead is the number of bytes of keyed-state files that the
+// worker's subtasks have read from checkpoint storage (and savepoints) to
+// restore their state.
+func (w *Worker) RestoreBytesRead() int64 { return w.restoreRead.Load() }
+
+// LocalRestoreBytes is the number of bytes of keyed state that the worker's
+// subtasks have restored from their local snapshots (local recovery).
+func (w *Worker) LocalRestoreBytes() int64 { return w.localRead.Load() }
 
 // New creates a worker; Start connects it to the control plane.
 func New(ctx context.Context, cfg Config) (*Worker, error) {
@@ -438,11 +453,18 @@ func (w *Worker) checkpointEnv(j *jobRun, d transport.Deployment) (*ckptEnv, err
 		incremental:    cs.IncrementalOn(),
 		alignedTimeout: cs.AlignedTimeout,
 		tmpDir:         filepath.Join(w.cfg.DataDir, "jobs", j.id, "snapshots"),
+		logf:           w.cfg.Logf,
 		publish: func(a transport.CheckpointAck) {
 			if err := w.cfg.NATS.Publish(transport.CheckpointAckSubject(j.id), ackJSON(a)); err != nil {
 				w.cfg.Logf("worker %s: acknowledging checkpoint %d of %s: %v", w.cfg.ID, a.ID, j.id, err)
 			}
 		},
+	}
+	localRoot := filepath.Join(w.cfg.DataDir, "jobs", j.id, "local")
+	if cs.LocalRecovery {
+		env.localRoot = localRoot
+	} else if err := os.RemoveAll(localRoot); err != nil {
+		return nil, err
 	}
 	if err := os.MkdirAll(env.tmpDir, 0o755); err != nil {
 		return nil, err
@@ -621,10 +643,23 @@ func (w *Worker) newTask(j *jobRun, mod *host.Module, c *job.Chain, sub int,
 		if err := os.RemoveAll(dir); err != nil {
 			return fail(fmt.Errorf("subtask %s: clearing state: %w", t.label, err))
 		}
+		local := t.localDir()
+		var keep int64 // the local snapshot restored from
 		if t.restored != nil {
-			if err := j.ckpt.restoreStorage.Restore(j.ckpt.restore, t.id, dir); err != nil {
+			r, err := restoreKeyedState(j.ckpt.restoreStorage, j.ckpt.restore, t.restored, local, dir, w.cfg.Logf)
+			if err != nil {
 				return fail(fmt.Errorf("subtask %s: restoring state from checkpoint %d: %w", t.label, j.ckpt.restore.ID, err))
 			}
+			w.restoreRead.Add(r.storageBytes)
+			w.localRead.Add(r.localBytes)
+			if r.local {
+				keep = j.ckpt.restore.ID
+			}
+		}
+		if local != "" {
+			// Snapshots of other checkpoints (newer ones that never
+			// completed, or one that did not verify) are of no use.
+			t.dropLocal(func(id int64) bool { return id != keep })
 		}
 		s, err := state.Open(state.Options{
 			Dir:            dir,
@@ -639,7 +674,9 @@ func (w *Worker) newTask(j *jobRun, mod *host.Module, c *job.Chain, sub int,
 		t.closers = append(t.closers, s.Close)
 		t.store = s
 		if j.ckpt != nil && j.ckpt.fromSavepoint {
-			if err := t.importSavepointState(head.ID); err != nil {
+			n, err := t.importSavepointState(head.ID)
+			w.restoreRead.Add(n)
+			if err != nil {
 				return fail(fmt.Errorf("subtask %s: restoring state from savepoint %d: %w", t.label, j.ckpt.restore.ID, err))
 			}
 		}
@@ -826,6 +863,12 @@ func (w *Worker) runTask(j *jobRun, t *task) {
 	}
 	// Acknowledgements of snapshots already taken still go out.
 	t.asyncWG.Wait()
+	if err == nil {
+		// A finished subtask never restores again from its local snapshots.
+		if dir := t.localDir(); dir != "" {
+			_ = os.RemoveAll(dir)
+		}
+	}
 	failed := err != nil && !(j.ctx.Err() != nil && errors.Is(err, context.Canceled)) && !errors.Is(err, errStopped)
 	if failed {
 		// Before any sink of the job is closed: they must abort instead.
