@@ -1,8 +1,10 @@
 package checkpoint
 
 import (
+	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 )
 
 // OpenSavepoint opens the savepoint in dir: a checkpoint storage root holding
@@ -32,6 +34,40 @@ func OpenSavepoint(dir string) (*Storage, *Metadata, error) {
 	}
 	if err := st.Verify(m); err != nil {
 		return nil, nil, err
+	}
+	return st, m, nil
+}
+
+// OpenRestorePoint opens what a job can start from: a savepoint directory,
+// a job's checkpoint directory (its newest usable checkpoint), or one
+// chk-* directory. It returns the storage holding it and its verified
+// metadata.
+func OpenRestorePoint(dir string) (*Storage, *Metadata, error) {
+	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+		return nil, nil, fmt.Errorf("no savepoint or checkpoint at %s: not a directory", dir)
+	}
+	if id, ok := parseCheckpointDirName(filepath.Base(dir)); ok {
+		st, err := OpenStorage(filepath.Dir(dir))
+		if err != nil {
+			return nil, nil, err
+		}
+		m, err := st.ReadMetadata(id)
+		if err != nil {
+			return nil, nil, err
+		}
+		if err := st.Verify(m); err != nil {
+			return nil, nil, err
+		}
+		return st, m, nil
+	}
+	st, err := OpenStorage(dir)
+	if err != nil {
+		return nil, nil, err
+	}
+	m, skipped, err := st.LatestUsable()
+	if err != nil {
+		// Say why each complete one could not be used: the damaged files.
+		return nil, nil, fmt.Errorf("%s: %w", dir, errors.Join(append([]error{err}, skipped...)...))
 	}
 	return st, m, nil
 }

@@ -270,9 +270,11 @@ func (c *Coordinator) submit(req transport.SubmitRequest) (string, error) {
 		if id != "" && req.Resume != "" {
 			return "", errors.New("a job cannot both resume and start from a savepoint")
 		}
-		if spID, err = checkSavepoint(req.FromSavepoint, plan, req.AllowNonRestoredState); err != nil {
+		var root string
+		if root, spID, err = checkSavepoint(req.FromSavepoint, plan, req.AllowNonRestoredState); err != nil {
 			return "", err
 		}
+		req.FromSavepoint = root
 	}
 	pick, err := c.pickWorker(name, len(refs))
 	if err != nil {

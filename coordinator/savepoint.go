@@ -45,33 +45,39 @@ func SavepointVertices(m *checkpoint.Metadata) (map[string]string, error) {
 	return out, nil
 }
 
-// checkSavepoint checks that a savepoint can start plan and returns its id.
-func checkSavepoint(dir string, plan *job.Plan, allowNonRestored bool) (int64, error) {
+// checkSavepoint checks that a savepoint (or a retained checkpoint) can
+// start plan, and returns the storage root holding it and its id.
+func checkSavepoint(dir string, plan *job.Plan, allowNonRestored bool) (string, int64, error) {
 	if !plan.Checkpoint.Enabled() {
-		return 0, errors.New("starting from a savepoint needs checkpoints: set --checkpoint-interval (or the plan's checkpoint.interval)")
+		return "", 0, errors.New("starting from a savepoint needs checkpoints: set --checkpoint-interval (or the plan's checkpoint.interval)")
 	}
-	_, m, err := checkpoint.OpenSavepoint(dir)
+	st, m, err := checkpoint.OpenRestorePoint(dir)
 	if err != nil {
-		return 0, err
+		return "", 0, err
+	}
+	for _, t := range m.Tasks {
+		if len(t.Channels) > 0 {
+			return "", 0, fmt.Errorf("%s %d in %s holds in-flight data of an unaligned checkpoint, which cannot be redistributed: resume the job itself (deploy --resume), or take a savepoint", m.Kind, m.ID, dir)
+		}
 	}
 	if m.MaxParallelism != plan.MaxParallelism {
-		return 0, fmt.Errorf("savepoint %s was taken with max parallelism %d and the plan has %d: key groups cannot be remapped (set --max-parallelism %d)",
+		return "", 0, fmt.Errorf("savepoint %s was taken with max parallelism %d and the plan has %d: key groups cannot be remapped (set --max-parallelism %d)",
 			dir, m.MaxParallelism, plan.MaxParallelism, m.MaxParallelism)
 	}
 	verts, err := SavepointVertices(m)
 	if err != nil {
-		return 0, fmt.Errorf("savepoint %s: %w", dir, err)
+		return "", 0, fmt.Errorf("savepoint %s: %w", dir, err)
 	}
 	for id, kind := range verts {
 		v := plan.Vertex(id)
 		switch {
 		case v == nil && !allowNonRestored:
-			return 0, fmt.Errorf("savepoint %s holds state of vertex %q, which the plan does not have (pass --allow-non-restored-state to drop it)", dir, id)
+			return "", 0, fmt.Errorf("savepoint %s holds state of vertex %q, which the plan does not have (pass --allow-non-restored-state to drop it)", dir, id)
 		case v != nil && v.Kind != kind:
-			return 0, fmt.Errorf("savepoint %s holds %s state for vertex %q, which the plan makes a %s", dir, kind, id, v.Kind)
+			return "", 0, fmt.Errorf("savepoint %s holds %s state for vertex %q, which the plan makes a %s", dir, kind, id, v.Kind)
 		}
 	}
-	return m.ID, nil
+	return st.Root(), m.ID, nil
 }
 
 // pendingSavepoint is a savepoint a client waits for.

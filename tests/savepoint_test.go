@@ -168,3 +168,40 @@ func TestSavepointErrors(t *testing.T) {
 		t.Fatalf("a damaged savepoint: exit %d, stderr %q", r.code, r.stderr)
 	}
 }
+
+// TestRestoreRetainedCheckpointRescaled kills a keyed job at parallelism 2
+// and starts it again from its retained checkpoint at parallelism 3: the
+// checkpoint's native state files are redistributed by key group, and the
+// committed output equals an uninterrupted run's.
+func TestRestoreRetainedCheckpointRescaled(t *testing.T) {
+	mod := module(t, "testops")
+	ref := t.TempDir()
+	if err := os.WriteFile(filepath.Join(ref, "plan.json"), []byte(savepointPlan(0)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if r := runCLI(t, ref, "deploy", "-q", "--plan", "plan.json", mod); r.code != 0 {
+		t.Fatalf("reference: exit %d\n%s", r.code, r.stderr)
+	}
+	want := committed(t, filepath.Join(ref, "out"))
+
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "plan.json"), []byte(savepointPlan(6000)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, stderr := runUntil(t, dir, []string{"deploy", "--plan", "plan.json", "-p", "2", mod}, func() bool { return len(partFiles(t, dir)) >= 8 })
+	if code != -1 {
+		t.Fatalf("the job ended (exit %d) before it was killed\n%s", code, stderr)
+	}
+	roots, _ := filepath.Glob(filepath.Join(dir, "wstream-data", "jobs", "*", "checkpoints"))
+	if len(roots) != 1 {
+		t.Fatalf("checkpoint roots %v", roots)
+	}
+	r := runCLI(t, dir, "deploy", "--plan", "plan.json", "-p", "3", "--from-checkpoint", roots[0], mod)
+	if r.code != 0 {
+		t.Fatalf("restore at parallelism 3: exit %d\n%s", r.code, r.stderr)
+	}
+	got := committed(t, filepath.Join(dir, "out"))
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("output after 2→3 from a checkpoint differs: %d lines vs %d; %s", len(got), len(want), firstDiff(got, want))
+	}
+}

@@ -761,6 +761,16 @@ func (t *task) importSavepointState(vertex string) (read int64, err error) {
 		if st == nil || len(st.State) == 0 || st.KeyGroups.End < mine.Start || st.KeyGroups.Start > mine.End {
 			continue
 		}
+		if !isCanonical(st.State) {
+			// A checkpoint's native Pebble files: restore them, then move
+			// this subtask's key groups over in the canonical form.
+			n, err := t.importNative(st)
+			read += n
+			if err != nil {
+				return read, err
+			}
+			continue
+		}
 		for _, f := range st.State {
 			r, err := env.restoreStorage.Open(env.restore.ID, f)
 			if err != nil {
@@ -773,6 +783,47 @@ func (t *task) importSavepointState(vertex string) (read int64, err error) {
 			}
 			read += f.Size
 		}
+	}
+	return read, nil
+}
+
+// isCanonical reports whether a subtask's state is a canonical export.
+func isCanonical(files []checkpoint.FileHandle) bool {
+	return len(files) == 1 && !files[0].Shared && filepath.Base(files[0].Path) == canonicalFile
+}
+
+// importNative imports the key groups this subtask owns from an old
+// subtask's native snapshot: the Pebble files are restored into a scratch
+// directory, opened as a store of the old range, and streamed through the
+// canonical format into this subtask's store.
+func (t *task) importNative(old *checkpoint.SubtaskState) (int64, error) {
+	env := t.ckpt
+	tmp := filepath.Join(env.tmpDir, fmt.Sprintf("rescale-%d-%d-%d", old.Task.Chain, old.Task.Subtask, t.subtask))
+	_ = os.RemoveAll(tmp)
+	defer os.RemoveAll(tmp)
+	if err := env.restoreStorage.Restore(env.restore, old.Task, tmp); err != nil {
+		return 0, err
+	}
+	var read int64
+	for _, f := range old.State {
+		read += f.Size
+	}
+	src, err := state.Open(state.Options{Dir: tmp, MaxParallelism: t.store.MaxParallelism(), KeyGroups: old.KeyGroups})
+	if err != nil {
+		return read, fmt.Errorf("opening the state of subtask %s of checkpoint %d: %w", old.Task, env.restore.ID, err)
+	}
+	pr, pw := io.Pipe()
+	go func() {
+		_, err := src.ExportCanonical(pw, 0)
+		pw.CloseWithError(err)
+	}()
+	_, err = t.store.ImportCanonical(pr)
+	pr.Close()
+	if cerr := src.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return read, fmt.Errorf("moving the state of subtask %s of checkpoint %d: %w", old.Task, env.restore.ID, err)
 	}
 	return read, nil
 }

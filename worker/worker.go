@@ -471,8 +471,15 @@ func (w *Worker) checkpointEnv(j *jobRun, d transport.Deployment) (*ckptEnv, err
 	}
 	switch {
 	case d.SavepointRoot != "":
-		sp, m, err := checkpoint.OpenSavepoint(d.SavepointRoot)
+		sp, err := checkpoint.OpenStorage(d.SavepointRoot)
 		if err != nil {
+			return nil, err
+		}
+		m, err := sp.ReadMetadata(d.RestoreID)
+		if err != nil {
+			return nil, err
+		}
+		if err := sp.Verify(m); err != nil {
 			return nil, err
 		}
 		old, err := job.Parse(m.Plan)
@@ -693,9 +700,19 @@ func (w *Worker) newTask(j *jobRun, mod *host.Module, c *job.Chain, sub int,
 			t.source = src
 			t.closers = append(t.closers, src.Close)
 			if j.ckpt != nil && j.ckpt.fromSavepoint {
+				olds, _ := j.ckpt.oldTasks(v.ID)
+				finished := len(olds) > 0
+				for _, o := range olds {
+					finished = finished && o != nil && o.Finished
+				}
+				if finished {
+					// The source had read all of its input: it ends at once.
+					t.restored = &checkpoint.SubtaskState{Task: t.id, Finished: true}
+					break
+				}
 				off, err := t.savepointOffset(v.ID, v.Connector)
 				if err != nil {
-					return fail(fmt.Errorf("subtask %s: the source position in savepoint %d: %w", t.label, j.ckpt.restore.ID, err))
+					return fail(fmt.Errorf("subtask %s: the source position in %s %d: %w", t.label, j.ckpt.restore.Kind, j.ckpt.restore.ID, err))
 				}
 				t.sourceOffset = off
 			}
