@@ -30,6 +30,10 @@ type CheckpointSettings struct {
 	// Compression is the zstd level of uploaded files: 0 off, 1 (default)
 	// fastest … 4 best.
 	Compression *int `json:"compression,omitempty"`
+	// SavepointFormat is "canonical" (the default: independent of Pebble's
+	// file format) or "native" (self-contained copies of the Pebble files:
+	// faster to write and to restore at the same parallelism).
+	SavepointFormat string `json:"savepointFormat,omitempty"`
 	// LocalRecovery keeps each subtask's last completed snapshot on its
 	// worker, so that a subtask restarted there restores its keyed state
 	// from that copy instead of checkpoint storage (default false).
@@ -46,6 +50,12 @@ func (c *CheckpointSettings) CompressionLevel() int {
 	}
 	return *c.Compression
 }
+
+// Savepoint formats.
+const (
+	SavepointCanonical = "canonical"
+	SavepointNative    = "native"
+)
 
 // Checkpoint modes.
 const (
@@ -102,6 +112,8 @@ func (c *CheckpointSettings) validate() error {
 		return errorf("checkpoint.tolerableFailures", "%d must be ≥ -1 (-1: unlimited)", c.TolerableFailures)
 	case c.Retain < 0:
 		return errorf("checkpoint.retain", "%d must be ≥ 0", c.Retain)
+	case c.SavepointFormat != "" && c.SavepointFormat != SavepointCanonical && c.SavepointFormat != SavepointNative:
+		return errorf("checkpoint.savepointFormat", "%q must be %q or %q", c.SavepointFormat, SavepointCanonical, SavepointNative)
 	case c.Compression != nil && (*c.Compression < 0 || *c.Compression > 4):
 		return errorf("checkpoint.compression", "%d must be in [0, 4] (0: off)", *c.Compression)
 	}

@@ -41,6 +41,9 @@ type ckptEnv struct {
 	dataDir       string
 	// incremental: checkpoints upload only SST files not stored yet.
 	incremental bool
+	// nativeSavepoints: savepoints hold the Pebble files, not the
+	// canonical export.
+	nativeSavepoints bool
 	// localRoot is where subtasks keep their local snapshots
 	// (DATA/jobs/JOB/local), "" when local recovery is off.
 	localRoot string
@@ -467,6 +470,9 @@ func (t *task) persist(snap *snapshotInProgress) {
 		var files []checkpoint.FileHandle
 		var err error
 		switch {
+		case snap.kind == checkpoint.KindSavepoint && t.ckpt.nativeSavepoints:
+			// Self-contained copies of the Pebble files: never shared.
+			files, err = s.CopyDir(snap.id, base+"/state", snap.stateDir)
 		case snap.kind == checkpoint.KindSavepoint:
 			files, err = t.exportCanonical(snap, base)
 		case t.ckpt.incremental:

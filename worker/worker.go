@@ -448,12 +448,13 @@ func (w *Worker) checkpointEnv(j *jobRun, d transport.Deployment) (*ckptEnv, err
 		return nil, err
 	}
 	env := &ckptEnv{
-		storage:        st,
-		mode:           mode,
-		incremental:    cs.IncrementalOn(),
-		alignedTimeout: cs.AlignedTimeout,
-		tmpDir:         filepath.Join(w.cfg.DataDir, "jobs", j.id, "snapshots"),
-		logf:           w.cfg.Logf,
+		storage:          st,
+		mode:             mode,
+		incremental:      cs.IncrementalOn(),
+		nativeSavepoints: cs.SavepointFormat == job.SavepointNative,
+		alignedTimeout:   cs.AlignedTimeout,
+		tmpDir:           filepath.Join(w.cfg.DataDir, "jobs", j.id, "snapshots"),
+		logf:             w.cfg.Logf,
 		publish: func(a transport.CheckpointAck) {
 			if err := w.cfg.NATS.Publish(transport.CheckpointAckSubject(j.id), ackJSON(a)); err != nil {
 				w.cfg.Logf("worker %s: acknowledging checkpoint %d of %s: %v", w.cfg.ID, a.ID, j.id, err)

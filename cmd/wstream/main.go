@@ -192,6 +192,7 @@ func deployCommand() *cli.Command {
 		&cli.IntFlag{Name: "retain", Usage: "completed checkpoints to keep (default 1)"},
 		&cli.BoolFlag{Name: "incremental", Usage: "checkpoints upload only the state files that are new since the last one (--incremental=false: every file every time)", Value: true},
 		&cli.BoolFlag{Name: "local-recovery", Usage: "keep each subtask's last completed snapshot on its worker and restore from it after a restart there"},
+		&cli.StringFlag{Name: "savepoint-format", Usage: "canonical (default: independent of the state backend's files) or native (copies of the Pebble files: faster)"},
 		&cli.IntFlag{Name: "compression", Usage: "zstd level of uploaded checkpoint files: 0 off, 1 fastest (default) … 4 best"},
 		&cli.StringFlag{Name: "restart", Usage: "restart strategy of a failed job: none, fixed-delay or exponential-backoff"},
 		&cli.IntFlag{Name: "restart-attempts", Usage: "most restarts before the job fails for good (0: unlimited)"},
@@ -387,6 +388,9 @@ func applySettingFlags(c *cli.Context, p *job.Plan) {
 	if c.IsSet("compression") {
 		v := c.Int("compression")
 		get().Compression = &v
+	}
+	if c.IsSet("savepoint-format") {
+		get().SavepointFormat = c.String("savepoint-format")
 	}
 	if c.IsSet("local-recovery") {
 		get().LocalRecovery = c.Bool("local-recovery")
