@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 	"sort"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/wstream/wstream/checkpoint"
+	"github.com/wstream/wstream/coordinator"
 	"github.com/wstream/wstream/state"
 	"github.com/wstream/wstream/transport"
 )
@@ -75,7 +77,13 @@ func requestSavepoint(c *cli.Context, jobID, dir string, stop bool) error {
 	b, _ := json.Marshal(transport.SavepointRequest{JobID: jobID, Dir: dir, Stop: stop})
 	ctx, cancel := context.WithTimeout(c.Context, c.Duration("timeout"))
 	defer cancel()
+	stopProgress := func() {}
+	if isTerminal(c.App.ErrWriter) && c.String("nats") == "" {
+		// The job runs in a local deploy: its files are on this machine.
+		stopProgress = showProgress(c.App.ErrWriter, coordinator.CheckpointRoot(c.String("data"), jobID))
+	}
 	msg, err := e.Conn().RequestWithContext(ctx, transport.SubjectSavepoint, b)
+	stopProgress()
 	if err != nil {
 		return fmt.Errorf("savepoint of job %s: %w", jobID, err)
 	}
@@ -92,6 +100,97 @@ func requestSavepoint(c *cli.Context, jobID, dir string, stop bool) error {
 	}
 	fmt.Fprintf(c.App.Writer, "%s %d of job %s: %s\n", verb, r.ID, jobID, r.Dir)
 	return nil
+}
+
+// isTerminal reports whether w is a terminal (progress lines are for
+// people; logs and pipes stay quiet).
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
+// showProgress prints, every half second until stopped, how much of the
+// savepoint in progress under root has been written, its rate, and an
+// estimate of the time left from the size of the job's last checkpoint.
+func showProgress(w io.Writer, root string) (stop func()) {
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	expected := lastStateSize(root)
+	go func() {
+		defer close(finished)
+		start := time.Now()
+		t := time.NewTicker(500 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				fmt.Fprint(w, "\r\033[K")
+				return
+			case <-t.C:
+				n := inProgressBytes(root)
+				el := time.Since(start).Seconds()
+				rate := float64(n) / el
+				line := fmt.Sprintf("savepoint: %s written, %s/s", mb(n), mb(int64(rate)))
+				if expected > n && n > 0 && rate > 1<<16 {
+					line = fmt.Sprintf("savepoint: %s of ~%s written, %s/s, ETA %.0fs", mb(n), mb(expected), mb(int64(rate)), float64(expected-n)/rate)
+				}
+				fmt.Fprintf(w, "\r\033[K%s", line)
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		<-finished
+	}
+}
+
+func mb(n int64) string { return fmt.Sprintf("%.1f MB", float64(n)/(1<<20)) }
+
+// inProgressBytes sums the files of the checkpoint directories under root
+// that have no metadata yet (the savepoint being written).
+func inProgressBytes(root string) int64 {
+	dirs, _ := filepath.Glob(filepath.Join(root, "chk-*"))
+	var n int64
+	for _, d := range dirs {
+		if _, err := os.Stat(filepath.Join(d, checkpoint.MetadataName)); err == nil {
+			continue
+		}
+		_ = filepath.Walk(d, func(_ string, fi os.FileInfo, err error) error {
+			if err == nil && fi.Mode().IsRegular() {
+				n += fi.Size()
+			}
+			return nil
+		})
+	}
+	return n
+}
+
+// lastStateSize is the state size of the job's newest completed checkpoint
+// (0 when unknown).
+func lastStateSize(root string) int64 {
+	st, err := checkpoint.OpenStorage(root)
+	if err != nil {
+		return 0
+	}
+	ids, err := st.Completed()
+	if err != nil || len(ids) == 0 {
+		return 0
+	}
+	m, err := st.ReadMetadata(ids[len(ids)-1])
+	if err != nil {
+		return 0
+	}
+	var n int64
+	for _, t := range m.Tasks {
+		for _, f := range t.State {
+			n += f.Size
+		}
+	}
+	return n
 }
 
 func inspectCommand() *cli.Command {
