@@ -3,6 +3,7 @@ package checkpoint
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 )
@@ -70,4 +71,27 @@ func OpenRestorePoint(dir string) (*Storage, *Metadata, error) {
 		return nil, nil, fmt.Errorf("%s: %w", dir, errors.Join(append([]error{err}, skipped...)...))
 	}
 	return st, m, nil
+}
+
+// CopyLocalFile copies the file src to dst, which must not exist, and
+// fsyncs it.
+func CopyLocalFile(src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	if err := out.Sync(); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
 }

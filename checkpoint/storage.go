@@ -1078,7 +1078,7 @@ func (s *Storage) PutShared(src string, rawSHA256 string) (h FileHandle, uploade
 		return FileHandle{}, false, fmt.Errorf("checkpoint: put shared file %s: %w", src, err)
 	}
 	if rawSHA256 == "" {
-		if rawSHA256, err = hashFile(src); err != nil {
+		if rawSHA256, err = FileSHA256(src); err != nil {
 			return fail(err)
 		}
 	}
@@ -1250,7 +1250,8 @@ func (s *Storage) forget(name string) {
 	delete(s.sharedSeen, name)
 }
 
-func hashFile(name string) (string, error) {
+// FileSHA256 returns the hex SHA-256 of a file's bytes.
+func FileSHA256(name string) (string, error) {
 	f, err := os.Open(name)
 	if err != nil {
 		return "", err

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"time"
@@ -165,13 +164,13 @@ func (d *ckptDriver) exportSavepoint(id int64, dir string) error {
 			metadata = p
 			return nil
 		}
-		return copyFile(p, target)
+		return checkpoint.CopyLocalFile(p, target)
 	})
 	if err == nil && metadata == "" {
 		err = fmt.Errorf("checkpoint %d has no metadata", id)
 	}
 	if err == nil {
-		err = copyFile(metadata, filepath.Join(dst, checkpoint.MetadataName))
+		err = checkpoint.CopyLocalFile(metadata, filepath.Join(dst, checkpoint.MetadataName))
 	}
 	if err == nil {
 		err = os.MkdirAll(filepath.Dir(dir), 0o755)
@@ -184,25 +183,4 @@ func (d *ckptDriver) exportSavepoint(id int64, dir string) error {
 		return fmt.Errorf("writing savepoint %s: %w", dir, err)
 	}
 	return nil
-}
-
-func copyFile(src, dst string) error {
-	in, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		return err
-	}
-	if err := out.Sync(); err != nil {
-		out.Close()
-		return err
-	}
-	return out.Close()
 }

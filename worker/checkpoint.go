@@ -2,9 +2,7 @@ package worker
 
 import (
 	"context"
-	"crypto/sha256"
 	"encoding/binary"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -913,16 +911,10 @@ func (t *task) sstDigest(path string) (string, error) {
 	if ok {
 		return sum, nil
 	}
-	f, err := os.Open(path)
+	sum, err = checkpoint.FileSHA256(path)
 	if err != nil {
 		return "", err
 	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", err
-	}
-	sum = hex.EncodeToString(h.Sum(nil))
 	t.digestMu.Lock()
 	if t.digests == nil {
 		t.digests = map[string]string{}

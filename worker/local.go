@@ -1,12 +1,9 @@
 package worker
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path"
@@ -113,7 +110,7 @@ func (t *task) keepLocal(snap *snapshotInProgress) error {
 			if filepath.Ext(p) == ".sst" {
 				sum, err = t.sstDigest(p)
 			} else {
-				sum, err = fileSHA256(p)
+				sum, err = checkpoint.FileSHA256(p)
 			}
 			if err != nil {
 				return err
@@ -293,7 +290,7 @@ func verifyLocal(dir string, id int64, st *checkpoint.SubtaskState, prefix strin
 		if fi.Size() != f.Size {
 			return nil, 0, fmt.Errorf("%s has %d bytes, the manifest says %d", name, fi.Size(), f.Size)
 		}
-		sum, err := fileSHA256(p)
+		sum, err := checkpoint.FileSHA256(p)
 		if err != nil {
 			return nil, 0, err
 		}
@@ -318,41 +315,11 @@ func copyLocal(src, dst string, names []string) error {
 		if filepath.Ext(name) == ".sst" && os.Link(from, to) == nil {
 			continue
 		}
-		if err := copyFile(from, to); err != nil {
+		if err := checkpoint.CopyLocalFile(from, to); err != nil {
 			return err
 		}
 	}
 	return nil
-}
-
-func copyFile(from, to string) error {
-	in, err := os.Open(from)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	out, err := os.OpenFile(to, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
-	if err != nil {
-		return err
-	}
-	_, err = io.Copy(out, in)
-	if cerr := out.Close(); err == nil {
-		err = cerr
-	}
-	return err
-}
-
-func fileSHA256(p string) (string, error) {
-	f, err := os.Open(p)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", err
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
 // keyedRestore says where a subtask's keyed state came from.

@@ -113,15 +113,14 @@ func (c *stageCollector) portsAll(batch []byte, keep int) bool {
 
 // outEdge routes the chain's output on one plan edge to its channels.
 type outEdge struct {
-	edge    *job.ChainEdge
-	peers   []int  // the downstream subtask of each channel
-	port    uint32 // output index of the tail vertex this edge carries
-	inPort  uint32 // input index at the downstream vertex
-	chans   []transport.OutputChannel
-	bufs    []abi.Builder
-	rr      int
-	maxPar  int
-	records int64
+	edge   *job.ChainEdge
+	peers  []int  // the downstream subtask of each channel
+	port   uint32 // output index of the tail vertex this edge carries
+	inPort uint32 // input index at the downstream vertex
+	chans  []transport.OutputChannel
+	bufs   []abi.Builder
+	rr     int
+	maxPar int
 }
 
 // task runs one subtask: a chain of vertices fed by a source or an input gate.
@@ -482,7 +481,6 @@ func (t *task) emitTail(ctx context.Context, batch []byte) error {
 
 // route appends r to the buffer of the channel its edge's partitioning picks.
 func (t *task) route(ctx context.Context, o *outEdge, r *abi.Record) error {
-	o.records++
 	switch o.edge.Partition {
 	case job.PartitionKey:
 		kg := abi.KeyGroup(r.Key, o.maxPar)
