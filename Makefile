@@ -6,7 +6,7 @@ BIN      := bin/wstream
 EXAMPLES := wordcount mapfilter window testops
 WASM     := $(EXAMPLES:%=examples/wasm/build/%.wasm)
 
-.PHONY: all setup build examples wordcount test bench clean
+.PHONY: all setup build examples examples-all wordcount test bench clean
 
 all: build examples
 
@@ -23,6 +23,11 @@ examples/wasm/build/%.wasm: FORCE
 	GOOS=wasip1 GOARCH=wasm $(GO) build -buildmode=c-shared -o $@ ./examples/wasm/go/$*
 
 FORCE:
+
+# Every guest language's wordcount, window and conformance modules, built with
+# the builders the tests use, into examples/wasm/build/LANG/NAME.wasm.
+examples-all: setup
+	$(GO) run ./internal/buildexamples
 
 wordcount: setup build examples
 	./$(BIN) deploy examples/wasm/build/wordcount.wasm

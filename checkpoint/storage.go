@@ -184,6 +184,18 @@ func (s *Storage) WriteFile(id int64, rel string, data []byte) (FileHandle, erro
 	})
 }
 
+// WriteFrom stores in checkpoint id's file rel what fill writes, as it is:
+// for content that is compressed already (a canonical savepoint), which
+// compressing again would only slow down. It streams: nothing is staged in
+// a temporary copy.
+func (s *Storage) WriteFrom(id int64, rel string, fill func(io.Writer) error) (FileHandle, error) {
+	rel, err := s.checkWritable(id, rel)
+	if err != nil {
+		return FileHandle{}, err
+	}
+	return s.writeAtomic(id, rel, 0, fill)
+}
+
 // SetCompression sets how later CopyFile, CopyDir and PutShared calls store
 // files: level 0 (the default) stores them as they are, levels 1 to 4
 // (zstd.SpeedFastest to zstd.SpeedBestCompression) zstd-compressed, their

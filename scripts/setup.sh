@@ -18,3 +18,9 @@ if [ ${#need[@]} -gt 0 ]; then
   $SUDO apt-get update -qq >/dev/null
   $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
+
+# Each guest toolchain beyond C has its own script (Rust, AssemblyScript...).
+for s in "$(dirname "$0")"/setup.d/*.sh; do
+  [ -e "$s" ] || continue
+  bash "$s"
+done

@@ -707,26 +707,17 @@ func (t *task) exportCanonical(snap *snapshotInProgress, base string) ([]checkpo
 	if err != nil {
 		return nil, fmt.Errorf("opening snapshot %d for export: %w", snap.id, err)
 	}
-	tmp := snap.stateDir + ".canonical"
-	f, err := os.Create(tmp)
-	if err != nil {
-		st.Close()
-		return nil, err
-	}
-	defer os.Remove(tmp)
-	_, err = st.ExportCanonical(f, 0)
+	// The canonical format is zstd already: the storage stores it as it
+	// is, whatever compression it applies to Pebble files.
+	h, err := t.ckpt.storage.WriteFrom(snap.id, base+"/state/"+canonicalFile, func(w io.Writer) error {
+		_, err := st.ExportCanonical(w, 0)
+		return err
+	})
 	if cerr := st.Close(); err == nil {
-		err = cerr
-	}
-	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
 		return nil, fmt.Errorf("exporting savepoint %d: %w", snap.id, err)
-	}
-	h, err := t.ckpt.storage.CopyFile(snap.id, base+"/state/"+canonicalFile, tmp)
-	if err != nil {
-		return nil, err
 	}
 	return []checkpoint.FileHandle{h}, nil
 }

@@ -1,0 +1,185 @@
+package tests
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/wstream/wstream/internal/testmod"
+)
+
+// langModule builds example name of guest language lang.
+func langModule(t *testing.T, lang, name string) string {
+	t.Helper()
+	p, err := testmod.Build(lang, name)
+	if err != nil {
+		t.Fatalf("building the %s %s example: %v", lang, name, err)
+	}
+	return p
+}
+
+// TestExamplesIdenticalAcrossLanguages deploys the wordcount and window
+// examples of every guest language with their own plans and requires output
+// byte-identical to the Go modules'.
+func TestExamplesIdenticalAcrossLanguages(t *testing.T) {
+	dir := t.TempDir()
+	input, err := os.ReadFile(filepath.Join(testmod.Root(), "examples", "wasm", "window-input.tsv"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The window plan reads input.tsv from the working directory.
+	if err := os.WriteFile(filepath.Join(dir, "input.tsv"), input, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	run := func(t *testing.T, lang, example string) string {
+		t.Helper()
+		r := runCLI(t, dir, "deploy", "-q", "--data", filepath.Join(dir, "data-"+lang+"-"+example), langModule(t, lang, example))
+		if r.code != 0 {
+			t.Fatalf("%s %s: exit %d\n%s", lang, example, r.code, r.stderr)
+		}
+		// Sinks of parallelism 1 but several upstream subtasks interleave
+		// their records: compare sorted lines.
+		return strings.Join(sortedLines(r.stdout), "\n")
+	}
+	for _, example := range []string{"wordcount", "window"} {
+		t.Run(example, func(t *testing.T) {
+			want := run(t, "go", example)
+			if strings.Count(want, "\n") < 10 {
+				t.Fatalf("the Go %s printed only %q", example, want)
+			}
+			for _, lang := range testmod.Languages[1:] {
+				t.Run(lang, func(t *testing.T) {
+					if got := run(t, lang, example); got != want {
+						g, w := strings.Split(got, "\n"), strings.Split(want, "\n")
+						t.Fatalf("%s %s: %d lines, Go: %d; %s", lang, example, len(g), len(w), firstDiff(g, w))
+					}
+				})
+			}
+		})
+	}
+}
+
+// crossPlan is a wordcount over generated text, slow enough to be stopped
+// with a savepoint in its middle, whose counts go to a transactional file
+// sink.
+const crossPlan = `{"name":"wordcount","maxParallelism":128,"parallelism":2,
+ "checkpoint":{"interval":150},
+ "vertices":[
+  {"id":"source","kind":"source","connector":"gen","config":{"count":60000,"keys":500,"words":4,"seed":3,"rate":%d}},
+  {"id":"split","kind":"operator","operator":"split"},
+  {"id":"count","kind":"operator","operator":"count"},
+  {"id":"sink","kind":"sink","connector":"file","parallelism":1,"config":{"path":"out"}}],
+ "edges":[
+  {"from":"source","to":"split","partition":"rebalance"},
+  {"from":"split","to":"count","partition":"key"},
+  {"from":"count","to":"sink","partition":"rebalance"}]}`
+
+// TestSavepointAcrossLanguages stops each language's wordcount with a
+// savepoint in the middle of its input and finishes the job with the Go
+// wordcount (same vertex ids and state names): the counts equal an
+// uninterrupted Go run's. The state is the host's, encoded the same way by
+// every SDK (a count is an int64, 8 bytes little-endian), so it does not
+// matter which language wrote it.
+func TestSavepointAcrossLanguages(t *testing.T) {
+	goMod := langModule(t, "go", "wordcount")
+	ref := t.TempDir()
+	if err := os.WriteFile(filepath.Join(ref, "plan.json"), []byte(fmt.Sprintf(crossPlan, 0)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if r := runCLI(t, ref, "deploy", "-q", "--plan", "plan.json", goMod); r.code != 0 {
+		t.Fatalf("reference: exit %d\n%s", r.code, r.stderr)
+	}
+	want := committed(t, filepath.Join(ref, "out"))
+	if len(want) != 500 {
+		t.Fatalf("the reference run counted %d words, want 500", len(want))
+	}
+	for _, lang := range testmod.Languages[1:] {
+		t.Run(lang, func(t *testing.T) {
+			dir := t.TempDir()
+			if err := os.WriteFile(filepath.Join(dir, "plan.json"), []byte(fmt.Sprintf(crossPlan, 15000)), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			sp := stopAfterCheckpoints(t, dir, 3, "--plan", "plan.json", langModule(t, lang, "wordcount"))
+			if got := committed(t, filepath.Join(dir, "out")); len(got) != 0 {
+				t.Fatalf("the %s run emitted %d counts before its input ended", lang, len(got))
+			}
+			r := runCLI(t, dir, "deploy", "--plan", "plan.json", "-p", "3", "--from-savepoint", sp, goMod)
+			if r.code != 0 {
+				t.Fatalf("restoring the %s savepoint into the Go wordcount: exit %d\n%s", lang, r.code, r.stderr)
+			}
+			got := committed(t, filepath.Join(dir, "out"))
+			if strings.Join(got, "\n") != strings.Join(want, "\n") {
+				t.Fatalf("%s → Go: %d counts, want %d; %s", lang, len(got), len(want), firstDiff(got, want))
+			}
+		})
+	}
+}
+
+// stopAfterCheckpoints deploys in dir, waits until the job completed n
+// checkpoints, stops it with a savepoint under dir/sp and returns the
+// savepoint's directory.
+func stopAfterCheckpoints(t *testing.T, dir string, n int, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(wstreamBin(t), append([]string{"deploy"}, args...)...)
+	cmd.Dir = dir
+	var stderr syncBuffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	deadline := time.Now().Add(2 * time.Minute)
+	var id string
+	for {
+		if m := jobLine.FindStringSubmatch(stderr.String()); m != nil {
+			// Only the latest checkpoints are retained: read the newest id.
+			done, _ := filepath.Glob(filepath.Join(dir, "wstream-data", "jobs", m[1], "checkpoints", "chk-*", "_metadata"))
+			newest := 0
+			for _, p := range done {
+				var c int
+				if _, err := fmt.Sscanf(filepath.Base(filepath.Dir(p)), "chk-%d", &c); err == nil {
+					newest = max(newest, c)
+				}
+			}
+			if newest >= n {
+				id = m[1]
+				break
+			}
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("the job ended before it could be stopped: %v\n%s", err, stderr.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			_ = cmd.Process.Kill()
+			t.Fatalf("no checkpoints:\n%s", stderr.String())
+		}
+		time.Sleep(20 * time.Millisecond) // polling interval
+	}
+	r := runCLI(t, dir, "stop", "--savepoint", filepath.Join(dir, "sp"), id)
+	if r.code != 0 {
+		_ = cmd.Process.Kill()
+		t.Fatalf("stop: exit %d\n%s", r.code, r.stderr)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("the stopped job exited with %v\n%s", err, stderr.String())
+		}
+	case <-time.After(time.Minute):
+		_ = cmd.Process.Kill()
+		t.Fatal("the job did not end after stop")
+	}
+	m := regexp.MustCompile(`: (\S+)\n`).FindStringSubmatch(r.stdout)
+	if m == nil {
+		t.Fatalf("stop printed no savepoint directory: %q", r.stdout)
+	}
+	return m[1]
+}
