@@ -631,6 +631,7 @@ func (s *Storage) verifyFile(id int64, h FileHandle) error {
 		return err
 	}
 	defer r.Close()
+	r.count = &readStats.verified
 	if fi, err := r.f.Stat(); err != nil {
 		return fmt.Errorf("checkpoint: %s: %w", r.name, err)
 	} else if fi.Size() != h.Size {
@@ -715,18 +716,31 @@ func (s *Storage) open(id int64, h FileHandle) (*handleReader, error) {
 		}
 		return nil, fmt.Errorf("checkpoint: open %s: %w", name, err)
 	}
-	return &handleReader{f: f, h: sha256.New(), want: h, name: name}, nil
+	return &handleReader{f: f, h: sha256.New(), want: h, name: name, count: &readStats.restored}, nil
+}
+
+// readStats counts the stored bytes this process read from checkpoint
+// storage, for progress displays: a restore verifies every file and then
+// reads it again.
+var readStats struct{ verified, restored atomic.Int64 }
+
+// ReadProgress returns how many stored bytes of checkpoint files this
+// process has read so far to verify them (Verify) and to restore or import
+// them (Open, Restore).
+func ReadProgress() (verified, restored int64) {
+	return readStats.verified.Load(), readStats.restored.Load()
 }
 
 // handleReader reads a checkpoint file's stored bytes and checks them
 // against its handle.
 type handleReader struct {
-	f    *os.File
-	h    hash.Hash
-	n    int64
-	want FileHandle
-	name string // relative to the storage root, for errors
-	err  error  // sticky verdict
+	f     *os.File
+	h     hash.Hash
+	n     int64
+	want  FileHandle
+	name  string        // relative to the storage root, for errors
+	err   error         // sticky verdict
+	count *atomic.Int64 // the ReadProgress counter this read adds to
 }
 
 func (r *handleReader) Read(p []byte) (int, error) {
@@ -735,6 +749,7 @@ func (r *handleReader) Read(p []byte) (int, error) {
 	}
 	n, err := r.f.Read(p)
 	r.n += int64(n)
+	r.count.Add(int64(n))
 	r.h.Write(p[:n])
 	switch {
 	case r.n > r.want.Size:
