@@ -20,6 +20,8 @@
  * limit, 64 KiB, bounds it in practice) and its 8-byte header. */
 #define MAX_PAGE (2u * (16u << 20) + 8u)
 #define ABBREV 64u
+/* What ws_quote quotes of a string before it writes "...". */
+#define QUOTE_MAX 256u
 
 /* ---- Host imports (abi/ABI.md) ----------------------------------------- */
 
@@ -483,6 +485,14 @@ static void sb_vformat(sbuf *s, const char *f, va_list ap) {
 	}
 }
 
+uint32_t ws_quote(char *buf, uint32_t cap, const void *b, uint32_t n) {
+	sbuf s = {buf, cap, 0};
+	sb_quote(&s, b, n, QUOTE_MAX);
+	if (cap > 0)
+		buf[s.n] = 0;
+	return s.n;
+}
+
 uint32_t ws_vformat(char *buf, uint32_t cap, const char *fmt, va_list ap) {
 	sbuf s = {buf, cap, 0};
 	sb_vformat(&s, fmt, ap);
@@ -773,6 +783,11 @@ int64_t ws_processing_time(ws_ctx *ctx) {
 void ws_log(ws_ctx *ctx, int level, const char *msg) {
 	(void)ctx;
 	ws_host_log(level, msg, (uint32_t)strlen(msg));
+}
+
+void ws_log_bytes(ws_ctx *ctx, int level, const void *msg, uint32_t len) {
+	(void)ctx;
+	ws_host_log(level, msg, len);
 }
 
 void ws_logf(ws_ctx *ctx, int level, const char *fmt, ...) {

@@ -189,8 +189,10 @@ int64_t ws_watermark(ws_ctx *ctx);
 int64_t ws_processing_time(ws_ctx *ctx);
 
 /* Write to the worker's log, tagged with operator and subtask. ws_logf
- * formats like ws_errorf. */
+ * formats like ws_errorf (at most 2 KiB); ws_log_bytes writes len bytes as
+ * they are, NULs included (the host keeps 64 KiB). */
 void ws_log(ws_ctx *ctx, int level, const char *msg);
+void ws_log_bytes(ws_ctx *ctx, int level, const void *msg, uint32_t len);
 void ws_logf(ws_ctx *ctx, int level, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 /* Record why the callback fails and return WS_GUEST_ERROR, for
@@ -291,6 +293,14 @@ int ws_parse_int64(const uint8_t *s, uint32_t len, int64_t *out);
  * NUL-terminates when cap > 0 and returns the length written. */
 uint32_t ws_vformat(char *buf, uint32_t cap, const char *fmt, va_list ap);
 uint32_t ws_format(char *buf, uint32_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* ws_quote writes the n bytes at b double-quoted and escaped in the style
+ * of Go's %q (valid UTF-8 kept, other bytes as \xNN), the first 256 bytes
+ * and then "...", for messages about record keys and values: pass the
+ * result to ws_errorf's %s. It NUL-terminates when cap > 0 and returns the
+ * length written; WS_QUOTE_CAP bytes always hold the whole result. */
+#define WS_QUOTE_CAP (2u + 256u * 4u + 3u + 1u)
+uint32_t ws_quote(char *buf, uint32_t cap, const void *b, uint32_t n);
 
 /* A short text for a status code ("not found", "bad output", ...). */
 const char *ws_status_text(int status);

@@ -18,7 +18,10 @@ import (
 	"github.com/wstream/wstream/internal/wasmtest"
 )
 
-var modules = []string{"wordcount", "mapfilter", "testops"}
+var modules = []string{"wordcount", "mapfilter", "window", "testops", "conformance"}
+
+// planless are the modules that carry no plan: tests build their own.
+var planless = map[string]bool{"testops": true, "conformance": true}
 
 // TestModuleExports checks every C module's exports and imports against
 // abi/ABI.md, signature by signature: the C modules import nothing but the
@@ -38,8 +41,8 @@ func TestModuleExports(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			compiled := wasmtest.Compile(t, moduleBytes(t, name))
 			wasmtest.CheckExports(t, compiled, required, optional)
-			if _, ok := compiled.ExportedFunctions()[abi.ExportPlan]; ok != (name != "testops") {
-				t.Errorf("export %s present = %v, want %v", abi.ExportPlan, ok, name != "testops")
+			if _, ok := compiled.ExportedFunctions()[abi.ExportPlan]; ok != !planless[name] {
+				t.Errorf("export %s present = %v, want %v", abi.ExportPlan, ok, !planless[name])
 			}
 			for _, imp := range compiled.ImportedFunctions() {
 				mod, fn, _ := imp.Import()
@@ -87,7 +90,7 @@ func goPlan(t *testing.T, name string) string {
 // TestModulePlans checks the ABI version and that each C example exports
 // exactly the plan of its Go twin.
 func TestModulePlans(t *testing.T) {
-	for _, name := range []string{"wordcount", "mapfilter"} {
+	for _, name := range []string{"wordcount", "mapfilter", "window"} {
 		t.Run(name, func(t *testing.T) {
 			h := newHost(t, name)
 			h.MustABIVersion()
