@@ -62,13 +62,15 @@ type sinkFactory func(config json.RawMessage, stdout io.Writer) (Sink, error)
 
 var (
 	sources = map[string]sourceFactory{
-		"gen":  newGenSource,
-		"file": newFileSource,
+		"gen":       newGenSource,
+		"file":      newFileSource,
+		"jetstream": newJSSource,
 	}
 	sinks = map[string]sinkFactory{
-		"stdout":  newStdoutSink,
-		"file":    newFileSink,
-		"discard": newDiscardSink,
+		"stdout":    newStdoutSink,
+		"file":      newFileSink,
+		"discard":   newDiscardSink,
+		"jetstream": newJSSink,
 	}
 )
 

@@ -9,10 +9,10 @@ import (
 )
 
 func TestNames(t *testing.T) {
-	if got, want := SourceNames(), []string{"file", "gen"}; !slices.Equal(got, want) {
+	if got, want := SourceNames(), []string{"file", "gen", "jetstream"}; !slices.Equal(got, want) {
 		t.Errorf("SourceNames() = %v, want %v", got, want)
 	}
-	if got, want := SinkNames(), []string{"discard", "file", "stdout"}; !slices.Equal(got, want) {
+	if got, want := SinkNames(), []string{"discard", "file", "jetstream", "stdout"}; !slices.Equal(got, want) {
 		t.Errorf("SinkNames() = %v, want %v", got, want)
 	}
 }
@@ -22,11 +22,11 @@ func TestUnknownConnector(t *testing.T) {
 	if !errors.Is(err, ErrUnknown) {
 		t.Fatalf("NewSource(kafka) error = %v, want ErrUnknown", err)
 	}
-	if got, want := err.Error(), `connector: unknown connector: no source named "kafka" (known: file, gen)`; got != want {
+	if got, want := err.Error(), `connector: unknown connector: no source named "kafka" (known: file, gen, jetstream)`; got != want {
 		t.Errorf("error = %q, want %q", got, want)
 	}
 	err = ValidateSink("gen", nil)
-	if got, want := err.Error(), `connector: unknown connector: no sink named "gen" (known: discard, file, stdout)`; got != want {
+	if got, want := err.Error(), `connector: unknown connector: no sink named "gen" (known: discard, file, jetstream, stdout)`; got != want {
 		t.Errorf("error = %q, want %q", got, want)
 	}
 	if err := ValidateSource("stdout", nil); !errors.Is(err, ErrUnknown) {

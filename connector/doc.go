@@ -1,6 +1,10 @@
 // Package connector holds the sources and sinks that bring records into a
-// job and take them out: the deterministic generator "gen" and the "file"
-// source; the "stdout", "file" and "discard" sinks.
+// job and take them out: the deterministic generator "gen", the "file"
+// source and the "jetstream" source (a JetStream stream, positions by stream
+// sequence); the "stdout", "file" and "discard" sinks and the "jetstream"
+// sink (exactly once with checkpoints: a checkpoint's records are staged in
+// an object store and published with Nats-Msg-Id ids when it completes).
+// docs/connectors.md documents every field.
 //
 // A connector is chosen by name and configured by a JSON object from the job
 // plan. Configuration is strict: an unknown field is an error that names the

@@ -61,7 +61,7 @@ func (s *fileSink) Open(_ context.Context, subtask, parallelism int) error {
 		return err
 	}
 	if s.txn != nil {
-		return s.txn.open(subtask)
+		return s.txn.open(subtask, parallelism)
 	}
 	if s.f != nil {
 		return fmt.Errorf("connector file: sink %s: open: already open", s.target)

@@ -57,6 +57,51 @@ func txnPendingName(subtask int, id int64) string {
 }
 func txnOpenName(subtask int) string { return ".open-" + strconv.Itoa(subtask) }
 
+// Kinds of the files of a transactional file sink.
+const (
+	txnPart = iota
+	txnPending
+	txnOpen
+)
+
+// parseTxnName parses the name of a file of a transactional file sink: the
+// subtask that wrote it, its kind and (for parts and pending files) the
+// transaction id.
+func parseTxnName(name string) (subtask, kind int, id int64, ok bool) {
+	var rest string
+	switch {
+	case strings.HasPrefix(name, "part-"):
+		kind, rest = txnPart, strings.TrimPrefix(name, "part-")
+	case strings.HasPrefix(name, ".pending-"):
+		kind, rest = txnPending, strings.TrimPrefix(name, ".pending-")
+	case strings.HasPrefix(name, ".open-"):
+		sub, ok := parseUint63(strings.TrimPrefix(name, ".open-"))
+		return int(sub), txnOpen, 0, ok && sub <= 1<<30
+	default:
+		return 0, 0, 0, false
+	}
+	subStr, idStr, found := strings.Cut(rest, "-")
+	if !found || len(idStr) != 10 {
+		return 0, 0, 0, false
+	}
+	sub, ok1 := parseUint63(subStr)
+	id, ok2 := parseUint63(idStr)
+	if !ok1 || !ok2 || sub > 1<<30 {
+		return 0, 0, 0, false
+	}
+	return int(sub), kind, id, true
+}
+
+// owns reports whether this subtask recovers the files of subtask sub: its
+// own, and those of subtasks that a restore at a lower parallelism removed
+// (sub ≥ parallelism), shared out by sub modulo the parallelism.
+func (t *fileTxns) owns(sub int) bool {
+	if sub == t.subtask {
+		return true
+	}
+	return t.parallel > 0 && sub >= t.parallel && sub%t.parallel == t.subtask
+}
+
 // txnID parses the transaction id of name when name is prefix followed by
 // decimal digits.
 func txnID(name, prefix string) (int64, bool) {
@@ -137,6 +182,7 @@ type fileTxns struct {
 	dir      string
 	what     string // error prefix: "connector file: sink DIR (subtask S)"
 	subtask  int
+	parallel int  // the job's sink parallelism, for the files of removed subtasks
 	opened   bool // between Open and Close or Abort
 	used     bool // Write or PreCommit since Open: Recover is too late
 	f        *os.File
@@ -189,13 +235,13 @@ func (s *fileSink) notTransactional(op string) error {
 	return fmt.Errorf("connector file: sink %s: %s: the sink is not transactional (BeginTransactions was not called before Open)", s.cfg.Path, op)
 }
 
-func (t *fileTxns) open(subtask int) error {
+func (t *fileTxns) open(subtask, parallelism int) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.opened {
 		return fmt.Errorf("%s: open: already open", t.what)
 	}
-	t.subtask = subtask
+	t.subtask, t.parallel = subtask, parallelism
 	t.what = fmt.Sprintf("connector file: sink %s (subtask %d)", t.dir, subtask)
 	t.openPath = filepath.Join(t.dir, txnOpenName(subtask))
 	st, err := os.Stat(t.dir)
@@ -362,8 +408,12 @@ func (t *fileTxns) commitLocked(id int64) error {
 // commitOne renames a pending file to its part. A transaction whose part
 // exists and whose pending file does not was committed before: that is
 // fine. One with neither has lost its output, which is an error.
-func (t *fileTxns) commitOne(e txnEntry, op string) error {
-	part := filepath.Join(t.dir, txnPartName(t.subtask, e.ID))
+func (t *fileTxns) commitOne(e txnEntry, op string) error { return t.commitFile(t.subtask, e, op) }
+
+// commitFile is commitOne for a transaction of subtask sub (this one, or
+// one that rescaling removed).
+func (t *fileTxns) commitFile(sub int, e txnEntry, op string) error {
+	part := filepath.Join(t.dir, txnPartName(sub, e.ID))
 	err := t.fs.rename(filepath.Join(t.dir, e.File), part)
 	if err == nil {
 		return nil
@@ -404,23 +454,27 @@ func (t *fileTxns) recover(state []byte, restoredID int64) error {
 	if err != nil {
 		return fmt.Errorf("%s: %s: %w", t.what, op, err)
 	}
-	partPrefix := "part-" + strconv.Itoa(t.subtask) + "-"
-	pendingPrefix := ".pending-" + strconv.Itoa(t.subtask) + "-"
-	openName := txnOpenName(t.subtask)
 	for _, e := range entries {
 		name := e.Name()
-		stale := name == openName
-		if id, ok := txnID(name, partPrefix); ok && id > restoredID {
-			stale = true
-		}
-		if _, ok := txnID(name, pendingPrefix); ok {
-			// Every listed transaction was committed above: what is still
-			// pending was pre-committed after the restored checkpoint.
-			stale = true
-		}
-		if !stale {
+		sub, kind, id, ok := parseTxnName(name)
+		if !ok || !t.owns(sub) {
 			continue
 		}
+		switch {
+		case kind == txnPending && id <= restoredID:
+			// Pre-committed at or before the restored checkpoint, which
+			// completed: its output is part of the restored state. Only a
+			// subtask removed by rescaling leaves such files unlisted (the
+			// state of a restore at another parallelism lists nothing).
+			if err := t.commitFile(sub, txnEntry{ID: id, File: name}, op); err != nil {
+				return err
+			}
+			continue
+		case kind == txnPart && id <= restoredID:
+			continue
+		}
+		// Written after the restored checkpoint: the open transaction, a
+		// later pre-commit or commit. The restored job writes it again.
 		if err := t.fs.remove(filepath.Join(t.dir, name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("%s: %s: remove output written after the checkpoint: %w", t.what, op, err)
 		}

@@ -334,7 +334,7 @@ func crashedRun(t *testing.T, dir string) (st1, st2 []byte, log *fsLog) {
 	for _, name := range []string{
 		"part-0-0000000003", ".pending-0-0000000004", // an earlier attempt's later output
 		"part-1-0000000001", "part-1-0000000003", ".pending-1-0000000003", ".open-1", // subtask 1
-		"part-10-0000000009", "part-0-notanid", // other names with a similar prefix
+		"part-11-0000000009", "part-0-notanid", // other names with a similar prefix
 	} {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(name+"\n"), 0o644); err != nil {
 			t.Fatal(err)
@@ -343,7 +343,7 @@ func crashedRun(t *testing.T, dir string) (st1, st2 []byte, log *fsLog) {
 	return st1, st2, x.log
 }
 
-var otherFiles = []string{".open-1", ".pending-1-0000000003", "part-0-notanid", "part-1-0000000001", "part-1-0000000003", "part-10-0000000009"}
+var otherFiles = []string{".open-1", ".pending-1-0000000003", "part-0-notanid", "part-1-0000000001", "part-1-0000000003", "part-11-0000000009"}
 
 func TestTxnSinkRecover(t *testing.T) {
 	t.Run("from checkpoint 2", func(t *testing.T) {
@@ -739,5 +739,43 @@ func TestReleaseKeepsFilesForRecover(t *testing.T) {
 	entries, _ := os.ReadDir(dir)
 	if len(entries) != 1 {
 		t.Fatalf("directory holds %d entries after Recover, want the one part", len(entries))
+	}
+}
+
+// TestTxnSinkRecoverRescaledDown restores four subtasks' output directory at
+// parallelism 2 from a checkpoint whose sink state the new subtasks do not
+// get (a restore at another parallelism): each new subtask takes over the
+// files of the removed subtasks s ≥ 2 with s mod 2 = its own index, commits
+// what the checkpoint pre-committed, and removes what was written after it.
+func TestTxnSinkRecoverRescaledDown(t *testing.T) {
+	dir := t.TempDir()
+	log := newFSLog(t, dir)
+	for _, name := range []string{
+		"part-0-0000000001", "part-1-0000000001", "part-2-0000000001", "part-3-0000000001",
+		".pending-2-0000000002", ".pending-3-0000000002", // pre-committed by the restored checkpoint, never committed
+		".pending-2-0000000003", "part-3-0000000003", // written after it
+		".open-2", ".open-3", ".open-0",
+		"part-5-0000000002", // an older run's subtask 5: 5 mod 2 = 1 takes it over, and keeps it
+	} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(name+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		// The subtasks that wrote them fsynced them before renaming.
+		log.synced[filepath.Join(dir, name)] = true
+	}
+	for sub := 0; sub < 2; sub++ {
+		x := openTxnSinkLog(t, dir, sub, 2, log)
+		x.recover(nil, 2)
+	}
+	want := []string{
+		"part-0-0000000001", "part-1-0000000001", "part-2-0000000001", "part-2-0000000002",
+		"part-3-0000000001", "part-3-0000000002", "part-5-0000000002",
+	}
+	if got := dirNames(t, dir); !slices.Equal(got, want) {
+		t.Fatalf("after recovering at parallelism 2:\n got  %v\n want %v", got, want)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "part-3-0000000002"))
+	if err != nil || string(b) != ".pending-3-0000000002\n" {
+		t.Errorf("part-3-0000000002 holds %q (%v), want the pending transaction's content", b, err)
 	}
 }

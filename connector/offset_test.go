@@ -348,10 +348,12 @@ func TestSeekErrors(t *testing.T) {
 // TestEverySourceRewinds keeps the interface on every registered source.
 func TestEverySourceRewinds(t *testing.T) {
 	for _, name := range SourceNames() {
-		s, err := NewSource(name, json.RawMessage(`{"path":"x"}`))
-		if name == "gen" {
-			s, err = NewSource(name, nil)
-		}
+		cfg := map[string]json.RawMessage{
+			"gen":       nil,
+			"file":      json.RawMessage(`{"path":"x"}`),
+			"jetstream": json.RawMessage(`{"url":"nats://127.0.0.1:1","stream":"s"}`),
+		}[name]
+		s, err := NewSource(name, cfg)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -224,8 +224,11 @@ func combine(old []layout, newSubtask, newParallelism int64) (layout, error) {
 // offset would exceed the size bound (see maxRescaleGaps).
 func RescaleOffsets(connector string, old [][]byte, newSubtask, newParallelism int) ([]byte, error) {
 	what := "connector " + connector + ": rescale"
+	if connector == "jetstream" {
+		return rescaleJSOffsets(old, newSubtask, newParallelism)
+	}
 	if connector != "gen" && connector != "file" {
-		return nil, fmt.Errorf("connector: rescale: source %q has no rescalable offsets (known: file, gen)", connector)
+		return nil, fmt.Errorf("connector: rescale: source %q has no rescalable offsets (known: file, gen, jetstream)", connector)
 	}
 	if newParallelism < 1 || newSubtask < 0 || newSubtask >= newParallelism {
 		return nil, fmt.Errorf("%s: subtask %d of parallelism %d is out of range", what, newSubtask, newParallelism)

@@ -395,7 +395,7 @@ func TestRescaleErrors(t *testing.T) {
 		s, p      int
 		want      string
 	}{
-		{"stdout", [][]byte{gen(0, 1, 0)}, 0, 1, `connector: rescale: source "stdout" has no rescalable offsets (known: file, gen)`},
+		{"stdout", [][]byte{gen(0, 1, 0)}, 0, 1, `connector: rescale: source "stdout" has no rescalable offsets (known: file, gen, jetstream)`},
 		{"gen", [][]byte{gen(0, 1, 0)}, 2, 2, `connector gen: rescale: subtask 2 of parallelism 2 is out of range`},
 		{"gen", [][]byte{gen(0, 1, 0)}, 0, 0, `connector gen: rescale: subtask 0 of parallelism 0 is out of range`},
 		{"gen", nil, 0, 1, `connector gen: rescale: no offsets: give one per subtask of the old parallelism`},

@@ -1,0 +1,143 @@
+package connector
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Connections of the "jetstream" source and sink.
+//
+// Both connect to the NATS server at the configured url with their own
+// connection (one per subtask), authenticated and encrypted as configured:
+// at most one of a credentials file (creds), an NKey seed file (nkey),
+// user and password, or a token; TLS with a CA file (tlsCA) and optionally a
+// client certificate and key (tlsCert with tlsKey). A tls:// URL or a
+// server that requires TLS turns TLS on with the system's roots when no CA
+// is given. Files are read when the connector opens, not when the
+// configuration is validated.
+
+// Headers the sink writes and the source reads by default.
+const (
+	jsKeyHeader       = "Wstream-Key"
+	jsTimestampHeader = "Wstream-Timestamp"
+)
+
+// jsConnectTimeout bounds connecting and every JetStream API call made
+// outside the record path (stream lookups, object store calls).
+const jsConnectTimeout = 10 * time.Second
+
+// jsAuth is what both connectors take to reach the server.
+type jsAuth struct {
+	url, creds, nkey, user, password, token, tlsCA, tlsCert, tlsKey string
+}
+
+// check validates the connection fields of connector's configuration.
+func (a *jsAuth) check(connector string) error {
+	if strings.TrimSpace(a.url) == "" {
+		return &ConfigError{Connector: connector, Field: "url", Message: "missing: the NATS server to connect to, e.g. nats://127.0.0.1:4222"}
+	}
+	methods := []string{}
+	if a.creds != "" {
+		methods = append(methods, "creds")
+	}
+	if a.nkey != "" {
+		methods = append(methods, "nkey")
+	}
+	if a.user != "" || a.password != "" {
+		methods = append(methods, "user/password")
+	}
+	if a.token != "" {
+		methods = append(methods, "token")
+	}
+	if len(methods) > 1 {
+		return &ConfigError{Connector: connector, Message: "give at most one way to authenticate, not " + strings.Join(methods, " and ")}
+	}
+	if a.password != "" && a.user == "" {
+		return &ConfigError{Connector: connector, Field: "user", Message: "missing: a password needs a user"}
+	}
+	if (a.tlsCert == "") != (a.tlsKey == "") {
+		return &ConfigError{Connector: connector, Field: "tlsCert", Message: "tlsCert and tlsKey go together: give both or neither"}
+	}
+	return nil
+}
+
+// connect opens a connection for what ("connector jetstream: source S"),
+// named name in the server's monitoring.
+func (a *jsAuth) connect(what, name string, jsOpts ...jetstream.JetStreamOpt) (*nats.Conn, jetstream.JetStream, error) {
+	opts := []nats.Option{nats.Name(name), nats.Timeout(jsConnectTimeout), nats.MaxReconnects(-1)}
+	switch {
+	case a.creds != "":
+		opts = append(opts, nats.UserCredentials(a.creds))
+	case a.nkey != "":
+		o, err := nats.NkeyOptionFromSeed(a.nkey)
+		if err != nil {
+			return nil, nil, fmt.Errorf("%s: nkey seed file %s: %w", what, a.nkey, err)
+		}
+		opts = append(opts, o)
+	case a.user != "":
+		opts = append(opts, nats.UserInfo(a.user, a.password))
+	case a.token != "":
+		opts = append(opts, nats.Token(a.token))
+	}
+	if a.tlsCA != "" {
+		opts = append(opts, nats.RootCAs(a.tlsCA))
+	}
+	if a.tlsCert != "" {
+		opts = append(opts, nats.ClientCert(a.tlsCert, a.tlsKey))
+	}
+	nc, err := nats.Connect(a.url, opts...)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: connect to %s: %w", what, a.url, err)
+	}
+	js, err := jetstream.New(nc, jsOpts...)
+	if err != nil {
+		nc.Close()
+		return nil, nil, fmt.Errorf("%s: %w", what, err)
+	}
+	return nc, js, nil
+}
+
+// checkStreamName refuses names JetStream does not accept.
+func checkStreamName(connector, field, name string) error {
+	if name == "" {
+		return &ConfigError{Connector: connector, Field: field, Message: "missing: the JetStream stream"}
+	}
+	if strings.ContainsAny(name, " \t\r\n.*>/\\") {
+		return &ConfigError{Connector: connector, Field: field, Message: fmt.Sprintf("%q is not a stream name (no whitespace, '.', '*', '>', '/' or '\\')", name)}
+	}
+	return nil
+}
+
+// validSubject reports whether s is a NATS subject: non-empty tokens
+// separated by '.', no whitespace; with wildcards, '*' and '>' only as
+// whole tokens and '>' only last.
+func validSubject(s string, wildcards bool) bool {
+	if s == "" || strings.ContainsAny(s, " \t\r\n\x00") {
+		return false
+	}
+	toks := strings.Split(s, ".")
+	for i, t := range toks {
+		if t == "" {
+			return false
+		}
+		if strings.ContainsAny(t, "*>") {
+			if !wildcards || len(t) != 1 || (t == ">" && i != len(toks)-1) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// apiContext bounds one JetStream API call.
+func apiContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	return context.WithTimeout(ctx, jsConnectTimeout)
+}
