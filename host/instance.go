@@ -326,6 +326,11 @@ func (i *Instance) failure(s *slot, call string, err error, expired bool) *Guest
 	default:
 		ge.Message = err.Error()
 	}
+	if i.failed && !expired {
+		// The guest said why before it trapped (a Rust panic hook, an
+		// AssemblyScript abort): that is the message users need.
+		ge.Message = string(i.failMsg) + " (then: " + ge.Message + ")"
+	}
 	if i.mem != nil && !i.closed && uint64(i.mem.Size()) >= uint64(i.r.limit)*65536 {
 		ge.Message += fmt.Sprintf(" (guest memory is at its limit of %d pages, %d MiB)", i.r.limit, uint64(i.r.limit)*65536>>20)
 	}

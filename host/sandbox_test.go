@@ -314,3 +314,23 @@ func TestWASIHasNoCapabilities(t *testing.T) {
 		t.Errorf("fd_prestat_get(3) = %d, path_open(3, ...) = %d: want EBADF (no preopened directory)", u(4), u(5))
 	}
 }
+
+// TestTrapAfterFail checks that a guest that calls fail and then traps (a
+// Rust panic hook, an AssemblyScript abort) gets its message into the error.
+func TestTrapAfterFail(t *testing.T) {
+	r := newTestRuntime(t, Config{})
+	m := compileWAT(t, r, moduleWAT(map[string]string{
+		abi.ExportProcess: `(data (i32.const 300) "panic: index out of bounds")
+  (func (export "wstream_process") (param i32 i32 i32) (result i32)
+    (call $fail (i32.const 300) (i32.const 26))
+    unreachable)`,
+	}, ""))
+	_, s := openOp(t, m)
+	ge := asGuestError(t, s.Process(batchOf(), &fakeCollector{}))
+	for _, w := range []string{"panic: index out of bounds", "wasm error: unreachable"} {
+		if !strings.Contains(ge.Message, w) {
+			t.Errorf("message %q lacks %q", ge.Message, w)
+		}
+	}
+	checkUnusable(t, s)
+}
