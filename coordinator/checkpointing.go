@@ -175,6 +175,8 @@ type ckptDriver struct {
 	c       *Coordinator
 	j       *jobState
 	attempt int
+	// workers run the attempt's subtasks; set before start.
+	workers []string
 	mu      sync.Mutex
 	sm      *checkpoint.Coordinator
 	storage *checkpoint.Storage
@@ -516,8 +518,12 @@ func (d *ckptDriver) run() {
 func (d *ckptDriver) send(ctl transport.CheckpointControl) {
 	ctl.JobID, ctl.Attempt = d.j.info.JobID, d.attempt
 	b, _ := json.Marshal(ctl)
-	if err := d.c.cfg.NATS.Publish(transport.WorkerCheckpointSubject(d.j.worker), b); err != nil {
-		d.c.cfg.Logf("coordinator: job %s: sending checkpoint %s %d: %v", d.j.info.JobID, ctl.Action, ctl.ID, err)
+	// Every worker of the attempt: each passes a trigger to the listed
+	// subtasks it runs, and a notification to all of its subtasks.
+	for _, w := range d.workers {
+		if err := d.c.cfg.NATS.Publish(transport.WorkerCheckpointSubject(w), b); err != nil {
+			d.c.cfg.Logf("coordinator: job %s: sending checkpoint %s %d to worker %s: %v", d.j.info.JobID, ctl.Action, ctl.ID, w, err)
+		}
 	}
 }
 

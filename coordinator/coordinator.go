@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/wstream/wstream/checkpoint"
 	"github.com/wstream/wstream/job"
@@ -53,14 +54,17 @@ type workerState struct {
 }
 
 type jobState struct {
-	info     transport.JobInfo
-	plan     *job.Plan
-	digest   string
-	module   string
-	worker   string
-	refs     []transport.TaskRef
-	attempt  int
-	restarts int
+	info   transport.JobInfo
+	plan   *job.Plan
+	digest string
+	module string
+	// placement says which worker runs which subtasks of the current
+	// attempt; a job spread over several workers exchanges data through
+	// its JetStream data stream.
+	placement placement
+	refs      []transport.TaskRef
+	attempt   int
+	restarts  int
 	// Per attempt:
 	ended    int
 	finished int
@@ -276,20 +280,20 @@ func (c *Coordinator) submit(req transport.SubmitRequest) (string, error) {
 		}
 		req.FromSavepoint = root
 	}
-	pick, err := c.pickWorker(name, len(refs))
+	pick, err := c.place(name, refs)
 	if err != nil {
 		return "", err
 	}
 	js := &jobState{
-		info:    transport.JobInfo{JobID: id, Name: name, State: transport.JobRunning, Started: c.now()},
-		plan:    plan,
-		digest:  req.ModuleDigest,
-		module:  req.ModuleName,
-		worker:  pick,
-		refs:    refs,
-		attempt: attempt,
-		started: c.now(),
-		metrics: map[string]*transport.VertexMetrics{},
+		info:      transport.JobInfo{JobID: id, Name: name, State: transport.JobRunning, Started: c.now()},
+		plan:      plan,
+		digest:    req.ModuleDigest,
+		module:    req.ModuleName,
+		placement: pick,
+		refs:      refs,
+		attempt:   attempt,
+		started:   c.now(),
+		metrics:   map[string]*transport.VertexMetrics{},
 
 		fromSavepoint: req.FromSavepoint,
 		savepointID:   spID,
@@ -297,7 +301,7 @@ func (c *Coordinator) submit(req transport.SubmitRequest) (string, error) {
 	c.mu.Lock()
 	if old, ok := c.jobs[id]; ok && !old.done {
 		c.mu.Unlock()
-		c.release(pick, len(refs))
+		c.release(pick)
 		return "", fmt.Errorf("job %s is running already", id)
 	}
 	c.jobs[id] = js
@@ -307,7 +311,7 @@ func (c *Coordinator) submit(req transport.SubmitRequest) (string, error) {
 		err = c.cfg.NATS.Flush()
 	}
 	if err != nil {
-		c.forget(id, pick, len(refs))
+		c.forget(id, pick)
 		return "", fmt.Errorf("job %s: %w", id, err)
 	}
 	c.mu.Lock()
@@ -316,46 +320,132 @@ func (c *Coordinator) submit(req transport.SubmitRequest) (string, error) {
 	c.writeRecord(js, transport.JobRunning)
 	if err := c.deployAttempt(js); err != nil {
 		_ = sub.Unsubscribe()
-		c.forget(id, pick, len(refs))
+		c.mu.Lock()
+		pl := js.placement
+		c.mu.Unlock()
+		c.forget(id, pl)
+		c.dropDataStream(id)
 		c.writeRecord(js, transport.JobFailed)
 		return "", err
 	}
 	return id, nil
 }
 
-// pickWorker reserves slots for a job on one live worker: the one with the
-// most free slots among those that fit it.
-func (c *Coordinator) pickWorker(name string, slots int) (string, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	var pick *workerState
-	for _, w := range c.workers {
-		if c.now().Sub(w.lastSeen) > c.cfg.WorkerTimeout {
-			continue
-		}
-		free := w.info.Slots - w.used
-		if w.info.Slots > 0 && free < slots {
-			continue
-		}
-		if pick == nil || w.info.Slots <= 0 || (pick.info.Slots > 0 && free > pick.info.Slots-pick.used) {
-			pick = w
-		}
+// placement maps worker ids to the subtasks they run.
+type placement map[string][]transport.TaskRef
+
+// workers lists the placement's workers in order.
+func (p placement) workers() []string {
+	out := make([]string, 0, len(p))
+	for w := range p {
+		out = append(out, w)
 	}
-	if pick == nil {
-		if len(c.workers) == 0 {
-			return "", errors.New("no worker is registered: start one with `wstream worker`")
-		}
-		return "", fmt.Errorf("job %s needs %d slots and no live worker has that many free", name, slots)
-	}
-	pick.used += slots
-	return pick.info.ID, nil
+	sort.Strings(out)
+	return out
 }
 
-func (c *Coordinator) release(worker string, slots int) {
+// place reserves slots for a job's subtasks on the live workers. Subtask s
+// of every chain goes to the s-th live worker (in id order, round robin), or
+// the next one with a free slot: forward edges stay on one worker and keyed
+// exchanges spread over all of them. With one live worker every subtask runs
+// there, as long as it has the slots.
+func (c *Coordinator) place(name string, refs []transport.TaskRef) (placement, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if w, ok := c.workers[worker]; ok {
-		w.used -= slots
+	var live []*workerState
+	for _, w := range c.workers {
+		if c.now().Sub(w.lastSeen) <= c.cfg.WorkerTimeout {
+			live = append(live, w)
+		}
+	}
+	if len(live) == 0 {
+		if len(c.workers) == 0 {
+			return nil, errors.New("no worker is registered: start one with `wstream worker`")
+		}
+		return nil, fmt.Errorf("job %s needs %d slots and no live worker has that many free", name, len(refs))
+	}
+	sort.Slice(live, func(i, k int) bool { return live[i].info.ID < live[k].info.ID })
+	free := make([]int, len(live))
+	total, unlimited := 0, false
+	for i, w := range live {
+		if w.info.Slots <= 0 {
+			free[i] = -1
+			unlimited = true
+			continue
+		}
+		free[i] = max(0, w.info.Slots-w.used)
+		total += free[i]
+	}
+	if !unlimited && total < len(refs) {
+		if len(live) == 1 {
+			return nil, fmt.Errorf("job %s needs %d slots and no live worker has that many free", name, len(refs))
+		}
+		return nil, fmt.Errorf("job %s needs %d slots and the %d live workers have %d free", name, len(refs), len(live), total)
+	}
+	p := placement{}
+	for _, r := range refs {
+		for k := 0; k < len(live); k++ {
+			i := (r.Subtask + k) % len(live)
+			if free[i] == 0 {
+				continue
+			}
+			if free[i] > 0 {
+				free[i]--
+			}
+			p[live[i].info.ID] = append(p[live[i].info.ID], r)
+			break
+		}
+	}
+	for _, w := range live {
+		w.used += len(p[w.info.ID])
+	}
+	return p, nil
+}
+
+// release gives back the slots of a placement.
+func (c *Coordinator) release(p placement) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.releaseLocked(p)
+}
+
+func (c *Coordinator) releaseLocked(p placement) {
+	for id, refs := range p {
+		if w, ok := c.workers[id]; ok {
+			w.used -= len(refs)
+		}
+	}
+}
+
+// dataStream creates a job's data stream when its placement spans several
+// workers, and returns its name ("" for a job on one worker).
+func (c *Coordinator) dataStream(id string, p placement) (string, error) {
+	if len(p) < 2 {
+		c.dropDataStream(id)
+		return "", nil
+	}
+	js, err := jetstream.New(c.cfg.NATS)
+	if err != nil {
+		return "", err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := transport.CreateDataStream(ctx, js, id); err != nil {
+		return "", fmt.Errorf("job %s: %w", id, err)
+	}
+	return transport.DataStream(id), nil
+}
+
+// dropDataStream removes a job's data stream, if it has one.
+func (c *Coordinator) dropDataStream(id string) {
+	js, err := jetstream.New(c.cfg.NATS)
+	if err == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		err = transport.DeleteDataStream(ctx, js, id)
+		cancel()
+	}
+	if err != nil {
+		c.cfg.Logf("coordinator: job %s: %v", id, err)
 	}
 }
 
@@ -369,11 +459,20 @@ func (c *Coordinator) deployAttempt(js *jobState) error {
 	if js.plan.Restart != nil {
 		_, d.Restartable = js.plan.Restart.DelayBefore(js.restarts + 1)
 	}
+	c.mu.Lock()
+	pl := js.placement
+	c.mu.Unlock()
+	stream, err := c.dataStream(js.info.JobID, pl)
+	if err != nil {
+		return err
+	}
+	d.DataStream = stream
 	if js.plan.Checkpoint.Enabled() {
 		drv, restore, err := c.newCkptDriver(js)
 		if err != nil {
 			return fmt.Errorf("job %s: %w", js.info.JobID, err)
 		}
+		drv.workers = pl.workers()
 		d.CheckpointRoot = drv.storage.Root()
 		d.RestoreID = restore
 		if restore == 0 && js.fromSavepoint != "" {
@@ -386,26 +485,64 @@ func (c *Coordinator) deployAttempt(js *jobState) error {
 		js.ckpt = drv
 		c.mu.Unlock()
 	}
-	b, _ := json.Marshal(d)
-	msg, err := c.cfg.NATS.Request(transport.WorkerDeploySubject(js.worker), b, c.cfg.DeployTimeout)
-	if err == nil {
-		var r transport.Reply
-		if uerr := json.Unmarshal(msg.Data, &r); uerr != nil {
-			err = uerr
-		} else if r.Error != "" {
-			err = errors.New(r.Error)
+	// Every worker gets its subtasks at once; the channels between them
+	// wait for each other through the data stream.
+	workers := pl.workers()
+	errs := make([]error, len(workers))
+	var wg sync.WaitGroup
+	for i, w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			dw := d
+			dw.Tasks = pl[w]
+			errs[i] = c.deployOn(w, dw)
+		}()
+	}
+	wg.Wait()
+	var failed error
+	for i, err := range errs {
+		if err != nil && failed == nil {
+			failed = fmt.Errorf("deploying job %s on worker %s: %w", js.info.JobID, workers[i], err)
 		}
 	}
-	if err != nil {
+	if failed != nil {
 		if js.ckpt != nil {
 			js.ckpt.stop()
 		}
-		return fmt.Errorf("deploying job %s on worker %s: %w", js.info.JobID, js.worker, err)
+		// The workers that took their part stop it.
+		for i, w := range workers {
+			if errs[i] == nil {
+				c.cancelOn(w, js.info.JobID, js.attempt, true)
+			}
+		}
+		return failed
 	}
 	if js.ckpt != nil {
 		js.ckpt.start()
 	}
-	c.cfg.Logf("coordinator: job %s attempt %d deployed on worker %s (%d subtasks%s)", js.info.JobID, js.attempt, js.worker, len(js.refs), restoreText(d.RestoreID))
+	where := "worker " + workers[0]
+	if len(workers) > 1 {
+		where = fmt.Sprintf("%d workers (%s)", len(workers), strings.Join(workers, ", "))
+	}
+	c.cfg.Logf("coordinator: job %s attempt %d deployed on %s (%d subtasks%s)", js.info.JobID, js.attempt, where, len(js.refs), restoreText(d.RestoreID))
+	return nil
+}
+
+// deployOn sends a worker its part of an attempt and waits for its answer.
+func (c *Coordinator) deployOn(worker string, d transport.Deployment) error {
+	b, _ := json.Marshal(d)
+	msg, err := c.cfg.NATS.Request(transport.WorkerDeploySubject(worker), b, c.cfg.DeployTimeout)
+	if err != nil {
+		return err
+	}
+	var r transport.Reply
+	if err := json.Unmarshal(msg.Data, &r); err != nil {
+		return err
+	}
+	if r.Error != "" {
+		return errors.New(r.Error)
+	}
 	return nil
 }
 
@@ -416,11 +553,11 @@ func restoreText(id int64) string {
 	return fmt.Sprintf(", from checkpoint %d", id)
 }
 
-func (c *Coordinator) forget(id, worker string, slots int) {
+func (c *Coordinator) forget(id string, p placement) {
 	c.mu.Lock()
 	delete(c.jobs, id)
+	c.releaseLocked(p)
 	c.mu.Unlock()
-	c.release(worker, slots)
 }
 
 func (c *Coordinator) onTaskStatus(m *nats.Msg) {
@@ -459,9 +596,10 @@ func (c *Coordinator) onTaskStatus(m *nats.Msg) {
 		}
 	}
 	attemptOver := j.ended == len(j.refs)
+	workers := j.placement.workers()
 	c.mu.Unlock()
 	if cancel {
-		c.cancelOn(j.worker, st.JobID, st.Attempt, true)
+		c.cancelAll(workers, st.JobID, st.Attempt, true)
 	}
 	if attemptOver {
 		c.attemptEnded(j)
@@ -477,8 +615,9 @@ func (c *Coordinator) failJob(j *jobState, attempt int, reason string) {
 		return
 	}
 	j.failed = reason
+	workers := j.placement.workers()
 	c.mu.Unlock()
-	c.cancelOn(j.worker, j.info.JobID, attempt, true)
+	c.cancelAll(workers, j.info.JobID, attempt, true)
 }
 
 // attemptEnded runs when every subtask of the current attempt has ended:
@@ -497,9 +636,7 @@ func (c *Coordinator) attemptEnded(j *jobState) {
 	if !restart {
 		result := c.endJob(j)
 		c.mu.Unlock()
-		c.writeRecord(j, result.State)
-		b, _ := json.Marshal(result)
-		_ = c.cfg.NATS.Publish(transport.JobDoneSubject(result.JobID), b)
+		c.announce(j, result)
 		return
 	}
 	reason := j.failed
@@ -507,6 +644,9 @@ func (c *Coordinator) attemptEnded(j *jobState) {
 	j.attempt++
 	j.ended, j.finished, j.failed = 0, 0, ""
 	j.metrics = map[string]*transport.VertexMetrics{}
+	// The next attempt is placed again on the workers alive then.
+	c.releaseLocked(j.placement)
+	j.placement = nil
 	c.mu.Unlock()
 	c.cfg.Logf("coordinator: job %s failed (%s); restart %d in %dms", j.info.JobID, reason, j.restarts, delay)
 	c.writeRecord(j, transport.JobRunning)
@@ -519,20 +659,23 @@ func (c *Coordinator) attemptEnded(j *jobState) {
 			c.mu.Lock()
 			result := c.endJob(j)
 			c.mu.Unlock()
-			c.writeRecord(j, result.State)
-			b, _ := json.Marshal(result)
-			_ = c.cfg.NATS.Publish(transport.JobDoneSubject(result.JobID), b)
+			c.announce(j, result)
 			return
 		}
-		if err := c.deployAttempt(j); err != nil {
+		pl, err := c.place(j.info.Name, j.refs)
+		if err == nil {
+			c.mu.Lock()
+			j.placement = pl
+			c.mu.Unlock()
+			err = c.deployAttempt(j)
+		}
+		if err != nil {
 			c.mu.Lock()
 			j.failed = fmt.Sprintf("restart %d: %v", j.restarts, err)
 			j.canceled = true // no further restarts
 			result := c.endJob(j)
 			c.mu.Unlock()
-			c.writeRecord(j, result.State)
-			b, _ := json.Marshal(result)
-			_ = c.cfg.NATS.Publish(transport.JobDoneSubject(result.JobID), b)
+			c.announce(j, result)
 		}
 	}()
 }
@@ -543,9 +686,8 @@ func (c *Coordinator) endJob(j *jobState) *transport.JobResult {
 	if j.sub != nil {
 		_ = j.sub.Unsubscribe()
 	}
-	if w, ok := c.workers[j.worker]; ok {
-		w.used -= len(j.refs)
-	}
+	c.releaseLocked(j.placement)
+	j.placement = nil
 	r := &transport.JobResult{JobID: j.info.JobID, Name: j.info.Name, Duration: c.now().Sub(j.started), Restarts: j.restarts}
 	switch {
 	case j.failed != "":
@@ -570,6 +712,28 @@ func (c *Coordinator) endJob(j *jobState) *transport.JobResult {
 	return r
 }
 
+// announce removes an ended job's data stream, records its end and
+// publishes its result.
+func (c *Coordinator) announce(j *jobState, result *transport.JobResult) {
+	c.dropDataStream(j.info.JobID)
+	c.writeRecord(j, result.State)
+	b, _ := json.Marshal(result)
+	_ = c.cfg.NATS.Publish(transport.JobDoneSubject(result.JobID), b)
+}
+
+// cancelAll tells every worker of a job to stop its subtasks of attempt.
+func (c *Coordinator) cancelAll(workers []string, id string, attempt int, failed bool) {
+	var wg sync.WaitGroup
+	for _, w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c.cancelOn(w, id, attempt, failed)
+		}()
+	}
+	wg.Wait()
+}
+
 func (c *Coordinator) cancelOn(worker, id string, attempt int, failed bool) {
 	b, _ := json.Marshal(transport.CancelRequest{JobID: id, Attempt: attempt, Failed: failed})
 	if _, err := c.cfg.NATS.Request(transport.WorkerCancelSubject(worker), b, 5*time.Second); err != nil {
@@ -585,19 +749,19 @@ func (c *Coordinator) onCancel(m *nats.Msg) {
 	}
 	c.mu.Lock()
 	j, ok := c.jobs[req.JobID]
-	var worker string
+	var workers []string
 	var attempt int
 	if ok && !j.done {
 		j.canceled = true
-		worker, attempt = j.worker, j.attempt
+		workers, attempt = j.placement.workers(), j.attempt
 	}
 	c.mu.Unlock()
 	if !ok {
 		respond(m, transport.Reply{Error: fmt.Sprintf("no job %q", req.JobID)})
 		return
 	}
-	if worker != "" {
-		go c.cancelOn(worker, req.JobID, attempt, false)
+	if len(workers) > 0 {
+		go c.cancelAll(workers, req.JobID, attempt, false)
 	}
 	respond(m, transport.Reply{})
 }

@@ -8,10 +8,20 @@
 //  1. a client stores the module in the JetStream object store and sends a
 //     SubmitRequest; the coordinator validates the plan and builds the
 //     physical graph;
-//  2. it picks a worker with enough free slots and sends it a Deployment;
-//     the worker fetches the module, wires the subtasks and starts them;
+//  2. it places the subtasks on the live workers' free slots (subtask s of
+//     every chain on the s-th worker, round robin, so forward edges stay on
+//     a worker and keyed exchanges spread), creates the job's JetStream data
+//     stream when they span several workers, and sends each worker a
+//     Deployment of its subtasks; a worker fetches the module, wires its
+//     subtasks (local channels between its own, JetStream channels to the
+//     others) and starts them;
 //  3. workers report each subtask's end (finished, failed, canceled);
 //  4. the first failure cancels the job on every worker; when every subtask
-//     has ended the coordinator publishes the JobResult (state, error,
-//     records per vertex, duration) on the job's done subject.
+//     has ended the attempt restarts (placed again) per the restart
+//     strategy, or the coordinator removes the data stream and publishes the
+//     JobResult (state, error, records per vertex, duration) on the job's
+//     done subject.
+//
+// Checkpoint triggers and notifications go to every worker of the attempt;
+// acknowledgements come from all of them on the job's ack subject.
 package coordinator

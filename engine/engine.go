@@ -37,7 +37,10 @@ type Options struct {
 	// Listen makes the embedded NATS server accept network clients.
 	Listen string
 	// Workers is how many in-process workers to start (default 1; 0 with
-	// NATSURL set means none: the cluster has its own).
+	// NATSURL set means none: the cluster has its own). With more than one,
+	// each has a NATS connection of its own and the coordinator spreads a
+	// job's subtasks over them, so their channels go through JetStream as
+	// between hosts.
 	Workers int
 	Slots   int
 	Host    host.Config
@@ -55,6 +58,8 @@ type Engine struct {
 	rt      *host.Runtime
 	coord   *coordinator.Coordinator
 	workers []*worker.Worker
+	// conns are the workers' own connections (several workers).
+	conns   []*nats.Conn
 	urlFile string
 }
 
@@ -141,9 +146,24 @@ func Start(ctx context.Context, o Options) (e *Engine, err error) {
 		}
 	}
 	for i := 0; i < o.Workers; i++ {
+		nc := e.nc
+		if o.Workers > 1 {
+			// A connection per worker, as workers on separate hosts have:
+			// the data exchange between them does not share one socket.
+			name := fmt.Sprintf("wstream-w%d", i)
+			if e.srv != nil {
+				nc, err = transport.ConnectInProcess(e.srv, name)
+			} else {
+				nc, err = nats.Connect(o.NATSURL, append([]nats.Option{nats.Name(name)}, o.NATSOptions...)...)
+			}
+			if err != nil {
+				return nil, err
+			}
+			e.conns = append(e.conns, nc)
+		}
 		w, werr := worker.New(ctx, worker.Config{
 			ID:      fmt.Sprintf("w%d", i),
-			NATS:    e.nc,
+			NATS:    nc,
 			DataDir: o.DataDir,
 			Slots:   o.Slots,
 			Runtime: e.rt,
@@ -180,6 +200,10 @@ func (e *Engine) Close(ctx context.Context) error {
 		errs = append(errs, w.Close(ctx))
 	}
 	e.workers = nil
+	for _, nc := range e.conns {
+		nc.Close()
+	}
+	e.conns = nil
 	if e.coord != nil {
 		e.coord.Close()
 		e.coord = nil

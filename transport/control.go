@@ -128,6 +128,11 @@ type Deployment struct {
 	// (a storage root holding one checkpoint in canonical form), possibly
 	// at another parallelism; CheckpointRoot is then the job's own storage.
 	SavepointRoot string `json:"savepointRoot,omitempty"`
+	// DataStream, when set, is the JetStream stream (DataStream(JobID))
+	// that carries the channels between this worker's subtasks and those of
+	// the job's other workers: the job is spread over several workers, and a
+	// channel whose two ends are not both in Tasks goes through it.
+	DataStream string `json:"dataStream,omitempty"`
 }
 
 // Checkpoint control actions.

@@ -11,8 +11,10 @@
 // a watermark never overtakes the records before it.
 //
 // LocalChannel is the in-memory implementation for subtasks on one worker;
-// the NATS JetStream channels for subtasks on different workers implement the
-// same InputChannel and OutputChannel interfaces.
+// JetStreamOutput and JetStreamInput (exchange.go), the channels between
+// subtasks on different workers, implement the same OutputChannel and
+// InputChannel interfaces over a per-job JetStream stream, with credits for
+// flow control and a priority subject for barriers that overtake the data.
 //
 // Control plane. Coordinator, workers and clients talk over NATS subjects
 // (subjects.go) with JSON messages (control.go), in the embedded default as in

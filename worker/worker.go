@@ -49,6 +49,10 @@ type Config struct {
 	// HeartbeatInterval is how often the worker tells the coordinator it is
 	// alive (default 1s).
 	HeartbeatInterval time.Duration
+	// ExchangeWindow is the number of buffers a channel to another worker
+	// holds in flight before its producer blocks (default
+	// transport.DefaultWindow).
+	ExchangeWindow int
 }
 
 // Worker runs the subtasks the coordinator assigns to it.
@@ -71,7 +75,13 @@ type Worker struct {
 	// snapshots instead (local recovery).
 	restoreRead atomic.Int64
 	localRead   atomic.Int64
+	// remoteChannels counts the channels to other workers it has made.
+	remoteChannels atomic.Int64
 }
+
+// RemoteChannels is the number of channels (either end) between this
+// worker's subtasks and other workers' that the worker has made.
+func (w *Worker) RemoteChannels() int64 { return w.remoteChannels.Load() }
 
 // RestoreBytesRead is the number of bytes of keyed-state files that the
 // worker's subtasks have read from checkpoint storage (and savepoints) to
@@ -330,6 +340,9 @@ type jobRun struct {
 	restartable bool
 	ckpt        *ckptEnv
 	done        chan struct{} // closed when every subtask has ended
+	// exch makes the channels to the job's subtasks on other workers (nil:
+	// every subtask of the job runs here).
+	exch *transport.Exchange
 }
 
 // releaseSink lets go of a sink's resources and leaves its files.
@@ -401,9 +414,24 @@ func (w *Worker) deploy(d transport.Deployment) error {
 			return err
 		}
 	}
+	if d.DataStream != "" {
+		if d.DataStream != transport.DataStream(d.JobID) {
+			cancel()
+			return fmt.Errorf("job %s: deployment names data stream %s, want %s", d.JobID, d.DataStream, transport.DataStream(d.JobID))
+		}
+		x, err := transport.NewExchange(ctx, transport.ExchangeConfig{NATS: w.cfg.NATS, Job: d.JobID, Attempt: d.Attempt, Window: w.cfg.ExchangeWindow})
+		if err != nil {
+			cancel()
+			return fmt.Errorf("worker %s: %w", w.cfg.ID, err)
+		}
+		j.exch = x
+	}
 	tasks, err := w.wire(j, mod, d.Tasks)
 	if err != nil {
 		cancel()
+		if j.exch != nil {
+			j.exch.Close()
+		}
 		return err
 	}
 	j.tasks = tasks
@@ -417,6 +445,9 @@ func (w *Worker) deploy(d transport.Deployment) error {
 	go func() {
 		j.wg.Wait()
 		cancel()
+		if j.exch != nil {
+			j.exch.Close()
+		}
 		w.mu.Lock()
 		if w.jobs[j.id] == j {
 			delete(w.jobs, j.id)
@@ -515,7 +546,16 @@ func needsModule(g *job.Graph) bool {
 	return false
 }
 
-// wire builds the tasks of refs and the local channels between them.
+// channels makes the channels of one deployment: local ones between its
+// subtasks, JetStream ones to the job's subtasks on other workers.
+type channels struct {
+	in  func(e *job.ChainEdge, up, down int) (transport.InputChannel, error)
+	out func(e *job.ChainEdge, up, down int) (transport.OutputChannel, error)
+}
+
+// wire builds the tasks of refs and the channels between them: local
+// channels between two subtasks of refs, JetStream channels (when the job
+// has a data stream) to subtasks on other workers.
 func (w *Worker) wire(j *jobRun, mod *host.Module, refs []transport.TaskRef) (tasks []*task, err error) {
 	g := j.graph
 	local := map[[2]int]bool{}
@@ -526,17 +566,42 @@ func (w *Worker) wire(j *jobRun, mod *host.Module, refs []transport.TaskRef) (ta
 		local[[2]int{r.Chain, r.Subtask}] = true
 	}
 	chans := map[chanKey]*transport.LocalChannel{}
-	channel := func(e *job.ChainEdge, up, down int) (*transport.LocalChannel, error) {
-		if !local[[2]int{e.From.Index, up}] || !local[[2]int{e.To.Index, down}] {
-			return nil, fmt.Errorf("job %s: edge %s→%s joins subtasks on different workers; this worker runs a job only when all of its subtasks are local", j.id, e.FromVertex, e.ToVertex)
+	remote := func(e *job.ChainEdge) error {
+		if j.exch == nil {
+			return fmt.Errorf("job %s: edge %s→%s joins subtasks on different workers, and the job has no data stream to carry it", j.id, e.FromVertex, e.ToVertex)
 		}
+		return nil
+	}
+	localChannel := func(e *job.ChainEdge, up, down int) *transport.LocalChannel {
 		k := chanKey{e.Index, up, down}
 		c, ok := chans[k]
 		if !ok {
 			c = transport.NewLocalChannel(w.cfg.ChannelCapacity)
 			chans[k] = c
 		}
-		return c, nil
+		return c
+	}
+	cs := channels{
+		in: func(e *job.ChainEdge, up, down int) (transport.InputChannel, error) {
+			if local[[2]int{e.From.Index, up}] {
+				return localChannel(e, up, down), nil
+			}
+			if err := remote(e); err != nil {
+				return nil, err
+			}
+			w.remoteChannels.Add(1)
+			return j.exch.NewInput(e.Index, up, down)
+		},
+		out: func(e *job.ChainEdge, up, down int) (transport.OutputChannel, error) {
+			if local[[2]int{e.To.Index, down}] {
+				return localChannel(e, up, down), nil
+			}
+			if err := remote(e); err != nil {
+				return nil, err
+			}
+			w.remoteChannels.Add(1)
+			return j.exch.NewOutput(e.Index, up, down)
+		},
 	}
 	defer func() {
 		if err != nil {
@@ -547,7 +612,7 @@ func (w *Worker) wire(j *jobRun, mod *host.Module, refs []transport.TaskRef) (ta
 		}
 	}()
 	for _, r := range refs {
-		t, err := w.newTask(j, mod, g.Chains[r.Chain], r.Subtask, channel)
+		t, err := w.newTask(j, mod, g.Chains[r.Chain], r.Subtask, cs)
 		if err != nil {
 			return tasks, err
 		}
@@ -556,8 +621,7 @@ func (w *Worker) wire(j *jobRun, mod *host.Module, refs []transport.TaskRef) (ta
 	return tasks, nil
 }
 
-func (w *Worker) newTask(j *jobRun, mod *host.Module, c *job.Chain, sub int,
-	channel func(e *job.ChainEdge, up, down int) (*transport.LocalChannel, error)) (*task, error) {
+func (w *Worker) newTask(j *jobRun, mod *host.Module, c *job.Chain, sub int, channel channels) (*task, error) {
 	p := j.plan
 	t := &task{jobID: j.id, attempt: j.attempt, id: checkpoint.TaskID{Chain: c.Index, Subtask: sub}, chain: c, subtask: sub,
 		label: fmt.Sprintf("%s/%d", c.ID, sub), now: time.Now, wm: abi.MinWatermark}
@@ -590,8 +654,11 @@ func (w *Worker) newTask(j *jobRun, mod *host.Module, c *job.Chain, sub int,
 	var ins []transport.InputChannel
 	for _, e := range c.Inputs {
 		for _, up := range e.Upstream(sub) {
-			ch, err := channel(e, up, sub)
+			ch, err := channel.in(e, up, sub)
 			if err != nil {
+				for _, in := range ins {
+					in.Close()
+				}
 				return fail(err)
 			}
 			ins = append(ins, ch)
@@ -625,9 +692,13 @@ func (w *Worker) newTask(j *jobRun, mod *host.Module, c *job.Chain, sub int,
 			}
 		}
 		for _, d := range downs {
-			ch, err := channel(e, sub, d)
+			ch, err := channel.out(e, sub, d)
 			if err != nil {
 				return fail(err)
+			}
+			if r, ok := ch.(interface{ Close() error }); ok {
+				// A channel to another worker holds subscriptions.
+				t.closers = append(t.closers, r.Close)
 			}
 			o.chans = append(o.chans, ch)
 			o.peers = append(o.peers, d)

@@ -199,6 +199,7 @@ func deployCommand() *cli.Command {
 		&cli.DurationFlag{Name: "restart-delay", Usage: "delay before a restart (the first one, for exponential backoff)"},
 		&cli.DurationFlag{Name: "restart-max-delay", Usage: "cap of the exponential backoff"},
 		&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "do not print the summary"},
+		&cli.IntFlag{Name: "workers", Usage: "in-process workers of the embedded server (default 1); with more, the job's subtasks are spread over them and exchange data through JetStream, as workers on separate hosts do"},
 		dataFlag, natsFlag, verboseFlag,
 	}
 	return &cli.Command{
@@ -254,7 +255,14 @@ func deploy(c *cli.Context, hc host.Config, ov job.Overrides) error {
 	out, errw := c.App.Writer, c.App.ErrWriter
 
 	opts := engine.Options{DataDir: c.String("data"), NATSURL: c.String("nats"), Host: hc, Stdout: out, Logf: logf(c)}
+	if c.IsSet("workers") && c.Int("workers") < 1 {
+		return usageError{fmt.Errorf("--workers %d: must be ≥ 1", c.Int("workers"))}
+	}
+	opts.Workers = c.Int("workers")
 	if opts.NATSURL != "" {
+		if c.IsSet("workers") {
+			return usageError{errors.New("--workers starts workers inside the embedded server; with --nats, start `wstream worker` processes instead")}
+		}
 		opts.NoCoordinator = true
 	} else {
 		// Listen on loopback so that `wstream savepoint`, `stop`, `cancel`
@@ -307,11 +315,14 @@ func deploy(c *cli.Context, hc host.Config, ov job.Overrides) error {
 		return err
 	}
 	defer e.Close(context.Background())
+	stopProgress := showRestoreProgress(errw, opts.DataDir, d)
+	defer stopProgress()
 	res, err := e.Run(ctx, d, func(id string) {
 		if !c.Bool("quiet") {
 			fmt.Fprintf(errw, "job %s running (%d subtasks)\n", id, countSubtasks(d.Graph))
 		}
 	})
+	stopProgress()
 	if err != nil {
 		return err
 	}
