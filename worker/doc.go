@@ -20,4 +20,10 @@
 // subtask flushes its state store after each message. Output buffers are
 // sent when they reach 32 KiB and after each message; sending blocks on a
 // full channel, which is how backpressure reaches sources.
+//
+// Channels between two subtasks of this worker are in-memory rings
+// (transport.LocalChannel); a channel to or from a subtask on another worker
+// is a pair of JetStream channels on the job's data stream
+// (transport.JetStreamOutput/JetStreamInput), with credits from the consumer
+// bounding the data in flight, so backpressure crosses hosts the same way.
 package worker
