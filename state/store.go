@@ -11,6 +11,25 @@ import (
 	"github.com/wstream/wstream/abi"
 )
 
+// LSM shape, tuned for incremental checkpoints; see the Pebble options in
+// Open.
+const (
+	// l0CompactionDepth is the number of L0 sublevels (flushes: one per
+	// checkpoint when the writes between checkpoints fit the memtable)
+	// that trigger an L0 compaction. The state is rewritten, and uploaded
+	// again, once per that many checkpoints: 1/40 = 2.5% of the state per
+	// checkpoint on average, plus the changed entries themselves.
+	l0CompactionDepth = 40
+	// lbaseMaxBytes is the largest base level (the level L0 is compacted
+	// into): a state below it lives in L0 and the bottom level only. A
+	// larger state gets intermediate levels, which bounds the size of one
+	// L0 compaction.
+	lbaseMaxBytes = 4 << 30
+	// maxManifestFileSize bounds the MANIFEST, which every checkpoint
+	// copies in full.
+	maxManifestFileSize = 256 << 10
+)
+
 // ErrClosed is returned by every call on a Store, or on one of its
 // VertexStates, after Close.
 var ErrClosed = errors.New("state: store closed")
@@ -37,6 +56,10 @@ type Options struct {
 	CacheEntries int
 	// Logger receives Pebble's log messages; they are discarded when nil.
 	Logger pebble.Logger
+
+	// eventListener, when set, receives Pebble's events (tests use it to
+	// wait for compactions).
+	eventListener *pebble.EventListener
 }
 
 // Store is the keyed state of one subtask: one Pebble instance, a write-back
@@ -101,22 +124,43 @@ func Open(o Options) (*Store, error) {
 		// only be copied into every checkpoint (Pebble's checkpoint copies
 		// it) and re-uploaded each time.
 		DisableWAL: true,
-		// Every checkpoint flushes the memtable into a small L0 file. With
-		// updates spread over all keys, each L0 file overlaps the whole
-		// base level, so an L0 compaction rewrites (and the next
-		// incremental checkpoint uploads) all of it: let L0 files gather
-		// longer before they are compacted, so that rewrite is amortized
-		// over many checkpoints. Bloom filters keep reads over many L0
-		// files cheap.
-		L0CompactionThreshold:     32,
-		L0CompactionFileThreshold: 64,
+		// Every checkpoint flushes the memtable into new L0 files, and an
+		// incremental checkpoint uploads the files that are new since the
+		// previous one: what compactions rewrite is uploaded again. With
+		// updates spread over all keys, every L0 file overlaps the whole
+		// key space, so whatever level L0 is compacted into is rewritten
+		// as a whole each time. The LSM is therefore kept to two tiers: L0
+		// and, below it, the bottom level holding the state (see
+		// lbaseMaxBytes), and L0 is compacted only once l0CompactionDepth
+		// flushes have gathered, so the state is rewritten once per that
+		// many checkpoints. A multi-level LSM rewrites less per compaction
+		// but pushes every byte through each level, and each level's
+		// rewrite is uploaded again: several times more upload per
+		// checkpoint.
+		LBaseMaxBytes: lbaseMaxBytes,
+		// Pebble compacts L0 when its sublevel count reaches half of
+		// L0CompactionThreshold. Bloom filters keep point reads over many
+		// L0 sublevels cheap.
+		L0CompactionThreshold: 2 * l0CompactionDepth,
+		// A safety net only: flushes are split into a few files each (at
+		// the bottom level's file boundaries), so the depth bound is
+		// reached first.
+		L0CompactionFileThreshold: 1000,
 		L0StopWritesThreshold:     256,
+		// The MANIFEST is copied into every checkpoint (it is the one
+		// file Pebble appends to), and Pebble starts a new one only past
+		// this size: with the default of 128 MB a long-running job would
+		// upload megabytes of file history with every checkpoint.
+		MaxManifestFileSize: maxManifestFileSize,
 	}
 	// Most reads that miss the hot-key cache are of keys a batch sees for
 	// the first time, often absent: bloom filters answer those without
 	// reading data blocks.
 	for i := range po.Levels {
 		po.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
+	}
+	if o.eventListener != nil {
+		po.EventListener = o.eventListener
 	}
 	db, err := pebble.Open(o.Dir, po)
 	if err != nil {
