@@ -30,6 +30,8 @@ type Record struct {
 	State        string          `json:"state"`
 	Attempt      int             `json:"attempt"`
 	Updated      time.Time       `json:"updated"`
+	// Restarts says why each restart of the job happened, oldest first.
+	Restarts []RestartEntry `json:"restarts,omitempty"`
 }
 
 // JobDir is a job's directory under a data directory.
@@ -93,7 +95,8 @@ func (c *Coordinator) writeRecord(j *jobState, state string) {
 	}
 	c.mu.Lock()
 	r := Record{JobID: j.info.JobID, Name: j.info.Name, Plan: j.plan.JSON(), ModuleDigest: j.digest,
-		ModuleName: j.module, State: state, Attempt: j.attempt, Updated: c.now()}
+		ModuleName: j.module, State: state, Attempt: j.attempt, Updated: c.now(),
+		Restarts: slices.Clone(j.restartLog)}
 	c.mu.Unlock()
 	dir := JobDir(c.cfg.DataDir, r.JobID)
 	if err := writeJSONAtomic(dir, "job.json", r); err != nil {

@@ -25,8 +25,17 @@ import (
 type Config struct {
 	NATS *nats.Conn
 	Logf func(format string, args ...any)
+	// HeartbeatInterval is how often workers send heartbeats (the workers'
+	// default, 1s, when zero); the coordinator checks its workers' liveness
+	// as often.
+	HeartbeatInterval time.Duration
 	// WorkerTimeout is how long a worker may stay silent before it is
-	// considered lost (default 10s).
+	// declared lost (default 10 heartbeat intervals, 10s with the default
+	// interval: a loaded machine or a long pause must not fail jobs over
+	// needlessly): it leaves placement,
+	// and every job attempt with subtasks on it fails and goes through its
+	// restart strategy on the remaining workers. A lost worker that
+	// heartbeats again takes new work.
 	WorkerTimeout time.Duration
 	// DeployTimeout bounds a worker's answer to a deployment, which includes
 	// fetching and compiling the module (default 60s).
@@ -45,6 +54,11 @@ type Coordinator struct {
 	jobs    map[string]*jobState
 	subs    []*nats.Subscription
 	now     func() time.Time
+	// gone holds why each worker declared lost was (until it returns).
+	gone map[string]string
+	// The liveness monitor.
+	quit    chan struct{}
+	monitor sync.WaitGroup
 }
 
 type workerState struct {
@@ -79,6 +93,16 @@ type jobState struct {
 	sub           *nats.Subscription
 	started       time.Time
 	done          bool
+	// deploying is set while an attempt is being deployed (and stays set
+	// when deploying it failed: whoever deployed ends the job).
+	deploying bool
+	// reported counts, per worker, the subtasks of the attempt that
+	// reported their end; lost holds the attempt's workers declared lost
+	// (their reports are ignored from then on) and why.
+	reported map[string]int
+	lost     map[string]string
+	// restartLog says why each restart happened.
+	restartLog []RestartEntry
 }
 
 // New returns a coordinator; Start subscribes it.
@@ -89,13 +113,16 @@ func New(cfg Config) (*Coordinator, error) {
 	if cfg.Logf == nil {
 		cfg.Logf = func(string, ...any) {}
 	}
+	if cfg.HeartbeatInterval <= 0 {
+		cfg.HeartbeatInterval = time.Second
+	}
 	if cfg.WorkerTimeout <= 0 {
-		cfg.WorkerTimeout = 10 * time.Second
+		cfg.WorkerTimeout = 10 * cfg.HeartbeatInterval
 	}
 	if cfg.DeployTimeout <= 0 {
 		cfg.DeployTimeout = 60 * time.Second
 	}
-	return &Coordinator{cfg: cfg, workers: map[string]*workerState{}, jobs: map[string]*jobState{}, now: time.Now}, nil
+	return &Coordinator{cfg: cfg, workers: map[string]*workerState{}, jobs: map[string]*jobState{}, now: time.Now, gone: map[string]string{}}, nil
 }
 
 // Start subscribes to the coordinator's subjects.
@@ -116,7 +143,14 @@ func (c *Coordinator) Start() error {
 		}
 		c.subs = append(c.subs, s)
 	}
-	return nc.Flush()
+	if err := nc.Flush(); err != nil {
+		c.Close()
+		return err
+	}
+	c.quit = make(chan struct{})
+	c.monitor.Add(1)
+	go c.watchWorkers(c.quit)
+	return nil
 }
 
 // Close unsubscribes.
@@ -125,6 +159,11 @@ func (c *Coordinator) Close() {
 		_ = s.Unsubscribe()
 	}
 	c.subs = nil
+	if c.quit != nil {
+		close(c.quit)
+		c.monitor.Wait()
+		c.quit = nil
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, j := range c.jobs {
@@ -159,6 +198,7 @@ func (c *Coordinator) onRegister(m *nats.Msg) {
 	}
 	ws.info = w
 	ws.lastSeen = c.now()
+	delete(c.gone, w.ID)
 	c.mu.Unlock()
 	c.cfg.Logf("coordinator: worker %s registered (%s slots)", w.ID, slotsText(w.Slots))
 	respond(m, transport.Reply{})
@@ -177,10 +217,24 @@ func (c *Coordinator) onHeartbeat(m *nats.Msg) {
 		return
 	}
 	c.mu.Lock()
-	if ws, ok := c.workers[w.ID]; ok {
+	ws, ok := c.workers[w.ID]
+	if ok {
 		ws.lastSeen = c.now()
+		c.mu.Unlock()
+		return
 	}
+	// A worker declared lost that heartbeats again (it was cut off, or
+	// stalled) registers anew and takes new work; the subtasks it ran
+	// belong to attempts that have failed over already.
+	why, wasLost := c.gone[w.ID]
+	if !wasLost || !idChars.MatchString(w.ID) {
+		c.mu.Unlock()
+		return
+	}
+	delete(c.gone, w.ID)
+	c.workers[w.ID] = &workerState{info: w, lastSeen: c.now()}
 	c.mu.Unlock()
+	c.cfg.Logf("coordinator: worker %s is back (%s slots) after it was declared lost (%s)", w.ID, slotsText(w.Slots), why)
 }
 
 // Workers lists the registered workers that are alive.
@@ -254,6 +308,7 @@ func (c *Coordinator) submit(req transport.SubmitRequest) (string, error) {
 	}
 	id := req.Resume
 	attempt := 0
+	var restartLog []RestartEntry
 	if id != "" {
 		// A resumed job continues from its latest checkpoint; its sinks
 		// recover as after any restart.
@@ -265,6 +320,7 @@ func (c *Coordinator) submit(req transport.SubmitRequest) (string, error) {
 			return "", fmt.Errorf("job %s has %s: there is nothing to resume", id, rec.State)
 		}
 		attempt = rec.Attempt + 1
+		restartLog = rec.Restarts
 	} else {
 		id = newJobID(name)
 	}
@@ -297,6 +353,7 @@ func (c *Coordinator) submit(req transport.SubmitRequest) (string, error) {
 
 		fromSavepoint: req.FromSavepoint,
 		savepointID:   spID,
+		restartLog:    restartLog,
 	}
 	c.mu.Lock()
 	if old, ok := c.jobs[id]; ok && !old.done {
@@ -461,6 +518,7 @@ func (c *Coordinator) deployAttempt(js *jobState) error {
 	}
 	c.mu.Lock()
 	pl := js.placement
+	js.deploying = true
 	c.mu.Unlock()
 	stream, err := c.dataStream(js.info.JobID, pl)
 	if err != nil {
@@ -521,6 +579,9 @@ func (c *Coordinator) deployAttempt(js *jobState) error {
 	if js.ckpt != nil {
 		js.ckpt.start()
 	}
+	c.mu.Lock()
+	js.deploying = false
+	c.mu.Unlock()
 	where := "worker " + workers[0]
 	if len(workers) > 1 {
 		where = fmt.Sprintf("%d workers (%s)", len(workers), strings.Join(workers, ", "))
@@ -568,10 +629,15 @@ func (c *Coordinator) onTaskStatus(m *nats.Msg) {
 	}
 	c.mu.Lock()
 	j, ok := c.jobs[st.JobID]
-	if !ok || j.done || st.Attempt != j.attempt {
+	if !ok || j.done || st.Attempt != j.attempt || j.lost[st.Worker] != "" {
+		// A lost worker's subtasks were counted as ended when it was lost.
 		c.mu.Unlock()
 		return
 	}
+	if j.reported == nil {
+		j.reported = map[string]int{}
+	}
+	j.reported[st.Worker]++
 	j.ended++
 	for _, vm := range st.Metrics {
 		agg, ok := j.metrics[vm.Vertex]
@@ -640,9 +706,11 @@ func (c *Coordinator) attemptEnded(j *jobState) {
 		return
 	}
 	reason := j.failed
+	j.restartLog = append(j.restartLog, RestartEntry{Attempt: j.attempt, Reason: reason, Time: c.now()})
 	j.restarts++
 	j.attempt++
 	j.ended, j.finished, j.failed = 0, 0, ""
+	j.reported, j.lost = nil, nil
 	j.metrics = map[string]*transport.VertexMetrics{}
 	// The next attempt is placed again on the workers alive then.
 	c.releaseLocked(j.placement)

@@ -22,6 +22,15 @@
 //     JobResult (state, error, records per vertex, duration) on the job's
 //     done subject.
 //
+// Workers heartbeat (Config.HeartbeatInterval). A worker silent for longer
+// than Config.WorkerTimeout is declared lost: it leaves placement, and every
+// attempt with subtasks on it fails with "worker W lost: no heartbeat for D"
+// (its subtasks that had not reported count as ended, the others are
+// cancelled), so the job restarts per its strategy on the remaining workers
+// from its latest checkpoint, or fails without one. The job record lists
+// each restart's cause. A lost worker that heartbeats or registers again
+// takes new work.
+//
 // Checkpoint triggers and notifications go to every worker of the attempt;
 // acknowledgements come from all of them on the job's ack subject.
 package coordinator

@@ -48,6 +48,13 @@ type Options struct {
 	Logf    func(format string, args ...any)
 	// NoCoordinator skips starting a coordinator (a cluster has one).
 	NoCoordinator bool
+	// HeartbeatInterval is how often the in-process workers heartbeat, and
+	// what the coordinator expects of every worker (default 1s).
+	HeartbeatInterval time.Duration
+	// WorkerTimeout is how long a worker may stay silent before the
+	// coordinator declares it lost and fails its jobs over (default 3
+	// heartbeat intervals).
+	WorkerTimeout time.Duration
 }
 
 // Engine is a running embedded system or a connection to a cluster.
@@ -137,7 +144,8 @@ func Start(ctx context.Context, o Options) (e *Engine, err error) {
 		return nil, err
 	}
 	if !o.NoCoordinator && (o.NATSURL == "" || o.Workers > 0) {
-		e.coord, err = coordinator.New(coordinator.Config{NATS: e.nc, Logf: o.Logf, DataDir: o.DataDir})
+		e.coord, err = coordinator.New(coordinator.Config{NATS: e.nc, Logf: o.Logf, DataDir: o.DataDir,
+			HeartbeatInterval: o.HeartbeatInterval, WorkerTimeout: o.WorkerTimeout})
 		if err != nil {
 			return nil, err
 		}
@@ -169,6 +177,8 @@ func Start(ctx context.Context, o Options) (e *Engine, err error) {
 			Runtime: e.rt,
 			Stdout:  o.Stdout,
 			Logf:    o.Logf,
+
+			HeartbeatInterval: o.HeartbeatInterval,
 		})
 		if werr != nil {
 			return nil, werr
@@ -186,6 +196,18 @@ func Start(ctx context.Context, o Options) (e *Engine, err error) {
 
 // Workers are the engine's in-process workers.
 func (e *Engine) Workers() []*worker.Worker { return e.workers }
+
+// KillWorker stops in-process worker i abruptly, as a SIGKILL would: its
+// NATS connection closes first, so neither heartbeats nor reports of its
+// subtasks reach the coordinator any more, then its subtasks stop. It needs
+// several workers (each has a connection of its own).
+func (e *Engine) KillWorker(ctx context.Context, i int) error {
+	if len(e.conns) != len(e.workers) || i < 0 || i >= len(e.workers) {
+		return fmt.Errorf("engine: no in-process worker %d with a connection of its own", i)
+	}
+	e.conns[i].Close()
+	return e.workers[i].Close(ctx)
+}
 
 // Conn is the engine's NATS connection.
 func (e *Engine) Conn() *nats.Conn { return e.nc }
