@@ -101,7 +101,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			}
 			return nil
 		},
-		Commands: []*cli.Command{
+		Commands: withNATSAuth([]*cli.Command{
 			deployCommand(),
 			serverCommand(),
 			workerCommand(),
@@ -119,7 +119,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 					return nil
 				},
 			},
-		},
+		}),
 	}
 }
 
@@ -255,6 +255,11 @@ func deploy(c *cli.Context, hc host.Config, ov job.Overrides) error {
 	out, errw := c.App.Writer, c.App.ErrWriter
 
 	opts := engine.Options{DataDir: c.String("data"), NATSURL: c.String("nats"), Host: hc, Stdout: out, Logf: logf(c)}
+	natsOpts, err := natsOptions(c)
+	if err != nil {
+		return err
+	}
+	opts.NATSOptions = natsOpts
 	if c.IsSet("workers") && c.Int("workers") < 1 {
 		return usageError{fmt.Errorf("--workers %d: must be ≥ 1", c.Int("workers"))}
 	}
@@ -480,12 +485,20 @@ func serverCommand() *cli.Command {
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "listen", Usage: "address of the embedded NATS server", Value: "127.0.0.1:4222"},
 			&cli.IntFlag{Name: "workers", Usage: "in-process workers to start as well", Value: 0},
+			&cli.DurationFlag{Name: "worker-timeout", Usage: "declare a worker lost (and fail its jobs over) after it has been silent this long (default 10s)"},
 			dataFlag, natsFlag, verboseFlag,
 		},
 		Action: func(c *cli.Context) error {
 			ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			opts := engine.Options{DataDir: c.String("data"), NATSURL: c.String("nats"), Workers: c.Int("workers"), Logf: logf(c), Stdout: c.App.Writer}
+			// A server takes over the jobs a previous one left running.
+			opts := engine.Options{DataDir: c.String("data"), NATSURL: c.String("nats"), Workers: c.Int("workers"), Logf: logf(c), Stdout: c.App.Writer,
+				ResumeJobs: true, WorkerTimeout: c.Duration("worker-timeout")}
+			natsOpts, err := natsOptions(c)
+			if err != nil {
+				return err
+			}
+			opts.NATSOptions = natsOpts
 			if opts.NATSURL == "" {
 				opts.Listen = c.String("listen")
 			}
@@ -524,10 +537,14 @@ func workerCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
+			natsOpts, err := natsOptions(c)
+			if err != nil {
+				return err
+			}
 			ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			e, err := engine.Start(ctx, engine.Options{
-				DataDir: c.String("data"), NATSURL: c.String("nats"), Workers: 1, Slots: c.Int("slots"),
+				DataDir: c.String("data"), NATSURL: c.String("nats"), NATSOptions: natsOpts, Workers: 1, Slots: c.Int("slots"),
 				Host: hc, Logf: logf(c), Stdout: c.App.Writer, NoCoordinator: true,
 			})
 			if err != nil {
@@ -556,7 +573,11 @@ func clientEngine(c *cli.Context) (*engine.Engine, error) {
 		return nil, err
 	}
 	defer os.RemoveAll(tmp)
-	return engine.Start(c.Context, engine.Options{DataDir: tmp, NATSURL: url, NoCoordinator: true})
+	natsOpts, err := natsOptions(c)
+	if err != nil {
+		return nil, err
+	}
+	return engine.Start(c.Context, engine.Options{DataDir: tmp, NATSURL: url, NATSOptions: natsOpts, NoCoordinator: true})
 }
 
 func listCommand() *cli.Command {
