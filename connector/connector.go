@@ -36,6 +36,13 @@ type Sink interface {
 	Close() error
 }
 
+// Identified is implemented by connectors that name what they write after
+// the job and vertex they belong to (the JetStream sink's message ids). The
+// runtime calls SetIdentity before Open.
+type Identified interface {
+	SetIdentity(job, vertex string) error
+}
+
 // ErrUnknown is wrapped by the errors for a connector name that does not
 // exist.
 var ErrUnknown = errors.New("connector: unknown connector")

@@ -112,9 +112,12 @@ func parseJSSinkConfig(raw json.RawMessage) (jsSinkConfig, error) {
 //     message published again with the same id, so publishing a
 //     transaction again (Recover after a lost Commit) adds nothing.
 //
-// RUN is a random token chosen when the sink starts without restored
-// state and carried in the state, so a replay reuses the ids of the
-// original commit, and a rerun of the job never collides with them.
+// RUN is JOB/VERTEX when the runtime told the sink its identity
+// (SetIdentity), so message ids are JOB/VERTEX/SUBTASK/CHECKPOINT/INDEX;
+// otherwise a random token chosen when the sink starts without restored
+// state. It is carried in the state, so a replay reuses the ids of the
+// original commit; job ids are unique per deployment and checkpoint ids
+// keep increasing across restarts, so a rerun never collides with them.
 type jsSink struct {
 	cfg  jsSinkConfig
 	what string // error prefix: "connector jetstream: sink STREAM (subtask S)"
@@ -128,12 +131,13 @@ type jsSink struct {
 	js      jetstream.JetStream
 	obs     jetstream.ObjectStore // staging, transactional mode
 
-	run     string      // message id token
-	open    abi.Builder // the open transaction's records
-	last    int64       // latest checkpoint pre-committed or restored
-	pending []jsTxn     // staged, not committed, by ascending id
-	used    bool        // Write or PreCommit since Open: Recover is too late
-	err     error       // the first failure of Write or PreCommit
+	run      string      // message id token
+	identity string      // JOB/VERTEX from SetIdentity, "" when not given
+	open     abi.Builder // the open transaction's records
+	last     int64       // latest checkpoint pre-committed or restored
+	pending  []jsTxn     // staged, not committed, by ascending id
+	used     bool        // Write or PreCommit since Open: Recover is too late
+	err      error       // the first failure of Write or PreCommit
 
 	subj []byte
 }
@@ -225,9 +229,11 @@ func (s *jsSink) Open(ctx context.Context, subtask, parallelism int) error {
 			return fail(err)
 		}
 	}
-	run, err := newRunToken()
-	if err != nil {
-		return fail(err)
+	run := s.identity
+	if run == "" {
+		if run, err = newRunToken(); err != nil {
+			return fail(err)
+		}
 	}
 	s.ctx, s.subtask, s.nc, s.js, s.obs = ctx, subtask, nc, js, obs
 	s.run, s.last, s.pending, s.used, s.err = run, 0, nil, false, nil
@@ -631,7 +637,25 @@ func (s *jsSink) deleteStaged(op string) error {
 	return nil
 }
 
-var runToken = regexp.MustCompile(`^[0-9a-f]{16}$`)
+// runToken matches both forms of RUN: a random token, or JOB/VERTEX (ids
+// of letters, digits, '_' and '-').
+var runToken = regexp.MustCompile(`^([0-9a-f]{16}|[A-Za-z0-9_-]{1,128}/[A-Za-z0-9_-]{1,128})$`)
+
+// SetIdentity implements Identified: message ids then start with
+// job/vertex. It must come before Open.
+func (s *jsSink) SetIdentity(job, vertex string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.opened {
+		return fmt.Errorf("%s: set identity: the sink is already open", s.what)
+	}
+	id := job + "/" + vertex
+	if !runToken.MatchString(id) || strings.Count(id, "/") != 1 {
+		return fmt.Errorf("%s: set identity: job %q and vertex %q must be ids of letters, digits, '_' and '-'", s.what, job, vertex)
+	}
+	s.identity = id
+	return nil
+}
 
 func (s *jsSink) decodeState(state []byte, restoredID int64, op string) (*jsSinkState, error) {
 	var st jsSinkState

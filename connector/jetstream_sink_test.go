@@ -382,3 +382,65 @@ func TestJetStreamSinkLimitsAndCreate(t *testing.T) {
 	// A second sink finds the stream created.
 	openJSSink(t, url, true, map[string]any{"create": true})
 }
+
+// TestJetStreamSinkIdentity: given its job and vertex, the sink's message
+// ids are JOB/VERTEX/SUBTASK/CHECKPOINT/INDEX, carried in its state so a
+// restored sink keeps them; bad ids and a late SetIdentity are refused.
+func TestJetStreamSinkIdentity(t *testing.T) {
+	url, js := startJetStream(t)
+	outStream(t, js)
+	s, err := NewSink("jetstream", jsonConfig(t, map[string]any{"url": url, "stream": "out", "subject": "out.{key}"}), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.(Identified).SetIdentity("job/x", "sink"); err == nil {
+		t.Error("SetIdentity accepted a job id with a slash")
+	}
+	if err := s.(Identified).SetIdentity("wordcount-1a2b", "sink"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.(Transactional).BeginTransactions(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Open(testCtx(t), 0, 1); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.(Identified).SetIdentity("other", "sink"); err == nil {
+		t.Error("SetIdentity after Open was accepted")
+	}
+	if err := s.Write(recBatch(0, 2)); err != nil {
+		t.Fatal(err)
+	}
+	st, err := s.(Transactional).PreCommit(5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(st), `"run":"wordcount-1a2b/sink"`) {
+		t.Errorf("state %s does not carry the identity", st)
+	}
+	if got := stagedObjects(t, js); !slices.Equal(got, []string{"wordcount-1a2b/sink/0/0000000005"}) {
+		t.Errorf("staged %q", got)
+	}
+	if err := s.(Transactional).Commit(5); err != nil {
+		t.Fatal(err)
+	}
+	got := streamMsgs(t, js, "out")
+	for i, m := range got {
+		if id := m.header.Get(jetstream.MsgIDHeader); id != fmt.Sprintf("wordcount-1a2b/sink/0/5/%d", i) {
+			t.Errorf("message %d has id %q", i, id)
+		}
+	}
+	if len(got) != 2 {
+		t.Fatalf("%d messages, want 2", len(got))
+	}
+
+	// A restored sink takes the identity from its state.
+	r := openJSSink(t, url, true, nil)
+	if err := r.Recover(st, 5); err != nil {
+		t.Fatal(err)
+	}
+	if r.run != "wordcount-1a2b/sink" {
+		t.Errorf("restored token %q", r.run)
+	}
+}
