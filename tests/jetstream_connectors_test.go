@@ -214,14 +214,14 @@ func TestJetStreamExactlyOnce(t *testing.T) {
 	}
 	// Every message came from a transaction of a checkpoint (or the last
 	// one, published at the end), each with a message id
-	// RUN/SUBTASK/CHECKPOINT/INDEX.
+	// JOB/VERTEX/SUBTASK/CHECKPOINT/INDEX.
 	checkpoints := map[string]bool{}
 	for id := range ids {
 		f := strings.Split(id, "/")
-		if len(f) != 4 {
-			t.Fatalf("message id %q is not RUN/SUBTASK/CHECKPOINT/INDEX", id)
+		if len(f) != 5 || !strings.HasPrefix(f[0], "jetstream-") || f[1] != "sink" {
+			t.Fatalf("message id %q is not JOB/VERTEX/SUBTASK/CHECKPOINT/INDEX", id)
 		}
-		checkpoints[f[2]] = true
+		checkpoints[f[3]] = true
 	}
 	if len(checkpoints) < 2 {
 		t.Errorf("the output came from %d transactions, want several checkpoints'", len(checkpoints))
