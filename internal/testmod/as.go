@@ -2,13 +2,10 @@ package testmod
 
 import (
 	"bytes"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"testing"
 )
 
@@ -70,9 +67,6 @@ func BuildAS(dir string) (string, error) {
 
 	// The cache key covers every input: the module's and the SDK's sources,
 	// the compiler's package.json (its version), the flags.
-	h := sha256.New()
-	fmt.Fprintf(h, "%q\n%s\n", ASFlags, node)
-	h.Write(ascPkg)
 	inputs, err := filepath.Glob(filepath.Join(src, "*.ts"))
 	if err != nil {
 		return "", err
@@ -82,50 +76,27 @@ func BuildAS(dir string) (string, error) {
 		return "", err
 	}
 	inputs = append(inputs, sdkSrcs...)
-	sort.Strings(inputs)
-	for _, f := range inputs {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			return "", err
+	sum, err := contentKey(fmt.Sprintf("%q\n%s\n%s", ASFlags, node, ascPkg), inputs)
+	if err != nil {
+		return "", err
+	}
+	out, err := cachedBuild(dir, sum, func(wasm string) error {
+		// asc runs from the repository root with a relative entry path: the
+		// SDK's internal module names, and so the module's, do not depend
+		// on where the checkout is.
+		args := append([]string{asc, filepath.ToSlash(filepath.Join(dir, "index.ts"))}, ASFlags...)
+		args = append(args, "-o", wasm)
+		cmd := exec.Command(node, args...)
+		cmd.Dir = root
+		var stderr bytes.Buffer
+		cmd.Stdout = &stderr
+		cmd.Stderr = &stderr
+		if err := cmd.Run(); err != nil {
+			return fmt.Errorf("asc %s: %v\n%s", dir, err, stderr.String())
 		}
-		rel, _ := filepath.Rel(root, f)
-		fmt.Fprintf(h, "%s %d\n", filepath.ToSlash(rel), len(b))
-		h.Write(b)
-	}
-	cacheDir, err := os.UserCacheDir()
+		return nil
+	})
 	if err != nil {
-		cacheDir = os.TempDir()
-	}
-	out := filepath.Join(cacheDir, "wstream-testmod", filepath.FromSlash(dir), hex.EncodeToString(h.Sum(nil))[:16]+".wasm")
-	if _, err := os.Stat(out); err == nil {
-		built[key] = out
-		return out, nil
-	}
-	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
-		return "", err
-	}
-	// Write to a temporary name and rename, so that a concurrent test binary
-	// never reads a half-written module.
-	tmp, err := os.CreateTemp(filepath.Dir(out), "build-*.wasm")
-	if err != nil {
-		return "", err
-	}
-	tmp.Close()
-	defer os.Remove(tmp.Name())
-	// asc runs from the repository root with a relative entry path: the
-	// SDK's internal module names, and so the module's, do not depend on
-	// where the checkout is.
-	args := append([]string{asc, filepath.ToSlash(filepath.Join(dir, "index.ts"))}, ASFlags...)
-	args = append(args, "-o", tmp.Name())
-	cmd := exec.Command(node, args...)
-	cmd.Dir = root
-	var stderr bytes.Buffer
-	cmd.Stdout = &stderr
-	cmd.Stderr = &stderr
-	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("asc %s: %v\n%s", dir, err, stderr.String())
-	}
-	if err := os.Rename(tmp.Name(), out); err != nil {
 		return "", err
 	}
 	built[key] = out

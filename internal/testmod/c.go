@@ -2,10 +2,7 @@ package testmod
 
 import (
 	"bytes"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"sort"
@@ -69,52 +66,29 @@ func BuildC(dir string) (string, error) {
 
 	// The cache key covers every input: the sources, the headers they may
 	// include, the flags and the compiler.
-	h := sha256.New()
-	fmt.Fprintf(h, "%q\n%s\n", CFlags, clang)
 	inputs, err := filepath.Glob(filepath.Join(root, filepath.FromSlash(dir), "*.h"))
 	if err != nil {
 		return "", err
 	}
 	inputs = append(inputs, filepath.Join(sdk, "wstream.h"))
 	inputs = append(inputs, srcs...)
-	for _, f := range inputs {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			return "", err
+	sum, err := contentKey(fmt.Sprintf("%q\n%s", CFlags, clang), inputs)
+	if err != nil {
+		return "", err
+	}
+	out, err := cachedBuild(dir, sum, func(wasm string) error {
+		args := append(append([]string{}, CFlags...), "-I", sdk, "-o", wasm)
+		args = append(args, srcs...)
+		cmd := exec.Command(clang, args...)
+		cmd.Dir = root
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		if err := cmd.Run(); err != nil {
+			return fmt.Errorf("clang %s: %v\n%s", dir, err, stderr.String())
 		}
-		fmt.Fprintf(h, "%s %d\n", filepath.Base(f), len(b))
-		h.Write(b)
-	}
-	cacheDir, err := os.UserCacheDir()
+		return nil
+	})
 	if err != nil {
-		cacheDir = os.TempDir()
-	}
-	out := filepath.Join(cacheDir, "wstream-testmod", filepath.FromSlash(dir), hex.EncodeToString(h.Sum(nil))[:16]+".wasm")
-	if _, err := os.Stat(out); err == nil {
-		built[key] = out
-		return out, nil
-	}
-	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
-		return "", err
-	}
-	// Write to a temporary name and rename, so that a concurrent test binary
-	// never reads a half-written module.
-	tmp, err := os.CreateTemp(filepath.Dir(out), "build-*.wasm")
-	if err != nil {
-		return "", err
-	}
-	tmp.Close()
-	defer os.Remove(tmp.Name())
-	args := append(append([]string{}, CFlags...), "-I", sdk, "-o", tmp.Name())
-	args = append(args, srcs...)
-	cmd := exec.Command(clang, args...)
-	cmd.Dir = root
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("clang %s: %v\n%s", dir, err, stderr.String())
-	}
-	if err := os.Rename(tmp.Name(), out); err != nil {
 		return "", err
 	}
 	built[key] = out

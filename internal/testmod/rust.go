@@ -96,28 +96,12 @@ func BuildRust(dir string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	out := filepath.Join(cacheDir, filepath.FromSlash(dir), modSum[:16]+".wasm")
-	if _, err := os.Stat(out); err == nil {
-		built[key] = out
-		return out, nil
-	}
-	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
-		return "", err
-	}
-	// Write to a temporary name and rename, so that a concurrent test binary
-	// never reads a half-written module.
-	tmp, err := os.MkdirTemp(filepath.Dir(out), "build-")
+	out, err := cachedBuild(dir, modSum, func(wasm string) error {
+		args := append(append(append([]string{}, RustFlags...), RustModuleFlags...),
+			"--extern", "wstream="+rlib, "-L", filepath.Dir(rlib), "-o", wasm, filepath.Join(src, "main.rs"))
+		return runRustc(root, dir, args)
+	})
 	if err != nil {
-		return "", err
-	}
-	defer os.RemoveAll(tmp)
-	wasm := filepath.Join(tmp, "module.wasm")
-	args := append(append(append([]string{}, RustFlags...), RustModuleFlags...),
-		"--extern", "wstream="+rlib, "-L", filepath.Dir(rlib), "-o", wasm, filepath.Join(src, "main.rs"))
-	if err := runRustc(root, dir, args); err != nil {
-		return "", err
-	}
-	if err := os.Rename(wasm, out); err != nil {
 		return "", err
 	}
 	built[key] = out

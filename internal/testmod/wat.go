@@ -2,10 +2,7 @@ package testmod
 
 import (
 	"bytes"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
@@ -53,42 +50,22 @@ func BuildWAT(file string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("wat2wasm not found: run scripts/setup.sh (it installs wabt)")
 	}
-	src, err := os.ReadFile(filepath.Join(Root(), filepath.FromSlash(file)))
+	sum, err := contentKey(fmt.Sprintf("%q\n%s", WATFlags, wat2wasm), []string{filepath.Join(Root(), filepath.FromSlash(file))})
 	if err != nil {
 		return "", err
 	}
-	h := sha256.New()
-	fmt.Fprintf(h, "%q\n%s\n%d\n", WATFlags, wat2wasm, len(src))
-	h.Write(src)
-	cacheDir, err := os.UserCacheDir()
+	out, err := cachedBuild(file, sum, func(wasm string) error {
+		args := append(append([]string{}, WATFlags...), "-o", wasm, filepath.FromSlash(file))
+		cmd := exec.Command(wat2wasm, args...)
+		cmd.Dir = Root()
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		if err := cmd.Run(); err != nil {
+			return fmt.Errorf("wat2wasm %s: %v\n%s", file, err, stderr.String())
+		}
+		return nil
+	})
 	if err != nil {
-		cacheDir = os.TempDir()
-	}
-	out := filepath.Join(cacheDir, "wstream-testmod", filepath.FromSlash(file), hex.EncodeToString(h.Sum(nil))[:16]+".wasm")
-	if _, err := os.Stat(out); err == nil {
-		built[key] = out
-		return out, nil
-	}
-	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
-		return "", err
-	}
-	// Write to a temporary name and rename, so that a concurrent test binary
-	// never reads a half-written module.
-	tmp, err := os.CreateTemp(filepath.Dir(out), "build-*.wasm")
-	if err != nil {
-		return "", err
-	}
-	tmp.Close()
-	defer os.Remove(tmp.Name())
-	args := append(append([]string{}, WATFlags...), "-o", tmp.Name(), filepath.FromSlash(file))
-	cmd := exec.Command(wat2wasm, args...)
-	cmd.Dir = Root()
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("wat2wasm %s: %v\n%s", file, err, stderr.String())
-	}
-	if err := os.Rename(tmp.Name(), out); err != nil {
 		return "", err
 	}
 	built[key] = out
