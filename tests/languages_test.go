@@ -4,12 +4,9 @@ import (
 	"fmt"
 	"math/rand"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/wstream/wstream/internal/testmod"
 )
@@ -130,61 +127,16 @@ func TestSavepointAcrossLanguages(t *testing.T) {
 // savepoint's directory.
 func stopAfterCheckpoints(t *testing.T, dir string, n int, args ...string) string {
 	t.Helper()
-	cmd := exec.Command(wstreamBin(t), append([]string{"deploy"}, args...)...)
-	cmd.Dir = dir
-	var stderr syncBuffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	deadline := time.Now().Add(2 * time.Minute)
-	var id string
-	for {
-		if m := jobLine.FindStringSubmatch(stderr.String()); m != nil {
-			// Only the latest checkpoints are retained: read the newest id.
-			done, _ := filepath.Glob(filepath.Join(dir, "wstream-data", "jobs", m[1], "checkpoints", "chk-*", "_metadata"))
-			newest := 0
-			for _, p := range done {
-				var c int
-				if _, err := fmt.Sscanf(filepath.Base(filepath.Dir(p)), "chk-%d", &c); err == nil {
-					newest = max(newest, c)
-				}
-			}
-			if newest >= n {
-				id = m[1]
-				break
+	return deployAndStopWhen(t, dir, filepath.Join(dir, "sp"), func(job string) bool {
+		// Only the latest checkpoints are retained: read the newest id.
+		done, _ := filepath.Glob(filepath.Join(dir, "wstream-data", "jobs", job, "checkpoints", "chk-*", "_metadata"))
+		newest := 0
+		for _, p := range done {
+			var c int
+			if _, err := fmt.Sscanf(filepath.Base(filepath.Dir(p)), "chk-%d", &c); err == nil {
+				newest = max(newest, c)
 			}
 		}
-		select {
-		case err := <-done:
-			t.Fatalf("the job ended before it could be stopped: %v\n%s", err, stderr.String())
-		default:
-		}
-		if time.Now().After(deadline) {
-			_ = cmd.Process.Kill()
-			t.Fatalf("no checkpoints:\n%s", stderr.String())
-		}
-		time.Sleep(20 * time.Millisecond) // polling interval
-	}
-	r := runCLI(t, dir, "stop", "--savepoint", filepath.Join(dir, "sp"), id)
-	if r.code != 0 {
-		_ = cmd.Process.Kill()
-		t.Fatalf("stop: exit %d\n%s", r.code, r.stderr)
-	}
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("the stopped job exited with %v\n%s", err, stderr.String())
-		}
-	case <-time.After(time.Minute):
-		_ = cmd.Process.Kill()
-		t.Fatal("the job did not end after stop")
-	}
-	m := regexp.MustCompile(`: (\S+)\n`).FindStringSubmatch(r.stdout)
-	if m == nil {
-		t.Fatalf("stop printed no savepoint directory: %q", r.stdout)
-	}
-	return m[1]
+		return newest >= n
+	}, args...)
 }

@@ -31,6 +31,14 @@ var jobLine = regexp.MustCompile(`job (\S+) running`)
 // savepoint's directory.
 func deployAndStop(t *testing.T, dir, spDir string, minParts int, args ...string) string {
 	t.Helper()
+	return deployAndStopWhen(t, dir, spDir, func(string) bool { return len(partFiles(t, dir)) > minParts }, args...)
+}
+
+// deployAndStopWhen starts a deploy in dir, waits until ready(job id) holds,
+// stops the job with a savepoint under spDir and returns the savepoint's
+// directory.
+func deployAndStopWhen(t *testing.T, dir, spDir string, ready func(job string) bool, args ...string) string {
+	t.Helper()
 	cmd := exec.Command(wstreamBin(t), append([]string{"deploy"}, args...)...)
 	cmd.Dir = dir
 	var stderr syncBuffer
@@ -43,7 +51,7 @@ func deployAndStop(t *testing.T, dir, spDir string, minParts int, args ...string
 	deadline := time.Now().Add(2 * time.Minute)
 	var id string
 	for {
-		if m := jobLine.FindStringSubmatch(stderr.String()); m != nil && len(partFiles(t, dir)) > minParts {
+		if m := jobLine.FindStringSubmatch(stderr.String()); m != nil && ready(m[1]) {
 			id = m[1]
 			break
 		}
