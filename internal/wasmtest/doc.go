@@ -10,6 +10,9 @@
 // A test builds a module (GoModule, CModule), instantiates it with New and
 // calls its exports through the Host's methods (MustOpen, MustProcess,
 // Advance, Fire, MustClose), then inspects the Host's fields (Out via Take,
-// State, Timers, Failures, Logs, Stderr and the call counters). The checks
-// in twins.go are shared by the Go examples and their C twins.
+// State, Timers, Failures, Logs, Stderr and the call counters). A Lang
+// names the modules of one guest language next to their Go twins. The
+// checks in twins.go, compare.go, window.go, exports.go, conformance.go and
+// testops.go are written once here for the example packages of every
+// language.
 package wasmtest

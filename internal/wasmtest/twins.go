@@ -4,13 +4,15 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/wstream/wstream/abi"
 )
 
 // The checks below are shared by the Go examples (examples/wasm/go) and
-// their C twins (examples/wasm/c), which must behave alike.
+// their twins in the other languages, which must behave alike.
 
 // CheckWordcount drives the split and count operators of a wordcount module
 // through a small input and checks the words, the counts, the int64 state
@@ -154,4 +156,28 @@ func CheckUpper(t testing.TB, h *Host, op int32, in []abi.Record, want []string)
 		t.Fatalf("upper emitted %q, want %q", got, want)
 	}
 	return upper
+}
+
+// CheckIdentityBatches opens the identity operator of a testops module in
+// slot 0 and checks its batching: CheckIdentityFlush with a record over
+// 64 KiB and records at the extremes of time, then small records (one
+// emit_batch call for all of them, however many) and an empty batch (no
+// call at all).
+func CheckIdentityBatches(t testing.TB, h *Host, small int) {
+	t.Helper()
+	CheckIdentityFlush(t, h, []abi.Record{Rec("c", strings.Repeat("v", 100<<10), math.MaxInt64), Rec("a", "1", -5), Rec("", "", math.MinInt64)})
+	h.Batches = 0
+	many := make([]abi.Record, small)
+	for i := range many {
+		many[i] = Rec(strconv.Itoa(i), "value", int64(i))
+	}
+	h.MustProcess(0, many...)
+	if out := h.Take(); len(out) != small || h.Batches != 1 {
+		t.Errorf("%d small records: %d emitted in %d emit_batch calls, want %d in 1", small, len(out), h.Batches, small)
+	}
+	h.Batches = 0
+	h.MustProcess(0)
+	if h.Batches != 0 {
+		t.Errorf("an empty batch made %d emit_batch calls", h.Batches)
+	}
 }

@@ -2,9 +2,7 @@ package cexamples_test
 
 import (
 	"fmt"
-	"math"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 
@@ -17,89 +15,38 @@ import (
 // The tests below drive examples/wasm/c/testops, whose operators use every
 // part of the C SDK.
 
-func format(recs []abi.Record) []string {
-	var out []string
-	for _, r := range recs {
-		out = append(out, fmt.Sprintf("%d %s=%s@%d", r.Port, r.Key, r.Value, r.Timestamp))
-	}
-	return out
-}
-
-func wantRecords(t *testing.T, what string, got []abi.Record, want ...string) {
-	t.Helper()
-	if g := format(got); !slices.Equal(g, want) {
-		t.Fatalf("%s emitted\n%s\nwant\n%s", what, strings.Join(g, "\n"), strings.Join(want, "\n"))
-	}
-}
-
-// wantFailure checks that a call failed with GUEST_ERROR (or the given
-// status) and exactly one fail message containing want.
-func wantFailure(t *testing.T, h *wasmtest.Host, what string, st int32, err error, status int32, want string) {
-	t.Helper()
-	if err != nil || st != status {
-		t.Fatalf("%s: status %d (%s), error %v; want %d (%s)", what, st, abi.StatusText(st), err, status, abi.StatusText(status))
-	}
-	if len(h.Failures) != 1 || !strings.Contains(h.Failures[0], want) {
-		t.Fatalf("%s: failures %q, want one containing %q", what, h.Failures, want)
-	}
-	h.Failures = nil
-}
-
+// TestIdentityFlush checks the SDK's output buffer: flushed early past
+// 64 KiB, once per call for small records, not at all for an empty batch.
 func TestIdentityFlush(t *testing.T) {
-	h := newHost(t, "testops")
-	in := []abi.Record{wasmtest.Rec("c", strings.Repeat("v", 100<<10), math.MaxInt64), wasmtest.Rec("a", "1", -5), wasmtest.Rec("", "", math.MinInt64)}
-	wasmtest.CheckIdentityFlush(t, h, in)
-	// Small records: one batch per call, however many.
-	h.Batches = 0
-	many := make([]abi.Record, 500)
-	for i := range many {
-		many[i] = wasmtest.Rec(strconv.Itoa(i), "value", int64(i))
-	}
-	h.MustProcess(0, many...)
-	if out := h.Take(); len(out) != 500 || h.Batches != 1 {
-		t.Errorf("500 small records: %d emitted in %d emit_batch calls, want 500 in 1", len(out), h.Batches)
-	}
-	// An empty batch emits nothing and calls nothing.
-	h.Batches = 0
-	h.MustProcess(0)
-	if h.Batches != 0 {
-		t.Errorf("an empty batch made %d emit_batch calls", h.Batches)
-	}
+	wasmtest.CheckIdentityBatches(t, newHost(t, "testops"), 500)
 }
 
 func TestFail(t *testing.T) {
 	h := newHost(t, "testops")
 	h.MustOpen(0, "fail", `{"on":"bad"}`)
 	st, err := h.ProcessCtx(h.Ctx, 0, []abi.Record{wasmtest.Rec("k", "good", 1), wasmtest.Rec("key\n\"x\"", "bad", 2)})
-	wantFailure(t, h, "process", st, err, abi.StatusGuestError,
+	wasmtest.WantFailure(t, h, "process", st, err, abi.StatusGuestError,
 		`operator "fail": process: record 1 of 2 (key "key\n\"x\""): testops fail on record value "bad"`)
 	if len(h.Out) != 0 {
 		t.Errorf("a failed call emitted %d records", len(h.Out))
 	}
 	// The instance goes on after a failed call.
 	h.MustProcess(0, wasmtest.Rec("k", "fine", 3))
-	wantRecords(t, "fail", h.Take(), "0 k=fine@3")
+	wasmtest.WantRecords(t, "fail", h.Take(), "0 k=fine@3")
 
 	st, err = h.OpenOp(1, "fail", `{}`)
-	wantFailure(t, h, "open fail without on", st, err, abi.StatusGuestError, `operator "fail": open: config "on" is required`)
+	wasmtest.WantFailure(t, h, "open fail without on", st, err, abi.StatusGuestError, `operator "fail": open: config "on" is required`)
 }
 
 func TestRouteAndHooks(t *testing.T) {
-	h := newHost(t, "testops", wasmtest.WithOutputs("main", "side"))
-	h.MustOpen(0, "route", "")
-	h.MustProcess(0, wasmtest.Rec("a", "one", 1), wasmtest.Rec("b", "side:two", 2), wasmtest.Rec("c", "direct:three", 3), wasmtest.Rec("d", "four", 4))
-	// The unbuffered emit flushed what was buffered first, so order holds.
-	wantRecords(t, "route", h.Take(), "0 a=one@1", "1 b=side:two@2", "0 c=direct:three@3", "0 d=four@4")
-	if h.Emits != 1 || h.Batches != 2 {
-		t.Errorf("emit calls %d, emit_batch calls %d; want 1 and 2", h.Emits, h.Batches)
-	}
+	h := lang.CheckRoute(t)
 
 	hook := func(export string, id int64) (int32, error) {
 		return h.Call(h.Ctx, h.Module.ExportedFunction(export), 0, uint64(id))
 	}
 	st, err := hook(abi.ExportPreBarrier, 7)
 	h.MustOK("pre_barrier", st, err)
-	wantRecords(t, "pre_barrier", h.Take(), "0 barrier=7@7")
+	wasmtest.WantRecords(t, "pre_barrier", h.Take(), "0 barrier=7@7")
 	st, err = hook(abi.ExportCkptComplete, 7)
 	h.MustOK("checkpoint_complete", st, err)
 	st, err = hook(abi.ExportCkptAborted, 8)
@@ -108,23 +55,10 @@ func TestRouteAndHooks(t *testing.T) {
 		t.Errorf("logs %v, want %v", h.Logs, want)
 	}
 	st, err = hook(abi.ExportCkptAborted, -3)
-	wantFailure(t, h, "checkpoint_aborted", st, err, abi.StatusGuestError, `operator "route": checkpoint_aborted: checkpoint -3: negative checkpoint id -3`)
-
-	// Without a "side" output the operator cannot open.
-	h2 := newHost(t, "testops")
-	st, err = h2.OpenOp(0, "route", "")
-	wantFailure(t, h2, "open route", st, err, abi.StatusGuestError, `operator "route": open: output "side": bad output`)
+	wasmtest.WantFailure(t, h, "checkpoint_aborted", st, err, abi.StatusGuestError, `operator "route": checkpoint_aborted: checkpoint -3: negative checkpoint id -3`)
 }
 
-func TestBadOutput(t *testing.T) {
-	h := newHost(t, "testops")
-	h.MustOpen(0, "badport", "")
-	st, err := h.ProcessCtx(h.Ctx, 0, []abi.Record{wasmtest.Rec("k", "v", 1), wasmtest.Rec("k", "w", 2)})
-	wantFailure(t, h, "process", st, err, abi.StatusGuestError, `operator "badport": process: emitting 2 records: bad output`)
-	if len(h.Out) != 0 {
-		t.Errorf("emitted %d records to a bad output", len(h.Out))
-	}
-}
+func TestBadOutput(t *testing.T) { lang.CheckBadOutput(t) }
 
 func TestMapState(t *testing.T) {
 	h := newHost(t, "testops")
@@ -138,13 +72,13 @@ func TestMapState(t *testing.T) {
 		h.MustProcess(0, recs...)
 		return h.Take()
 	}
-	wantRecords(t, "put/get", cmd("k1", "put b 2", "put a 1", "put ab 12", "get a", "get zz", "del b", "get b"),
+	wasmtest.WantRecords(t, "put/get", cmd("k1", "put b 2", "put a 1", "put ab 12", "get a", "get zz", "del b", "get b"),
 		"0 a=1@3", "0 zz=<absent>@4", "0 b=<absent>@6")
 	// Another key has its own map.
-	wantRecords(t, "other key", cmd("k2", "put a other", "get a"), "0 a=other@1")
-	wantRecords(t, "list", cmd("k1", "list"), "0 a=1@0", "0 ab=12@0")
-	wantRecords(t, "list prefix", cmd("k1", "list ab"), "0 ab=12@0")
-	wantRecords(t, "list none", cmd("k1", "list q"))
+	wasmtest.WantRecords(t, "other key", cmd("k2", "put a other", "get a"), "0 a=other@1")
+	wasmtest.WantRecords(t, "list", cmd("k1", "list"), "0 a=1@0", "0 ab=12@0")
+	wasmtest.WantRecords(t, "list prefix", cmd("k1", "list ab"), "0 ab=12@0")
+	wasmtest.WantRecords(t, "list none", cmd("k1", "list q"))
 
 	// Many entries page through state_iter, in map-key order.
 	var puts, want []string
@@ -155,11 +89,11 @@ func TestMapState(t *testing.T) {
 	}
 	cmd("k3", puts...)
 	h.IterCalls = 0
-	wantRecords(t, "list 300", cmd("k3", "list p"), want...)
+	wasmtest.WantRecords(t, "list 300", cmd("k3", "list p"), want...)
 	if h.IterCalls < 3 {
 		t.Errorf("300 entries of 52 bytes took %d state_iter calls; want several 4 KiB pages", h.IterCalls)
 	}
-	wantRecords(t, "first 3", cmd("k3", "first p 3"), want[:3]...)
+	wasmtest.WantRecords(t, "first 3", cmd("k3", "first p 3"), want[:3]...)
 
 	// An entry larger than the page: the SDK grows the page on LIMIT.
 	cmd("k4", "put a small", "big b 100000", "put c small")
@@ -175,10 +109,10 @@ func TestMapState(t *testing.T) {
 	}
 
 	// Nested ranges: for each entry, the entries sharing its first byte.
-	wantRecords(t, "nest", cmd("k5", "put a1 x", "put a2 x", "put b1 x", "nest"), "0 a1=2@3", "0 a2=2@3", "0 b1=1@3")
+	wasmtest.WantRecords(t, "nest", cmd("k5", "put a1 x", "put a2 x", "put b1 x", "nest"), "0 a1=2@3", "0 a2=2@3", "0 b1=1@3")
 
 	// Namespaced int64 value state: 8 bytes little-endian.
-	wantRecords(t, "add", cmd("k6", "add w1 5", "add w2 -7", "add w1 10"), "0 w1=5@0", "0 w2=-7@1", "0 w1=15@2")
+	wasmtest.WantRecords(t, "add", cmd("k6", "add w1 5", "add w2 -7", "add w1 10"), "0 w1=5@0", "0 w2=-7@1", "0 w1=15@2")
 	if v := h.State[wasmtest.StateKey{Handle: h.States["v"], Key: "k6", NS: "w1"}]; string(v) != "\x0f\x00\x00\x00\x00\x00\x00\x00" {
 		t.Errorf("value state v of k6 under w1 = %q, want 15 as 8 bytes little-endian", v)
 	}
@@ -186,23 +120,23 @@ func TestMapState(t *testing.T) {
 	if _, ok := h.State[wasmtest.StateKey{Handle: h.States["v"], Key: "k6", NS: "w1"}]; ok {
 		t.Errorf("vdel left the value")
 	}
-	wantRecords(t, "add after delete", cmd("k6", "add w1 1"), "0 w1=1@0")
+	wasmtest.WantRecords(t, "add after delete", cmd("k6", "add w1 1"), "0 w1=1@0")
 
 	st, err := h.ProcessCtx(h.Ctx, 0, []abi.Record{wasmtest.Rec("k7", "vraw w abc", 0), wasmtest.Rec("k7", "add w 1", 1)})
-	wantFailure(t, h, "add on a 3-byte value", st, err, abi.StatusGuestError,
+	wasmtest.WantFailure(t, h, "add on a 3-byte value", st, err, abi.StatusGuestError,
 		`operator "mapops": process: record 1 of 2 (key "k7"): value state "v" holds 3 bytes, not an 8-byte int64: bad argument`)
 	st, err = h.ProcessCtx(h.Ctx, 0, []abi.Record{wasmtest.Rec("k7", "unknown", 0)})
-	wantFailure(t, h, "unregistered state", st, err, abi.StatusGuestError,
+	wasmtest.WantFailure(t, h, "unregistered state", st, err, abi.StatusGuestError,
 		`value state "other" was not registered: call ws_value_state_get(ctx, "other", ...) in open`)
 	st, err = h.ProcessCtx(h.Ctx, 0, []abi.Record{wasmtest.Rec("k7", "frobnicate", 0)})
-	wantFailure(t, h, "unknown command", st, err, abi.StatusGuestError, `(key "k7"): unknown command "frobnicate"`)
+	wasmtest.WantFailure(t, h, "unknown command", st, err, abi.StatusGuestError, `(key "k7"): unknown command "frobnicate"`)
 	h.MustClose(0)
 
 	// The host refuses a name of another kind: the SDK names the state.
 	h.States["m"] = 0
 	h.Kinds = []int32{abi.StateValue}
 	st, err = h.OpenOp(1, "mapops", "")
-	wantFailure(t, h, "open with a clashing kind", st, err, abi.StatusGuestError, `operator "mapops": open: registering map state "m": bad argument`)
+	wasmtest.WantFailure(t, h, "open with a clashing kind", st, err, abi.StatusGuestError, `operator "mapops": open: registering map state "m": bad argument`)
 }
 
 func TestTimers(t *testing.T) {
@@ -218,15 +152,15 @@ func TestTimers(t *testing.T) {
 		wasmtest.Rec("c", "pt 1700000000000 p", 6),
 		wasmtest.Rec("k", "now", 7),
 	)
-	wantRecords(t, "now", h.Take(), "0 k=42,1700000000000@7")
+	wasmtest.WantRecords(t, "now", h.Take(), "0 k=42,1700000000000@7")
 	if len(h.Timers) != 3 {
 		t.Fatalf("%d timers registered, want 3: %v", len(h.Timers), h.Timers)
 	}
 	h.Advance(0, 150)
-	wantRecords(t, "event timers", h.Take(), "0 b=0,@50", "0 a=0,w1@100")
+	wasmtest.WantRecords(t, "event timers", h.Take(), "0 b=0,@50", "0 a=0,w1@100")
 	st, err := h.Fire(0, abi.TimeProcessing, 1_700_000_000_000)
 	h.MustOK("processing timers", st, err)
-	wantRecords(t, "processing timers", h.Take(), "0 c=1,p@1700000000000")
+	wasmtest.WantRecords(t, "processing timers", h.Take(), "0 c=1,p@1700000000000")
 	if len(h.Timers) != 0 {
 		t.Fatalf("timers left: %v", h.Timers)
 	}
@@ -234,7 +168,7 @@ func TestTimers(t *testing.T) {
 	h.MustProcess(0, wasmtest.Rec("z", "ev 10 boom", 1))
 	h.Watermark = 10
 	st, err = h.Fire(0, abi.TimeEvent, 10)
-	wantFailure(t, h, "failing timer", st, err, abi.StatusGuestError, `operator "timers": on_timer: event time timer at 10 (key "z"): timer boom`)
+	wasmtest.WantFailure(t, h, "failing timer", st, err, abi.StatusGuestError, `operator "timers": on_timer: event time timer at 10 (key "z"): timer boom`)
 	if len(h.Out) != 0 {
 		t.Errorf("a failed on_timer emitted %d records", len(h.Out))
 	}
@@ -244,7 +178,7 @@ func TestTimers(t *testing.T) {
 	var bb abi.Builder
 	bb.Add(0, 5, []byte("k"), nil)
 	st, err = h.Call(h.Ctx, h.OnTimerFn, 1, uint64(h.Write(bb.Bytes())), uint64(len(bb.Bytes())))
-	wantFailure(t, h, "timers without on_timer", st, err, abi.StatusGuestError, `operator "identity": on_timer: 1 timers fired but the operator has no on_timer callback`)
+	wasmtest.WantFailure(t, h, "timers without on_timer", st, err, abi.StatusGuestError, `operator "identity": on_timer: 1 timers fired but the operator has no on_timer callback`)
 }
 
 func TestConfig(t *testing.T) {
@@ -268,14 +202,14 @@ func TestConfig(t *testing.T) {
 		h := newHost(t, "testops")
 		st, err := h.OpenOp(0, "config", tc.cfg)
 		if tc.fail != "" {
-			wantFailure(t, h, "open config "+tc.cfg, st, err, abi.StatusGuestError, tc.fail)
+			wasmtest.WantFailure(t, h, "open config "+tc.cfg, st, err, abi.StatusGuestError, tc.fail)
 			continue
 		}
 		h.MustOK("open config "+tc.cfg, st, err)
 		h.MustClose(0)
 		out := h.Take()
 		if len(out) != 1 || string(out[0].Key) != tc.cfg || string(out[0].Value) != tc.want {
-			t.Errorf("config %s: emitted %v, want %q", tc.cfg, format(out), tc.want)
+			t.Errorf("config %s: emitted %v, want %q", tc.cfg, wasmtest.Format(out), tc.want)
 		}
 	}
 }
@@ -284,22 +218,22 @@ func TestConfig(t *testing.T) {
 func TestCallErrors(t *testing.T) {
 	h := newHost(t, "testops")
 	st, err := h.OpenOp(0, "nope", "")
-	wantFailure(t, h, "open nope", st, err, abi.StatusUnknownOp,
+	wasmtest.WantFailure(t, h, "open nope", st, err, abi.StatusUnknownOp,
 		`wstream_open: the module has no operator "nope"; it has ["identity" "fail" "route" "badport" "mapops" "timers" "config"]`)
 	h.MustOpen(0, "identity", "")
 	st, err = h.OpenOp(0, "identity", "")
-	wantFailure(t, h, "opening slot 0 twice", st, err, abi.StatusBadHandle, `operator slot 0 is already open (operator "identity")`)
+	wasmtest.WantFailure(t, h, "opening slot 0 twice", st, err, abi.StatusBadHandle, `operator slot 0 is already open (operator "identity")`)
 	st, err = h.OpenOp(-1, "identity", "")
-	wantFailure(t, h, "opening slot -1", st, err, abi.StatusBadHandle, `operator slot -1 is outside [0, 4096)`)
+	wasmtest.WantFailure(t, h, "opening slot -1", st, err, abi.StatusBadHandle, `operator slot -1 is outside [0, 4096)`)
 	st, err = h.ProcessCtx(h.Ctx, 7, []abi.Record{wasmtest.Rec("k", "v", 1)})
-	wantFailure(t, h, "process on slot 7", st, err, abi.StatusBadHandle, "wstream_process: operator slot 7 is not open")
+	wasmtest.WantFailure(t, h, "process on slot 7", st, err, abi.StatusBadHandle, "wstream_process: operator slot 7 is not open")
 
 	// Regions outside the arena wstream_alloc returned.
 	p := h.Write([]byte{0, 0, 0, 0})
 	st, err = h.Call(h.Ctx, h.ProcessFn, 0, uint64(p)-8, 4)
-	wantFailure(t, h, "process before the arena", st, err, abi.StatusBadPointer, "lies outside the")
+	wasmtest.WantFailure(t, h, "process before the arena", st, err, abi.StatusBadPointer, "lies outside the")
 	st, err = h.Call(h.Ctx, h.ProcessFn, 0, uint64(p), 1<<30)
-	wantFailure(t, h, "process past the arena", st, err, abi.StatusBadPointer, "lies outside the")
+	wasmtest.WantFailure(t, h, "process past the arena", st, err, abi.StatusBadPointer, "lies outside the")
 
 	// Malformed batches.
 	for _, tc := range []struct {
@@ -313,7 +247,7 @@ func TestCallErrors(t *testing.T) {
 		{"trailing", append(abi.Encode([]abi.Record{wasmtest.Rec("k", "v", 1)}), 9), "1 trailing bytes after 1 records"},
 	} {
 		st, err := h.Call(h.Ctx, h.ProcessFn, 0, uint64(h.Write(tc.batch)), uint64(len(tc.batch)))
-		wantFailure(t, h, tc.name, st, err, abi.StatusBadArgument, `operator "identity": input batch from the host: malformed batch: `+tc.want)
+		wasmtest.WantFailure(t, h, tc.name, st, err, abi.StatusBadArgument, `operator "identity": input batch from the host: malformed batch: `+tc.want)
 	}
 	if len(h.Out) != 0 {
 		t.Errorf("malformed batches emitted %d records", len(h.Out))
@@ -323,11 +257,11 @@ func TestCallErrors(t *testing.T) {
 			t.Errorf("%s on an operator without checkpoint hooks: status %d, error %v; want OK", hook, st, err)
 		}
 		st, err := h.Call(h.Ctx, h.Module.ExportedFunction(hook), 3, 5)
-		wantFailure(t, h, hook+" on a closed slot", st, err, abi.StatusBadHandle, "operator slot 3 is not open")
+		wasmtest.WantFailure(t, h, hook+" on a closed slot", st, err, abi.StatusBadHandle, "operator slot 3 is not open")
 	}
 	h.MustClose(0)
 	st, err = h.Call(h.Ctx, h.CloseFn, 0)
-	wantFailure(t, h, "closing slot 0 twice", st, err, abi.StatusBadHandle, "wstream_close: operator slot 0 is not open")
+	wasmtest.WantFailure(t, h, "closing slot 0 twice", st, err, abi.StatusBadHandle, "wstream_close: operator slot 0 is not open")
 
 	// wstream_alloc: a negative size is refused, a larger one moves the
 	// arena, and slots reopen after close.

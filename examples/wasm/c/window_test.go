@@ -48,21 +48,7 @@ func runSteps(t *testing.T, h *wasmtest.Host, steps []step) []string {
 			h.Advance(0, s.wm)
 		}
 	}
-	return format(h.Take())
-}
-
-// stateOf returns h's state and timers in a form two hosts can compare:
-// state by name rather than handle.
-func stateOf(h *wasmtest.Host) (map[string]string, map[wasmtest.TimerKey]bool) {
-	names := map[int32]string{}
-	for name, hd := range h.States {
-		names[hd] = name
-	}
-	state := map[string]string{}
-	for sk, v := range h.State {
-		state[fmt.Sprintf("%s/%q/%x", names[sk.Handle], sk.Key, sk.NS)] = fmt.Sprintf("%x", v)
-	}
-	return state, maps.Clone(h.Timers)
+	return wasmtest.Format(h.Take())
 }
 
 // sameWindows runs steps through the C module and the Go one and checks
@@ -77,8 +63,8 @@ func sameWindows(t *testing.T, cfg string, steps []step) []string {
 		if !slices.Equal(co, gob) {
 			t.Fatalf("config %s, step %d: C emitted\n%s\nGo emitted\n%s", cfg, i, strings.Join(co, "\n"), strings.Join(gob, "\n"))
 		}
-		cs, ct := stateOf(c)
-		gs, gt := stateOf(g)
+		cs, ct := wasmtest.StateByName(c)
+		gs, gt := wasmtest.StateByName(g)
 		if !maps.Equal(cs, gs) {
 			t.Fatalf("config %s, step %d: C state %v\nGo state %v", cfg, i, cs, gs)
 		}

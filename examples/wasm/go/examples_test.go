@@ -3,7 +3,6 @@ package goexamples_test
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"maps"
 	"math"
 	"slices"
@@ -26,7 +25,7 @@ func TestModuleExports(t *testing.T) {
 	maps.Copy(exports, wasmtest.OptionalExports)
 	for _, name := range modules {
 		t.Run(name, func(t *testing.T) {
-			compiled := wasmtest.Compile(t, moduleBytes(t, name))
+			compiled := wasmtest.Compile(t, lang.Module(t, name))
 			wasmtest.CheckExports(t, compiled, exports, nil)
 			for _, imp := range compiled.ImportedFunctions() {
 				mod, fn, _ := imp.Import()
@@ -83,76 +82,19 @@ func TestWordcount(t *testing.T) {
 }
 
 func TestWindow(t *testing.T) {
-	h := newHost(t, "window", wasmtest.WithOutputs("main", "late"))
-	h.MustOpen(0, "window", `{"size":1000}`)
-
-	// Out of order, across windows, one at a negative time.
-	h.MustProcess(0,
-		wasmtest.Rec("a", "1", 100),
-		wasmtest.Rec("a", "2", 1500),
-		wasmtest.Rec("b", "5", 900),
-		wasmtest.Rec("a", "3", 999),
-		wasmtest.Rec("a", "4", -1),
-	)
-	h.Advance(0, 999)
-	h.MustProcess(0,
-		wasmtest.Rec("a", "7", 500), // its window [0,1000) closed at watermark 999: late
-		wasmtest.Rec("a", "6", 1999),
-		wasmtest.Rec("b", "1", 1000),
-	)
-	h.Advance(0, abi.MaxWatermark)
-
-	var got []string
-	for _, r := range h.Take() {
-		got = append(got, fmt.Sprintf("%d %s=%s@%d", r.Port, r.Key, r.Value, r.Timestamp))
-	}
-	want := []string{
-		"0 a=-1000,0,4@-1",
-		"0 a=0,1000,4@999",
-		"0 b=0,1000,5@999",
-		"1 a=7@500",
-		"0 a=1000,2000,8@1999",
-		"0 b=1000,2000,1@1999",
-	}
-	if !slices.Equal(got, want) {
-		t.Fatalf("window emitted\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
-	}
-	if len(h.State) != 0 || len(h.Timers) != 0 {
-		t.Errorf("%d state entries and %d timers left, want none", len(h.State), len(h.Timers))
-	}
+	wasmtest.CheckWindow(t, newHost(t, "window", wasmtest.WithOutputs(wasmtest.WindowOutputs...)))
 }
 
+// TestWindowErrors checks that the window operator fails with a message
+// naming the operator, the phase and the cause.
 func TestWindowErrors(t *testing.T) {
-	for _, tc := range []struct {
-		name, cfg string
-		outputs   []string
-		process   []abi.Record
-		want      string
-	}{
-		{"zero size", `{"size":0}`, []string{"main", "late"}, nil, "size must be a positive"},
-		{"bad config", `{"size":"x"}`, []string{"main", "late"}, nil, `config "{\"size\":\"x\"}"`},
-		{"no late output", `{}`, []string{"main"}, nil, `outputs ["main","late"]`},
-		{"bad value", `{}`, []string{"main", "late"}, []abi.Record{wasmtest.Rec("k", "1", 1), wasmtest.Rec("k", "x1", 2)}, `record 1 of 2 (key "k"): value "x1" is not a decimal integer`},
-		{"overflow", `{}`, []string{"main", "late"}, []abi.Record{wasmtest.Rec("k", "9223372036854775808", 2)}, "overflows int64"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			h := newHost(t, "window", wasmtest.WithOutputs(tc.outputs...))
-			st, err := h.OpenOp(0, "window", tc.cfg)
-			if tc.process != nil {
-				h.MustOK("open", st, err)
-				st, err = h.ProcessCtx(h.Ctx, 0, tc.process)
-			}
-			if err != nil || st != abi.StatusGuestError {
-				t.Fatalf("status %d (%s), error %v; want %d (guest error)", st, abi.StatusText(st), err, abi.StatusGuestError)
-			}
-			if len(h.Failures) != 1 || !strings.Contains(h.Failures[0], tc.want) || !strings.Contains(h.Failures[0], `operator "window"`) {
-				t.Fatalf("failure messages %q, want one naming the operator and containing %q", h.Failures, tc.want)
-			}
-			if len(h.Out) != 0 {
-				t.Errorf("a failed call emitted %d records", len(h.Out))
-			}
-		})
-	}
+	lang.CheckWindowFailures(t, []wasmtest.WindowFailure{
+		{Name: "zero size", Config: `{"size":0}`, Want: "size must be a positive"},
+		{Name: "bad config", Config: `{"size":"x"}`, Want: `config "{\"size\":\"x\"}"`},
+		{Name: "no late output", Config: `{}`, Outputs: []string{"main"}, Want: `outputs ["main","late"]`},
+		{Name: "bad value", Config: `{}`, Process: []abi.Record{wasmtest.Rec("k", "1", 1), wasmtest.Rec("k", "x1", 2)}, Want: `record 1 of 2 (key "k"): value "x1" is not a decimal integer`},
+		{Name: "overflow", Config: `{}`, Process: []abi.Record{wasmtest.Rec("k", "9223372036854775808", 2)}, Want: "overflows int64"},
+	}, false)
 }
 
 func TestMapFilter(t *testing.T) {

@@ -1,12 +1,8 @@
 package rustexamples_test
 
 import (
-	"fmt"
-	"slices"
-	"strings"
 	"testing"
 
-	"github.com/wstream/wstream/abi"
 	"github.com/wstream/wstream/internal/wasmtest"
 )
 
@@ -15,52 +11,15 @@ import (
 // and run the Go twins of the examples, to compare; the worker's host is
 // tested on its own.
 
-// moduleBytes builds a module once per test binary: "NAME" is the Rust
-// module examples/wasm/rust/NAME, "go/NAME" the Go one in examples/wasm/go/NAME.
-func moduleBytes(tb testing.TB, name string) []byte {
+// lang builds "NAME" as the Rust module examples/wasm/rust/NAME and
+// "go/NAME" as the Go one in examples/wasm/go/NAME.
+var lang = wasmtest.Lang{Name: "Rust", Build: func(tb testing.TB, name string) []byte {
 	tb.Helper()
-	if goName, ok := strings.CutPrefix(name, "go/"); ok {
-		return wasmtest.GoModule(tb, "examples/wasm/go/"+goName)
-	}
 	return wasmtest.RustModule(tb, "examples/wasm/rust/"+name)
-}
+}}
 
-// newHost instantiates the named module (see moduleBytes) against a wasmtest
-// host. A Rust module imports nothing but the wstream module; a Go one is a
-// WASI reactor.
+// newHost instantiates the named module (see lang) against a wasmtest host.
 func newHost(tb testing.TB, name string, opts ...wasmtest.Option) *wasmtest.Host {
 	tb.Helper()
-	if strings.HasPrefix(name, "go/") {
-		opts = append([]wasmtest.Option{wasmtest.WithWASI()}, opts...)
-	}
-	return wasmtest.New(tb, name, moduleBytes(tb, name), opts...)
-}
-
-// format writes records as "PORT KEY=VALUE@TS".
-func format(recs []abi.Record) []string {
-	var out []string
-	for _, r := range recs {
-		out = append(out, fmt.Sprintf("%d %s=%s@%d", r.Port, r.Key, r.Value, r.Timestamp))
-	}
-	return out
-}
-
-func wantRecords(t *testing.T, what string, got []abi.Record, want ...string) {
-	t.Helper()
-	if g := format(got); !slices.Equal(g, want) {
-		t.Fatalf("%s emitted\n%.3000s\nwant\n%.3000s", what, strings.Join(g, "\n"), strings.Join(want, "\n"))
-	}
-}
-
-// wantFailure checks that a call failed with status and exactly one fail
-// message containing want.
-func wantFailure(t *testing.T, h *wasmtest.Host, what string, st int32, err error, status int32, want string) {
-	t.Helper()
-	if err != nil || st != status {
-		t.Fatalf("%s: status %d (%s), error %v; want %d (%s)", what, st, abi.StatusText(st), err, status, abi.StatusText(status))
-	}
-	if len(h.Failures) != 1 || !strings.Contains(h.Failures[0], want) {
-		t.Fatalf("%s: failures %q, want one containing %q", what, h.Failures, want)
-	}
-	h.Failures = nil
+	return lang.New(tb, name, opts...)
 }

@@ -1,8 +1,6 @@
 package rustexamples_test
 
 import (
-	"math"
-	"strconv"
 	"strings"
 	"testing"
 
@@ -15,26 +13,10 @@ import (
 // The tests below drive examples/wasm/rust/testops, whose operators use the
 // parts of the Rust SDK the examples and the conformance module leave out.
 
+// TestIdentityFlush checks the SDK's output buffer: flushed early past
+// 64 KiB, once per call for small records, not at all for an empty batch.
 func TestIdentityFlush(t *testing.T) {
-	h := newHost(t, "testops")
-	in := []abi.Record{wasmtest.Rec("c", strings.Repeat("v", 100<<10), math.MaxInt64), wasmtest.Rec("a", "1", -5), wasmtest.Rec("", "", math.MinInt64)}
-	wasmtest.CheckIdentityFlush(t, h, in)
-	// Small records: one batch per call, however many.
-	h.Batches = 0
-	many := make([]abi.Record, 500)
-	for i := range many {
-		many[i] = wasmtest.Rec(strconv.Itoa(i), "value", int64(i))
-	}
-	h.MustProcess(0, many...)
-	if out := h.Take(); len(out) != 500 || h.Batches != 1 {
-		t.Errorf("500 small records: %d emitted in %d emit_batch calls, want 500 in 1", len(out), h.Batches)
-	}
-	// An empty batch emits nothing and calls nothing.
-	h.Batches = 0
-	h.MustProcess(0)
-	if h.Batches != 0 {
-		t.Errorf("an empty batch made %d emit_batch calls", h.Batches)
-	}
+	wasmtest.CheckIdentityBatches(t, newHost(t, "testops"), 500)
 }
 
 // TestNoGrowth checks that the SDK allocates nothing that lasts per record:
@@ -63,30 +45,9 @@ func TestNoGrowth(t *testing.T) {
 	}
 }
 
-func TestRoute(t *testing.T) {
-	h := newHost(t, "testops", wasmtest.WithOutputs("main", "side"))
-	h.MustOpen(0, "route", "")
-	h.MustProcess(0, wasmtest.Rec("a", "one", 1), wasmtest.Rec("b", "side:two", 2), wasmtest.Rec("c", "direct:three", 3), wasmtest.Rec("d", "four", 4))
-	// The unbuffered emit flushed what was buffered first, so order holds.
-	wantRecords(t, "route", h.Take(), "0 a=one@1", "1 b=side:two@2", "0 c=direct:three@3", "0 d=four@4")
-	if h.Emits != 1 || h.Batches != 2 {
-		t.Errorf("emit calls %d, emit_batch calls %d; want 1 and 2", h.Emits, h.Batches)
-	}
-	// Without a "side" output the operator cannot open.
-	h2 := newHost(t, "testops")
-	st, err := h2.OpenOp(0, "route", "")
-	wantFailure(t, h2, "open route", st, err, abi.StatusGuestError, `operator "route": open: output "side": bad output`)
-}
+func TestRoute(t *testing.T) { lang.CheckRoute(t) }
 
-func TestBadOutput(t *testing.T) {
-	h := newHost(t, "testops")
-	h.MustOpen(0, "badport", "")
-	st, err := h.ProcessCtx(h.Ctx, 0, []abi.Record{wasmtest.Rec("k", "v", 1), wasmtest.Rec("k", "w", 2)})
-	wantFailure(t, h, "process", st, err, abi.StatusGuestError, `operator "badport": process: emitting 2 records: bad output`)
-	if len(h.Out) != 0 {
-		t.Errorf("emitted %d records to a bad output", len(h.Out))
-	}
-}
+func TestBadOutput(t *testing.T) { lang.CheckBadOutput(t) }
 
 func TestConfig(t *testing.T) {
 	for _, tc := range []struct{ cfg, want, fail string }{
@@ -115,14 +76,14 @@ func TestConfig(t *testing.T) {
 			if len(h.Failures) == 1 && !strings.HasPrefix(h.Failures[0], `operator "config": open: config `) {
 				t.Errorf("config %s: failure %q does not name the operator, the phase and the config", tc.cfg, h.Failures[0])
 			}
-			wantFailure(t, h, "open config "+tc.cfg, st, err, abi.StatusGuestError, tc.fail)
+			wasmtest.WantFailure(t, h, "open config "+tc.cfg, st, err, abi.StatusGuestError, tc.fail)
 			continue
 		}
 		h.MustOK("open config "+tc.cfg, st, err)
 		h.MustClose(0)
 		out := h.Take()
 		if len(out) != 1 || string(out[0].Key) != tc.cfg || string(out[0].Value) != tc.want {
-			t.Errorf("config %s: emitted %v, want %q", tc.cfg, format(out), tc.want)
+			t.Errorf("config %s: emitted %v, want %q", tc.cfg, wasmtest.Format(out), tc.want)
 		}
 	}
 }
@@ -135,7 +96,7 @@ func TestStates(t *testing.T) {
 	}
 	// A state registered in open is found by name later.
 	h.MustProcess(0, wasmtest.Rec("k", "lookup v", 1), wasmtest.Rec("k", "lookup v", 2), wasmtest.Rec("j", "lookup v", 3))
-	wantRecords(t, "lookup v", h.Take(), "0 k=1@1", "0 k=2@2", "0 j=1@3")
+	wasmtest.WantRecords(t, "lookup v", h.Take(), "0 k=1@1", "0 k=2@2", "0 j=1@3")
 	// Get grows its buffer past the first read size.
 	big := strings.Repeat("0123456789", 30000)
 	h.MustProcess(0, wasmtest.Rec("k", big, 4), wasmtest.Rec("k", "small", 5))
@@ -144,22 +105,22 @@ func TestStates(t *testing.T) {
 	}
 
 	st, err := h.ProcessCtx(h.Ctx, 0, []abi.Record{wasmtest.Rec("k", "lookup other", 1)})
-	wantFailure(t, h, "unregistered state", st, err, abi.StatusGuestError,
+	wasmtest.WantFailure(t, h, "unregistered state", st, err, abi.StatusGuestError,
 		`operator "states": process: record 0 of 1 (key "k"): value state "other" was not registered: call ctx.value_state("other") in the operator's constructor`)
 	st, err = h.ProcessCtx(h.Ctx, 0, []abi.Record{wasmtest.Rec("k", "clash", 1)})
-	wantFailure(t, h, "a state of the other kind", st, err, abi.StatusGuestError, `state "v" is a value state, not a map state`)
+	wasmtest.WantFailure(t, h, "a state of the other kind", st, err, abi.StatusGuestError, `state "v" is a value state, not a map state`)
 
 	// Status codes from the host reach the message, naming the state.
 	h.State[wasmtest.StateKey{Handle: h.States["v"], Key: "j2"}] = []byte("abc")
 	st, err = h.ProcessCtx(h.Ctx, 0, []abi.Record{wasmtest.Rec("j2", "lookup v", 1)})
-	wantFailure(t, h, "a 3-byte int64", st, err, abi.StatusGuestError, `value state "v" holds 3 bytes, not an 8-byte int64: bad argument`)
+	wasmtest.WantFailure(t, h, "a 3-byte int64", st, err, abi.StatusGuestError, `value state "v" holds 3 bytes, not an 8-byte int64: bad argument`)
 
 	// The host refuses a name of another kind: the SDK names the state.
 	h2 := newHost(t, "testops")
 	h2.States["v"] = 0
 	h2.Kinds = []int32{abi.StateMap}
 	st, err = h2.OpenOp(0, "states", "")
-	wantFailure(t, h2, "open with a clashing kind", st, err, abi.StatusGuestError, `operator "states": open: registering value state "v": bad argument`)
+	wasmtest.WantFailure(t, h2, "open with a clashing kind", st, err, abi.StatusGuestError, `operator "states": open: registering value state "v": bad argument`)
 }
 
 func TestTimers(t *testing.T) {
@@ -171,14 +132,14 @@ func TestTimers(t *testing.T) {
 	}
 	h.Watermark = 10
 	st, err := h.Fire(0, abi.TimeEvent, 10)
-	wantFailure(t, h, "timers without on_timer", st, err, abi.StatusGuestError,
+	wasmtest.WantFailure(t, h, "timers without on_timer", st, err, abi.StatusGuestError,
 		`operator "notimer": on_timer: event time timer at 10 (key "z"): the operator does not implement on_timer`)
 
 	// A timer batch with a domain other than event or processing time.
 	var bb abi.Builder
 	bb.Add(7, 5, []byte("k"), nil)
 	st, err = h.Call(h.Ctx, h.OnTimerFn, 0, uint64(h.Write(bb.Bytes())), uint64(len(bb.Bytes())))
-	wantFailure(t, h, "a timer of domain 7", st, err, abi.StatusBadArgument, `operator "notimer": timer batch from the host: malformed batch: record 0 at offset 4: time domain 7`)
+	wasmtest.WantFailure(t, h, "a timer of domain 7", st, err, abi.StatusBadArgument, `operator "notimer": timer batch from the host: malformed batch: record 0 at offset 4: time domain 7`)
 }
 
 // TestPanic checks that a panic fails the call with its message through
@@ -191,7 +152,7 @@ func TestPanic(t *testing.T) {
 		h := newHost(t, "testops")
 		h.MustOpen(0, "panic", "")
 		h.MustProcess(0, wasmtest.Rec("k", "fine", 1))
-		wantRecords(t, "no panic", h.Take(), "0 k=fine@1")
+		wasmtest.WantRecords(t, "no panic", h.Take(), "0 k=fine@1")
 		_, err := h.ProcessCtx(h.Ctx, 0, []abi.Record{wasmtest.Rec("k", "fine", 1), wasmtest.Rec("k", tc.value, 2)})
 		if err == nil || !strings.Contains(err.Error(), "unreachable") {
 			t.Errorf("%s: error %v, want a trap (unreachable)", tc.value, err)
@@ -209,26 +170,26 @@ func TestPanic(t *testing.T) {
 func TestCallErrors(t *testing.T) {
 	h := newHost(t, "testops")
 	st, err := h.OpenOp(0, "nope", "")
-	wantFailure(t, h, "open nope", st, err, abi.StatusUnknownOp,
+	wasmtest.WantFailure(t, h, "open nope", st, err, abi.StatusUnknownOp,
 		`wstream_open: the module has no operator "nope"; it has ["identity" "route" "badport" "config" "states" "notimer" "panic"]`)
 	h.MustOpen(0, "identity", "")
 	st, err = h.OpenOp(0, "identity", "")
-	wantFailure(t, h, "opening slot 0 twice", st, err, abi.StatusBadHandle, `operator slot 0 is already open (operator "identity")`)
+	wasmtest.WantFailure(t, h, "opening slot 0 twice", st, err, abi.StatusBadHandle, `operator slot 0 is already open (operator "identity")`)
 	st, err = h.OpenOp(-1, "identity", "")
-	wantFailure(t, h, "opening slot -1", st, err, abi.StatusBadHandle, `operator slot -1 is outside [0, 4096)`)
+	wasmtest.WantFailure(t, h, "opening slot -1", st, err, abi.StatusBadHandle, `operator slot -1 is outside [0, 4096)`)
 	st, err = h.ProcessCtx(h.Ctx, 7, []abi.Record{wasmtest.Rec("k", "v", 1)})
-	wantFailure(t, h, "process on slot 7", st, err, abi.StatusBadHandle, "wstream_process: operator slot 7 is not open")
+	wasmtest.WantFailure(t, h, "process on slot 7", st, err, abi.StatusBadHandle, "wstream_process: operator slot 7 is not open")
 	st, err = h.ProcessCtx(h.Ctx, -2, []abi.Record{wasmtest.Rec("k", "v", 1)})
-	wantFailure(t, h, "process on slot -2", st, err, abi.StatusBadHandle, "wstream_process: operator slot -2 is not open")
+	wasmtest.WantFailure(t, h, "process on slot -2", st, err, abi.StatusBadHandle, "wstream_process: operator slot -2 is not open")
 
 	// Regions outside the arena wstream_alloc returned.
 	p := h.Write([]byte{0, 0, 0, 0})
 	st, err = h.Call(h.Ctx, h.ProcessFn, 0, uint64(p)-8, 4)
-	wantFailure(t, h, "process before the arena", st, err, abi.StatusBadPointer, "lies outside the")
+	wasmtest.WantFailure(t, h, "process before the arena", st, err, abi.StatusBadPointer, "lies outside the")
 	st, err = h.Call(h.Ctx, h.ProcessFn, 0, uint64(p), 1<<30)
-	wantFailure(t, h, "process past the arena", st, err, abi.StatusBadPointer, "lies outside the")
+	wasmtest.WantFailure(t, h, "process past the arena", st, err, abi.StatusBadPointer, "lies outside the")
 	st, err = h.Call(h.Ctx, h.ProcessFn, 0, uint64(p), api.EncodeI32(-4))
-	wantFailure(t, h, "process with a negative length", st, err, abi.StatusBadPointer, "lies outside the")
+	wasmtest.WantFailure(t, h, "process with a negative length", st, err, abi.StatusBadPointer, "lies outside the")
 
 	// Malformed batches.
 	for _, tc := range []struct {
@@ -243,7 +204,7 @@ func TestCallErrors(t *testing.T) {
 		{"trailing", append(abi.Encode([]abi.Record{wasmtest.Rec("k", "v", 1)}), 9), "1 trailing bytes after 1 records"},
 	} {
 		st, err := h.Call(h.Ctx, h.ProcessFn, 0, uint64(h.Write(tc.batch)), uint64(len(tc.batch)))
-		wantFailure(t, h, tc.name, st, err, abi.StatusBadArgument, `operator "identity": input batch from the host: malformed batch: `+tc.want)
+		wasmtest.WantFailure(t, h, tc.name, st, err, abi.StatusBadArgument, `operator "identity": input batch from the host: malformed batch: `+tc.want)
 	}
 	if len(h.Out) != 0 {
 		t.Errorf("malformed batches emitted %d records", len(h.Out))
@@ -253,13 +214,13 @@ func TestCallErrors(t *testing.T) {
 			t.Errorf("%s on an operator without checkpoint hooks: status %d, error %v; want OK", hook, st, err)
 		}
 		st, err := h.Call(h.Ctx, h.Module.ExportedFunction(hook), 3, 5)
-		wantFailure(t, h, hook+" on a closed slot", st, err, abi.StatusBadHandle, "operator slot 3 is not open")
+		wasmtest.WantFailure(t, h, hook+" on a closed slot", st, err, abi.StatusBadHandle, "operator slot 3 is not open")
 	}
 	h.MustClose(0)
 	st, err = h.Call(h.Ctx, h.CloseFn, 0)
-	wantFailure(t, h, "closing slot 0 twice", st, err, abi.StatusBadHandle, "wstream_close: operator slot 0 is not open")
+	wasmtest.WantFailure(t, h, "closing slot 0 twice", st, err, abi.StatusBadHandle, "wstream_close: operator slot 0 is not open")
 	st, err = h.Call(h.Ctx, h.CloseFn, api.EncodeI32(-1))
-	wantFailure(t, h, "closing slot -1", st, err, abi.StatusBadHandle, "wstream_close: operator slot -1 is not open")
+	wasmtest.WantFailure(t, h, "closing slot -1", st, err, abi.StatusBadHandle, "wstream_close: operator slot -1 is not open")
 
 	// wstream_alloc: a negative size is refused, a larger one moves the
 	// arena, and slots reopen after close.

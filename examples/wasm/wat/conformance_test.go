@@ -10,9 +10,6 @@ import (
 	"github.com/wstream/wstream/internal/wasmtest"
 )
 
-// conformConfig is the config the conform operator hands back.
-const conformConfig = `{"mode":"conformance","n":1}`
-
 // conformScript is run batch by batch, each batch a list of key, command.
 var conformScript = [][]string{
 	{"k1", "get a", "k1", "put a x1", "k1", "get a", "k2", "put b y", "k1", "inc n", "k1", "inc n", "k2", "inc n",
@@ -34,14 +31,8 @@ var conformScript = [][]string{
 // watermarks, checkpoint hooks and close, and checks that they emit the
 // same records, log the same lines and leave the same state.
 func TestConformanceMatchesGo(t *testing.T) {
-	hooks := func(h *wasmtest.Host, hook string, id int64) {
-		t.Helper()
-		st, err := h.Call(h.Ctx, h.Module.ExportedFunction(hook), 0, uint64(id))
-		h.MustOK(hook, st, err)
-	}
 	run := func(module string) (*wasmtest.Host, []abi.Record) {
-		h := newHost(t, module, wasmtest.WithOutputs("out", "side"))
-		h.MustOpen(0, "conform", conformConfig)
+		h := lang.ConformHost(t, module)
 		var out []abi.Record
 		for i, batch := range conformScript {
 			var recs []abi.Record
@@ -57,24 +48,24 @@ func TestConformanceMatchesGo(t *testing.T) {
 		st, err := h.Fire(0, abi.TimeProcessing, 6000)
 		h.MustOK("on_timer (processing time)", st, err)
 		h.Advance(0, math.MaxInt64)
-		hooks(h, abi.ExportPreBarrier, 7)
-		hooks(h, abi.ExportCkptComplete, 7)
-		hooks(h, abi.ExportCkptAborted, 8)
-		hooks(h, abi.ExportPreBarrier, 9)
+		h.MustHook(0, abi.ExportPreBarrier, 7)
+		h.MustHook(0, abi.ExportCkptComplete, 7)
+		h.MustHook(0, abi.ExportCkptAborted, 8)
+		h.MustHook(0, abi.ExportPreBarrier, 9)
 		h.MustProcess(0, wasmtest.Rec("k", "hooks", 1), wasmtest.Rec("k", "wm", 2))
 		h.MustClose(0)
 		return h, append(out, h.Take()...)
 	}
 	hw, w := run("conformance")
 	hg, g := run("go/conformance")
-	same(t, "conform", w, g)
+	lang.Same(t, "conform", w, g)
 	if len(w) < 5000 {
 		t.Fatalf("only %d records", len(w))
 	}
 	for _, want := range []string{"0 k1=n=3000 first=k0000 last=k2999@32", "1 k1=hello@40", "0 k1=fired event 100 ns=t@100",
-		"0 k3=fired proc 5000 ns=t@5000", "0 =pre 9@0", "0 k=pre=9 complete=7 aborted=8@1", "0 =close@0", "0 k=config=" + conformConfig + "@76"} {
+		"0 k3=fired proc 5000 ns=t@5000", "0 =pre 9@0", "0 k=pre=9 complete=7 aborted=8@1", "0 =close@0", "0 k=config=" + wasmtest.ConformConfig + "@76"} {
 		found := false
-		for _, s := range format(w) {
+		for _, s := range wasmtest.Format(w) {
 			found = found || s == want
 		}
 		if !found {
@@ -162,6 +153,6 @@ func TestConformanceBadStatus(t *testing.T) {
 	h.MustOpen(0, "conform", "")
 	h.MustProcess(0, wasmtest.Rec("k", "put a 1", 1))
 	if out := h.Take(); len(out) != 1 || string(out[0].Value) != "ok" {
-		t.Fatalf("put after a failed open: %v", format(out))
+		t.Fatalf("put after a failed open: %v", wasmtest.Format(out))
 	}
 }

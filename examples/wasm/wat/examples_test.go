@@ -2,17 +2,11 @@ package watexamples_test
 
 import (
 	"fmt"
-	"go/ast"
-	"go/constant"
-	"go/parser"
-	"go/token"
-	"maps"
 	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -31,45 +25,19 @@ var modules = []string{"wordcount", "window", "conformance", "reference"}
 // wstream module and export every checkpoint hook; the examples with a Go
 // twin export its plan.
 func TestModuleExports(t *testing.T) {
-	required := maps.Clone(wasmtest.RequiredExports)
-	optional := map[string]wasmtest.Sig{}
-	for export, want := range wasmtest.OptionalExports {
-		if export == abi.ExportPlan {
-			optional[export] = want
-		} else {
-			required[export] = want
-		}
-	}
 	for _, name := range modules {
 		t.Run(name, func(t *testing.T) {
-			compiled := wasmtest.Compile(t, moduleBytes(t, name))
-			wasmtest.CheckExports(t, compiled, required, optional)
-			wantPlan := name == "wordcount" || name == "window"
-			if _, ok := compiled.ExportedFunctions()[abi.ExportPlan]; ok != wantPlan {
-				t.Errorf("export %s present = %v, want %v", abi.ExportPlan, ok, wantPlan)
-			}
-			if len(compiled.ImportedMemories()) != 0 {
-				t.Errorf("the module imports a memory")
-			}
-			for _, imp := range compiled.ImportedFunctions() {
-				mod, fn, _ := imp.Import()
-				want, ok := wasmtest.Imports[fn]
-				switch {
-				case mod != abi.ImportModule:
-					t.Errorf("import %s.%s: a WAT module imports from %s only", mod, fn, abi.ImportModule)
-				case !ok:
-					t.Errorf("import %s.%s: not a function of abi/ABI.md", mod, fn)
-				case !slices.Equal(imp.ParamTypes(), want.Params) || !slices.Equal(imp.ResultTypes(), want.Results):
-					t.Errorf("import %s: params %v results %v, want %v %v", fn, imp.ParamTypes(), imp.ResultTypes(), want.Params, want.Results)
-				}
-			}
+			lang.CheckModule(t, name, twins[name])
 			// The skeleton shows every import of the ABI.
-			if name == "reference" && len(compiled.ImportedFunctions()) != len(wasmtest.Imports) {
-				t.Errorf("the reference module imports %d functions, want all %d of the ABI", len(compiled.ImportedFunctions()), len(wasmtest.Imports))
+			if imports := wasmtest.Compile(t, lang.Module(t, name)).ImportedFunctions(); name == "reference" && len(imports) != len(wasmtest.Imports) {
+				t.Errorf("the reference module imports %d functions, want all %d of the ABI", len(imports), len(wasmtest.Imports))
 			}
 		})
 	}
 }
+
+// twins are the examples with a Go twin, whose plan they export.
+var twins = map[string]bool{"wordcount": true, "window": true}
 
 // dataSegment matches an active data segment at a constant address; its
 // strings follow.
@@ -142,48 +110,11 @@ func TestDataSegments(t *testing.T) {
 	}
 }
 
-// goPlan returns the plan constant of the Go example examples/wasm/go/NAME.
-func goPlan(t *testing.T, name string) string {
-	t.Helper()
-	path := filepath.Join(testmod.Root(), "examples", "wasm", "go", name, "main.go")
-	f, err := parser.ParseFile(token.NewFileSet(), path, nil, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, d := range f.Decls {
-		g, ok := d.(*ast.GenDecl)
-		if !ok || g.Tok != token.CONST {
-			continue
-		}
-		for _, s := range g.Specs {
-			vs := s.(*ast.ValueSpec)
-			for i, n := range vs.Names {
-				if n.Name == "plan" {
-					lit := vs.Values[i].(*ast.BasicLit)
-					return constant.StringVal(constant.MakeFromLiteral(lit.Value, lit.Kind, 0))
-				}
-			}
-		}
-	}
-	t.Fatalf("%s has no const plan", path)
-	return ""
-}
-
 // TestModulePlans checks the ABI version and that each WAT example exports
 // exactly the plan of its Go twin, and the others none.
 func TestModulePlans(t *testing.T) {
 	for _, name := range modules {
-		t.Run(name, func(t *testing.T) {
-			h := newHost(t, name)
-			h.MustABIVersion()
-			if h.PlanFn == nil {
-				return
-			}
-			b := h.MustPlan()
-			if want := goPlan(t, name); string(b) != want {
-				t.Fatalf("plan differs from the Go example's:\n%s\nwant\n%s", b, want)
-			}
-		})
+		t.Run(name, func(t *testing.T) { lang.CheckPlan(t, name, twins[name]) })
 	}
 }
 
@@ -193,122 +124,24 @@ func TestWordcount(t *testing.T) {
 
 // randomLines makes lines of words separated by every kind of white space
 // Go's unicode.IsSpace knows, by near misses of their UTF-8 encodings and by
-// invalid UTF-8.
+// invalid UTF-8, at timestamps around 0.
 func randomLines(n int) []abi.Record {
-	pieces := []string{
-		"a", "bb", "word", "naïve", "日本", "x\u200by", // U+200B is not a space
-		" ", "\t", "\n", "\v", "\f", "\r", "\u0085", "\u00a0", "\u1680", "\u2000", "\u2005", "\u200a",
-		"\u2028", "\u2029", "\u202f", "\u205f", "\u3000",
-		"\u2030", "\u3001", "\u1681", "\u00a1", "\u0084", "\u200b", "\u2027", "\u202e", "\u205e", "\u0008", "\u000e", "\u001f",
-		"\xc2", "\xe2\x80", "\xe3\x80", "\xe1\x9a", "\xff", "\xe2\x80\x80\x80", "\xc2\xc2\xa0", "\xe2\xe2\x80\x80",
-	}
-	rnd := rand.New(rand.NewPCG(1, 2))
-	recs := make([]abi.Record, n)
+	recs := wasmtest.RandomLines(n, "\u200b", "\u2027", "\u202e", "\u205e", "\u0008", "\u000e", "\u001f",
+		"\xc2", "\xe2\x80", "\xe3\x80", "\xe1\x9a", "\xff", "\xe2\x80\x80\x80", "\xc2\xc2\xa0", "\xe2\xe2\x80\x80")
 	for i := range recs {
-		var b strings.Builder
-		for range rnd.IntN(12) {
-			b.WriteString(pieces[rnd.IntN(len(pieces))])
-		}
-		recs[i] = wasmtest.Rec("", b.String(), int64(i)-int64(n/2))
+		recs[i].Timestamp -= int64(n / 2)
 	}
 	return recs
-}
-
-// same fails the test unless two modules emitted the same records, byte for
-// byte, in the same order.
-func same(t *testing.T, what string, w, g []abi.Record) {
-	t.Helper()
-	if len(w) != len(g) {
-		t.Fatalf("%s: WAT emitted %d records, Go %d", what, len(w), len(g))
-	}
-	for i := range w {
-		if w[i].Port != g[i].Port || w[i].Timestamp != g[i].Timestamp || string(w[i].Key) != string(g[i].Key) || string(w[i].Value) != string(g[i].Value) {
-			t.Fatalf("%s: record %d: WAT %d %d %q=%q, Go %d %d %q=%q", what, i, w[i].Port, w[i].Timestamp, w[i].Key, w[i].Value, g[i].Port, g[i].Timestamp, g[i].Key, g[i].Value)
-		}
-	}
 }
 
 // TestWordcountMatchesGo runs the WAT wordcount and its Go twin on the same
 // input and checks that they emit the same bytes and leave the same state.
 func TestWordcountMatchesGo(t *testing.T) {
-	lines := randomLines(3000)
-	run := func(module string, final bool) ([]abi.Record, *wasmtest.Host) {
-		h := newHost(t, module)
-		h.MustOpen(0, "split", "")
-		h.MustOpen(1, "count", "")
-		h.MustProcess(0, lines...)
-		words := h.Take()
-		if !final {
-			return words, h
-		}
-		// Two batches, so that counts carry over through state.
-		h.MustProcess(1, words[:len(words)/2]...)
-		h.MustProcess(1, words[len(words)/2:]...)
-		if out := h.Take(); len(out) != 0 {
-			t.Fatalf("%s: count emitted %d records before the end of input", module, len(out))
-		}
-		h.Advance(1, abi.MaxWatermark)
-		return h.Take(), h
-	}
-	w, _ := run("wordcount", false)
-	g, _ := run("go/wordcount", false)
-	same(t, "split", w, g)
-	if len(w) < 3000 {
-		t.Fatalf("split emitted only %d words from 3000 lines", len(w))
-	}
-	// State before the timers fire: the same keys, the same 8-byte counts.
-	hw, hg := newHost(t, "wordcount"), newHost(t, "go/wordcount")
-	for _, h := range []*wasmtest.Host{hw, hg} {
-		h.MustOpen(0, "count", "")
-		h.MustProcess(0, w...)
-	}
-	if fmt.Sprint(hw.State) != fmt.Sprint(hg.State) || fmt.Sprint(hw.Timers) != fmt.Sprint(hg.Timers) {
-		t.Fatalf("count state differs:\nWAT %v\nGo  %v", hw.State, hg.State)
-	}
-	w, _ = run("wordcount", true)
-	g, _ = run("go/wordcount", true)
-	same(t, "count", w, g)
+	lang.CompareWordcount(t, randomLines(3000))
 }
 
 func TestWindow(t *testing.T) {
-	h := newHost(t, "window", wasmtest.WithOutputs("main", "late"))
-	h.MustOpen(0, "window", `{"size":1000}`)
-
-	// Out of order, across windows, one at a negative time.
-	h.MustProcess(0,
-		wasmtest.Rec("a", "1", 100),
-		wasmtest.Rec("a", "2", 1500),
-		wasmtest.Rec("b", "5", 900),
-		wasmtest.Rec("a", "3", 999),
-		wasmtest.Rec("a", "4", -1),
-	)
-	h.Advance(0, 999)
-	h.MustProcess(0,
-		wasmtest.Rec("a", "7", 500), // its window [0,1000) closed at watermark 999: late
-		wasmtest.Rec("a", "6", 1999),
-		wasmtest.Rec("b", "1", 1000),
-	)
-	h.Advance(0, abi.MaxWatermark)
-
-	var got []string
-	for _, r := range h.Take() {
-		got = append(got, fmt.Sprintf("%d %s=%s@%d", r.Port, r.Key, r.Value, r.Timestamp))
-	}
-	want := []string{
-		"0 a=-1000,0,4@-1",
-		"0 a=0,1000,4@999",
-		"0 b=0,1000,5@999",
-		"1 a=7@500",
-		"0 a=1000,2000,8@1999",
-		"0 b=1000,2000,1@1999",
-	}
-	if !slices.Equal(got, want) {
-		t.Fatalf("window emitted\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
-	}
-	if len(h.State) != 0 || len(h.Timers) != 0 {
-		t.Errorf("%d state entries and %d timers left, want none", len(h.State), len(h.Timers))
-	}
-	h.MustClose(0)
+	wasmtest.CheckWindow(t, newHost(t, "window", wasmtest.WithOutputs(wasmtest.WindowOutputs...)))
 }
 
 // windowInput makes batches of records over a few keys with timestamps
@@ -346,33 +179,12 @@ func windowInput(batches, per int) [][]abi.Record {
 // out-of-order input with late records, advancing the watermark between
 // batches, and checks that both outputs (main and late) are the same bytes.
 func TestWindowMatchesGo(t *testing.T) {
-	in := windowInput(40, 200)
+	var steps []wasmtest.WindowStep
+	for i, recs := range windowInput(40, 200) {
+		steps = append(steps, wasmtest.WindowStep{Recs: recs, Watermark: recs[len(recs)-1].Timestamp - int64(i%5)*300})
+	}
 	for _, cfg := range []string{`{"size":1000}`, `{"size":7}`, `{"size":9223372036854775807}`, ``} {
-		run := func(module string) []abi.Record {
-			h := newHost(t, module, wasmtest.WithOutputs("main", "late"))
-			h.MustOpen(0, "window", cfg)
-			var out []abi.Record
-			for i, recs := range in {
-				h.MustProcess(0, recs...)
-				h.Advance(0, recs[len(recs)-1].Timestamp-int64(i%5)*300)
-				out = append(out, h.Take()...)
-			}
-			h.Advance(0, abi.MaxWatermark)
-			out = append(out, h.Take()...)
-			if len(h.State) != 0 {
-				t.Errorf("%s: %d state entries left", module, len(h.State))
-			}
-			return out
-		}
-		w := run("window")
-		same(t, "window "+cfg, w, run("go/window"))
-		late := 0
-		for _, r := range w {
-			late += int(r.Port)
-		}
-		if late == 0 || late == len(w) {
-			t.Fatalf("config %s: %d of %d records late, want some of both", cfg, late, len(w))
-		}
+		lang.CompareWindow(t, cfg, steps)
 	}
 }
 
@@ -422,38 +234,15 @@ func TestWindowConfig(t *testing.T) {
 }
 
 func TestWindowErrors(t *testing.T) {
-	for _, tc := range []struct {
-		name, cfg string
-		outputs   []string
-		process   []abi.Record
-		want      string
-	}{
-		{"zero size", `{"size":0}`, []string{"main", "late"}, nil, "open: config size must be a positive number of milliseconds, got 0"},
-		{"bad config", `{"size":"x"}`, []string{"main", "late"}, nil, `open: config "{\"size\":\"x\"}": member "size" is not an integer`},
-		{"bad JSON", `{"size":1`, []string{"main", "late"}, nil, `open: config "{\"size\":1": invalid JSON at offset 9`},
-		{"no late output", `{}`, []string{"main"}, nil, `outputs ["main","late"]: output "late": status -4 (BAD_OUTPUT)`},
-		{"bad value", `{}`, []string{"main", "late"}, []abi.Record{wasmtest.Rec("k", "1", 1), wasmtest.Rec("k", "x1", 2)}, `process: record 1 of 2 (key "k"): value "x1" is not a decimal integer`},
-		{"empty value", `{}`, []string{"main", "late"}, []abi.Record{wasmtest.Rec("k\n", "-", 2)}, `process: record 0 of 1 (key "k\n"): value "-" is not a decimal integer`},
-		{"overflow", `{}`, []string{"main", "late"}, []abi.Record{wasmtest.Rec("k", "9223372036854775808", 2)}, `value "9223372036854775808" overflows int64`},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			h := newHost(t, "window", wasmtest.WithOutputs(tc.outputs...))
-			st, err := h.OpenOp(0, "window", tc.cfg)
-			if tc.process != nil {
-				h.MustOK("open", st, err)
-				st, err = h.ProcessCtx(h.Ctx, 0, tc.process)
-			}
-			if err != nil || st != abi.StatusGuestError {
-				t.Fatalf("status %d (%s), error %v; want %d (guest error)", st, abi.StatusText(st), err, abi.StatusGuestError)
-			}
-			if len(h.Failures) != 1 || !strings.Contains(h.Failures[0], tc.want) || !strings.HasPrefix(h.Failures[0], `operator "window": `) {
-				t.Fatalf("failure messages %q, want one naming the operator and containing %q", h.Failures, tc.want)
-			}
-			if len(h.Out) != 0 {
-				t.Errorf("a failed call emitted %d records", len(h.Out))
-			}
-		})
-	}
+	lang.CheckWindowFailures(t, []wasmtest.WindowFailure{
+		{Name: "zero size", Config: `{"size":0}`, Want: "open: config size must be a positive number of milliseconds, got 0"},
+		{Name: "bad config", Config: `{"size":"x"}`, Want: `open: config "{\"size\":\"x\"}": member "size" is not an integer`},
+		{Name: "bad JSON", Config: `{"size":1`, Want: `open: config "{\"size\":1": invalid JSON at offset 9`},
+		{Name: "no late output", Config: `{}`, Outputs: []string{"main"}, Want: `outputs ["main","late"]: output "late": status -4 (BAD_OUTPUT)`},
+		{Name: "bad value", Config: `{}`, Process: []abi.Record{wasmtest.Rec("k", "1", 1), wasmtest.Rec("k", "x1", 2)}, Want: `process: record 1 of 2 (key "k"): value "x1" is not a decimal integer`},
+		{Name: "empty value", Config: `{}`, Process: []abi.Record{wasmtest.Rec("k\n", "-", 2)}, Want: `process: record 0 of 1 (key "k\n"): value "-" is not a decimal integer`},
+		{Name: "overflow", Config: `{}`, Process: []abi.Record{wasmtest.Rec("k", "9223372036854775808", 2)}, Want: `value "9223372036854775808" overflows int64`},
+	}, true)
 	// The most negative value sums, and a timer namespace that is not a
 	// window end fails on_timer.
 	h := newHost(t, "window", wasmtest.WithOutputs("main", "late"))

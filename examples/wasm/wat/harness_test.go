@@ -1,9 +1,6 @@
 package watexamples_test
 
 import (
-	"os"
-	"strings"
-	"sync"
 	"testing"
 
 	"github.com/wstream/wstream/internal/testmod"
@@ -17,11 +14,6 @@ import (
 // referenceFile is the skeleton module of guest-sdk/wat.
 const referenceFile = "guest-sdk/wat/reference.wat"
 
-var (
-	watMu   sync.Mutex
-	watBins = map[string][]byte{}
-)
-
 // watFile is the source of the module name: "reference" is the skeleton,
 // anything else examples/wasm/wat/NAME.wat.
 func watFile(name string) string {
@@ -31,33 +23,15 @@ func watFile(name string) string {
 	return testmod.WATDir + "/" + name + ".wat"
 }
 
-// moduleBytes assembles a module once per test binary: "NAME" is the WAT
-// module (see watFile), "go/NAME" the Go one in examples/wasm/go/NAME.
-func moduleBytes(tb testing.TB, name string) []byte {
+// lang assembles "NAME" from watFile(NAME) and builds "go/NAME" as the Go
+// module in examples/wasm/go/NAME.
+var lang = wasmtest.Lang{Name: "WAT", Build: func(tb testing.TB, name string) []byte {
 	tb.Helper()
-	if goName, ok := strings.CutPrefix(name, "go/"); ok {
-		return wasmtest.GoModule(tb, "examples/wasm/go/"+goName)
-	}
-	watMu.Lock()
-	defer watMu.Unlock()
-	if b, ok := watBins[name]; ok {
-		return b
-	}
-	b, err := os.ReadFile(testmod.WATModule(tb, watFile(name)))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	watBins[name] = b
-	return b
-}
+	return wasmtest.WATModule(tb, watFile(name))
+}}
 
-// newHost instantiates the named module (see moduleBytes) against a wasmtest
-// host. A WAT module imports nothing but the wstream module; a Go one is a
-// WASI reactor.
+// newHost instantiates the named module (see lang) against a wasmtest host.
 func newHost(tb testing.TB, name string, opts ...wasmtest.Option) *wasmtest.Host {
 	tb.Helper()
-	if strings.HasPrefix(name, "go/") {
-		opts = append([]wasmtest.Option{wasmtest.WithWASI()}, opts...)
-	}
-	return wasmtest.New(tb, name, moduleBytes(tb, name), opts...)
+	return lang.New(tb, name, opts...)
 }

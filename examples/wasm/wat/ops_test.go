@@ -14,45 +14,13 @@ import (
 	"github.com/wstream/wstream/job"
 )
 
-func format(recs []abi.Record) []string {
-	var out []string
-	for _, r := range recs {
-		out = append(out, fmt.Sprintf("%d %s=%s@%d", r.Port, r.Key, r.Value, r.Timestamp))
-	}
-	return out
-}
-
-func wantRecords(t *testing.T, what string, got []abi.Record, want ...string) {
-	t.Helper()
-	if g := format(got); !slices.Equal(g, want) {
-		t.Fatalf("%s emitted\n%s\nwant\n%s", what, strings.Join(g, "\n"), strings.Join(want, "\n"))
-	}
-}
-
 // TestReference drives the two operators of the skeleton module.
 func TestReference(t *testing.T) {
 	t.Run("identity", func(t *testing.T) {
 		h := newHost(t, "reference")
-		in := []abi.Record{wasmtest.Rec("c", strings.Repeat("v", 100<<10), math.MaxInt64), wasmtest.Rec("a", "1", -5), wasmtest.Rec("", "", math.MinInt64)}
-		wasmtest.CheckIdentityFlush(t, h, in)
+		wasmtest.CheckIdentityBatches(t, h, 1000)
 		if len(h.Logs) != 1 || h.Logs[0] != (wasmtest.LogLine{Level: abi.LogDebug, Msg: "opened"}) {
 			t.Errorf("logs %v, want one debug line from open", h.Logs)
-		}
-		// Small records: one batch per call, however many.
-		h.Batches = 0
-		many := make([]abi.Record, 1000)
-		for i := range many {
-			many[i] = wasmtest.Rec(fmt.Sprint(i), "value", int64(i))
-		}
-		h.MustProcess(0, many...)
-		if out := h.Take(); len(out) != 1000 || h.Batches != 1 {
-			t.Errorf("1000 small records: %d emitted in %d emit_batch calls, want 1000 in 1", len(out), h.Batches)
-		}
-		// An empty batch emits nothing and calls nothing.
-		h.Batches = 0
-		h.MustProcess(0)
-		if h.Batches != 0 {
-			t.Errorf("an empty batch made %d emit_batch calls", h.Batches)
 		}
 		h.MustClose(0)
 	})
@@ -62,13 +30,13 @@ func TestReference(t *testing.T) {
 		h.MustOpen(0, "identity", "")
 		h.MustOpen(1, "dedup", "")
 		h.MustProcess(1, wasmtest.Rec("a", "1", 100), wasmtest.Rec("b", "2", 150), wasmtest.Rec("a", "3", 900))
-		wantRecords(t, "dedup", h.Take(), "0 a=1@100", "0 b=2@150")
+		wasmtest.WantRecords(t, "dedup", h.Take(), "0 a=1@100", "0 b=2@150")
 		if v := h.State[wasmtest.StateKey{Handle: 0, Key: "a"}]; string(v) != "\x64\x00\x00\x00\x00\x00\x00\x00" {
 			t.Errorf("state of a = % x, want 100 as 8 bytes little-endian", v)
 		}
 		h.Advance(1, 1100) // forgets a, not b (1150)
 		h.MustProcess(1, wasmtest.Rec("a", "4", 1200), wasmtest.Rec("b", "5", 1200))
-		wantRecords(t, "dedup after the watermark passed a", h.Take(), "0 a=4@1200")
+		wasmtest.WantRecords(t, "dedup after the watermark passed a", h.Take(), "0 a=4@1200")
 		h.MustProcess(1, wasmtest.Rec("z", "6", math.MaxInt64-10))
 		h.Advance(1, abi.MaxWatermark)
 		if len(h.State) != 0 || len(h.Timers) != 0 {
@@ -291,7 +259,7 @@ func TestRealHost(t *testing.T) {
 	defer rt.Close(ctx)
 	for _, name := range modules {
 		t.Run(name, func(t *testing.T) {
-			m, err := rt.Compile(ctx, name, moduleBytes(t, name))
+			m, err := rt.Compile(ctx, name, lang.Module(t, name))
 			if err != nil {
 				t.Fatalf("the host refuses the module: %v", err)
 			}
