@@ -176,6 +176,35 @@
 //     that references shared files are durable before its _metadata as
 //     ever; CleanIncomplete removes shared temporary files a crash left.
 //
+// # Object store
+//
+// A Storage may keep its files in a JetStream object store instead, so
+// that workers on several hosts share checkpoints without a shared
+// filesystem: OpenObjectStorage(js, bucket, prefix), or OpenStorageAt
+// with a location nats-obj://BUCKET/PREFIX and a NATS connection (a
+// location that is not nats-obj:// is a directory, as for OpenStorage).
+// The object of a file is named PREFIX/ and the file's path from the
+// root (PREFIX/chk-0000000042/_metadata, PREFIX/shared/<sha256>.sst), so
+// handles, metadata and error messages are those of a directory, and
+// Root is the location. The rules hold as they do on a filesystem: a put
+// publishes the object's info only after its last chunk, and a put cut
+// short (a failed fill, a wrong SHA-256, a lost connection) discards its
+// chunks and leaves no object, so there are no temporary names; _metadata
+// is put last and removed first; a shared object records the SHA-256 and
+// size of its raw bytes and its encoding in the object's metadata, so
+// PutShared learns an existing one without reading it. The object store
+// checks each object's own digest when it is read, and the handles' sizes
+// and SHA-256 are checked as for files. Writers of the same shared object
+// on several hosts both upload it, and the last put wins; the bytes are
+// the same, since a job's workers compress at the plan's level and zstd's
+// output for a level is deterministic.
+//
+// CopyCheckpoint copies a complete checkpoint with the shared files it
+// references into another Storage of either kind, stored bytes as they
+// are, metadata last: a savepoint written to nats-obj://BUCKET/PREFIX is
+// opened by OpenSavepointAt and OpenRestorePointAt (whose location may
+// end in one chk-* element) like a savepoint directory.
+//
 // A task's snapshot and restore, with state.Store:
 //
 //  1. Sync phase: Store.Checkpoint(tmp), tmp beside the store's directory.

@@ -97,12 +97,17 @@ func (m *Metadata) checksum() (string, error) {
 	return hex.EncodeToString(sum[:]), nil
 }
 
-// Storage keeps the checkpoints of one job in a directory on a filesystem,
-// laid out as the package documentation describes. Its methods are safe for
+// Storage keeps the checkpoints of one job in a directory on a filesystem
+// (OpenStorage), or with the same layout in a JetStream object store
+// (OpenObjectStorage, OpenStorageAt), as the package documentation
+// describes. Its methods are safe for
 // concurrent use; concurrent writers must write distinct paths.
 type Storage struct {
-	root string
+	root string // a directory, or the location of obj
 	fs   storageFS
+	// obj, when set, keeps the files in a JetStream object store instead
+	// of below root; see OpenObjectStorage.
+	obj *objectBackend
 
 	level atomic.Int32 // zstd level of later copies; 0 for none
 
@@ -141,11 +146,19 @@ func OpenStorage(root string) (*Storage, error) {
 	return &Storage{root: abs, fs: osStorageFS{}}, nil
 }
 
-// Root is the absolute path of the storage's directory.
+// Root is the absolute path of the storage's directory, or, for an object
+// store, its location (nats-obj://BUCKET/PREFIX).
 func (s *Storage) Root() string { return s.root }
 
-// Dir is the absolute path of checkpoint id's directory, ROOT/chk-%010d.
-func (s *Storage) Dir(id int64) string { return filepath.Join(s.root, checkpointDirName(id)) }
+// Dir is the absolute path of checkpoint id's directory, ROOT/chk-%010d;
+// for an object store, ROOT/chk-%010d is the location the checkpoint's
+// object names begin with.
+func (s *Storage) Dir(id int64) string {
+	if s.obj != nil {
+		return s.root + "/" + checkpointDirName(id)
+	}
+	return filepath.Join(s.root, checkpointDirName(id))
+}
 
 func checkpointDirName(id int64) string { return fmt.Sprintf("chk-%010d", id) }
 
@@ -279,6 +292,9 @@ func (s *Storage) CopyDir(id int64, rel string, srcDir string) ([]FileHandle, er
 	}
 	slices.Sort(dirs)
 	for _, d := range slices.Compact(dirs) {
+		if s.obj != nil {
+			break // an object store has no directories
+		}
 		if err := s.mkdirs(filepath.Join(s.Dir(id), filepath.FromSlash(d))); err != nil {
 			return nil, fmt.Errorf("checkpoint: copy directory %s to %s in %s: %w", srcDir, s.relToRoot(id, rel), s.root, err)
 		}
@@ -318,6 +334,15 @@ func (s *Storage) checkIncomplete(id int64) error {
 	if id < 1 {
 		return fmt.Errorf("checkpoint id %d is not positive", id)
 	}
+	if s.obj != nil {
+		switch ok, err := s.obj.exists(s.relToRoot(id, MetadataName)); {
+		case err != nil:
+			return err
+		case ok:
+			return fmt.Errorf("checkpoint %d in %s is complete and must not change", id, s.root)
+		}
+		return nil
+	}
 	switch _, err := os.Lstat(filepath.Join(s.Dir(id), MetadataName)); {
 	case err == nil:
 		return fmt.Errorf("checkpoint %d in %s is complete and must not change", id, s.root)
@@ -350,6 +375,13 @@ func (s *Storage) relToRoot(id int64, rel string) string {
 // writeAtomic creates the file rel of checkpoint id with the bytes fill
 // writes, zstd-compressed at level unless it is 0, with writeAtomicAt.
 func (s *Storage) writeAtomic(id int64, rel string, level int, fill func(io.Writer) error) (FileHandle, error) {
+	if s.obj != nil {
+		w, err := s.obj.put(s.relToRoot(id, rel), writeOpts{level: level}, nil, fill)
+		if err != nil {
+			return FileHandle{}, fmt.Errorf("checkpoint: write %s in %s: %w", s.relToRoot(id, rel), s.root, err)
+		}
+		return w.handle(rel, level > 0), nil
+	}
 	w, err := s.writeAtomicAt(filepath.Join(s.Dir(id), filepath.FromSlash(rel)), s.relToRoot(id, rel), writeOpts{level: level}, fill)
 	if err != nil {
 		return FileHandle{}, err
@@ -400,11 +432,43 @@ func (s *Storage) writeAtomicAt(target, name string, o writeOpts, fill func(io.W
 		return fail(err)
 	}
 	tmp := f.Name()
+	w, err := encodeInto(f, o, fill)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		if o.publish != nil {
+			err = o.publish(tmp, target)
+		} else {
+			err = s.fs.Rename(tmp, target)
+		}
+	}
+	if err != nil {
+		_ = os.Remove(tmp)
+		return fail(err)
+	}
+	if err := s.fs.SyncDir(dir); err != nil {
+		// The name may not survive a crash: take it back, so that a failed
+		// write never leaves a file that looks written.
+		_ = os.Remove(target)
+		return fail(err)
+	}
+	return w, nil
+}
+
+// encodeInto writes to dst what fill writes, zstd-compressed at o.level
+// unless it is 0, hashing the stored (and with o.hashRaw the raw) bytes,
+// and vets the result with o.check.
+func encodeInto(dst io.Writer, o writeOpts, fill func(io.Writer) error) (written, error) {
 	h := sha256.New()
-	cw := &countingWriter{w: io.MultiWriter(f, h)}
+	cw := &countingWriter{w: io.MultiWriter(dst, h)}
 	raw := &countingWriter{w: cw}
 	var rawHash hash.Hash
 	var enc *zstd.Encoder
+	var err error
 	if o.level > 0 {
 		enc, err = zstd.NewWriter(cw, zstd.WithEncoderLevel(zstd.EncoderLevel(o.level)), zstd.WithEncoderConcurrency(1))
 		raw.w = enc
@@ -432,30 +496,7 @@ func (s *Storage) writeAtomicAt(target, name string, o writeOpts, fill func(io.W
 			err = o.check(w)
 		}
 	}
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		if o.publish != nil {
-			err = o.publish(tmp, target)
-		} else {
-			err = s.fs.Rename(tmp, target)
-		}
-	}
-	if err != nil {
-		_ = os.Remove(tmp)
-		return fail(err)
-	}
-	if err := s.fs.SyncDir(dir); err != nil {
-		// The name may not survive a crash: take it back, so that a failed
-		// write never leaves a file that looks written.
-		_ = os.Remove(target)
-		return fail(err)
-	}
-	return w, nil
+	return w, err
 }
 
 // mkdirs creates dir and its missing parents. Their entries become durable
@@ -522,6 +563,17 @@ func (s *Storage) WriteMetadata(m *Metadata) error {
 	if err != nil {
 		return fmt.Errorf("checkpoint: encode metadata of checkpoint %d: %w", m.ID, err)
 	}
+	if s.obj != nil {
+		// Every file was stored before this: the _metadata object, stored
+		// last and atomically, completes the checkpoint.
+		if _, err := s.obj.put(s.relToRoot(m.ID, MetadataName), writeOpts{}, nil, func(w io.Writer) error {
+			_, err := w.Write(data)
+			return err
+		}); err != nil {
+			return fmt.Errorf("checkpoint: write %s in %s: %w", s.relToRoot(m.ID, MetadataName), s.root, err)
+		}
+		return nil
+	}
 	dir := s.Dir(m.ID)
 	if err := s.mkdirs(dir); err != nil {
 		return fmt.Errorf("checkpoint: create %s: %w", dir, err)
@@ -553,8 +605,16 @@ func (s *Storage) WriteMetadata(m *Metadata) error {
 // checksum that does not match, or recording another checkpoint id; its
 // errors name the file.
 func (s *Storage) ReadMetadata(id int64) (*Metadata, error) {
-	name := filepath.Join(s.Dir(id), MetadataName)
-	data, err := os.ReadFile(name)
+	var name string
+	var data []byte
+	var err error
+	if s.obj != nil {
+		name = s.Dir(id) + "/" + MetadataName
+		data, err = s.obj.readAll(s.relToRoot(id, MetadataName))
+	} else {
+		name = filepath.Join(s.Dir(id), MetadataName)
+		data, err = os.ReadFile(name)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint: read metadata: %w", err)
 	}
@@ -632,14 +692,14 @@ func (s *Storage) verifyFile(id int64, h FileHandle) error {
 	}
 	defer r.Close()
 	r.count = &readStats.verified
-	if fi, err := r.f.Stat(); err != nil {
+	if size, err := r.size(); err != nil {
 		return fmt.Errorf("checkpoint: %s: %w", r.name, err)
-	} else if fi.Size() != h.Size {
+	} else if size != h.Size {
 		problem := "larger than"
-		if fi.Size() < h.Size {
+		if size < h.Size {
 			problem = "truncated: smaller than"
 		}
-		return &corruptError{path: r.name, problem: fmt.Sprintf("%d bytes, %s the %d bytes the metadata records", fi.Size(), problem, h.Size)}
+		return &corruptError{path: r.name, problem: fmt.Sprintf("%d bytes, %s the %d bytes the metadata records", size, problem, h.Size)}
 	}
 	_, err = io.Copy(io.Discard, r)
 	return err
@@ -683,11 +743,17 @@ func (s *Storage) locate(id int64, h FileHandle) (abs, name string, err error) {
 		if !ok {
 			return "", h.Path, &corruptError{path: h.Path, problem: "metadata names an invalid shared file path"}
 		}
+		if s.obj != nil {
+			return SharedDir + "/" + base, h.Path, nil
+		}
 		return filepath.Join(s.root, SharedDir, base), h.Path, nil
 	}
 	rel, err := cleanRel(h.Path)
 	if err != nil || rel != h.Path || rel == MetadataName {
 		return "", s.relToRoot(id, h.Path), s.corrupt(id, h.Path, "metadata names an invalid file path")
+	}
+	if s.obj != nil {
+		return s.relToRoot(id, rel), s.relToRoot(id, rel), nil
 	}
 	return filepath.Join(s.Dir(id), filepath.FromSlash(rel)), s.relToRoot(id, rel), nil
 }
@@ -709,6 +775,18 @@ func (s *Storage) open(id int64, h FileHandle) (*handleReader, error) {
 	if !h.Compressed && h.RawSize != 0 && h.RawSize != h.Size {
 		return nil, &corruptError{path: name, problem: fmt.Sprintf("metadata records %d raw bytes for an uncompressed file of %d", h.RawSize, h.Size)}
 	}
+	if s.obj != nil {
+		// abs is the object's name relative to the prefix.
+		rc, size, err := s.obj.open(abs)
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil, &corruptError{path: name, problem: "missing"}
+			}
+			return nil, fmt.Errorf("checkpoint: open %s in %s: %w", name, s.root, err)
+		}
+		return &handleReader{f: rc, size: func() (int64, error) { return size, nil },
+			h: sha256.New(), want: h, name: name, count: &readStats.restored}, nil
+	}
 	f, err := os.Open(abs)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
@@ -716,7 +794,14 @@ func (s *Storage) open(id int64, h FileHandle) (*handleReader, error) {
 		}
 		return nil, fmt.Errorf("checkpoint: open %s: %w", name, err)
 	}
-	return &handleReader{f: f, h: sha256.New(), want: h, name: name, count: &readStats.restored}, nil
+	size := func() (int64, error) {
+		fi, err := f.Stat()
+		if err != nil {
+			return 0, err
+		}
+		return fi.Size(), nil
+	}
+	return &handleReader{f: f, size: size, h: sha256.New(), want: h, name: name, count: &readStats.restored}, nil
 }
 
 // readStats counts the stored bytes this process read from checkpoint
@@ -734,7 +819,8 @@ func ReadProgress() (verified, restored int64) {
 // handleReader reads a checkpoint file's stored bytes and checks them
 // against its handle.
 type handleReader struct {
-	f     *os.File
+	f     io.ReadCloser
+	size  func() (int64, error) // of the stored bytes
 	h     hash.Hash
 	n     int64
 	want  FileHandle
@@ -842,6 +928,9 @@ type dirState struct {
 
 // list returns the checkpoint directories in the root, by ascending id.
 func (s *Storage) list() ([]dirState, error) {
+	if s.obj != nil {
+		return s.obj.checkpoints()
+	}
 	entries, err := os.ReadDir(s.root)
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint: list %s: %w", s.root, err)
@@ -861,9 +950,14 @@ func (s *Storage) list() ([]dirState, error) {
 			return nil, fmt.Errorf("checkpoint: list %s: %w", s.root, err)
 		}
 	}
-	// Names sort as ids up to ten digits; longer ids do not.
-	slices.SortFunc(dirs, func(a, b dirState) int { return cmp.Compare(a.id, b.id) })
+	sortDirs(dirs)
 	return dirs, nil
+}
+
+// sortDirs sorts dirs by ascending id. (Names sort as ids up to ten
+// digits; longer ids do not.)
+func sortDirs(dirs []dirState) {
+	slices.SortFunc(dirs, func(a, b dirState) int { return cmp.Compare(a.id, b.id) })
 }
 
 // Completed returns the ids of the complete checkpoints (those whose
@@ -919,6 +1013,12 @@ func (s *Storage) LatestUsable() (m *Metadata, skipped []error, err error) {
 // a checkpoint whose removal a crash interrupts never looks complete.
 // Discarding an id without a directory does nothing.
 func (s *Storage) Discard(id int64) error {
+	if s.obj != nil {
+		if err := s.obj.removeCheckpoint(id); err != nil {
+			return fmt.Errorf("checkpoint: discard checkpoint %d in %s: %w", id, s.root, err)
+		}
+		return nil
+	}
 	dir := s.Dir(id)
 	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
 		return nil
@@ -954,10 +1054,22 @@ func (s *Storage) CleanIncomplete() ([]int64, error) {
 		if d.complete {
 			continue
 		}
+		if s.obj != nil {
+			if err := s.obj.removeCheckpoint(d.id); err != nil {
+				return removed, fmt.Errorf("checkpoint: remove incomplete checkpoint %d in %s: %w", d.id, s.root, err)
+			}
+			removed = append(removed, d.id)
+			continue
+		}
 		if err := os.RemoveAll(s.Dir(d.id)); err != nil {
 			return removed, fmt.Errorf("checkpoint: remove incomplete checkpoint %d: %w", d.id, err)
 		}
 		removed = append(removed, d.id)
+	}
+	if s.obj != nil {
+		// An object store has no temporary names: an interrupted put
+		// leaves no object.
+		return removed, nil
 	}
 	// Temporary files of shared files that a crash left.
 	dir := filepath.Join(s.root, SharedDir)
@@ -1127,6 +1239,13 @@ func (s *Storage) PutShared(src string, rawSHA256 string) (h FileHandle, uploade
 	lock.Lock()
 	defer lock.Unlock()
 
+	if s.obj != nil {
+		h, uploaded, err := s.obj.putShared(rel, src, rawSHA256, s.compression())
+		if err != nil {
+			return fail(err)
+		}
+		return h, uploaded, nil
+	}
 	existing, state, err := s.inspectShared(rel, target, rawSHA256)
 	if err != nil {
 		return fail(err)
@@ -1295,6 +1414,13 @@ func FileSHA256(name string) (string, error) {
 // ("shared/<name>"), with its size. Temporary files of writes in progress
 // (or cut short by a crash) are not listed; CleanIncomplete removes them.
 func (s *Storage) SharedFiles() (map[string]int64, error) {
+	if s.obj != nil {
+		files, err := s.obj.sharedFiles()
+		if err != nil {
+			return nil, fmt.Errorf("checkpoint: list shared files in %s: %w", s.root, err)
+		}
+		return files, nil
+	}
 	entries, err := os.ReadDir(filepath.Join(s.root, SharedDir))
 	if errors.Is(err, fs.ErrNotExist) {
 		return map[string]int64{}, nil
@@ -1331,6 +1457,12 @@ func (s *Storage) RemoveShared(p string) error {
 	lock.Lock()
 	defer lock.Unlock()
 	s.forget(name)
+	if s.obj != nil {
+		if err := s.obj.remove(SharedDir + "/" + name); err != nil {
+			return fmt.Errorf("checkpoint: remove shared file %s in %s: %w", p, s.root, err)
+		}
+		return nil
+	}
 	dir := filepath.Join(s.root, SharedDir)
 	switch err := os.Remove(filepath.Join(dir, name)); {
 	case errors.Is(err, fs.ErrNotExist):
