@@ -465,7 +465,7 @@ func (w *Worker) checkpointEnv(j *jobRun, d transport.Deployment) (*ckptEnv, err
 	if d.CheckpointRoot == "" {
 		return nil, fmt.Errorf("job %s checkpoints but its deployment names no checkpoint storage", j.id)
 	}
-	st, err := checkpoint.OpenStorage(d.CheckpointRoot)
+	st, err := checkpoint.OpenStorageAt(d.CheckpointRoot, w.cfg.NATS)
 	if err != nil {
 		return nil, err
 	}
@@ -503,7 +503,7 @@ func (w *Worker) checkpointEnv(j *jobRun, d transport.Deployment) (*ckptEnv, err
 	}
 	switch {
 	case d.SavepointRoot != "":
-		sp, err := checkpoint.OpenStorage(d.SavepointRoot)
+		sp, err := checkpoint.OpenStorageAt(d.SavepointRoot, w.cfg.NATS)
 		if err != nil {
 			return nil, err
 		}
