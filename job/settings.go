@@ -1,6 +1,10 @@
 package job
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/wstream/wstream/checkpoint"
+)
 
 // CheckpointSettings configure a job's checkpoints (plan field
 // "checkpoint"; every field is also a deploy flag). Times are milliseconds.
@@ -38,6 +42,11 @@ type CheckpointSettings struct {
 	// worker, so that a subtask restarted there restores its keyed state
 	// from that copy instead of checkpoint storage (default false).
 	LocalRecovery bool `json:"localRecovery,omitempty"`
+	// Storage is where checkpoints go: empty for the coordinator's data
+	// directory (which workers must share), or a JetStream object store,
+	// nats-obj://BUCKET[/PREFIX], on the cluster's NATS server, so that no
+	// shared filesystem is needed.
+	Storage string `json:"storage,omitempty"`
 }
 
 // IncrementalOn reports whether checkpoints are incremental.
@@ -116,6 +125,10 @@ func (c *CheckpointSettings) validate() error {
 		return errorf("checkpoint.savepointFormat", "%q must be %q or %q", c.SavepointFormat, SavepointCanonical, SavepointNative)
 	case c.Compression != nil && (*c.Compression < 0 || *c.Compression > 4):
 		return errorf("checkpoint.compression", "%d must be in [0, 4] (0: off)", *c.Compression)
+	case c.Storage != "":
+		if _, _, err := checkpoint.ParseObjectLocation(c.Storage); err != nil {
+			return errorf("checkpoint.storage", "%q: want nats-obj://BUCKET or nats-obj://BUCKET/PREFIX (empty: the data directory)", c.Storage)
+		}
 	}
 	return nil
 }

@@ -42,6 +42,8 @@ func TestSettingsValidation(t *testing.T) {
 		{`"checkpoint":{"interval":1,"mode":"unaligned","alignedTimeout":5}`, "checkpoint.alignedTimeout: applies to mode"},
 		{`"checkpoint":{"interval":1,"tolerableFailures":-2}`, "checkpoint.tolerableFailures"},
 		{`"checkpoint":{"interval":1,"retain":-1}`, "checkpoint.retain"},
+		{`"checkpoint":{"interval":1,"storage":"/shared/ckpt"}`, `checkpoint.storage: "/shared/ckpt": want nats-obj://BUCKET`},
+		{`"checkpoint":{"interval":1,"storage":"nats-obj://"}`, `checkpoint.storage: "nats-obj://": want nats-obj://BUCKET`},
 		{`"checkpoint":{"intervall":1}`, `checkpoint: unknown field "intervall"`},
 		{`"restart":{"strategy":"always"}`, `restart.strategy: "always" must be`},
 		{`"restart":{"strategy":"fixed-delay","delay":-1}`, "restart.delay"},
