@@ -88,8 +88,12 @@ func (c *Coordinator) readRecord(id string) (*Record, error) {
 	return ReadRecord(c.cfg.DataDir, id)
 }
 
-// writeRecord saves a job's record atomically.
+// writeRecord saves a job's record atomically, and its spec in the job
+// bucket.
 func (c *Coordinator) writeRecord(j *jobState, state string) {
+	// The spec after the file: a client may take a job's result from
+	// the spec, and find the file up to date then.
+	defer c.storeSpec(j, state)
 	if c.cfg.DataDir == "" {
 		return
 	}
@@ -257,7 +261,7 @@ func (c *Coordinator) newCkptDriver(j *jobState) (*ckptDriver, int64, error) {
 	if c.cfg.DataDir == "" {
 		return nil, 0, errors.New("checkpoints need a data directory for their storage")
 	}
-	st, err := checkpoint.OpenStorage(CheckpointRoot(c.cfg.DataDir, j.info.JobID))
+	st, err := checkpoint.OpenStorage(j.checkpointRoot(c.cfg.DataDir))
 	if err != nil {
 		return nil, 0, err
 	}
@@ -574,6 +578,11 @@ func (d *ckptDriver) persist(cp checkpoint.Completed) {
 				err = d.storage.Discard(cp.ID)
 			}
 		}
+		if err == nil && cp.Kind == checkpoint.KindCheckpoint {
+			// Not here: whoever stops the driver holds c.mu and waits for
+			// this goroutine.
+			go d.c.checkpointCompleted(d.j, cp.ID)
+		}
 		d.mu.Lock()
 		defer d.mu.Unlock()
 		if err != nil {
@@ -584,6 +593,18 @@ func (d *ckptDriver) persist(cp checkpoint.Completed) {
 		d.sm.Persisted(cp.ID, err)
 		d.run()
 	}()
+}
+
+// checkpointCompleted notes a job's latest completed checkpoint in its spec.
+func (c *Coordinator) checkpointCompleted(j *jobState, id int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if id > j.latestCheckpoint && !j.done {
+		j.latestCheckpoint = id
+		if c.store != nil {
+			c.store.put(c.specLocked(j, j.info.State))
+		}
+	}
 }
 
 // sweep deletes shared files that nothing references: uploads of

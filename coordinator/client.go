@@ -47,9 +47,16 @@ func StoreModule(ctx context.Context, nc *nats.Conn, wasm []byte) (string, error
 	return digest, nil
 }
 
+// SubmitTimeout bounds the wait for the coordinator's answer to a
+// submission, which includes deploying the job's first attempt: an answer
+// lost while NATS is unreachable must not keep a client waiting for ever.
+const SubmitTimeout = 3 * time.Minute
+
 // Submit sends a job to the coordinator and returns its id.
 func Submit(ctx context.Context, nc *nats.Conn, req transport.SubmitRequest) (string, error) {
 	b, _ := json.Marshal(req)
+	ctx, stop := context.WithTimeout(ctx, SubmitTimeout)
+	defer stop()
 	msg, err := nc.RequestWithContext(ctx, transport.SubjectSubmit, b)
 	if err != nil {
 		if errors.Is(err, nats.ErrNoResponders) {

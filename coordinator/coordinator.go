@@ -44,6 +44,11 @@ type Config struct {
 	// checkpointing jobs, its checkpoints (jobs/JOB/checkpoints). Workers
 	// must see the same path (one host, or a shared file system).
 	DataDir string
+	// ResumeJobs makes Start resume the jobs that the job bucket
+	// (transport.JobsBucket) says are running: they were left by a
+	// coordinator that died. Only one coordinator may run against a NATS
+	// cluster at a time.
+	ResumeJobs bool
 }
 
 // Coordinator is the job manager.
@@ -59,6 +64,16 @@ type Coordinator struct {
 	// The liveness monitor.
 	quit    chan struct{}
 	monitor sync.WaitGroup
+	// store writes job specs to the job bucket (nil: no JetStream).
+	store     *jobStore
+	startedAt time.Time
+	// cancelled says when the coordinator last cancelled an attempt that a
+	// worker's heartbeat listed (key WORKER/JOB/ATTEMPT).
+	cancelled map[string]time.Time
+	// The monitor's view of the NATS connection: reconnects seen, and
+	// whether it was down at the last check.
+	reconnects uint64
+	offline    bool
 }
 
 type workerState struct {
@@ -103,6 +118,15 @@ type jobState struct {
 	lost     map[string]string
 	// restartLog says why each restart happened.
 	restartLog []RestartEntry
+	// ckptRoot is the checkpoint storage a resumed job's spec names;
+	// latestCheckpoint the job's latest completed checkpoint.
+	ckptRoot         string
+	latestCheckpoint int64
+	// result is set when the job has ended.
+	result *transport.JobResult
+	// missing counts, per worker, the heartbeats in a row that did not list
+	// the current attempt although subtasks of it there never reported.
+	missing map[string]int
 }
 
 // New returns a coordinator; Start subscribes it.
@@ -122,12 +146,37 @@ func New(cfg Config) (*Coordinator, error) {
 	if cfg.DeployTimeout <= 0 {
 		cfg.DeployTimeout = 60 * time.Second
 	}
-	return &Coordinator{cfg: cfg, workers: map[string]*workerState{}, jobs: map[string]*jobState{}, now: time.Now, gone: map[string]string{}}, nil
+	return &Coordinator{cfg: cfg, workers: map[string]*workerState{}, jobs: map[string]*jobState{}, now: time.Now, gone: map[string]string{},
+		cancelled: map[string]time.Time{}}, nil
 }
 
-// Start subscribes to the coordinator's subjects.
+// Start opens the job bucket, subscribes to the coordinator's subjects and,
+// with Config.ResumeJobs, resumes the jobs the bucket says are running.
 func (c *Coordinator) Start() error {
 	nc := c.cfg.NATS
+	c.startedAt = c.now()
+	c.reconnects = nc.Stats().Reconnects
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	kv, err := OpenJobs(ctx, nc)
+	switch {
+	case err == nil:
+		c.store = newJobStore(kv, c.cfg.Logf)
+	case c.cfg.ResumeJobs:
+		return fmt.Errorf("coordinator: %w", err)
+	default:
+		c.cfg.Logf("coordinator: jobs are not kept in JetStream: %v", err)
+	}
+	var resume []*jobState
+	if c.cfg.ResumeJobs {
+		c.mu.Lock()
+		resume, err = c.loadJobs(ctx)
+		c.mu.Unlock()
+		if err != nil {
+			c.Close()
+			return err
+		}
+	}
 	for subj, h := range map[string]nats.MsgHandler{
 		transport.SubjectRegister:  c.onRegister,
 		transport.SubjectHeartbeat: c.onHeartbeat,
@@ -150,10 +199,19 @@ func (c *Coordinator) Start() error {
 	c.quit = make(chan struct{})
 	c.monitor.Add(1)
 	go c.watchWorkers(c.quit)
+	for _, j := range resume {
+		c.monitor.Add(1)
+		go func() {
+			defer c.monitor.Done()
+			c.resume(j, c.quit)
+		}()
+	}
 	return nil
 }
 
-// Close unsubscribes.
+// Close unsubscribes. The jobs' specs stay in the job bucket: a
+// coordinator started later with Config.ResumeJobs resumes the jobs that
+// still run.
 func (c *Coordinator) Close() {
 	for _, s := range c.subs {
 		_ = s.Unsubscribe()
@@ -163,6 +221,9 @@ func (c *Coordinator) Close() {
 		close(c.quit)
 		c.monitor.Wait()
 		c.quit = nil
+	}
+	if c.store != nil {
+		c.store.close(2 * time.Second)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -216,25 +277,40 @@ func (c *Coordinator) onHeartbeat(m *nats.Msg) {
 	if json.Unmarshal(m.Data, &w) != nil {
 		return
 	}
+	if !idChars.MatchString(w.ID) {
+		return
+	}
 	c.mu.Lock()
-	ws, ok := c.workers[w.ID]
-	if ok {
-		ws.lastSeen = c.now()
-		c.mu.Unlock()
-		return
-	}
-	// A worker declared lost that heartbeats again (it was cut off, or
-	// stalled) registers anew and takes new work; the subtasks it ran
-	// belong to attempts that have failed over already.
+	ws, known := c.workers[w.ID]
+	// A heartbeat carries what registration needs: a worker this
+	// coordinator does not know (it restarted, or declared the worker lost
+	// when it was cut off or stalled) registers anew and takes new work; the
+	// subtasks it ran belong to attempts that have failed over already, and
+	// are cancelled below.
 	why, wasLost := c.gone[w.ID]
-	if !wasLost || !idChars.MatchString(w.ID) {
-		c.mu.Unlock()
-		return
+	if !known {
+		delete(c.gone, w.ID)
+		ws = &workerState{}
+		c.workers[w.ID] = ws
 	}
-	delete(c.gone, w.ID)
-	c.workers[w.ID] = &workerState{info: w, lastSeen: c.now()}
+	ws.info = w
+	ws.lastSeen = c.now()
+	cancels, todo := c.reconcileLocked(w.ID, w.Running)
 	c.mu.Unlock()
-	c.cfg.Logf("coordinator: worker %s is back (%s slots) after it was declared lost (%s)", w.ID, slotsText(w.Slots), why)
+	switch {
+	case known:
+	case wasLost:
+		c.cfg.Logf("coordinator: worker %s is back (%s slots) after it was declared lost (%s)", w.ID, slotsText(w.Slots), why)
+	default:
+		c.cfg.Logf("coordinator: worker %s registered by its heartbeat (%s slots)", w.ID, slotsText(w.Slots))
+	}
+	for _, r := range cancels {
+		c.cfg.Logf("coordinator: worker %s still runs attempt %d of job %s: cancelling it", w.ID, r.Attempt, r.JobID)
+		go c.cancelOn(w.ID, r.JobID, r.Attempt, true)
+	}
+	for _, f := range todo {
+		go c.runFailover(f)
+	}
 }
 
 // Workers lists the registered workers that are alive.
@@ -487,10 +563,18 @@ func (c *Coordinator) dataStream(id string, p placement) (string, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := transport.CreateDataStream(ctx, js, id); err != nil {
-		return "", fmt.Errorf("job %s: %w", id, err)
+	for {
+		// Right after a NATS server restart JetStream may not answer yet.
+		err := transport.CreateDataStream(ctx, js, id)
+		if err == nil {
+			return transport.DataStream(id), nil
+		}
+		select {
+		case <-ctx.Done():
+			return "", fmt.Errorf("job %s: %w", id, err)
+		case <-time.After(250 * time.Millisecond):
+		}
 	}
-	return transport.DataStream(id), nil
 }
 
 // dropDataStream removes a job's data stream, if it has one.
@@ -593,7 +677,18 @@ func (c *Coordinator) deployAttempt(js *jobState) error {
 // deployOn sends a worker its part of an attempt and waits for its answer.
 func (c *Coordinator) deployOn(worker string, d transport.Deployment) error {
 	b, _ := json.Marshal(d)
-	msg, err := c.cfg.NATS.Request(transport.WorkerDeploySubject(worker), b, c.cfg.DeployTimeout)
+	// A worker that has not re-established its connection yet (after a
+	// NATS server restart) has no subscription: give it a few seconds.
+	retryUntil := time.Now().Add(5 * time.Second)
+	var msg *nats.Msg
+	var err error
+	for {
+		msg, err = c.cfg.NATS.Request(transport.WorkerDeploySubject(worker), b, c.cfg.DeployTimeout)
+		if !errors.Is(err, nats.ErrNoResponders) || time.Now().After(retryUntil) {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 	if err != nil {
 		return err
 	}
@@ -710,7 +805,7 @@ func (c *Coordinator) attemptEnded(j *jobState) {
 	j.restarts++
 	j.attempt++
 	j.ended, j.finished, j.failed = 0, 0, ""
-	j.reported, j.lost = nil, nil
+	j.reported, j.lost, j.missing = nil, nil, nil
 	j.metrics = map[string]*transport.VertexMetrics{}
 	// The next attempt is placed again on the workers alive then.
 	c.releaseLocked(j.placement)
@@ -776,6 +871,7 @@ func (c *Coordinator) endJob(j *jobState) *transport.JobResult {
 			r.Metrics = append(r.Metrics, *m)
 		}
 	}
+	j.result = r
 	c.cfg.Logf("coordinator: job %s %s after %s", r.JobID, r.State, r.Duration.Round(time.Millisecond))
 	return r
 }
@@ -845,11 +941,16 @@ func (c *Coordinator) onList(m *nats.Msg) {
 	respond(m, out)
 }
 
-// Wait is a client helper: it returns the result of job id, which must have
-// been subscribed to with Watch before the job was submitted.
+// Watch is a client helper: it returns the result of a job, which must
+// have been subscribed to with WatchJobs before the job was submitted.
 type Watch struct {
+	nc  *nats.Conn
 	sub *nats.Subscription
 	ch  chan *nats.Msg
+	kv  jetstream.KeyValue
+	// Poll is how often Wait also looks up the job's spec in the job
+	// bucket (default 1s).
+	Poll time.Duration
 }
 
 // WatchJobs subscribes to every job's done subject; call it before
@@ -864,11 +965,17 @@ func WatchJobs(nc *nats.Conn) (*Watch, error) {
 		_ = sub.Unsubscribe()
 		return nil, err
 	}
-	return &Watch{sub: sub, ch: ch}, nil
+	return &Watch{nc: nc, sub: sub, ch: ch, Poll: time.Second}, nil
 }
 
-// Wait returns the result of job id, or ctx's error.
+// Wait returns the result of job id, or ctx's error. The result comes on
+// the job's done subject; since that message is lost when it is published
+// while this client's connection is down (a NATS server restart), Wait also
+// looks for the result in the job's spec in the job bucket now and then.
+// It waits across coordinator and NATS server restarts.
 func (w *Watch) Wait(ctx context.Context, id string) (*transport.JobResult, error) {
+	poll := time.NewTicker(max(w.Poll, 10*time.Millisecond))
+	defer poll.Stop()
 	for {
 		select {
 		case <-ctx.Done():
@@ -881,8 +988,38 @@ func (w *Watch) Wait(ctx context.Context, id string) (*transport.JobResult, erro
 			if r.JobID == id {
 				return &r, nil
 			}
+		case <-poll.C:
+			if r := w.stored(ctx, id); r != nil {
+				return r, nil
+			}
 		}
 	}
+}
+
+// stored returns the result in the spec of job id, nil when it has none
+// (yet) or cannot be read now.
+func (w *Watch) stored(ctx context.Context, id string) *transport.JobResult {
+	if w.nc == nil || !w.nc.IsConnected() {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, kvTimeout)
+	defer cancel()
+	if w.kv == nil {
+		js, err := jetstream.New(w.nc)
+		if err != nil {
+			return nil
+		}
+		kv, err := js.KeyValue(ctx, transport.JobsBucket)
+		if err != nil {
+			return nil
+		}
+		w.kv = kv
+	}
+	s, err := getSpec(ctx, w.kv, id)
+	if err != nil || s.State == transport.JobRunning || s.Result == nil {
+		return nil
+	}
+	return s.Result
 }
 
 // Close unsubscribes.

@@ -33,4 +33,27 @@
 //
 // Checkpoint triggers and notifications go to every worker of the attempt;
 // acknowledgements come from all of them on the job's ack subject.
+//
+// High availability. The coordinator keeps each job's spec (JobSpec: plan,
+// module digest, settings, attempt, restarts, state, latest completed
+// checkpoint, result) in the JetStream key-value bucket
+// transport.JobsBucket (file storage), written as the job starts, as each
+// attempt starts, as checkpoints complete and as the job ends. A
+// coordinator started with Config.ResumeJobs (`wstream server`) resumes the
+// jobs that the bucket says are running: it learns the workers from their
+// heartbeats (a heartbeat carries what registration needs), cancels the
+// old attempt wherever a heartbeat still lists it, and starts a new attempt
+// from the latest completed checkpoint, as after a restart. Only one
+// coordinator may run against a NATS server or cluster at a time.
+//
+// Heartbeats list the job attempts a worker runs. The coordinator cancels
+// the attempts it does not run (any more), and fails an attempt when a
+// worker no longer runs it although some of its subtasks there never
+// reported their end (the reports were lost while NATS was unreachable).
+// While its own connection is down the coordinator declares no worker lost;
+// when it is back it checks the data stream of every attempt that spans
+// several workers: the stream lives in memory, so after a NATS server
+// restart it is gone, and the attempt fails and restarts from its latest
+// checkpoint. Clients (Watch.Wait) take a job's result from its spec when
+// they missed the done message.
 package coordinator

@@ -46,10 +46,26 @@ type failover struct {
 	reason  string
 }
 
-// checkWorkers runs one liveness check.
+// checkWorkers runs one liveness check. While the coordinator's own NATS
+// connection is down it hears no heartbeats, so it judges nobody; when the
+// connection is back, every worker starts afresh (afterReconnect).
 func (c *Coordinator) checkWorkers() {
+	nc := c.cfg.NATS
+	if !nc.IsConnected() {
+		c.offline = true
+		return
+	}
+	if n := nc.Stats().Reconnects; n != c.reconnects || c.offline {
+		c.reconnects, c.offline = n, false
+		c.afterReconnect()
+	}
 	c.mu.Lock()
 	now := c.now()
+	for k, t := range c.cancelled {
+		if now.Sub(t) > time.Minute {
+			delete(c.cancelled, k)
+		}
+	}
 	var lost []string
 	for id, w := range c.workers {
 		if silent := now.Sub(w.lastSeen); silent > c.cfg.WorkerTimeout {

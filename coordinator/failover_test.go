@@ -89,7 +89,9 @@ func TestWorkerLostAndBack(t *testing.T) {
 		t.Fatalf("reason %q", why)
 	}
 
-	// A heartbeat of an unknown worker that never registered is ignored.
+	// A heartbeat registers an unknown worker (a coordinator that
+	// restarted learns its workers so); one that stays silent is soon
+	// lost again.
 	stranger, _ := json.Marshal(transport.WorkerInfo{ID: "wy"})
 	if err := client.Publish(transport.SubjectHeartbeat, stranger); err != nil {
 		t.Fatal(err)

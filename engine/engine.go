@@ -42,19 +42,41 @@ type Options struct {
 	// job's subtasks over them, so their channels go through JetStream as
 	// between hosts.
 	Workers int
-	Slots   int
-	Host    host.Config
-	Stdout  io.Writer
-	Logf    func(format string, args ...any)
+	// WorkerID is the id of the in-process worker (with several, their ids
+	// are WorkerID-w0, WorkerID-w1, …). Without it workers of a cluster
+	// (NATSURL set) are named after the host and the process id, and
+	// those of the embedded server w0, w1, ….
+	WorkerID string
+	Slots    int
+	Host     host.Config
+	Stdout   io.Writer
+	Logf     func(format string, args ...any)
 	// NoCoordinator skips starting a coordinator (a cluster has one).
 	NoCoordinator bool
 	// HeartbeatInterval is how often the in-process workers heartbeat, and
 	// what the coordinator expects of every worker (default 1s).
 	HeartbeatInterval time.Duration
 	// WorkerTimeout is how long a worker may stay silent before the
-	// coordinator declares it lost and fails its jobs over (default 3
+	// coordinator declares it lost and fails its jobs over (default 10
 	// heartbeat intervals).
 	WorkerTimeout time.Duration
+	// ResumeJobs makes the coordinator resume, when it starts, the jobs
+	// that the job bucket says are running (`wstream server`: a coordinator
+	// that takes over from one that died).
+	ResumeJobs bool
+}
+
+// ReconnectWait is how long a connection to a NATS server waits between
+// attempts to reconnect; it tries for ever.
+const ReconnectWait = 250 * time.Millisecond
+
+// connectOptions are the options of every connection to a NATS server
+// given by URL: reconnect for ever, briskly, so that the coordinator,
+// workers and clients outlive a restart of the server; o.NATSOptions
+// (credentials, TLS) come last and may override them.
+func connectOptions(name string, o Options) []nats.Option {
+	return append([]nats.Option{nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(ReconnectWait),
+		nats.ReconnectJitter(100*time.Millisecond, time.Second)}, o.NATSOptions...)
 }
 
 // Engine is a running embedded system or a connection to a cluster.
@@ -134,7 +156,7 @@ func Start(ctx context.Context, o Options) (e *Engine, err error) {
 			o.Workers = 1
 		}
 	} else {
-		e.nc, err = nats.Connect(o.NATSURL, append([]nats.Option{nats.Name("wstream")}, o.NATSOptions...)...)
+		e.nc, err = nats.Connect(o.NATSURL, connectOptions("wstream", o)...)
 		if err != nil {
 			return nil, fmt.Errorf("connecting to NATS at %s: %w", o.NATSURL, err)
 		}
@@ -143,9 +165,9 @@ func Start(ctx context.Context, o Options) (e *Engine, err error) {
 	if err != nil {
 		return nil, err
 	}
-	if !o.NoCoordinator && (o.NATSURL == "" || o.Workers > 0) {
+	if !o.NoCoordinator {
 		e.coord, err = coordinator.New(coordinator.Config{NATS: e.nc, Logf: o.Logf, DataDir: o.DataDir,
-			HeartbeatInterval: o.HeartbeatInterval, WorkerTimeout: o.WorkerTimeout})
+			HeartbeatInterval: o.HeartbeatInterval, WorkerTimeout: o.WorkerTimeout, ResumeJobs: o.ResumeJobs})
 		if err != nil {
 			return nil, err
 		}
@@ -162,7 +184,7 @@ func Start(ctx context.Context, o Options) (e *Engine, err error) {
 			if e.srv != nil {
 				nc, err = transport.ConnectInProcess(e.srv, name)
 			} else {
-				nc, err = nats.Connect(o.NATSURL, append([]nats.Option{nats.Name(name)}, o.NATSOptions...)...)
+				nc, err = nats.Connect(o.NATSURL, connectOptions(name, o)...)
 			}
 			if err != nil {
 				return nil, err
@@ -170,7 +192,7 @@ func Start(ctx context.Context, o Options) (e *Engine, err error) {
 			e.conns = append(e.conns, nc)
 		}
 		w, werr := worker.New(ctx, worker.Config{
-			ID:      fmt.Sprintf("w%d", i),
+			ID:      workerID(o, i),
 			NATS:    nc,
 			DataDir: o.DataDir,
 			Slots:   o.Slots,
@@ -192,6 +214,32 @@ func Start(ctx context.Context, o Options) (e *Engine, err error) {
 		}
 	}
 	return e, nil
+}
+
+// workerID is the id of in-process worker i.
+func workerID(o Options, i int) string {
+	base := o.WorkerID
+	if base == "" && o.NATSURL != "" {
+		// Unique among the workers of a cluster.
+		host, _ := os.Hostname()
+		host = strings.Map(func(r rune) rune {
+			if r == '-' || r == '_' || (r >= '0' && r <= '9') || (r >= 'a' && r <= 'z') || (r >= 'A' && r <= 'Z') {
+				return r
+			}
+			return '_'
+		}, host)
+		if host == "" {
+			host = "worker"
+		}
+		base = fmt.Sprintf("%s-%d", host, os.Getpid())
+	}
+	switch {
+	case base == "":
+		return fmt.Sprintf("w%d", i)
+	case o.Workers > 1:
+		return fmt.Sprintf("%s-w%d", base, i)
+	}
+	return base
 }
 
 // Workers are the engine's in-process workers.

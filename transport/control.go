@@ -41,6 +41,13 @@ func CheckpointAckSubject(job string) string { return "wstream.job." + job + ".a
 // by digest, so that every worker can fetch what a job runs.
 const ModuleBucket = "wstream-modules"
 
+// JobsBucket is the JetStream key-value bucket (file storage) where the
+// coordinator keeps every job under its id: what it needs to run the job
+// again, its state, its latest completed checkpoint and, once it has
+// ended, its result. A coordinator that starts resumes the jobs the bucket
+// says are running.
+const JobsBucket = "wstream_jobs"
+
 // SubmitRequest asks the coordinator to run a job.
 type SubmitRequest struct {
 	// Resume, when set, continues an existing job (its id) from its latest
@@ -95,10 +102,22 @@ type Reply struct {
 	Error string `json:"error,omitempty"`
 }
 
-// WorkerInfo registers a worker (and is repeated as its heartbeat).
+// WorkerInfo registers a worker (and is repeated as its heartbeat). A
+// heartbeat is a registration too: a coordinator that restarted learns its
+// workers from their heartbeats.
 type WorkerInfo struct {
 	ID    string `json:"id"`
 	Slots int    `json:"slots"`
+	// Running lists, in a heartbeat, the job attempts that have subtasks on
+	// the worker when it is sent: the coordinator cancels attempts it no
+	// longer runs, and notices subtasks whose end it never heard of.
+	Running []RunningAttempt `json:"running,omitempty"`
+}
+
+// RunningAttempt names one attempt of a job.
+type RunningAttempt struct {
+	JobID   string `json:"jobId"`
+	Attempt int    `json:"attempt"`
 }
 
 // TaskRef names one subtask of a job: chain index in the physical graph and

@@ -194,22 +194,51 @@ func (w *Worker) Start(ctx context.Context) error {
 	}
 	w.stopBeat = make(chan struct{})
 	w.beatDone = make(chan struct{})
-	go w.heartbeat(info)
+	go w.heartbeat()
 	return nil
 }
 
-func (w *Worker) heartbeat(info []byte) {
+// heartbeat tells the coordinator, every HeartbeatInterval, that the worker
+// is alive and which job attempts it runs. A heartbeat carries everything
+// registration needs, so a coordinator that restarted, or a NATS server
+// that came back, sees the worker again without a new handshake; after the
+// worker's connection was re-established it heartbeats at once.
+func (w *Worker) heartbeat() {
 	defer close(w.beatDone)
 	t := time.NewTicker(w.cfg.HeartbeatInterval)
 	defer t.Stop()
+	// A reconnect is noticed within a tenth of the interval (at least every
+	// 100ms), so that the coordinator hears of the worker promptly.
+	poll := time.NewTicker(min(w.cfg.HeartbeatInterval, max(w.cfg.HeartbeatInterval/10, 100*time.Millisecond)))
+	defer poll.Stop()
+	reconnects := w.cfg.NATS.Stats().Reconnects
 	for {
 		select {
 		case <-w.stopBeat:
 			return
+		case <-poll.C:
+			if n := w.cfg.NATS.Stats().Reconnects; n != reconnects && w.cfg.NATS.IsConnected() {
+				reconnects = n
+				w.cfg.Logf("worker %s: reconnected to NATS (%s)", w.cfg.ID, w.cfg.NATS.ConnectedUrlRedacted())
+				_ = w.cfg.NATS.Publish(transport.SubjectHeartbeat, w.beat())
+			}
 		case <-t.C:
-			_ = w.cfg.NATS.Publish(transport.SubjectHeartbeat, info)
+			_ = w.cfg.NATS.Publish(transport.SubjectHeartbeat, w.beat())
 		}
 	}
+}
+
+// beat is the worker's heartbeat message.
+func (w *Worker) beat() []byte {
+	info := transport.WorkerInfo{ID: w.cfg.ID, Slots: w.cfg.Slots}
+	w.mu.Lock()
+	for id, j := range w.jobs {
+		info.Running = append(info.Running, transport.RunningAttempt{JobID: id, Attempt: j.attempt})
+	}
+	w.mu.Unlock()
+	sort.Slice(info.Running, func(a, b int) bool { return info.Running[a].JobID < info.Running[b].JobID })
+	b, _ := json.Marshal(info)
+	return b
 }
 
 // Close cancels every job, waits for their subtasks, and releases the

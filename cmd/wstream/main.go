@@ -485,12 +485,15 @@ func serverCommand() *cli.Command {
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "listen", Usage: "address of the embedded NATS server", Value: "127.0.0.1:4222"},
 			&cli.IntFlag{Name: "workers", Usage: "in-process workers to start as well", Value: 0},
+			&cli.DurationFlag{Name: "worker-timeout", Usage: "declare a worker lost (and fail its jobs over) after it has been silent this long (default 10s)"},
 			dataFlag, natsFlag, verboseFlag,
 		},
 		Action: func(c *cli.Context) error {
 			ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			opts := engine.Options{DataDir: c.String("data"), NATSURL: c.String("nats"), Workers: c.Int("workers"), Logf: logf(c), Stdout: c.App.Writer}
+			// A server takes over the jobs a previous one left running.
+			opts := engine.Options{DataDir: c.String("data"), NATSURL: c.String("nats"), Workers: c.Int("workers"), Logf: logf(c), Stdout: c.App.Writer,
+				ResumeJobs: true, WorkerTimeout: c.Duration("worker-timeout")}
 			natsOpts, err := natsOptions(c)
 			if err != nil {
 				return err
@@ -541,7 +544,7 @@ func workerCommand() *cli.Command {
 			ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			e, err := engine.Start(ctx, engine.Options{
-				DataDir: c.String("data"), NATSURL: c.String("nats"), NATSOptions: natsOpts, Workers: 1, Slots: c.Int("slots"),
+				DataDir: c.String("data"), NATSURL: c.String("nats"), NATSOptions: natsOpts, Workers: 1, Slots: c.Int("slots"), WorkerID: c.String("id"),
 				Host: hc, Logf: logf(c), Stdout: c.App.Writer, NoCoordinator: true,
 			})
 			if err != nil {

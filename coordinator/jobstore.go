@@ -1,0 +1,281 @@
+package coordinator
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/wstream/wstream/transport"
+)
+
+// JobSpec is what the coordinator keeps of a job in the JetStream key-value
+// bucket transport.JobsBucket, under the job's id: everything a coordinator
+// needs to run the job again (plan, module in the object store, savepoint
+// it started from, attempt counter, restarts), its state, the latest
+// completed checkpoint and, once the job has ended, its result. It is
+// written when the job starts, when each attempt starts, when a checkpoint
+// completes and when the job ends; a coordinator that starts with
+// Config.ResumeJobs resumes every job whose spec says it is running.
+type JobSpec struct {
+	JobID        string          `json:"jobId"`
+	Name         string          `json:"name"`
+	Plan         json.RawMessage `json:"plan"`
+	ModuleDigest string          `json:"moduleDigest,omitempty"`
+	ModuleName   string          `json:"moduleName,omitempty"`
+	State        string          `json:"state"`
+	Error        string          `json:"error,omitempty"`
+	// Attempt is the job's current (or last) attempt; Restarts counts the
+	// restarts its restart strategy has made.
+	Attempt  int `json:"attempt"`
+	Restarts int `json:"restarts"`
+	// RestartLog says why each new attempt started, oldest first.
+	RestartLog []RestartEntry `json:"restartLog,omitempty"`
+	Started    time.Time      `json:"started"`
+	Updated    time.Time      `json:"updated"`
+	// FromSavepoint is the storage root of the savepoint the job started
+	// from, SavepointID its id.
+	FromSavepoint string `json:"fromSavepoint,omitempty"`
+	SavepointID   int64  `json:"savepointId,omitempty"`
+	// CheckpointRoot is the job's checkpoint storage, LatestCheckpoint the
+	// id of its latest completed checkpoint there (0: none yet).
+	CheckpointRoot   string `json:"checkpointRoot,omitempty"`
+	LatestCheckpoint int64  `json:"latestCheckpoint,omitempty"`
+	// Result is the job's result once it has ended.
+	Result *transport.JobResult `json:"result,omitempty"`
+}
+
+// kvTimeout bounds one call to the key-value bucket.
+const kvTimeout = 5 * time.Second
+
+// OpenJobs opens (creating it on first use) the bucket where coordinators
+// keep their jobs.
+func OpenJobs(ctx context.Context, nc *nats.Conn) (jetstream.KeyValue, error) {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:      transport.JobsBucket,
+		Description: "wstream jobs: specs, states, latest checkpoints, results",
+		Storage:     jetstream.FileStorage,
+		History:     1,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("opening job bucket %s: %w", transport.JobsBucket, err)
+	}
+	return kv, nil
+}
+
+// ReadJobSpec reads the spec of job id from the job bucket.
+func ReadJobSpec(ctx context.Context, nc *nats.Conn, id string) (*JobSpec, error) {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	kv, err := js.KeyValue(ctx, transport.JobsBucket)
+	if err != nil {
+		return nil, err
+	}
+	return getSpec(ctx, kv, id)
+}
+
+func getSpec(ctx context.Context, kv jetstream.KeyValue, id string) (*JobSpec, error) {
+	e, err := kv.Get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	var s JobSpec
+	if err := json.Unmarshal(e.Value(), &s); err != nil {
+		return nil, fmt.Errorf("job %s in bucket %s: %w", id, transport.JobsBucket, err)
+	}
+	return &s, nil
+}
+
+// jobStore writes job specs to the bucket from one goroutine, only the
+// newest spec of each job: a write that fails (the NATS server is away) is
+// tried again until it succeeds or a newer spec of the job replaces it.
+type jobStore struct {
+	kv   jetstream.KeyValue
+	logf func(string, ...any)
+
+	mu        sync.Mutex
+	pending   map[string]queuedSpec
+	order     []string // job ids in the order their specs came in
+	gen       uint64
+	wake      chan struct{}
+	quit      chan struct{}
+	done      chan struct{}
+	closeOnce sync.Once
+	// failing is set while writes fail (only the writer's goroutine, or
+	// close after it, touches it).
+	failing bool
+}
+
+func newJobStore(kv jetstream.KeyValue, logf func(string, ...any)) *jobStore {
+	s := &jobStore{kv: kv, logf: logf, pending: map[string]queuedSpec{}, wake: make(chan struct{}, 1),
+		quit: make(chan struct{}), done: make(chan struct{})}
+	go s.loop()
+	return s
+}
+
+// queuedSpec is an encoded spec waiting to be stored; gen tells a newer
+// one of the same job apart.
+type queuedSpec struct {
+	b   []byte
+	gen uint64
+}
+
+// put queues the spec of a job.
+func (s *jobStore) put(spec *JobSpec) {
+	b, err := json.Marshal(spec)
+	if err != nil {
+		s.logf("coordinator: job %s: encoding its spec: %v", spec.JobID, err)
+		return
+	}
+	s.mu.Lock()
+	if _, ok := s.pending[spec.JobID]; !ok {
+		s.order = append(s.order, spec.JobID)
+	}
+	s.gen++
+	s.pending[spec.JobID] = queuedSpec{b: b, gen: s.gen}
+	s.mu.Unlock()
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// flush writes what is pending; it reports whether nothing is left.
+func (s *jobStore) flush() bool {
+	for {
+		s.mu.Lock()
+		if len(s.order) == 0 {
+			s.mu.Unlock()
+			return true
+		}
+		id := s.order[0]
+		q := s.pending[id]
+		s.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), kvTimeout)
+		_, err := s.kv.Put(ctx, id, q.b)
+		cancel()
+		if err != nil {
+			if !s.failing {
+				s.logf("coordinator: job %s: storing its spec in %s (trying again until it works): %v", id, transport.JobsBucket, err)
+			}
+			s.failing = true
+			return false
+		}
+		if s.failing {
+			s.logf("coordinator: job %s: spec stored in %s again", id, transport.JobsBucket)
+			s.failing = false
+		}
+		s.mu.Lock()
+		if s.pending[id].gen == q.gen {
+			// Not replaced meanwhile.
+			delete(s.pending, id)
+			s.order = slices.DeleteFunc(s.order, func(o string) bool { return o == id })
+		}
+		s.mu.Unlock()
+	}
+}
+
+func (s *jobStore) loop() {
+	defer close(s.done)
+	retry := time.NewTimer(time.Hour)
+	retry.Stop()
+	for {
+		select {
+		case <-s.quit:
+			return
+		case <-s.wake:
+		case <-retry.C:
+		}
+		if !s.flush() {
+			retry.Reset(500 * time.Millisecond)
+		}
+	}
+}
+
+// close stops the writer after one last try, bounded by wait, to store
+// what is pending.
+func (s *jobStore) close(wait time.Duration) {
+	s.closeOnce.Do(func() { close(s.quit) })
+	<-s.done
+	deadline := time.Now().Add(wait)
+	for !s.flush() && time.Now().Before(deadline) {
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// specLocked is the spec of a job as it stands; c.mu is held.
+func (c *Coordinator) specLocked(j *jobState, state string) *JobSpec {
+	s := &JobSpec{
+		JobID: j.info.JobID, Name: j.info.Name, Plan: j.plan.JSON(), ModuleDigest: j.digest, ModuleName: j.module,
+		State: state, Error: j.info.Error, Attempt: j.attempt, Restarts: j.restarts, RestartLog: slices.Clone(j.restartLog),
+		Started: j.started, Updated: c.now(), FromSavepoint: j.fromSavepoint, SavepointID: j.savepointID,
+		CheckpointRoot: j.checkpointRoot(c.cfg.DataDir), LatestCheckpoint: j.latestCheckpoint, Result: j.result,
+	}
+	if state == transport.JobRunning {
+		s.Error = ""
+	}
+	return s
+}
+
+// checkpointRoot is where the job keeps its checkpoints: the storage its
+// spec names (a resumed job), or the one under the data directory.
+func (j *jobState) checkpointRoot(dataDir string) string {
+	if j.ckptRoot != "" {
+		return j.ckptRoot
+	}
+	if dataDir == "" || !j.plan.Checkpoint.Enabled() {
+		return ""
+	}
+	return CheckpointRoot(dataDir, j.info.JobID)
+}
+
+// storeSpec queues the job's spec for the bucket.
+func (c *Coordinator) storeSpec(j *jobState, state string) {
+	if c.store == nil {
+		return
+	}
+	// Under c.mu, so that the bucket gets the job's specs in the order of
+	// the changes they record.
+	c.mu.Lock()
+	c.store.put(c.specLocked(j, state))
+	c.mu.Unlock()
+}
+
+// runningSpecs lists the specs of the bucket's running jobs.
+func runningSpecs(ctx context.Context, kv jetstream.KeyValue) ([]*JobSpec, error) {
+	lister, err := kv.ListKeys(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var keys []string
+	for k := range lister.Keys() {
+		keys = append(keys, k)
+	}
+	var out []*JobSpec
+	for _, k := range keys {
+		s, err := getSpec(ctx, kv, k)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		if s.State == transport.JobRunning {
+			out = append(out, s)
+		}
+	}
+	slices.SortFunc(out, func(a, b *JobSpec) int { return a.Started.Compare(b.Started) })
+	return out, nil
+}
