@@ -129,9 +129,12 @@ func Start(ctx context.Context, o Options) (e *Engine, err error) {
 		}
 	}
 	e = &Engine{opts: o}
+	// The error returns below say "return nil, err", which clears e before
+	// this runs: close what was started through a copy.
+	started := e
 	defer func() {
 		if err != nil {
-			_ = e.Close(context.Background())
+			_ = started.Close(context.Background())
 			e = nil
 		}
 	}()
