@@ -261,7 +261,7 @@ func (c *Coordinator) newCkptDriver(j *jobState) (*ckptDriver, int64, error) {
 	if c.cfg.DataDir == "" {
 		return nil, 0, errors.New("checkpoints need a data directory for their storage")
 	}
-	st, err := checkpoint.OpenStorage(j.checkpointRoot(c.cfg.DataDir))
+	st, err := checkpoint.OpenStorageAt(j.checkpointRoot(c.cfg.DataDir), c.cfg.NATS)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -342,7 +342,13 @@ func (c *Coordinator) newCkptDriver(j *jobState) (*ckptDriver, int64, error) {
 			return nil, 0, err
 		}
 	}
-	hist, err := os.OpenFile(filepath.Join(st.Root(), "history.jsonl"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	// The history stays on the coordinator's disk wherever the checkpoints
+	// go: ReadHistory and `wstream checkpoints` read it there.
+	histDir := CheckpointRoot(c.cfg.DataDir, j.info.JobID)
+	if err := os.MkdirAll(histDir, 0o755); err != nil {
+		return nil, 0, err
+	}
+	hist, err := os.OpenFile(filepath.Join(histDir, "history.jsonl"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
 		return nil, 0, err
 	}

@@ -407,7 +407,7 @@ func (c *Coordinator) submit(req transport.SubmitRequest) (string, error) {
 			return "", errors.New("a job cannot both resume and start from a savepoint")
 		}
 		var root string
-		if root, spID, err = checkSavepoint(req.FromSavepoint, plan, req.AllowNonRestoredState); err != nil {
+		if root, spID, err = checkSavepoint(req.FromSavepoint, plan, req.AllowNonRestoredState, c.cfg.NATS); err != nil {
 			return "", err
 		}
 		req.FromSavepoint = root

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/wstream/wstream/checkpoint"
 	"github.com/wstream/wstream/transport"
 )
 
@@ -235,7 +236,14 @@ func (j *jobState) checkpointRoot(dataDir string) string {
 	if j.ckptRoot != "" {
 		return j.ckptRoot
 	}
-	if dataDir == "" || !j.plan.Checkpoint.Enabled() {
+	if !j.plan.Checkpoint.Enabled() {
+		return ""
+	}
+	if loc := j.plan.Checkpoint.Storage; loc != "" {
+		// An object store: no filesystem needs to be shared.
+		return checkpoint.JoinLocation(loc, "jobs/"+j.info.JobID)
+	}
+	if dataDir == "" {
 		return ""
 	}
 	return CheckpointRoot(dataDir, j.info.JobID)

@@ -46,11 +46,11 @@ func SavepointVertices(m *checkpoint.Metadata) (map[string]string, error) {
 
 // checkSavepoint checks that a savepoint (or a retained checkpoint) can
 // start plan, and returns the storage root holding it and its id.
-func checkSavepoint(dir string, plan *job.Plan, allowNonRestored bool) (string, int64, error) {
+func checkSavepoint(dir string, plan *job.Plan, allowNonRestored bool, nc *nats.Conn) (string, int64, error) {
 	if !plan.Checkpoint.Enabled() {
 		return "", 0, errors.New("starting from a savepoint needs checkpoints: set --checkpoint-interval (or the plan's checkpoint.interval)")
 	}
-	st, m, err := checkpoint.OpenRestorePoint(dir)
+	st, m, err := checkpoint.OpenRestorePointAt(dir, nc)
 	if err != nil {
 		return "", 0, err
 	}
@@ -135,7 +135,7 @@ func (d *ckptDriver) savepoint(parent string, stop bool, reply *nats.Msg) {
 		respond(reply, transport.SavepointReply{Error: err.Error()})
 		return
 	}
-	dir := filepath.Join(parent, fmt.Sprintf("savepoint-%s-%d", d.j.info.JobID, id))
+	dir := checkpoint.JoinLocation(parent, fmt.Sprintf("savepoint-%s-%d", d.j.info.JobID, id))
 	d.savepoints[id] = &pendingSavepoint{dir: dir, stop: stop, reply: reply}
 	d.run()
 }
@@ -143,6 +143,9 @@ func (d *ckptDriver) savepoint(parent string, stop bool, reply *nats.Msg) {
 // exportSavepoint copies a completed savepoint out of the job's checkpoint
 // storage into its own directory, self-contained, metadata last.
 func (d *ckptDriver) exportSavepoint(id int64, dir string) error {
+	if checkpoint.IsObjectLocation(dir) || checkpoint.IsObjectLocation(d.storage.Root()) {
+		return d.copySavepoint(id, dir)
+	}
 	if _, err := os.Stat(dir); err == nil {
 		return fmt.Errorf("savepoint directory %s exists already", dir)
 	}
@@ -180,6 +183,44 @@ func (d *ckptDriver) exportSavepoint(id int64, dir string) error {
 	}
 	if err != nil {
 		_ = os.RemoveAll(dstRoot)
+		return fmt.Errorf("writing savepoint %s: %w", dir, err)
+	}
+	return nil
+}
+
+// copySavepoint is exportSavepoint when the checkpoints or the savepoint
+// live in an object store: the checkpoint and the shared files it
+// references are copied through the storage, checked on the way, the
+// metadata last. A directory target is staged and renamed into place.
+func (d *ckptDriver) copySavepoint(id int64, dir string) error {
+	nc := d.c.cfg.NATS
+	if checkpoint.IsObjectLocation(dir) {
+		if _, _, err := checkpoint.OpenSavepointAt(dir, nc); err == nil {
+			return fmt.Errorf("savepoint %s exists already", dir)
+		}
+		dst, err := checkpoint.OpenStorageAt(dir, nc)
+		if err == nil {
+			_, err = d.storage.CopyCheckpoint(id, dst)
+		}
+		if err != nil {
+			return fmt.Errorf("writing savepoint %s: %w", dir, err)
+		}
+		return nil
+	}
+	if _, err := os.Stat(dir); err == nil {
+		return fmt.Errorf("savepoint directory %s exists already", dir)
+	}
+	tmp := dir + ".tmp"
+	_ = os.RemoveAll(tmp)
+	dst, err := checkpoint.OpenStorage(tmp)
+	if err == nil {
+		_, err = d.storage.CopyCheckpoint(id, dst)
+	}
+	if err == nil {
+		err = os.Rename(tmp, dir)
+	}
+	if err != nil {
+		_ = os.RemoveAll(tmp)
 		return fmt.Errorf("writing savepoint %s: %w", dir, err)
 	}
 	return nil

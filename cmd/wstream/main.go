@@ -193,6 +193,7 @@ func deployCommand() *cli.Command {
 		&cli.BoolFlag{Name: "incremental", Usage: "checkpoints upload only the state files that are new since the last one (--incremental=false: every file every time)", Value: true},
 		&cli.BoolFlag{Name: "local-recovery", Usage: "keep each subtask's last completed snapshot on its worker and restore from it after a restart there"},
 		&cli.StringFlag{Name: "savepoint-format", Usage: "canonical (default: independent of the state backend's files) or native (copies of the Pebble files: faster)"},
+		&cli.StringFlag{Name: "checkpoint-storage", Usage: "where checkpoints go: nats-obj://BUCKET[/PREFIX] for a JetStream object store on the cluster's NATS server (no shared filesystem needed); default the data directory"},
 		&cli.IntFlag{Name: "compression", Usage: "zstd level of uploaded checkpoint files: 0 off, 1 fastest (default) … 4 best"},
 		&cli.StringFlag{Name: "restart", Usage: "restart strategy of a failed job: none, fixed-delay or exponential-backoff"},
 		&cli.IntFlag{Name: "restart-attempts", Usage: "most restarts before the job fails for good (0: unlimited)"},
@@ -304,11 +305,12 @@ func deploy(c *cli.Context, hc host.Config, ov job.Overrides) error {
 			return err
 		}
 		if dir := c.String("from-savepoint"); dir != "" {
-			abs, err := filepath.Abs(dir)
-			if err != nil {
-				return err
+			if !checkpoint.IsObjectLocation(dir) {
+				if dir, err = filepath.Abs(dir); err != nil {
+					return err
+				}
 			}
-			d.FromSavepoint, d.AllowNonRestoredState = abs, c.Bool("allow-non-restored-state")
+			d.FromSavepoint, d.AllowNonRestoredState = dir, c.Bool("allow-non-restored-state")
 		}
 	}
 	if c.Bool("dry-run") {
@@ -345,6 +347,11 @@ func deploy(c *cli.Context, hc host.Config, ov job.Overrides) error {
 func reportResumePoint(w io.Writer, dataDir string, d *engine.Deployment) {
 	if !d.Plan.Checkpoint.Enabled() {
 		fmt.Fprintf(w, "job %s does not checkpoint: it starts over\n", d.Resume)
+		return
+	}
+	if loc := d.Plan.Checkpoint.Storage; loc != "" {
+		// Reached through the job's NATS server, which is not up yet.
+		fmt.Fprintf(w, "resuming job %s from its latest usable checkpoint in %s\n", d.Resume, loc)
 		return
 	}
 	st, err := checkpoint.OpenStorage(coordinator.CheckpointRoot(dataDir, d.Resume))
@@ -404,6 +411,9 @@ func applySettingFlags(c *cli.Context, p *job.Plan) {
 	if c.IsSet("compression") {
 		v := c.Int("compression")
 		get().Compression = &v
+	}
+	if c.IsSet("checkpoint-storage") {
+		get().Storage = c.String("checkpoint-storage")
 	}
 	if c.IsSet("savepoint-format") {
 		get().SavepointFormat = c.String("savepoint-format")

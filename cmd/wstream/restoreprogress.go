@@ -92,7 +92,7 @@ func restoreSize(dataDir string, d *engine.Deployment) int64 {
 			return 0
 		}
 		m = sm
-	case d.Resume != "":
+	case d.Resume != "" && (d.Plan.Checkpoint == nil || d.Plan.Checkpoint.Storage == ""):
 		st, err := checkpoint.OpenStorage(coordinator.CheckpointRoot(dataDir, d.Resume))
 		if err != nil {
 			return 0

@@ -62,7 +62,7 @@ DATA/savepoints), in DIR/savepoint-JOB-ID.`,
 }
 
 func requestSavepoint(c *cli.Context, jobID, dir string, stop bool) error {
-	if dir != "" {
+	if dir != "" && !checkpoint.IsObjectLocation(dir) {
 		abs, err := filepath.Abs(dir)
 		if err != nil {
 			return err

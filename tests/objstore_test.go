@@ -1,0 +1,141 @@
+package tests
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestCheckpointsInObjectStore runs the chaos job (failures injected, a
+// restart strategy) with its checkpoints in a JetStream object store of the
+// embedded server, then resumes a killed run from them: the committed output
+// is exactly the failure-free run's, and no checkpoint directory was ever
+// written on the filesystem.
+func TestCheckpointsInObjectStore(t *testing.T) {
+	mod := module(t, "testops")
+	ref := t.TempDir()
+	if err := os.WriteFile(filepath.Join(ref, "plan.json"), []byte(chaosPlanSlow(0, 0, 0, "aligned", 0, 0, 12000, false)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if r := runCLI(t, ref, "deploy", "-q", "--plan", "plan.json", mod); r.code != 0 {
+		t.Fatalf("reference run: exit %d\n%s", r.code, r.stderr)
+	}
+	want := committed(t, filepath.Join(ref, "out"))
+
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "plan.json"), []byte(chaosPlanSlow(0.0004, 0, 8000, "aligned", 0, 0, 12000, true)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"deploy", "--plan", "plan.json", "--checkpoint-storage", "nats-obj://wstream_ckpt/chaos", mod}
+	r := runCLI(t, dir, args...)
+	if r.code != 0 {
+		t.Fatalf("exit %d\n%s", r.code, r.stderr)
+	}
+	if attempts := jobAttempt(t, filepath.Join(dir, "wstream-data")); attempts < 1 {
+		t.Fatalf("no failure was injected:\n%s", r.stderr)
+	}
+	got := committed(t, filepath.Join(dir, "out"))
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("output differs from the failure-free run: %d lines vs %d; %s", len(got), len(want), firstDiff(got, want))
+	}
+	dirs, _ := filepath.Glob(filepath.Join(dir, "wstream-data", "jobs", "*", "checkpoints", "chk-*"))
+	shared, _ := filepath.Glob(filepath.Join(dir, "wstream-data", "jobs", "*", "checkpoints", "shared", "*"))
+	if len(dirs)+len(shared) > 0 {
+		t.Fatalf("checkpoint files on the filesystem: %v %v", dirs, shared)
+	}
+	if r := runCLI(t, dir, "checkpoints"); r.code != 0 || !strings.Contains(r.stdout, "completed") {
+		t.Fatalf("checkpoints: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+}
+
+// TestResumeFromObjectStore kills a job (SIGKILL) after checkpoints landed
+// in the object store and resumes it: the restore reads them from the
+// object store, and the output is exactly the failure-free run's.
+func TestResumeFromObjectStore(t *testing.T) {
+	mod := module(t, "testops")
+	ref := t.TempDir()
+	if err := os.WriteFile(filepath.Join(ref, "plan.json"), []byte(chaosPlanSlow(0, 0, 0, "aligned", 0, 0, 12000, false)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if r := runCLI(t, ref, "deploy", "-q", "--plan", "plan.json", mod); r.code != 0 {
+		t.Fatalf("reference run: exit %d\n%s", r.code, r.stderr)
+	}
+	want := committed(t, filepath.Join(ref, "out"))
+
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "plan.json"), []byte(chaosPlanSlow(0, 0, 4000, "aligned", 0, 0, 12000, false)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	completed := func() int {
+		hist, _ := filepath.Glob(filepath.Join(dir, "wstream-data", "jobs", "*", "checkpoints", "history.jsonl"))
+		n := 0
+		for _, h := range hist {
+			b, _ := os.ReadFile(h)
+			n += strings.Count(string(b), `"completed"`)
+		}
+		return n
+	}
+	code, stderr := runUntil(t, dir, []string{"deploy", "--plan", "plan.json", "--checkpoint-storage", "nats-obj://ckpt", mod},
+		func() bool { return completed() >= 3 })
+	if code != -1 {
+		t.Fatalf("the job ended (exit %d) before it could be killed:\n%s", code, stderr)
+	}
+	r := runCLI(t, dir, "deploy", "--resume", "-")
+	if r.code != 0 {
+		t.Fatalf("resume: exit %d\n%s", r.code, r.stderr)
+	}
+	// Restored, not started over: the source goes on from its offset.
+	var in int
+	if i := strings.Index(r.stderr, "records in: "); i < 0 {
+		t.Fatalf("no summary:\n%s", r.stderr)
+	} else if _, err := fmt.Sscanf(r.stderr[i:], "records in: %d", &in); err != nil || in <= 0 || in >= 12000 {
+		t.Fatalf("the resumed run read %d records (%v), want fewer than 12000: it did not restore\n%s", in, err, r.stderr)
+	}
+	if !strings.Contains(r.stderr, "nats-obj://ckpt") {
+		t.Errorf("resume did not say where its checkpoints are:\n%s", r.stderr)
+	}
+	got := committed(t, filepath.Join(dir, "out"))
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("output after kill and resume differs from the failure-free run: %d lines vs %d; %s", len(got), len(want), firstDiff(got, want))
+	}
+	if dirs, _ := filepath.Glob(filepath.Join(dir, "wstream-data", "jobs", "*", "checkpoints", "chk-*")); len(dirs) > 0 {
+		t.Fatalf("checkpoint directories on the filesystem: %v", dirs)
+	}
+}
+
+
+// TestSavepointInObjectStore stops a job with a savepoint written to the
+// object store and restores it at another parallelism from there.
+func TestSavepointInObjectStore(t *testing.T) {
+	mod := module(t, "testops")
+	ref := t.TempDir()
+	if err := os.WriteFile(filepath.Join(ref, "plan.json"), []byte(savepointPlan(0)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if r := runCLI(t, ref, "deploy", "-q", "--plan", "plan.json", mod); r.code != 0 {
+		t.Fatalf("reference: exit %d\n%s", r.code, r.stderr)
+	}
+	want := committed(t, filepath.Join(ref, "out"))
+
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "plan.json"), []byte(savepointPlan(6000)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sp := deployAndStop(t, dir, "nats-obj://savepoints", 3, "--plan", "plan.json", "-p", "1", "--checkpoint-storage", "nats-obj://ckpt", mod)
+	if !strings.HasPrefix(sp, "nats-obj://savepoints/savepoint-") {
+		t.Fatalf("savepoint location %q", sp)
+	}
+	r := runCLI(t, dir, "deploy", "--plan", "plan.json", "-p", "3", "--from-savepoint", sp, mod)
+	if r.code != 0 {
+		t.Fatalf("restore from %s at parallelism 3: exit %d\n%s", sp, r.code, r.stderr)
+	}
+	got := committed(t, filepath.Join(dir, "out"))
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("output after the object-store savepoint differs from the uninterrupted run: %d lines vs %d; %s", len(got), len(want), firstDiff(got, want))
+	}
+	if dirs, _ := filepath.Glob(filepath.Join(dir, "wstream-data", "savepoints", "*")); len(dirs) > 0 {
+		t.Fatalf("savepoint directories on the filesystem: %v", dirs)
+	}
+}
