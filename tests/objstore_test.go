@@ -105,7 +105,6 @@ func TestResumeFromObjectStore(t *testing.T) {
 	}
 }
 
-
 // TestSavepointInObjectStore stops a job with a savepoint written to the
 // object store and restores it at another parallelism from there.
 func TestSavepointInObjectStore(t *testing.T) {
