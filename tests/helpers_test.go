@@ -91,3 +91,24 @@ func sortedLines(s string) []string {
 func module(t *testing.T, name string) string {
 	return testmod.GoModule(t, "examples/wasm/go/"+name)
 }
+
+// writePlan writes plan to dir/plan.json.
+func writePlan(t *testing.T, dir, plan string) {
+	t.Helper()
+	if err := os.WriteFile(filepath.Join(dir, "plan.json"), []byte(plan), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// referenceOutput runs plan with module mod once, undisturbed, and returns
+// the sorted lines its file sink committed under out/: what every disturbed
+// run of the plan must commit too.
+func referenceOutput(t *testing.T, mod, plan string) []string {
+	t.Helper()
+	ref := t.TempDir()
+	writePlan(t, ref, plan)
+	if r := runCLI(t, ref, "deploy", "-q", "--plan", "plan.json", mod); r.code != 0 {
+		t.Fatalf("reference run: exit %d\n%s", r.code, r.stderr)
+	}
+	return committed(t, filepath.Join(ref, "out"))
+}

@@ -15,19 +15,10 @@ import (
 // written on the filesystem.
 func TestCheckpointsInObjectStore(t *testing.T) {
 	mod := module(t, "testops")
-	ref := t.TempDir()
-	if err := os.WriteFile(filepath.Join(ref, "plan.json"), []byte(chaosPlanSlow(0, 0, 0, "aligned", 0, 0, 12000, false)), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if r := runCLI(t, ref, "deploy", "-q", "--plan", "plan.json", mod); r.code != 0 {
-		t.Fatalf("reference run: exit %d\n%s", r.code, r.stderr)
-	}
-	want := committed(t, filepath.Join(ref, "out"))
+	want := referenceOutput(t, mod, chaosPlanSlow(0, 0, 0, "aligned", 0, 0, 12000, false))
 
 	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "plan.json"), []byte(chaosPlanSlow(0.0004, 0, 8000, "aligned", 0, 0, 12000, true)), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	writePlan(t, dir, chaosPlanSlow(0.0004, 0, 8000, "aligned", 0, 0, 12000, true))
 	args := []string{"deploy", "--plan", "plan.json", "--checkpoint-storage", "nats-obj://wstream_ckpt/chaos", mod}
 	r := runCLI(t, dir, args...)
 	if r.code != 0 {
@@ -55,19 +46,10 @@ func TestCheckpointsInObjectStore(t *testing.T) {
 // object store, and the output is exactly the failure-free run's.
 func TestResumeFromObjectStore(t *testing.T) {
 	mod := module(t, "testops")
-	ref := t.TempDir()
-	if err := os.WriteFile(filepath.Join(ref, "plan.json"), []byte(chaosPlanSlow(0, 0, 0, "aligned", 0, 0, 12000, false)), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if r := runCLI(t, ref, "deploy", "-q", "--plan", "plan.json", mod); r.code != 0 {
-		t.Fatalf("reference run: exit %d\n%s", r.code, r.stderr)
-	}
-	want := committed(t, filepath.Join(ref, "out"))
+	want := referenceOutput(t, mod, chaosPlanSlow(0, 0, 0, "aligned", 0, 0, 12000, false))
 
 	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "plan.json"), []byte(chaosPlanSlow(0, 0, 4000, "aligned", 0, 0, 12000, false)), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	writePlan(t, dir, chaosPlanSlow(0, 0, 4000, "aligned", 0, 0, 12000, false))
 	completed := func() int {
 		hist, _ := filepath.Glob(filepath.Join(dir, "wstream-data", "jobs", "*", "checkpoints", "history.jsonl"))
 		n := 0
@@ -109,19 +91,10 @@ func TestResumeFromObjectStore(t *testing.T) {
 // object store and restores it at another parallelism from there.
 func TestSavepointInObjectStore(t *testing.T) {
 	mod := module(t, "testops")
-	ref := t.TempDir()
-	if err := os.WriteFile(filepath.Join(ref, "plan.json"), []byte(savepointPlan(0)), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if r := runCLI(t, ref, "deploy", "-q", "--plan", "plan.json", mod); r.code != 0 {
-		t.Fatalf("reference: exit %d\n%s", r.code, r.stderr)
-	}
-	want := committed(t, filepath.Join(ref, "out"))
+	want := referenceOutput(t, mod, savepointPlan(0))
 
 	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "plan.json"), []byte(savepointPlan(6000)), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	writePlan(t, dir, savepointPlan(6000))
 	sp := deployAndStop(t, dir, "nats-obj://savepoints", 3, "--plan", "plan.json", "-p", "1", "--checkpoint-storage", "nats-obj://ckpt", mod)
 	if !strings.HasPrefix(sp, "nats-obj://savepoints/savepoint-") {
 		t.Fatalf("savepoint location %q", sp)

@@ -102,19 +102,10 @@ func TestSavepointRescale(t *testing.T) {
 
 func testSavepointRescale(t *testing.T, format string) {
 	mod := module(t, "testops")
-	ref := t.TempDir()
-	if err := os.WriteFile(filepath.Join(ref, "plan.json"), []byte(savepointPlan(0)), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if r := runCLI(t, ref, "deploy", "-q", "--plan", "plan.json", mod); r.code != 0 {
-		t.Fatalf("reference: exit %d\n%s", r.code, r.stderr)
-	}
-	want := committed(t, filepath.Join(ref, "out"))
+	want := referenceOutput(t, mod, savepointPlan(0))
 
 	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "plan.json"), []byte(savepointPlan(6000)), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	writePlan(t, dir, savepointPlan(6000))
 	sp1 := deployAndStop(t, dir, filepath.Join(dir, "sp"), 3, "--plan", "plan.json", "-p", "1", "--savepoint-format", format, mod)
 	sp2 := deployAndStop(t, dir, filepath.Join(dir, "sp"), len(partFiles(t, dir))+6, "--plan", "plan.json", "-p", "4", "--from-savepoint", sp1, "--savepoint-format", format, mod)
 
@@ -149,9 +140,7 @@ func testSavepointRescale(t *testing.T, format string) {
 func TestSavepointErrors(t *testing.T) {
 	mod := module(t, "testops")
 	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "plan.json"), []byte(savepointPlan(6000)), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	writePlan(t, dir, savepointPlan(6000))
 	sp := deployAndStop(t, dir, filepath.Join(dir, "sp"), 2, "--plan", "plan.json", mod)
 	other := strings.Replace(savepointPlan(6000), `"id":"count"`, `"id":"counter"`, 1)
 	other = strings.Replace(other, `"to":"count"`, `"to":"counter"`, 1)
@@ -193,19 +182,10 @@ func TestSavepointErrors(t *testing.T) {
 // committed output equals an uninterrupted run's.
 func TestRestoreRetainedCheckpointRescaled(t *testing.T) {
 	mod := module(t, "testops")
-	ref := t.TempDir()
-	if err := os.WriteFile(filepath.Join(ref, "plan.json"), []byte(savepointPlan(0)), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if r := runCLI(t, ref, "deploy", "-q", "--plan", "plan.json", mod); r.code != 0 {
-		t.Fatalf("reference: exit %d\n%s", r.code, r.stderr)
-	}
-	want := committed(t, filepath.Join(ref, "out"))
+	want := referenceOutput(t, mod, savepointPlan(0))
 
 	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "plan.json"), []byte(savepointPlan(6000)), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	writePlan(t, dir, savepointPlan(6000))
 	code, stderr := runUntil(t, dir, []string{"deploy", "--plan", "plan.json", "-p", "2", mod}, func() bool { return len(partFiles(t, dir)) >= 8 })
 	if code != -1 {
 		t.Fatalf("the job ended (exit %d) before it was killed\n%s", code, stderr)

@@ -73,6 +73,27 @@ func args(cmd []byte, n int) ([][]byte, error) {
 	return toks, nil
 }
 
+// valueArgs checks a value-state command's tokens and returns them with the
+// state its second token names.
+func (c *conform) valueArgs(cmd []byte, n int) ([][]byte, wstream.ValueState, error) {
+	t, err := args(cmd, n)
+	if err != nil {
+		return nil, wstream.ValueState{}, err
+	}
+	s, err := c.value(t[1])
+	return t, s, err
+}
+
+// mapArgs is valueArgs for map-state commands.
+func (c *conform) mapArgs(cmd []byte, n int) ([][]byte, wstream.MapState, error) {
+	t, err := args(cmd, n)
+	if err != nil {
+		return nil, wstream.MapState{}, err
+	}
+	m, err := c.mapState(t[1])
+	return t, m, err
+}
+
 func number(tok []byte) (int64, error) {
 	n, err := strconv.ParseInt(string(tok), 10, 64)
 	if err != nil || n < 0 {
@@ -107,21 +128,13 @@ func (c *conform) run(ctx *wstream.Context, r wstream.Record) ([]byte, error) {
 	ok := []byte("ok")
 	switch string(name) {
 	case "put":
-		t, err := args(cmd, 3)
-		if err != nil {
-			return nil, err
-		}
-		s, err := c.value(t[1])
+		t, s, err := c.valueArgs(cmd, 3)
 		if err != nil {
 			return nil, err
 		}
 		return ok, s.Put(t[2])
 	case "get", "del":
-		t, err := args(cmd, 2)
-		if err != nil {
-			return nil, err
-		}
-		s, err := c.value(t[1])
+		_, s, err := c.valueArgs(cmd, 2)
 		if err != nil {
 			return nil, err
 		}
@@ -130,11 +143,7 @@ func (c *conform) run(ctx *wstream.Context, r wstream.Record) ([]byte, error) {
 		}
 		return found(s.Get())
 	case "inc":
-		t, err := args(cmd, 2)
-		if err != nil {
-			return nil, err
-		}
-		s, err := c.value(t[1])
+		_, s, err := c.valueArgs(cmd, 2)
 		if err != nil {
 			return nil, err
 		}
@@ -148,11 +157,7 @@ func (c *conform) run(ctx *wstream.Context, r wstream.Record) ([]byte, error) {
 		}
 		return strconv.AppendInt([]byte("="), n, 10), nil
 	case "big":
-		t, err := args(cmd, 3)
-		if err != nil {
-			return nil, err
-		}
-		s, err := c.value(t[1])
+		t, s, err := c.valueArgs(cmd, 3)
 		if err != nil {
 			return nil, err
 		}
@@ -176,21 +181,13 @@ func (c *conform) run(ctx *wstream.Context, r wstream.Record) ([]byte, error) {
 		}
 		return strconv.AppendInt([]byte("ok "), n, 10), nil
 	case "mput":
-		t, err := args(cmd, 4)
-		if err != nil {
-			return nil, err
-		}
-		m, err := c.mapState(t[1])
+		t, m, err := c.mapArgs(cmd, 4)
 		if err != nil {
 			return nil, err
 		}
 		return ok, m.Put(t[2], t[3])
 	case "mget", "mdel":
-		t, err := args(cmd, 3)
-		if err != nil {
-			return nil, err
-		}
-		m, err := c.mapState(t[1])
+		t, m, err := c.mapArgs(cmd, 3)
 		if err != nil {
 			return nil, err
 		}
@@ -199,11 +196,7 @@ func (c *conform) run(ctx *wstream.Context, r wstream.Record) ([]byte, error) {
 		}
 		return found(m.Get(t[2]))
 	case "mfill":
-		t, err := args(cmd, 3)
-		if err != nil {
-			return nil, err
-		}
-		m, err := c.mapState(t[1])
+		t, m, err := c.mapArgs(cmd, 3)
 		if err != nil {
 			return nil, err
 		}
@@ -222,11 +215,7 @@ func (c *conform) run(ctx *wstream.Context, r wstream.Record) ([]byte, error) {
 		}
 		return ok, nil
 	case "mscan":
-		t, err := args(cmd, 3)
-		if err != nil {
-			return nil, err
-		}
-		m, err := c.mapState(t[1])
+		t, m, err := c.mapArgs(cmd, 3)
 		if err != nil {
 			return nil, err
 		}
