@@ -61,7 +61,10 @@ func exchangeServer(b *testing.B) (a, c *nats.Conn) {
 // gate) and, with the same client settings (async publish with a window of
 // transport.DefaultWindow unacknowledged messages, a pull consumer buffering
 // twice that, an acknowledgement per message), through raw JetStream
-// publish and consume. It reports both rates and their ratio.
+// publish and consume. Both sides use the job's data stream as
+// transport.CreateDataStream makes it (Limits retention, file storage);
+// the channel also purges what its consumer handed out. It reports both
+// rates and their ratio.
 //
 //	go test -run '^$' -bench Exchange -benchtime 3x ./bench/
 func BenchmarkExchange(b *testing.B) {

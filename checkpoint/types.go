@@ -73,6 +73,22 @@ type ChannelState struct {
 	Peer  int        `json:"peer"`  // the subtask at the other end
 	File  FileHandle `json:"file"`  // concatenated encoded abi batches, each prefixed by its u32 length
 	Bytes int64      `json:"bytes"` // payload bytes captured
+	// Range, when set, is overtaken data that was not copied: it still
+	// sits in the job's data stream and is read back from there on
+	// restore, ahead of the batches of File (then often empty).
+	Range *ChannelRange `json:"range,omitempty"`
+}
+
+// ChannelRange is a run of one channel's frames in a JetStream stream: the
+// messages of Subject with stream sequences First to Last (inclusive).
+// Messages and Bytes count the data batches among them and their bytes.
+type ChannelRange struct {
+	Stream   string `json:"stream"`
+	Subject  string `json:"subject"`
+	First    uint64 `json:"first"`
+	Last     uint64 `json:"last"`
+	Messages int    `json:"messages"`
+	Bytes    int64  `json:"bytes"`
 }
 
 // SubtaskState is what one subtask's snapshot holds.
@@ -106,6 +122,9 @@ type Metrics struct {
 	StateSize      int64         `json:"stateSize"`
 	// InFlightBytes: channel state persisted by an unaligned checkpoint.
 	InFlightBytes int64 `json:"inFlightBytes"`
+	// InFlightReferenced: channel state an unaligned checkpoint recorded
+	// as stream ranges (ChannelRange) instead of writing it to storage.
+	InFlightReferenced int64 `json:"inFlightReferenced,omitempty"`
 	// Uploaded: bytes this checkpoint wrote to storage (an incremental
 	// checkpoint references earlier uploads instead of writing them again).
 	Uploaded  int64 `json:"uploaded"`

@@ -550,11 +550,13 @@ func (c *Coordinator) releaseLocked(p placement) {
 	}
 }
 
-// dataStream creates a job's data stream when its placement spans several
-// workers, and returns its name ("" for a job on one worker).
+// dataStream creates a job's data stream, unless it exists, when its
+// placement spans several workers, and returns its name ("" for a job on
+// one worker). The stream is not reset between attempts.
 func (c *Coordinator) dataStream(id string, p placement) (string, error) {
 	if len(p) < 2 {
-		c.dropDataStream(id)
+		// An earlier attempt's stream is kept: the checkpoint this one
+		// restores from may refer to ranges of it. It goes with the job.
 		return "", nil
 	}
 	js, err := jetstream.New(c.cfg.NATS)

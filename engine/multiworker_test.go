@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/wstream/wstream/checkpoint"
 	"github.com/wstream/wstream/coordinator"
 	"github.com/wstream/wstream/host"
 	"github.com/wstream/wstream/transport"
@@ -162,10 +163,11 @@ func TestMultiWorkerAlignedRestore(t *testing.T) {
 
 // unalignedPlan is localPlan with unaligned checkpoints, an unthrottled
 // source and a slow count, so that the channels between the workers are
-// full when barriers pass: they overtake data in flight.
+// full when barriers pass: they overtake data in flight. Every completed
+// checkpoint is retained, for the test to read their channel state.
 func unalignedPlan(out string, chaos bool) string {
 	p := localPlan(out, chaos, false)
-	p = strings.Replace(p, `"interval":100,`, `"interval":100,"mode":"unaligned",`, 1)
+	p = strings.Replace(p, `"interval":100,"retain":1,`, `"interval":100,"retain":1000,"mode":"unaligned",`, 1)
 	p = strings.Replace(p, `"count":6000,"keys":60,"rate":4000`, `"count":40000,"keys":60`, 1)
 	p = strings.Replace(p, `"operator":"runcount"`, `"operator":"runcount","config":{"stallEvery":100,"stallMs":5}`, 1)
 	return p
@@ -173,7 +175,10 @@ func unalignedPlan(out string, chaos bool) string {
 
 // TestMultiWorkerUnalignedRestore is the same with unaligned checkpoints
 // whose barriers overtake the data between the workers: the overtaken data
-// is channel state, replayed on restore exactly once.
+// is channel state, replayed on restore exactly once. Between the workers it
+// is not copied: the checkpoints refer to ranges of the data stream, and
+// what they persist of those channels is only what their producers had not
+// sent yet.
 func TestMultiWorkerUnalignedRestore(t *testing.T) {
 	e, id := chaosOnWorkers(t, 2, unalignedPlan, 40000)
 	hist, err := coordinator.ReadHistory(e.opts.DataDir, id)
@@ -188,8 +193,79 @@ func TestMultiWorkerUnalignedRestore(t *testing.T) {
 			inFlight += h.InFlightBytes
 		}
 	}
-	t.Logf("%d completed checkpoints, %d bytes in flight persisted", completed, inFlight)
-	if completed == 0 || inFlight == 0 {
-		t.Fatalf("%d completed checkpoints holding %d bytes in flight: no barrier overtook data", completed, inFlight)
+	st, err := checkpoint.OpenStorageAt(coordinator.CheckpointRoot(e.opts.DataDir, id), e.Conn())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids, err := st.Completed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The channels between the workers are those with ranges: edge,
+	// upstream and downstream subtask.
+	type pair struct{ edge, up, down int }
+	remote := map[pair]bool{}
+	var metas []*checkpoint.Metadata
+	var referenced, remoteCopied, remoteInput, localCopied, metricPersisted, metricReferenced int64
+	ranges := 0
+	for _, cid := range ids {
+		m, err := st.ReadMetadata(cid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		metas = append(metas, m)
+		for _, ts := range m.Tasks {
+			for _, c := range ts.Channels {
+				if c.Range == nil {
+					continue
+				}
+				if c.Range.Stream != transport.DataStream(id) || c.Range.Messages == 0 || c.Range.Bytes <= 0 {
+					t.Fatalf("checkpoint %d, subtask %s: bad range %+v", cid, ts.Task, *c.Range)
+				}
+				if c.Input {
+					remote[pair{c.Edge, c.Peer, ts.Task.Subtask}] = true
+				} else {
+					remote[pair{c.Edge, ts.Task.Subtask, c.Peer}] = true
+				}
+				ranges++
+				referenced += c.Range.Bytes
+			}
+		}
+		for _, mm := range m.Metrics {
+			metricPersisted += mm.InFlightBytes
+			metricReferenced += mm.InFlightReferenced
+		}
+	}
+	for _, m := range metas {
+		for _, ts := range m.Tasks {
+			for _, c := range ts.Channels {
+				p := pair{c.Edge, ts.Task.Subtask, c.Peer}
+				if c.Input {
+					p = pair{c.Edge, c.Peer, ts.Task.Subtask}
+				}
+				if remote[p] {
+					remoteCopied += c.Bytes
+					if c.Input {
+						remoteInput += c.Bytes
+					}
+				} else {
+					localCopied += c.Bytes
+				}
+			}
+		}
+	}
+	t.Logf("%d completed checkpoints, %d bytes in flight persisted (history); %d retained: %d ranges referencing %d bytes in the data stream, %d bytes persisted for channels between the workers (%d of them captured by consumers), %d for local channels",
+		completed, inFlight, len(ids), ranges, referenced, remoteCopied, remoteInput, localCopied)
+	if completed == 0 || referenced == 0 {
+		t.Fatalf("%d completed checkpoints referencing %d bytes in flight: no barrier overtook data between the workers", completed, referenced)
+	}
+	if metricReferenced != referenced || metricPersisted != remoteCopied+localCopied {
+		t.Fatalf("metrics: %d bytes persisted, %d referenced; channel state: %d persisted, %d referenced", metricPersisted, metricReferenced, remoteCopied+localCopied, referenced)
+	}
+	// What is persisted of the channels between the workers is at most
+	// what producers still held (a blocked send, a partly filled buffer):
+	// far less than what the ranges refer to.
+	if remoteCopied*10 > referenced {
+		t.Fatalf("%d bytes persisted for the channels between the workers, against %d referenced by ranges", remoteCopied, referenced)
 	}
 }

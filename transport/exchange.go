@@ -5,19 +5,22 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/wstream/wstream/checkpoint"
 )
 
 // Data exchange between workers over NATS JetStream.
 //
 // Every job whose subtasks run on more than one worker has one stream,
-// DataStream(job), created when an attempt is deployed and deleted when the
-// job ends. A channel between subtask UP of one chain and subtask DOWN of the
+// DataStream(job), created when the first attempt that needs it is deployed,
+// kept across attempts and deleted when the job ends. A channel between subtask UP of one chain and subtask DOWN of the
 // next, on plan edge EDGE of attempt ATT, uses three subjects:
 //
 //	wstream.data.JOB.ATT.EDGE.UP.DOWN  frames in the stream: data, watermarks,
@@ -46,6 +49,16 @@ import (
 // producer's window holds every data message after P, and the consumer will
 // deliver exactly those after the barrier: Overtake returns them, they are
 // the channel's state, and the consumer does not capture them again.
+//
+// Retention: the stream keeps a message until the consumer of its channel
+// purges it (Limits retention, in files, so that it survives a restart of
+// the server). The consumer purges its channel's subject below a floor as
+// it hands messages out, in the background. Instead of copying what a
+// barrier overtook, OvertakeRange returns it as a range of the stream's
+// sequences: the consumer learns from the barrier's request where that
+// range starts and holds the floor there, under the checkpoint's id, until a
+// later checkpoint completes (CheckpointComplete) or the checkpoint is
+// aborted (CheckpointAborted). ReadRange reads a range back on restore.
 
 // DataStream is the name of the stream that carries a job's data exchange.
 func DataStream(job string) string { return "wstream-data-" + job }
@@ -73,23 +86,42 @@ func PrioritySubject(job string, attempt, edge, up, down int) string {
 	return "wstream.prio." + channelSuffix(job, attempt, edge, up, down)
 }
 
-// CreateDataStream creates (or resets) the data stream of a job: a work
-// queue in memory, so a message is gone once its consumer acknowledged it.
-func CreateDataStream(ctx context.Context, js jetstream.JetStream, job string) error {
-	name := DataStream(job)
-	if err := js.DeleteStream(ctx, name); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
-		return fmt.Errorf("removing data stream %s: %w", name, err)
-	}
-	_, err := js.CreateStream(ctx, jetstream.StreamConfig{
-		Name:        name,
+// DataStreamConfig is the configuration of a job's data stream: Limits
+// retention (a message stays until its channel's consumer purges it, so
+// that checkpoints can refer to ranges of it) in files (ranges survive a
+// restart of the server).
+func DataStreamConfig(job string) jetstream.StreamConfig {
+	return jetstream.StreamConfig{
+		Name:        DataStream(job),
 		Description: "wstream data exchange of job " + job,
 		Subjects:    []string{DataSubjects(job)},
-		Retention:   jetstream.WorkQueuePolicy,
-		Storage:     jetstream.MemoryStorage,
+		Retention:   jetstream.LimitsPolicy,
+		Storage:     jetstream.FileStorage,
 		Discard:     jetstream.DiscardNew,
-	})
-	if err != nil {
-		return fmt.Errorf("creating data stream %s: %w", name, err)
+	}
+}
+
+// CreateDataStream creates the data stream of a job unless it exists: the
+// stream lives as long as the job, across its attempts, and holds the
+// ranges its checkpoints refer to. A stream of another configuration (it
+// cannot hold ranges) is replaced.
+func CreateDataStream(ctx context.Context, js jetstream.JetStream, job string) error {
+	cfg := DataStreamConfig(job)
+	st, err := js.Stream(ctx, cfg.Name)
+	switch {
+	case err == nil:
+		have := st.CachedInfo().Config
+		if have.Retention == cfg.Retention && have.Storage == cfg.Storage && slices.Equal(have.Subjects, cfg.Subjects) {
+			return nil
+		}
+		if err := js.DeleteStream(ctx, cfg.Name); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+			return fmt.Errorf("replacing data stream %s: %w", cfg.Name, err)
+		}
+	case !errors.Is(err, jetstream.ErrStreamNotFound):
+		return fmt.Errorf("looking up data stream %s: %w", cfg.Name, err)
+	}
+	if _, err := js.CreateStream(ctx, cfg); err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+		return fmt.Errorf("creating data stream %s: %w", cfg.Name, err)
 	}
 	return nil
 }
@@ -131,6 +163,9 @@ type Exchange struct {
 	stream jetstream.Stream
 	ctx    context.Context
 	cancel context.CancelFunc
+	// reconnects is the connection's reconnect count when the exchange
+	// was made.
+	reconnects uint64
 }
 
 // NewExchange opens the job's data stream, which must exist. The exchange's
@@ -160,13 +195,28 @@ func NewExchange(ctx context.Context, cfg ExchangeConfig) (*Exchange, error) {
 	if err != nil {
 		return nil, fmt.Errorf("job %s: opening data stream %s: %w", cfg.Job, DataStream(cfg.Job), err)
 	}
-	x := &Exchange{cfg: cfg, js: js, stream: st}
+	x := &Exchange{cfg: cfg, js: js, stream: st, reconnects: cfg.NATS.Stats().Reconnects}
 	x.ctx, x.cancel = context.WithCancel(ctx)
 	return x, nil
 }
 
 // Close makes every wait of the exchange's channels end.
 func (x *Exchange) Close() { x.cancel() }
+
+// ErrDisconnected is returned by the producer side of a channel once the
+// connection to NATS was lost since the exchange was made: credits and
+// priority requests of the outage are lost, publishes may have been
+// repeated, and the server may have lost what it had not written out.
+// The attempt restarts from its latest checkpoint instead.
+var ErrDisconnected = errors.New("transport: the connection to NATS was lost during the attempt")
+
+// connected returns ErrDisconnected once the connection has reconnected.
+func (x *Exchange) connected() error {
+	if x.cfg.NATS.Stats().Reconnects != x.reconnects {
+		return fmt.Errorf("job %s attempt %d: %w", x.cfg.Job, x.cfg.Attempt, ErrDisconnected)
+	}
+	return nil
+}
 
 // frame kinds reuse Kind; a probe asks a consumer for its position.
 const kindProbe Kind = 0x50
@@ -264,8 +314,9 @@ type outEntry struct {
 	data  []byte // KindData only
 	frame []byte // what was published, recycled once stored (KindData)
 	fut   jetstream.PubAckFuture
-	// stored: the stream acknowledged the publish.
+	// stored: the stream acknowledged the publish, as its message sseq.
 	stored bool
+	sseq   uint64
 }
 
 // JetStreamOutput is the producer side of a channel to a subtask on another
@@ -281,6 +332,10 @@ type JetStreamOutput struct {
 	sub                      *nats.Subscription
 	closed                   bool
 	published, publishedSize int64
+	// pinned counts OvertakeRange calls in progress: while one waits for
+	// the consumer, credits move taken but leave the window's entries,
+	// whose stream sequences it needs.
+	pinned int
 }
 
 // NewOutput returns the producer side of channel (edge, up, down).
@@ -320,13 +375,7 @@ func (o *JetStreamOutput) credit(pos uint64) {
 	moved := pos > o.taken
 	if moved {
 		o.taken = pos
-		k := 0
-		for k < len(o.win) && o.win[k].seq <= pos {
-			o.stored(&o.win[k])
-			k++
-		}
-		clear(o.win[:k])
-		o.win = o.win[k:]
+		o.pruneLocked()
 	}
 	o.mu.Unlock()
 	if moved {
@@ -335,6 +384,21 @@ func (o *JetStreamOutput) credit(pos uint64) {
 		default:
 		}
 	}
+}
+
+// pruneLocked drops the window's entries the consumer has taken, unless an
+// OvertakeRange needs them; o.mu is held.
+func (o *JetStreamOutput) pruneLocked() {
+	if o.pinned > 0 {
+		return
+	}
+	k := 0
+	for k < len(o.win) && o.win[k].seq <= o.taken {
+		o.stored(&o.win[k])
+		k++
+	}
+	clear(o.win[:k])
+	o.win = o.win[k:]
 }
 
 // Send implements OutputChannel.
@@ -357,6 +421,10 @@ func (o *JetStreamOutput) SendOr(ctx context.Context, m Message, intr <-chan str
 			return ErrClosed
 		}
 		if err := o.checkStoredLocked(); err != nil {
+			o.mu.Unlock()
+			return err
+		}
+		if err := o.x.connected(); err != nil {
 			o.mu.Unlock()
 			return err
 		}
@@ -418,8 +486,11 @@ func (o *JetStreamOutput) SendOr(ctx context.Context, m Message, intr <-chan str
 func (o *JetStreamOutput) stored(e *outEntry) bool {
 	if !e.stored && e.fut != nil {
 		select {
-		case <-e.fut.Ok():
+		case ack := <-e.fut.Ok():
 			e.stored = true
+			if ack != nil {
+				e.sseq = ack.Sequence
+			}
 		default:
 			return false
 		}
@@ -467,8 +538,9 @@ func (o *JetStreamOutput) waitStored(ctx context.Context) error {
 		if fut == nil {
 			return nil
 		}
+		var ack *jetstream.PubAck
 		select {
-		case <-fut.Ok():
+		case ack = <-fut.Ok():
 		case err := <-fut.Err():
 			return fmt.Errorf("publishing on %s (message %d): %w", o.subject, seq, err)
 		case <-ctx.Done():
@@ -476,13 +548,22 @@ func (o *JetStreamOutput) waitStored(ctx context.Context) error {
 		case <-o.x.ctx.Done():
 			return o.x.ctx.Err()
 		}
-		o.mu.Lock()
-		for k := range o.win {
-			if o.win[k].seq == seq {
-				o.win[k].stored = true
+		o.setStored(seq, ack)
+	}
+}
+
+// setStored records the stream's acknowledgement of message seq.
+func (o *JetStreamOutput) setStored(seq uint64, ack *jetstream.PubAck) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for k := range o.win {
+		if e := &o.win[k]; e.seq == seq {
+			e.stored = true
+			if ack != nil {
+				e.sseq = ack.Sequence
 			}
+			o.stored(e)
 		}
-		o.mu.Unlock()
 	}
 }
 
@@ -517,39 +598,10 @@ func (o *JetStreamOutput) Overtake(m Message) ([][]byte, error) {
 		}
 	}
 	o.mu.Unlock()
-	req := encodeFrame(m, last)
-	deadline := time.Now().Add(o.x.cfg.OvertakeTimeout)
-	var reply *nats.Msg
-	for {
-		rctx, cancel := context.WithTimeout(o.x.ctx, 5*time.Second)
-		r, err := o.x.cfg.NATS.RequestWithContext(rctx, o.priority, req)
-		cancel()
-		if err == nil {
-			reply = r
-			break
-		}
-		if o.x.ctx.Err() != nil {
-			return nil, o.x.ctx.Err()
-		}
-		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("channel %s: the consumer did not take %s %d within %s: %w", o.subject, m.Kind, m.Checkpoint, o.x.cfg.OvertakeTimeout, err)
-		}
-		// No consumer yet (it is still being deployed), or a lost reply:
-		// the consumer takes a repeated request only once.
-		select {
-		case <-time.After(20 * time.Millisecond):
-		case <-o.x.ctx.Done():
-			return nil, o.x.ctx.Err()
-		}
+	pos, err := o.request(m, last)
+	if err != nil {
+		return nil, err
 	}
-	if len(reply.Data) < 8 {
-		return nil, fmt.Errorf("channel %s: bad answer to %s %d", o.subject, m.Kind, m.Checkpoint)
-	}
-	pos := binary.LittleEndian.Uint64(reply.Data)
-	if pos > last {
-		return nil, fmt.Errorf("channel %s: the consumer is at message %d, past the %d sent", o.subject, pos, last)
-	}
-	o.credit(pos)
 	if m.Kind != KindBarrier {
 		return nil, nil
 	}
@@ -563,6 +615,132 @@ func (o *JetStreamOutput) Overtake(m Message) ([][]byte, error) {
 		}
 	}
 	return over, nil
+}
+
+// request sends m on the priority subject, naming last as the producer's
+// last message, and returns the consumer's position, which it credits.
+func (o *JetStreamOutput) request(m Message, last uint64) (uint64, error) {
+	if err := o.x.connected(); err != nil {
+		return 0, err
+	}
+	req := encodeFrame(m, last)
+	deadline := time.Now().Add(o.x.cfg.OvertakeTimeout)
+	var reply *nats.Msg
+	for {
+		rctx, cancel := context.WithTimeout(o.x.ctx, 5*time.Second)
+		r, err := o.x.cfg.NATS.RequestWithContext(rctx, o.priority, req)
+		cancel()
+		if err == nil {
+			reply = r
+			break
+		}
+		if o.x.ctx.Err() != nil {
+			return 0, o.x.ctx.Err()
+		}
+		if time.Now().After(deadline) {
+			return 0, fmt.Errorf("channel %s: the consumer did not take %s %d within %s: %w", o.subject, m.Kind, m.Checkpoint, o.x.cfg.OvertakeTimeout, err)
+		}
+		// No consumer yet (it is still being deployed), or a lost reply:
+		// the consumer takes a repeated request only once.
+		select {
+		case <-time.After(20 * time.Millisecond):
+		case <-o.x.ctx.Done():
+			return 0, o.x.ctx.Err()
+		}
+	}
+	if len(reply.Data) < 8 {
+		return 0, fmt.Errorf("channel %s: bad answer to %s %d", o.subject, m.Kind, m.Checkpoint)
+	}
+	pos := binary.LittleEndian.Uint64(reply.Data)
+	if pos > last {
+		return 0, fmt.Errorf("channel %s: the consumer is at message %d, past the %d sent", o.subject, pos, last)
+	}
+	o.credit(pos)
+	return pos, nil
+}
+
+// OvertakeRange is Overtake for a barrier that records what it overtook
+// as a range of the data stream instead of copying it: the messages of the
+// channel after the consumer's position, up to the last one sent, which
+// the stream holds since the consumer keeps its floor below them until
+// the checkpoint is subsumed or aborted. It waits for the stream to
+// acknowledge them. The range is nil when the barrier overtook no data.
+func (o *JetStreamOutput) OvertakeRange(m Message) (*checkpoint.ChannelRange, error) {
+	if m.Kind != KindBarrier {
+		return nil, fmt.Errorf("channel %s: OvertakeRange takes a barrier, not a %s", o.subject, m.Kind)
+	}
+	o.mu.Lock()
+	if o.closed {
+		o.mu.Unlock()
+		return nil, ErrClosed
+	}
+	last := o.seq
+	first := last + 1
+	if len(o.win) > 0 {
+		first = o.win[0].seq
+	}
+	o.pinned++
+	o.mu.Unlock()
+	defer func() {
+		o.mu.Lock()
+		o.pinned--
+		o.pruneLocked()
+		o.mu.Unlock()
+	}()
+	pos, err := o.request(m, last)
+	if err != nil {
+		return nil, err
+	}
+	if first > pos+1 {
+		return nil, fmt.Errorf("channel %s: the consumer is at message %d, but the window starts at %d", o.subject, pos, first)
+	}
+	deadline := time.NewTimer(o.x.cfg.OvertakeTimeout)
+	defer deadline.Stop()
+	for {
+		r := checkpoint.ChannelRange{Stream: DataStream(o.x.cfg.Job), Subject: o.subject}
+		var fut jetstream.PubAckFuture
+		var wait uint64
+		o.mu.Lock()
+		for k := range o.win {
+			e := &o.win[k]
+			if e.seq <= pos || e.seq > last {
+				continue
+			}
+			if !o.stored(e) {
+				if e.fut == nil {
+					o.mu.Unlock()
+					return nil, fmt.Errorf("channel %s: message %d was never published", o.subject, e.seq)
+				}
+				fut, wait = e.fut, e.seq
+				break
+			}
+			if r.First == 0 {
+				r.First = e.sseq
+			}
+			r.Last = e.sseq
+			if e.data != nil {
+				r.Messages++
+				r.Bytes += int64(len(e.data))
+			}
+		}
+		o.mu.Unlock()
+		if fut == nil {
+			if r.Messages == 0 {
+				return nil, nil
+			}
+			return &r, nil
+		}
+		select {
+		case ack := <-fut.Ok():
+			o.setStored(wait, ack)
+		case err := <-fut.Err():
+			return nil, fmt.Errorf("publishing on %s (message %d): %w", o.subject, wait, err)
+		case <-deadline.C:
+			return nil, fmt.Errorf("channel %s: the stream did not store message %d within %s", o.subject, wait, o.x.cfg.OvertakeTimeout)
+		case <-o.x.ctx.Done():
+			return nil, o.x.ctx.Err()
+		}
+	}
 }
 
 // Close releases the channel; a Send after it returns ErrClosed.
@@ -587,8 +765,9 @@ func (o *JetStreamOutput) Stats() (messages, bytes int64) {
 
 // inEntry is a message the consumer has received and not handed out.
 type inEntry struct {
-	m   Message
-	seq uint64 // 0: a message that overtook the data
+	m    Message
+	seq  uint64 // 0: a message that overtook the data
+	sseq uint64 // the message's stream sequence
 }
 
 // JetStreamInput is the consumer side of a channel from a subtask on another
@@ -601,12 +780,23 @@ type JetStreamInput struct {
 	q                       []inEntry
 	received                uint64 // last sequence received from the stream
 	pos                     uint64 // last sequence handed out
+	posStream               uint64 // stream sequence of message pos
 	credited                uint64
 	creditEvery             uint64
 	wake, prio              chan<- struct{}
 	// overtook remembers the answers to priority requests, so that a
 	// repeated request is answered again and not taken twice.
 	overtook map[[2]int64]uint64
+	// holds are the stream sequences from which the ranges of pending or
+	// completed checkpoints (by id) start: the floor below which the
+	// channel's messages are purged never passes them.
+	holds map[int64]uint64
+	// captures are the runs of messages handed out for the unaligned
+	// checkpoints (by id) that capture this channel.
+	captures map[int64]*checkpoint.ChannelRange
+	purgeReq chan struct{}
+	purgeMu  sync.Mutex // serializes purges
+	purged   uint64     // the floor of the last purge
 	cc       jetstream.ConsumeContext
 	sub      *nats.Subscription
 	closed   bool
@@ -626,10 +816,14 @@ func (x *Exchange) NewInput(edge, up, down int) (*JetStreamInput, error) {
 		consumer:    fmt.Sprintf("a%d-e%d-u%d-d%d", c.Attempt, edge, up, down),
 		creditEvery: uint64(max(1, c.Window/4)),
 		overtook:    map[[2]int64]uint64{},
+		holds:       map[int64]uint64{},
+		captures:    map[int64]*checkpoint.ChannelRange{},
+		purgeReq:    make(chan struct{}, 1),
 	}
 	if err := in.start(); err != nil {
 		return nil, err
 	}
+	go in.purgeLoop()
 	return in, nil
 }
 
@@ -666,6 +860,10 @@ func (in *JetStreamInput) start() error {
 func (in *JetStreamInput) onData(msg jetstream.Msg) {
 	_ = msg.Ack()
 	m, seq, err := decodeFrame(msg.Data())
+	var sseq uint64
+	if meta, merr := msg.Metadata(); merr == nil {
+		sseq = meta.Sequence.Stream
+	}
 	in.mu.Lock()
 	switch {
 	case err != nil:
@@ -682,7 +880,7 @@ func (in *JetStreamInput) onData(msg jetstream.Msg) {
 		in.err = fmt.Errorf("channel %s: message %d follows %d", in.subject, seq, in.received)
 	}
 	in.received = seq
-	in.q = append(in.q, inEntry{m: m, seq: seq})
+	in.q = append(in.q, inEntry{m: m, seq: seq, sseq: sseq})
 	wake := in.wake
 	in.mu.Unlock()
 	signal(wake)
@@ -723,6 +921,14 @@ func (in *JetStreamInput) onPriority(msg *nats.Msg) {
 		in.q = append(in.q, inEntry{})
 		copy(in.q[1:], in.q)
 		in.q[0] = inEntry{m: m}
+		switch m.Kind {
+		case KindBarrier:
+			// The producer records what this barrier overtakes as the
+			// messages after pos: keep them.
+			in.holdLocked(m.Checkpoint, in.posStream+1)
+		case KindCancel:
+			delete(in.holds, m.Checkpoint)
+		}
 	}
 	wake, prio := in.wake, in.prio
 	in.mu.Unlock()
@@ -741,6 +947,17 @@ func (in *JetStreamInput) pop() (Message, uint64) {
 	in.q = in.q[1:]
 	if e.seq > 0 {
 		in.pos = e.seq
+		in.posStream = e.sseq
+		for _, c := range in.captures {
+			if c.First == 0 {
+				c.First = e.sseq
+			}
+			c.Last = e.sseq
+			if e.m.Kind == KindData {
+				c.Messages++
+				c.Bytes += int64(len(e.m.Data))
+			}
+		}
 	}
 	if in.pos > in.credited && (in.pos-in.credited >= in.creditEvery || len(in.q) == 0) {
 		in.credited = in.pos
@@ -752,7 +969,197 @@ func (in *JetStreamInput) pop() (Message, uint64) {
 func (in *JetStreamInput) sendCredit(pos uint64) {
 	if pos > 0 {
 		_ = in.x.cfg.NATS.Publish(in.flow, binary.LittleEndian.AppendUint64(nil, pos))
+		// What was handed out can go: purged with the credits.
+		signal(in.purgeReq)
 	}
+}
+
+// holdLocked keeps the channel's messages from stream sequence from on
+// for checkpoint id; in.mu is held.
+func (in *JetStreamInput) holdLocked(id int64, from uint64) {
+	if h, ok := in.holds[id]; !ok || from < h {
+		in.holds[id] = from
+	}
+}
+
+// StartCapture implements RangeCapturer: the messages handed out from now
+// on are channel state of checkpoint id, kept in the stream.
+func (in *JetStreamInput) StartCapture(id int64) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	in.holdLocked(id, in.posStream+1)
+	in.captures[id] = &checkpoint.ChannelRange{Stream: DataStream(in.x.cfg.Job), Subject: in.subject}
+}
+
+// EndCapture implements RangeCapturer: it returns the range of the
+// messages handed out since StartCapture(id), nil when there were none.
+func (in *JetStreamInput) EndCapture(id int64) *checkpoint.ChannelRange {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	c := in.captures[id]
+	delete(in.captures, id)
+	if c == nil || c.Messages == 0 {
+		return nil
+	}
+	return c
+}
+
+// floorLocked is the stream sequence below which the channel's messages
+// are no longer needed: those handed out, except from where a hold starts;
+// in.mu is held.
+func (in *JetStreamInput) floorLocked() uint64 {
+	f := in.posStream + 1
+	for _, h := range in.holds {
+		f = min(f, h)
+	}
+	return f
+}
+
+// purgeLoop purges in the background: requests that arrive while a purge
+// runs are served by the next one.
+func (in *JetStreamInput) purgeLoop() {
+	for {
+		select {
+		case <-in.purgeReq:
+		case <-in.x.ctx.Done():
+			return
+		}
+		in.mu.Lock()
+		closed := in.closed
+		in.mu.Unlock()
+		if closed {
+			return
+		}
+		_ = in.Purge(in.x.ctx)
+	}
+}
+
+// Purge removes the channel's messages below its floor from the stream.
+func (in *JetStreamInput) Purge(ctx context.Context) error {
+	in.purgeMu.Lock()
+	defer in.purgeMu.Unlock()
+	in.mu.Lock()
+	floor := in.floorLocked()
+	in.mu.Unlock()
+	if floor <= in.purged+1 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := in.x.stream.Purge(ctx, jetstream.WithPurgeSubject(in.subject), jetstream.WithPurgeSequence(floor)); err != nil {
+		return fmt.Errorf("channel %s: purging below %d: %w", in.subject, floor, err)
+	}
+	in.purged = floor - 1
+	return nil
+}
+
+// Floor returns the stream sequence below which the channel's messages
+// are purged (or are to be purged).
+func (in *JetStreamInput) Floor() uint64 {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.floorLocked()
+}
+
+// CheckpointComplete implements CheckpointObserver: the ranges of
+// checkpoint id are kept (it is now the one a restore starts from), those
+// of older checkpoints are released.
+func (in *JetStreamInput) CheckpointComplete(id int64) {
+	in.mu.Lock()
+	for k := range in.holds {
+		if k < id {
+			delete(in.holds, k)
+		}
+	}
+	for k := range in.captures {
+		if k < id {
+			delete(in.captures, k)
+		}
+	}
+	in.mu.Unlock()
+	signal(in.purgeReq)
+}
+
+// CheckpointAborted implements CheckpointObserver: the ranges of
+// checkpoint id are released.
+func (in *JetStreamInput) CheckpointAborted(id int64) {
+	in.mu.Lock()
+	delete(in.holds, id)
+	delete(in.captures, id)
+	in.mu.Unlock()
+	signal(in.purgeReq)
+}
+
+// CheckpointObserver is an input channel that keeps data for checkpoints
+// (the consumer side of a JetStream channel holds the ranges that
+// checkpoints refer to): the subtask tells it how they end.
+type CheckpointObserver interface {
+	CheckpointComplete(id int64)
+	CheckpointAborted(id int64)
+}
+
+// RangeOvertaker is an output channel whose overtaken data stays in a
+// stream: an unaligned checkpoint records it as a range (see
+// JetStreamOutput.OvertakeRange) rather than copying it (Overtake).
+type RangeOvertaker interface {
+	OvertakeRange(m Message) (*checkpoint.ChannelRange, error)
+}
+
+// RangeCapturer is an input channel whose messages stay in a stream: an
+// unaligned checkpoint that captures it records what it hands out between
+// StartCapture and EndCapture as a range instead of copying it.
+type RangeCapturer interface {
+	StartCapture(id int64)
+	EndCapture(id int64) *checkpoint.ChannelRange
+}
+
+// ReadRange reads the data batches of a range back from its stream, in
+// channel order. A range the stream no longer holds in full (purged, or
+// the stream is gone) is an error that names it.
+func ReadRange(ctx context.Context, js jetstream.JetStream, r checkpoint.ChannelRange) ([][]byte, error) {
+	what := fmt.Sprintf("messages %d-%d of %s in stream %s", r.First, r.Last, r.Subject, r.Stream)
+	if r.First == 0 || r.Last < r.First {
+		return nil, fmt.Errorf("channel state: bad range: %s", what)
+	}
+	st, err := js.Stream(ctx, r.Stream)
+	if err != nil {
+		return nil, fmt.Errorf("channel state: %s are lost: %w", what, err)
+	}
+	var out [][]byte
+	var bytes int64
+	var chanSeq uint64
+	for seq := r.First; ; {
+		raw, err := st.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(r.Subject))
+		if err != nil {
+			if errors.Is(err, jetstream.ErrMsgNotFound) {
+				return nil, fmt.Errorf("channel state: %s are lost: the stream has none from %d on", what, seq)
+			}
+			return nil, fmt.Errorf("channel state: reading %s: %w", what, err)
+		}
+		if seq == r.First && raw.Sequence != r.First || raw.Sequence > r.Last {
+			return nil, fmt.Errorf("channel state: %s are lost: message %d is gone", what, seq)
+		}
+		m, cs, err := decodeFrame(raw.Data)
+		if err != nil {
+			return nil, fmt.Errorf("channel state: %s: message %d: %w", what, raw.Sequence, err)
+		}
+		if chanSeq != 0 && cs != chanSeq+1 {
+			return nil, fmt.Errorf("channel state: %s: message %d of the channel follows %d", what, cs, chanSeq)
+		}
+		chanSeq = cs
+		if m.Kind == KindData {
+			out = append(out, m.Data)
+			bytes += int64(len(m.Data))
+		}
+		if raw.Sequence == r.Last {
+			break
+		}
+		seq = raw.Sequence + 1
+	}
+	if len(out) != r.Messages || bytes != r.Bytes {
+		return nil, fmt.Errorf("channel state: %s hold %d batches of %d bytes, want %d of %d", what, len(out), bytes, r.Messages, r.Bytes)
+	}
+	return out, nil
 }
 
 // TryRecv implements InputChannel.
@@ -820,6 +1227,7 @@ func (in *JetStreamInput) Close() {
 	in.closed = true
 	in.q = nil
 	in.mu.Unlock()
+	signal(in.purgeReq)
 	if in.cc != nil {
 		in.cc.Stop()
 	}

@@ -12,6 +12,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/wstream/wstream/abi"
 	"github.com/wstream/wstream/checkpoint"
 	"github.com/wstream/wstream/connector"
@@ -46,6 +48,54 @@ type ckptEnv struct {
 	// (DATA/jobs/JOB/local), "" when local recovery is off.
 	localRoot string
 	logf      func(format string, args ...any)
+	// js reads the stream ranges of channel state back on restore.
+	js jetstream.JetStream
+	// observers are the input channels of each subtask that keep data for
+	// checkpoints (JetStream channels hold the ranges checkpoints refer
+	// to): they learn how checkpoints end.
+	// capturers are those whose captures are ranges, by subtask, edge and
+	// upstream subtask.
+	obsMu     sync.Mutex
+	observers map[checkpoint.TaskID][]transport.CheckpointObserver
+	capturers map[capturerKey]transport.RangeCapturer
+}
+
+type capturerKey struct {
+	task       checkpoint.TaskID
+	edge, peer int
+}
+
+// observe registers input channel in of subtask id, from subtask peer on
+// edge, when it keeps data for checkpoints.
+func (e *ckptEnv) observe(id checkpoint.TaskID, edge, peer int, in transport.InputChannel) {
+	e.obsMu.Lock()
+	defer e.obsMu.Unlock()
+	if o, ok := in.(transport.CheckpointObserver); ok {
+		if e.observers == nil {
+			e.observers = map[checkpoint.TaskID][]transport.CheckpointObserver{}
+		}
+		e.observers[id] = append(e.observers[id], o)
+	}
+	if c, ok := in.(transport.RangeCapturer); ok {
+		if e.capturers == nil {
+			e.capturers = map[capturerKey]transport.RangeCapturer{}
+		}
+		e.capturers[capturerKey{id, edge, peer}] = c
+	}
+}
+
+// capturer returns the input of subtask id from subtask peer on edge whose
+// captures are ranges, nil if it is not one.
+func (e *ckptEnv) capturer(id checkpoint.TaskID, edge, peer int) transport.RangeCapturer {
+	e.obsMu.Lock()
+	defer e.obsMu.Unlock()
+	return e.capturers[capturerKey{id, edge, peer}]
+}
+
+func (e *ckptEnv) observersOf(id checkpoint.TaskID) []transport.CheckpointObserver {
+	e.obsMu.Lock()
+	defer e.obsMu.Unlock()
+	return e.observers[id]
 }
 
 // errStopped ends a subtask stopped after a stop-with-savepoint.
@@ -187,6 +237,23 @@ type capturedChannel struct {
 	peer    int
 	batches [][]byte
 	bytes   int64
+	// rng is channel state left in the job's data stream, ahead of
+	// batches: what a barrier overtook (output side of a JetStream
+	// channel), or what was captured (input side; then ranged).
+	rng *checkpoint.ChannelRange
+	// ranged: an input capture kept by the channel as a range, not copied.
+	ranged capturer
+}
+
+// capturer is the channel of a ranged input capture.
+type capturer = transport.RangeCapturer
+
+// endRange ends a ranged capture of checkpoint id.
+func (c *capturedChannel) endRange(id int64) {
+	if c.ranged != nil {
+		c.rng = c.ranged.EndCapture(id)
+		c.ranged = nil
+	}
 }
 
 // checkpointing reports whether the subtask takes part in checkpoints.
@@ -292,7 +359,13 @@ func (t *task) runHandler(ctx context.Context) error {
 		case checkpoint.CaptureStart:
 			if t.snap != nil && t.snap.id == a.ID {
 				in := t.inputs[a.Ch]
-				t.snap.in[a.Ch] = &capturedChannel{input: true, edge: in.edge, peer: in.peer, open: true}
+				c := &capturedChannel{input: true, edge: in.edge, peer: in.peer, open: true}
+				if rc := t.ckpt.capturer(t.id, in.edge, in.peer); rc != nil {
+					// The captured messages stay in the data stream.
+					rc.StartCapture(a.ID)
+					c.ranged = rc
+				}
+				t.snap.in[a.Ch] = c
 			}
 		case checkpoint.CaptureEnd:
 			// The capture is kept until ChannelStateDone; data after the
@@ -300,6 +373,7 @@ func (t *task) runHandler(ctx context.Context) error {
 			if t.snap != nil && t.snap.id == a.ID {
 				if c := t.snap.in[a.Ch]; c != nil {
 					c.open = false
+					c.endRange(a.ID)
 				}
 			}
 		case checkpoint.ChannelStateDone:
@@ -323,7 +397,7 @@ func (t *task) capture(ch int, data []byte) {
 		return
 	}
 	c := t.snap.in[ch]
-	if c == nil || !c.open {
+	if c == nil || !c.open || c.ranged != nil {
 		return
 	}
 	c.batches = append(c.batches, data)
@@ -399,7 +473,16 @@ func (t *task) snapshot(ctx context.Context, id int64, kind checkpoint.Kind, tri
 				}
 				continue
 			}
-			over, err := ch.Overtake(barrier)
+			var over [][]byte
+			var rng *checkpoint.ChannelRange
+			var err error
+			if ro, ok := ch.(transport.RangeOvertaker); ok {
+				// The overtaken data stays in the stream: recorded as a
+				// range, not copied.
+				rng, err = ro.OvertakeRange(barrier)
+			} else {
+				over, err = ch.Overtake(barrier)
+			}
 			if err != nil {
 				return err
 			}
@@ -412,8 +495,8 @@ func (t *task) snapshot(ctx context.Context, id int64, kind checkpoint.Kind, tri
 			if b := &o.bufs[i]; b.Len() > 0 {
 				over = append(over, append([]byte(nil), b.Bytes()...))
 			}
-			if len(over) > 0 {
-				c := capturedChannel{edge: o.edge.Index, peer: o.peers[i], batches: over}
+			if len(over) > 0 || rng != nil {
+				c := capturedChannel{edge: o.edge.Index, peer: o.peers[i], batches: over, rng: rng}
 				for _, b := range over {
 					c.bytes += int64(len(b))
 				}
@@ -443,6 +526,12 @@ func (t *task) finishSnapshot() {
 	t.snap = nil
 	if snap == nil || snap.aborted {
 		return
+	}
+	for _, c := range snap.in {
+		if c != nil {
+			c.open = false
+			c.endRange(snap.id)
+		}
 	}
 	t.asyncWG.Add(1)
 	go func() {
@@ -507,7 +596,7 @@ func (t *task) persist(snap *snapshotInProgress) {
 	}
 	chans := snap.out
 	for _, c := range snap.in {
-		if c != nil && len(c.batches) > 0 {
+		if c != nil && (len(c.batches) > 0 || c.rng != nil) {
 			chans = append(chans, *c)
 		}
 	}
@@ -516,13 +605,20 @@ func (t *task) persist(snap *snapshotInProgress) {
 		if c.input {
 			side = "in"
 		}
+		// A channel with a range has a file too, empty unless batches
+		// follow the range: every channel state names a file.
 		f, err := s.WriteFile(snap.id, fmt.Sprintf("%s/channels/%s-%d-%d", base, side, c.edge, c.peer), encodeChannel(c.batches))
 		if err != nil {
 			fail(err)
 			return
 		}
-		st.Channels = append(st.Channels, checkpoint.ChannelState{Input: c.input, Edge: c.edge, Peer: c.peer, File: f, Bytes: c.bytes})
+		st.Channels = append(st.Channels, checkpoint.ChannelState{Input: c.input, Edge: c.edge, Peer: c.peer, File: f, Bytes: c.bytes, Range: c.rng})
+		// Only what was written counts as persisted; a range stays in the
+		// stream.
 		snap.metrics.InFlightBytes += c.bytes
+		if c.rng != nil {
+			snap.metrics.InFlightReferenced += c.rng.Bytes
+		}
 	}
 	if keep {
 		// Not keeping it only costs a restore from storage.
@@ -609,6 +705,10 @@ func (t *task) notifyComplete(id int64) error {
 	}
 	// The local snapshot of id is now the newest completed one.
 	t.localCompleted(id)
+	// Stream ranges of older checkpoints are no longer needed.
+	for _, o := range t.ckpt.observersOf(t.id) {
+		o.CheckpointComplete(id)
+	}
 	return nil
 }
 
@@ -616,6 +716,9 @@ func (t *task) notifyComplete(id int64) error {
 // drops whatever the subtask holds of it.
 func (t *task) notifyAborted(ctx context.Context, id int64, reason string) error {
 	t.localAbortedID(id)
+	for _, o := range t.ckpt.observersOf(t.id) {
+		o.CheckpointAborted(id)
+	}
 	for _, s := range t.stages {
 		if err := s.op.CheckpointAborted(id); err != nil {
 			return t.stageError(s, fmt.Sprintf("failed on abort of checkpoint %d", id), err)
@@ -637,19 +740,36 @@ func (t *task) notifyAborted(ctx context.Context, id int64, reason string) error
 func (t *task) restoreChannels(ctx context.Context, st *checkpoint.SubtaskState) error {
 	s := t.ckpt.storage
 	for _, c := range st.Channels {
-		r, err := s.Open(t.ckpt.restore.ID, c.File)
-		if err != nil {
-			return err
+		var batches [][]byte
+		if c.Range != nil {
+			// Overtaken data left in the data stream.
+			if t.ckpt.js == nil {
+				return fmt.Errorf("subtask %s: checkpoint %d refers to %s in stream %s, and the worker has no JetStream to read it", t.label, t.ckpt.restore.ID, c.Range.Subject, c.Range.Stream)
+			}
+			rctx, cancel := context.WithTimeout(ctx, time.Minute)
+			b, err := transport.ReadRange(rctx, t.ckpt.js, *c.Range)
+			cancel()
+			if err != nil {
+				return fmt.Errorf("subtask %s: checkpoint %d is unusable: %w", t.label, t.ckpt.restore.ID, err)
+			}
+			batches = b
 		}
-		batches, err := decodeChannel(r, c.File.Path)
-		r.Close()
-		if err != nil {
-			return err
+		if c.File.Path != "" {
+			r, err := s.Open(t.ckpt.restore.ID, c.File)
+			if err != nil {
+				return err
+			}
+			b, err := decodeChannel(r, c.File.Path)
+			r.Close()
+			if err != nil {
+				return err
+			}
+			batches = append(batches, b...)
 		}
 		if !c.Input {
 			out, idx := t.outChannel(c.Edge, c.Peer)
 			if out == nil {
-				return fmt.Errorf("subtask %s: channel state %s names edge %d to subtask %d, which this job does not have", t.label, c.File.Path, c.Edge, c.Peer)
+				return fmt.Errorf("subtask %s: channel state of edge %d names subtask %d, which this job does not have", t.label, c.Edge, c.Peer)
 			}
 			for _, b := range batches {
 				if err := out.chans[idx].Send(ctx, transport.Message{Kind: transport.KindData, Data: b}); err != nil {

@@ -515,6 +515,7 @@ func (w *Worker) checkpointEnv(j *jobRun, d transport.Deployment) (*ckptEnv, err
 		alignedTimeout:   cs.AlignedTimeout,
 		tmpDir:           filepath.Join(w.cfg.DataDir, "jobs", j.id, "snapshots"),
 		logf:             w.cfg.Logf,
+		js:               w.js,
 		publish: func(a transport.CheckpointAck) {
 			if err := w.cfg.NATS.Publish(transport.CheckpointAckSubject(j.id), ackJSON(a)); err != nil {
 				w.cfg.Logf("worker %s: acknowledging checkpoint %d of %s: %v", w.cfg.ID, a.ID, j.id, err)
@@ -619,7 +620,16 @@ func (w *Worker) wire(j *jobRun, mod *host.Module, refs []transport.TaskRef) (ta
 				return nil, err
 			}
 			w.remoteChannels.Add(1)
-			return j.exch.NewInput(e.Index, up, down)
+			in, err := j.exch.NewInput(e.Index, up, down)
+			if err != nil {
+				return nil, err
+			}
+			if j.ckpt != nil {
+				// It holds the stream ranges the subtask's checkpoints
+				// refer to until they are subsumed.
+				j.ckpt.observe(checkpoint.TaskID{Chain: e.To.Index, Subtask: down}, e.Index, up, in)
+			}
+			return in, nil
 		},
 		out: func(e *job.ChainEdge, up, down int) (transport.OutputChannel, error) {
 			if local[[2]int{e.To.Index, down}] {
