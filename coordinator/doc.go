@@ -52,8 +52,10 @@
 // reported their end (the reports were lost while NATS was unreachable).
 // While its own connection is down the coordinator declares no worker lost;
 // when it is back it checks the data stream of every attempt that spans
-// several workers: the stream lives in memory, so after a NATS server
-// restart it is gone, and the attempt fails and restarts from its latest
-// checkpoint. Clients (Watch.Wait) take a job's result from its spec when
+// several workers: an attempt whose stream is gone fails and restarts from
+// its latest checkpoint (the stream is on file storage, so it normally
+// survives, and the workers' JetStream channels end an attempt that lived
+// through a NATS restart themselves: credits and barriers may have been
+// lost). Clients (Watch.Wait) take a job's result from its spec when
 // they missed the done message.
 package coordinator

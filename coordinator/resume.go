@@ -268,9 +268,9 @@ func (c *Coordinator) reconcileLocked(worker string, running []transport.Running
 // afterReconnect runs when the coordinator's NATS connection came back:
 // workers get a fresh start for their heartbeats (the coordinator heard
 // nothing while it was away), and every attempt that spans several workers
-// checks its data stream, which lives in memory and is gone when the NATS
-// server restarted: such an attempt fails (its channels are broken) and
-// restarts from the latest checkpoint.
+// checks its data stream, which is gone when the NATS server lost its
+// store: such an attempt fails (its channels are broken) and restarts from
+// the latest checkpoint.
 func (c *Coordinator) afterReconnect() {
 	c.mu.Lock()
 	now := c.now()
