@@ -992,6 +992,13 @@ func (s *Storage) MaxID() (int64, error) {
 // complete checkpoint, why it was passed over. When none is usable the
 // error wraps ErrNoCheckpoint.
 func (s *Storage) LatestUsable() (m *Metadata, skipped []error, err error) {
+	return s.LatestUsableWith(nil)
+}
+
+// LatestUsableWith is LatestUsable with a further test: a checkpoint is
+// usable only when accept (if not nil) returns nil for its metadata too,
+// for what lies outside this storage (in-flight data left in a stream).
+func (s *Storage) LatestUsableWith(accept func(*Metadata) error) (m *Metadata, skipped []error, err error) {
 	ids, err := s.Completed()
 	if err != nil {
 		return nil, nil, err
@@ -1000,6 +1007,9 @@ func (s *Storage) LatestUsable() (m *Metadata, skipped []error, err error) {
 		m, err := s.ReadMetadata(ids[i])
 		if err == nil {
 			err = s.Verify(m)
+		}
+		if err == nil && accept != nil {
+			err = accept(m)
 		}
 		if err == nil {
 			return m, skipped, nil

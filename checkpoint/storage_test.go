@@ -565,6 +565,32 @@ func TestLatestUsableFallsBack(t *testing.T) {
 	}
 }
 
+// TestLatestUsableWith: a checkpoint whose files are intact but which the
+// caller's test refuses (its in-flight data left in a stream is gone) is
+// skipped with the caller's reason, for the next older one.
+func TestLatestUsableWith(t *testing.T) {
+	s := testStorage(t)
+	for id := int64(1); id <= 3; id++ {
+		writeTestCheckpoint(t, s, id)
+	}
+	lost := errors.New("messages 5-9 of wstream.data.x in stream wstream-data-x are lost")
+	m, skipped, err := s.LatestUsableWith(func(m *Metadata) error {
+		if m.ID == 3 {
+			return lost
+		}
+		return nil
+	})
+	if err != nil || m.ID != 2 {
+		t.Fatalf("LatestUsableWith chose %v, %v; want checkpoint 2", m, err)
+	}
+	if len(skipped) != 1 || !errors.Is(skipped[0], lost) || !strings.Contains(skipped[0].Error(), "checkpoint 3 skipped") {
+		t.Fatalf("skipped = %v; want checkpoint 3 with the caller's reason", skipped)
+	}
+	if _, skipped, err := s.LatestUsableWith(func(*Metadata) error { return lost }); !errors.Is(err, ErrNoCheckpoint) || len(skipped) != 3 {
+		t.Fatalf("none accepted: %v, %d skipped; want ErrNoCheckpoint", err, len(skipped))
+	}
+}
+
 func TestDiscard(t *testing.T) {
 	s := testStorage(t)
 	writeTestCheckpoint(t, s, 1)

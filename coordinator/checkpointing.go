@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/wstream/wstream/checkpoint"
 	"github.com/wstream/wstream/job"
@@ -272,7 +274,7 @@ func (c *Coordinator) newCkptDriver(j *jobState) (*ckptDriver, int64, error) {
 	var restore int64
 	var retained []checkpoint.Completed
 	if j.attempt > 0 {
-		m, skipped, err := st.LatestUsable()
+		m, skipped, err := st.LatestUsableWith(c.rangesPresent)
 		for _, s := range skipped {
 			c.cfg.Logf("coordinator: job %s: skipping checkpoint: %v", j.info.JobID, s)
 		}
@@ -640,3 +642,31 @@ func (d *ckptDriver) record(e HistoryEntry) {
 }
 
 func bytesReader(b []byte) *bytes.Reader { return bytes.NewReader(b) }
+
+// rangesPresent refuses a checkpoint whose in-flight data left in the job's
+// data stream (stream ranges of unaligned checkpoints across workers) is no
+// longer there, so that a restore falls back to an older checkpoint, or to
+// the beginning, instead of failing on it at every attempt.
+func (c *Coordinator) rangesPresent(m *checkpoint.Metadata) error {
+	var js jetstream.JetStream
+	for _, t := range m.Tasks {
+		for _, ch := range t.Channels {
+			if ch.Range == nil {
+				continue
+			}
+			if js == nil {
+				var err error
+				if js, err = jetstream.New(c.cfg.NATS); err != nil {
+					return err
+				}
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), kvTimeout)
+			err := transport.CheckRange(ctx, js, *ch.Range)
+			cancel()
+			if err != nil {
+				return fmt.Errorf("subtask %s: %w", t.Task, err)
+			}
+		}
+	}
+	return nil
+}

@@ -1113,6 +1113,33 @@ type RangeCapturer interface {
 	EndCapture(id int64) *checkpoint.ChannelRange
 }
 
+// CheckRange reports whether the messages of r are still in their stream:
+// its first and last messages are there, on r's subject. It reads two
+// messages, not the range: a restore that chooses a checkpoint checks each
+// of its ranges, and ReadRange checks every message when it replays them.
+func CheckRange(ctx context.Context, js jetstream.JetStream, r checkpoint.ChannelRange) error {
+	what := fmt.Sprintf("messages %d-%d of %s in stream %s", r.First, r.Last, r.Subject, r.Stream)
+	if r.First == 0 || r.Last < r.First {
+		return fmt.Errorf("channel state: bad range: %s", what)
+	}
+	st, err := js.Stream(ctx, r.Stream)
+	if err != nil {
+		return fmt.Errorf("channel state: %s are lost: %w", what, err)
+	}
+	for _, seq := range []uint64{r.First, r.Last} {
+		raw, err := st.GetMsg(ctx, seq)
+		switch {
+		case errors.Is(err, jetstream.ErrMsgNotFound):
+			return fmt.Errorf("channel state: %s are lost: message %d is gone", what, seq)
+		case err != nil:
+			return fmt.Errorf("channel state: reading %s: %w", what, err)
+		case raw.Subject != r.Subject:
+			return fmt.Errorf("channel state: %s are lost: message %d is on %s", what, seq, raw.Subject)
+		}
+	}
+	return nil
+}
+
 // ReadRange reads the data batches of a range back from its stream, in
 // channel order. A range the stream no longer holds in full (purged, or
 // the stream is gone) is an error that names it.

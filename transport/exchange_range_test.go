@@ -18,6 +18,9 @@ func readBack(t *testing.T, js jetstream.JetStream, r *checkpoint.ChannelRange, 
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	if err := CheckRange(ctx, js, *r); err != nil {
+		t.Fatalf("CheckRange of a readable range: %v", err)
+	}
 	got, err := ReadRange(ctx, js, *r)
 	if err != nil {
 		t.Fatal(err)
@@ -42,9 +45,16 @@ func lost(t *testing.T, js jetstream.JetStream, r *checkpoint.ChannelRange) {
 	if err == nil {
 		t.Fatalf("range %d-%d still readable", r.First, r.Last)
 	}
-	for _, s := range []string{r.Stream, r.Subject, "lost"} {
-		if !strings.Contains(err.Error(), s) {
-			t.Fatalf("error %q does not name %q", err, s)
+	// CheckRange, which a restore uses to choose its checkpoint, sees it too.
+	cerr := CheckRange(ctx, js, *r)
+	if cerr == nil {
+		t.Fatalf("CheckRange: range %d-%d still there", r.First, r.Last)
+	}
+	for _, e := range []error{err, cerr} {
+		for _, s := range []string{r.Stream, r.Subject, "lost"} {
+			if !strings.Contains(e.Error(), s) {
+				t.Fatalf("error %q does not name %q", e, s)
+			}
 		}
 	}
 }
