@@ -295,7 +295,7 @@ func (c *Coordinator) onHeartbeat(m *nats.Msg) {
 	}
 	ws.info = w
 	ws.lastSeen = c.now()
-	cancels, todo := c.reconcileLocked(w.ID, w.Running)
+	cancels, failovers := c.reconcileLocked(w.ID, w.Running)
 	c.mu.Unlock()
 	switch {
 	case known:
@@ -308,7 +308,7 @@ func (c *Coordinator) onHeartbeat(m *nats.Msg) {
 		c.cfg.Logf("coordinator: worker %s still runs attempt %d of job %s: cancelling it", w.ID, r.Attempt, r.JobID)
 		go c.cancelOn(w.ID, r.JobID, r.Attempt, true)
 	}
-	for _, f := range todo {
+	for _, f := range failovers {
 		go c.runFailover(f)
 	}
 }

@@ -88,17 +88,17 @@ func (c *Coordinator) checkWorkers() {
 		}
 	}
 	sort.Strings(lost)
-	var todo []failover
+	var failovers []failover
 	for _, j := range c.jobs {
 		if f, ok := c.failoverLocked(j); ok {
-			todo = append(todo, f)
+			failovers = append(failovers, f)
 		}
 	}
 	c.mu.Unlock()
 	for _, id := range lost {
 		c.cfg.Logf("coordinator: %s", c.goneReason(id))
 	}
-	for _, f := range todo {
+	for _, f := range failovers {
 		go c.runFailover(f)
 	}
 }

@@ -212,7 +212,7 @@ func (c *Coordinator) resumeFailed(j *jobState, err error) {
 // published while NATS was unreachable): after three such heartbeats in a
 // row the attempt fails and restarts from its latest checkpoint. c.mu is
 // held; it returns the cancels to send and the failovers to run.
-func (c *Coordinator) reconcileLocked(worker string, running []transport.RunningAttempt) (cancels []transport.RunningAttempt, todo []failover) {
+func (c *Coordinator) reconcileLocked(worker string, running []transport.RunningAttempt) (cancels []transport.RunningAttempt, failovers []failover) {
 	now := c.now()
 	listed := map[string]int{}
 	for _, r := range running {
@@ -260,9 +260,9 @@ func (c *Coordinator) reconcileLocked(worker string, running []transport.Running
 			f.cancel = j.placement.workers()
 		}
 		f.over = j.ended == len(j.refs)
-		todo = append(todo, f)
+		failovers = append(failovers, f)
 	}
-	return cancels, todo
+	return cancels, failovers
 }
 
 // afterReconnect runs when the coordinator's NATS connection came back:
