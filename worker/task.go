@@ -53,10 +53,14 @@ type stage struct {
 // rewrites ports to input 0; the chain's last stage keeps every port for
 // routing.
 type stageCollector struct {
-	b       abi.Builder
-	nOut    int
-	keep    int // output index kept; -1 keeps all
-	scratch abi.Record
+	b abi.Builder
+	// spare is a drained batch's buffer, given back once the next stage
+	// is done with it (hasSpare), so that draining allocates nothing.
+	spare    abi.Builder
+	hasSpare bool
+	nOut     int
+	keep     int // output index kept; -1 keeps all
+	scratch  abi.Record
 }
 
 func (c *stageCollector) Emit(port uint32, ts int64, key, value []byte) error {
@@ -92,6 +96,28 @@ func (c *stageCollector) EmitBatch(batch []byte) error {
 		if err := c.Emit(r.Port, r.Timestamp, r.Key, r.Value); err != nil {
 			return err
 		}
+	}
+}
+
+// take returns the collected batch and leaves the collector empty with
+// another buffer: while the batch is on its way down the chain the stage
+// may collect again (a snapshot taken during a send blocked by backpressure
+// runs PreBarrier and drains every stage), and neither must that output
+// overwrite the batch nor the batch be drained twice.
+func (c *stageCollector) take() abi.Builder {
+	out := c.b
+	c.b = abi.Builder{}
+	if c.hasSpare {
+		c.b, c.spare, c.hasSpare = c.spare, abi.Builder{}, false
+	}
+	return out
+}
+
+// give hands back a builder from take once its batch has been consumed.
+func (c *stageCollector) give(b abi.Builder) {
+	if !c.hasSpare {
+		b.Reset()
+		c.spare, c.hasSpare = b, true
 	}
 }
 
@@ -441,8 +467,9 @@ func (t *task) drain(ctx context.Context, k int) error {
 		return nil
 	}
 	t.stages[k].out.Add(int64(c.b.Len()))
-	err := t.deliver(ctx, k+1, c.b.Bytes())
-	c.b.Reset()
+	b := c.take()
+	err := t.deliver(ctx, k+1, b.Bytes())
+	c.give(b)
 	return err
 }
 

@@ -1,0 +1,158 @@
+package worker
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/wstream/wstream/abi"
+	"github.com/wstream/wstream/checkpoint"
+	"github.com/wstream/wstream/job"
+	"github.com/wstream/wstream/operator/builtin"
+	"github.com/wstream/wstream/transport"
+)
+
+// blockedTask is a subtask of two chained identity stages whose only output
+// is a local channel of capacity 1, already full: its next send blocks until
+// the test reads. It takes unaligned checkpoints.
+func blockedTask(t *testing.T) (*task, *transport.LocalChannel, chan transport.CheckpointAck) {
+	t.Helper()
+	st, err := checkpoint.OpenStorage(filepath.Join(t.TempDir(), "checkpoints"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	acks := make(chan transport.CheckpointAck, 4)
+	tk := &task{
+		id: checkpoint.TaskID{Chain: 0, Subtask: 0}, label: "split/0", now: time.Now,
+		ckpt: &ckptEnv{storage: st, mode: checkpoint.Unaligned, tmpDir: t.TempDir(),
+			publish: func(a transport.CheckpointAck) { acks <- a }},
+		mbox: newMailbox(), prio: make(chan struct{}, 1),
+		triggerTS: map[int64]int64{}, alignStart: map[int64]int64{},
+	}
+	tk.mbox.prio = tk.prio
+	for _, id := range []string{"a", "b"} {
+		op, err := builtin.New("identity")
+		if err != nil {
+			t.Fatal(err)
+		}
+		tk.stages = append(tk.stages, &stage{vertex: &job.Vertex{ID: id}, op: op,
+			coll: stageCollector{nOut: 1, keep: -1}})
+	}
+	tk.stages[0].coll.keep = 0
+	ch := transport.NewLocalChannel(1)
+	tk.outs = []*outEdge{{edge: &job.ChainEdge{Partition: job.PartitionForward}, peers: []int{0},
+		chans: []transport.OutputChannel{ch}, bufs: make([]abi.Builder, 1), maxPar: 128}}
+	if err := ch.Send(context.Background(), transport.Message{Kind: transport.KindWatermark}); err != nil {
+		t.Fatal(err)
+	}
+	return tk, ch, acks
+}
+
+// TestSnapshotWhileBlockedDeliversOnce pins the cause of unaligned
+// checkpoints counting records twice: a checkpoint taken while a send waits
+// for room drains every stage, and the stage whose batch was still on its way
+// down the chain handed that batch on a second time.
+func TestSnapshotWhileBlockedDeliversOnce(t *testing.T) {
+	tk, ch, acks := blockedTask(t)
+	// Large enough that the chain's end sends while routing it (flushBytes).
+	const n = 2000
+	var in abi.Builder
+	for i := range n {
+		in.Add(0, 0, nil, fmt.Appendf(nil, "record %06d %s", i, "................................"))
+	}
+	if in.Size() < flushBytes {
+		t.Fatalf("input batch of %d bytes does not reach flushBytes", in.Size())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		err := tk.deliver(ctx, 0, in.Bytes())
+		if err == nil {
+			err = tk.flush(ctx)
+		}
+		done <- err
+	}()
+	// The trigger reaches the subtask while its send is blocked: it
+	// snapshots there (a source does, and so does a subtask whose input
+	// barrier overtook the queue).
+	tk.mbox.put(control{action: transport.CheckpointTrigger, id: 1, kind: checkpoint.KindCheckpoint, timestamp: time.Now().UnixMilli()})
+	var ack transport.CheckpointAck
+	select {
+	case ack = <-acks:
+	case err := <-done:
+		t.Fatalf("the batch was delivered (err %v) before the checkpoint ran: the send did not block", err)
+	case <-ctx.Done():
+		t.Fatal("no acknowledgement of checkpoint 1 while the send was blocked")
+	}
+	if ack.Decline != "" || ack.ID != 1 {
+		t.Fatalf("ack = %+v, want checkpoint 1 acknowledged", ack)
+	}
+
+	// Read the channel while the subtask finishes.
+	seen := map[string]int{}
+	var order []transport.Kind
+	for {
+		m, ok := ch.TryRecv()
+		if !ok {
+			if done == nil {
+				break // finished, and everything read
+			}
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Fatal(err)
+				}
+				done = nil
+			case <-time.After(time.Millisecond):
+			case <-ctx.Done():
+				t.Fatal("the subtask did not finish its send")
+			}
+			continue
+		}
+		order = append(order, m.Kind)
+		if m.Kind != transport.KindData {
+			continue
+		}
+		rd, err := abi.NewReader(m.Data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var r abi.Record
+		for {
+			ok, err := rd.Next(&r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !ok {
+				break
+			}
+			seen[string(r.Value)]++
+		}
+	}
+	if order[0] != transport.KindBarrier {
+		t.Fatalf("channel order %v: the unaligned barrier did not overtake the queue", order)
+	}
+	if len(seen) != n {
+		t.Fatalf("%d distinct records arrived, want %d", len(seen), n)
+	}
+	for v, c := range seen {
+		if c != 1 {
+			t.Fatalf("record %q arrived %d times", v, c)
+		}
+	}
+	// What the barrier overtook, and the rest of the blocked output, is the
+	// checkpoint's output channel state: every record once.
+	var captured int64
+	for _, c := range ack.State.Channels {
+		if c.Input {
+			t.Fatalf("input channel state %+v in a subtask without inputs", c)
+		}
+		captured += c.Bytes
+	}
+	if captured != int64(in.Size()) {
+		t.Fatalf("output channel state holds %d bytes, want the %d-byte batch once", captured, in.Size())
+	}
+}
