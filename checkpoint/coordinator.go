@@ -412,6 +412,8 @@ func (c *Coordinator) Tick(now int64) {
 // TriggerSavepoint triggers a savepoint and returns its id. A savepoint is
 // always allowed: it ignores MaxConcurrent and MinPause and does not count
 // among the pending periodic checkpoints (seeds/002 §5, triggerSavepoint).
+// While it is pending no periodic checkpoint is triggered, and no
+// checkpoint subsumes it.
 // It fails after Stop or FailJob, and when every task has finished.
 func (c *Coordinator) TriggerSavepoint(now int64) (int64, error) {
 	c.advance(now)
@@ -547,6 +549,20 @@ func (c *Coordinator) TaskFinished(task TaskID) {
 	}
 }
 
+// TriggerFailed aborts checkpoint id, whose trigger the driver could not
+// send (seeds/003 lists the reasons a trigger fails; here: its id could not
+// be recorded in the job's HA store, which must happen before any task sees
+// it). It counts as a failed checkpoint; a savepoint's caller learns of it.
+// An id that is not pending, or fully acknowledged, is ignored.
+func (c *Coordinator) TriggerFailed(now int64, id int64, reason string) {
+	c.advance(now)
+	p := c.lookup(id)
+	if p == nil || p.done != nil {
+		return
+	}
+	c.abort(p, "trigger failed: "+reason, true)
+}
+
 // Persisted reports the outcome of the outstanding Persist of checkpoint
 // id. On success the checkpoint completes: every subtask is notified, a
 // periodic checkpoint joins the completed store and subsumes the older
@@ -629,6 +645,14 @@ func (c *Coordinator) maybeTrigger() {
 	if c.pendingPeriodic() >= c.cfg.MaxConcurrent {
 		return
 	}
+	// A pending savepoint pauses periodic triggers: a newer checkpoint's
+	// barrier would reach the subtasks first where barriers overtake
+	// (unaligned) or are not waited for (at-least-once), and make them drop
+	// the savepoint as subsumed. Slots missed meanwhile are skipped.
+	if c.pendingSavepoint() {
+		c.nextTrigger += ((c.now-c.nextTrigger)/c.cfg.Interval + 1) * c.cfg.Interval
+		return
+	}
 	// seeds/001: after a checkpoint ends, wait at least MinPause before the
 	// next, so that checkpoints slower than the interval leave the job time
 	// to process.
@@ -651,6 +675,10 @@ func (c *Coordinator) pendingPeriodic() int {
 		}
 	}
 	return n
+}
+
+func (c *Coordinator) pendingSavepoint() bool {
+	return slices.ContainsFunc(c.pending, func(p *pending) bool { return p.kind == KindSavepoint })
 }
 
 func (c *Coordinator) allFinished() bool { return c.nDone == len(c.tasks) }

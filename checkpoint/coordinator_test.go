@@ -81,6 +81,10 @@ func TestCoordinator(t *testing.T) {
 				err = c.Decline(int64Arg(t, d, "now"), int64Arg(t, d, "id"), taskArg(t, d, "task"), reason)
 			case "finished":
 				c.TaskFinished(taskArg(t, d, "task"))
+			case "trigger-failed":
+				var reason string
+				d.MaybeScanArgs(t, "reason", &reason)
+				c.TriggerFailed(int64Arg(t, d, "now"), int64Arg(t, d, "id"), reason)
 			case "persisted":
 				var perr error
 				if arg, ok := d.Arg("err"); ok {

@@ -309,6 +309,17 @@ func (c *Coordinator) newCkptDriver(j *jobState) (*ckptDriver, int64, error) {
 	// Sinks name their output by checkpoint id: a job started from a
 	// savepoint continues the savepoint's numbering.
 	next = max(next, j.savepointID)
+	if c.ids != nil {
+		// The counter is the authority: storage forgets the ids of
+		// checkpoints it deleted (incomplete ones, exported savepoints).
+		ctx, cancel := context.WithTimeout(context.Background(), kvTimeout)
+		used, _, err := c.ids.current(ctx, j.info.JobID)
+		cancel()
+		if err != nil {
+			return nil, 0, err
+		}
+		next = max(next, used)
+	}
 	cs := j.plan.Checkpoint
 	cfg := checkpoint.Config{
 		Interval: cs.Interval, MinPause: cs.MinPause, MaxConcurrent: cs.MaxConcurrent,
@@ -458,12 +469,25 @@ func (d *ckptDriver) onAck(m *nats.Msg) {
 	d.run()
 }
 
-// run carries out the state machine's actions; d.mu is held.
+// run carries out the state machine's actions, and those that carrying
+// them out produces; d.mu is held.
 func (d *ckptDriver) run() {
-	for _, a := range d.sm.Ready() {
+	for acts := d.sm.Ready(); len(acts) > 0; acts = d.sm.Ready() {
+		d.carryOut(acts)
+	}
+}
+
+func (d *ckptDriver) carryOut(acts []checkpoint.CoordinatorAction) {
+	for _, a := range acts {
 		switch a := a.(type) {
 		case checkpoint.Trigger:
 			d.pending[a.ID] = a.Timestamp
+			if err := d.reserve(a.ID); err != nil {
+				// No subtask has seen the id: abort it here.
+				d.c.cfg.Logf("coordinator: job %s: checkpoint %d not triggered: %v", d.j.info.JobID, a.ID, err)
+				d.sm.TriggerFailed(time.Now().UnixMilli(), a.ID, err.Error())
+				continue
+			}
 			var roots []checkpoint.TaskID
 			for _, s := range d.sources {
 				if !d.done[s] {
@@ -490,9 +514,7 @@ func (d *ckptDriver) run() {
 				if sp.stop {
 					// After the completion on the same subject, so that
 					// every subtask commits before it stops.
-					d.c.mu.Lock()
-					d.j.stopped = true
-					d.c.mu.Unlock()
+					d.j.stopped.Store(true)
 					d.send(transport.CheckpointControl{Action: transport.CheckpointStop, ID: a.ID})
 				}
 				respond(sp.reply, transport.SavepointReply{ID: a.ID, Dir: sp.dir})
@@ -528,6 +550,17 @@ func (d *ckptDriver) run() {
 			go d.c.failJob(d.j, attempt, a.Reason)
 		}
 	}
+}
+
+// reserve records id as used in the job's id counter before its trigger
+// goes out, so that no later attempt, coordinator or savepoint reuses it.
+func (d *ckptDriver) reserve(id int64) error {
+	if d.c.ids == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), kvTimeout)
+	defer cancel()
+	return d.c.ids.reserve(ctx, d.j.info.JobID, id)
 }
 
 func (d *ckptDriver) send(ctl transport.CheckpointControl) {

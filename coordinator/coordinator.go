@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -66,6 +67,8 @@ type Coordinator struct {
 	monitor sync.WaitGroup
 	// store writes job specs to the job bucket (nil: no JetStream).
 	store     *jobStore
+	// ids holds each job's checkpoint id counter (nil without JetStream).
+	ids *idCounter
 	startedAt time.Time
 	// cancelled says when the coordinator last cancelled an attempt that a
 	// worker's heartbeat listed (key WORKER/JOB/ATTEMPT).
@@ -100,7 +103,10 @@ type jobState struct {
 	failed   string
 	canceled bool
 	ckpt     *ckptDriver
-	stopped  bool // stopped with a savepoint
+	// stopped: stopped with a savepoint. Atomic because the checkpoint
+	// driver sets it under its own mutex, where it must not take c.mu
+	// (lock order: c.mu, then ckptDriver.mu, never the reverse).
+	stopped atomic.Bool
 	// savepoint the first attempt restores from
 	fromSavepoint string
 	savepointID   int64
@@ -162,6 +168,9 @@ func (c *Coordinator) Start() error {
 	switch {
 	case err == nil:
 		c.store = newJobStore(kv, c.cfg.Logf)
+		if c.ids, err = openIDCounter(ctx, nc); err != nil {
+			return fmt.Errorf("coordinator: %w", err)
+		}
 	case c.cfg.ResumeJobs:
 		return fmt.Errorf("coordinator: %w", err)
 	default:
@@ -862,7 +871,7 @@ func (c *Coordinator) endJob(j *jobState) *transport.JobResult {
 		}
 	case j.finished == len(j.refs):
 		r.State = transport.JobFinished
-	case j.stopped:
+	case j.stopped.Load():
 		r.State = transport.JobStopped
 	default:
 		r.State = transport.JobCanceled

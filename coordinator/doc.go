@@ -58,4 +58,14 @@
 // through a NATS restart themselves: credits and barriers may have been
 // lost). Clients (Watch.Wait) take a job's result from its spec when
 // they missed the done message.
+//
+// Checkpoint ids come from one counter per job in the key-value bucket
+// transport.CheckpointIDsBucket, raised with compare-and-set before each
+// trigger goes out (idCounter): storage cannot serve, it deletes the
+// checkpoints that never completed and the savepoints it exported.
+//
+// Locks. Coordinator.mu may be held while ckptDriver.mu is taken (a driver is
+// stopped under Coordinator.mu and waits for its persist goroutine), never the
+// reverse: under ckptDriver.mu the driver touches the job only through atomic
+// fields (jobState.stopped) or from a new goroutine.
 package coordinator

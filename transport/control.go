@@ -48,6 +48,13 @@ const ModuleBucket = "wstream-modules"
 // says are running.
 const JobsBucket = "wstream_jobs"
 
+// CheckpointIDsBucket is the JetStream key-value bucket (file storage) that
+// holds, under each job's id, the highest checkpoint id the job has used.
+// The coordinator raises it with compare-and-set before a trigger goes out,
+// so ids never repeat over a job's life: across attempts, restarts,
+// resumes, coordinator failover and savepoints.
+const CheckpointIDsBucket = "wstream_checkpoint_ids"
+
 // SubmitRequest asks the coordinator to run a job.
 type SubmitRequest struct {
 	// Resume, when set, continues an existing job (its id) from its latest
