@@ -66,9 +66,9 @@ type Coordinator struct {
 	quit    chan struct{}
 	monitor sync.WaitGroup
 	// store writes job specs to the job bucket (nil: no JetStream).
-	store     *jobStore
+	store *jobStore
 	// ids holds each job's checkpoint id counter (nil without JetStream).
-	ids *idCounter
+	ids       *idCounter
 	startedAt time.Time
 	// cancelled says when the coordinator last cancelled an attempt that a
 	// worker's heartbeat listed (key WORKER/JOB/ATTEMPT).
