@@ -266,6 +266,8 @@ type pending struct {
 	// done is set once no task is waited for: the checkpoint is queued for,
 	// or in, Persist. It can no longer expire or be declined.
 	done *Completed
+	// final: triggered after every task's input had ended.
+	final bool
 }
 
 // Coordinator triggers checkpoints, collects the acknowledgements of the
@@ -280,6 +282,11 @@ type Coordinator struct {
 	tasks    []TaskID        // every task, sorted
 	finished map[TaskID]bool // every task: whether it has finished
 	nDone    int             // number of finished tasks
+	// ended holds the tasks whose input ended and that wait for the final
+	// checkpoint; finalDone is set once a checkpoint triggered after every
+	// task's input ended has completed.
+	ended     map[TaskID]bool
+	finalDone bool
 
 	first int64 // the first id this coordinator used
 	next  int64 // the next id to use
@@ -332,6 +339,7 @@ func NewCoordinator(cfg Config, tasks []TaskID, next int64, now int64) (*Coordin
 		cfg:         cfg.withDefaults(),
 		tasks:       sorted,
 		finished:    finished,
+		ended:       map[TaskID]bool{},
 		first:       next,
 		next:        next,
 		now:         now,
@@ -563,6 +571,33 @@ func (c *Coordinator) TriggerFailed(now int64, id int64, reason string) {
 	c.abort(p, "trigger failed: "+reason, true)
 }
 
+// TaskEndedInput records that task's input ended (a source read all of
+// its input): it has flushed its output and takes part in checkpoints by
+// trigger until its final one completes, then it finishes (TaskFinished).
+// Once every task's input has ended, the final checkpoint is triggered at
+// once, without waiting for the interval (seeds: when every source has
+// ended, the job takes one final checkpoint so that sinks commit their last
+// transaction); when one has completed, no periodic checkpoint follows. A
+// task unknown, finished or already reported is ignored.
+func (c *Coordinator) TaskEndedInput(now int64, task TaskID) {
+	c.advance(now)
+	if done, ok := c.finished[task]; !ok || done || c.ended[task] {
+		return
+	}
+	c.ended[task] = true
+	c.maybeTrigger()
+}
+
+// allEnded reports whether every task's input has ended (or it finished).
+func (c *Coordinator) allEnded() bool {
+	for _, t := range c.tasks {
+		if !c.ended[t] && !c.finished[t] {
+			return false
+		}
+	}
+	return true
+}
+
 // Persisted reports the outcome of the outstanding Persist of checkpoint
 // id. On success the checkpoint completes: every subtask is notified, a
 // periodic checkpoint joins the completed store and subsumes the older
@@ -639,7 +674,12 @@ func (c *Coordinator) waitingFor(p *pending) string {
 // periodic scheduling off, too many pending, min pause not yet passed, not
 // all sources running).
 func (c *Coordinator) maybeTrigger() {
-	if c.stopped || c.failed || c.cfg.Interval == 0 || c.allFinished() || c.now < c.nextTrigger {
+	if c.stopped || c.failed || c.cfg.Interval == 0 || c.allFinished() || c.finalDone {
+		return
+	}
+	// The final checkpoint is due as soon as every input has ended.
+	final := c.allEnded()
+	if !final && c.now < c.nextTrigger {
 		return
 	}
 	if c.pendingPeriodic() >= c.cfg.MaxConcurrent {
@@ -650,7 +690,9 @@ func (c *Coordinator) maybeTrigger() {
 	// (unaligned) or are not waited for (at-least-once), and make them drop
 	// the savepoint as subsumed. Slots missed meanwhile are skipped.
 	if c.pendingSavepoint() {
-		c.nextTrigger += ((c.now-c.nextTrigger)/c.cfg.Interval + 1) * c.cfg.Interval
+		if !final {
+			c.nextTrigger += ((c.now-c.nextTrigger)/c.cfg.Interval + 1) * c.cfg.Interval
+		}
 		return
 	}
 	// seeds/001: after a checkpoint ends, wait at least MinPause before the
@@ -660,6 +702,10 @@ func (c *Coordinator) maybeTrigger() {
 		return
 	}
 	c.trigger(KindCheckpoint)
+	if final {
+		c.pending[len(c.pending)-1].final = true
+		return
+	}
 	// seeds/002 §4, ScheduledTrigger: the next trigger is one interval after
 	// the one that was due (fixed rate). Slots missed while the trigger was
 	// held back are skipped, not caught up in a burst.
@@ -756,6 +802,9 @@ func (c *Coordinator) complete(p *pending) {
 		return
 	}
 	c.failures = 0
+	if p.final {
+		c.finalDone = true
+	}
 	c.completed = append(c.completed, *p.done)
 	// Pending checkpoints older than a completed one can never be restored
 	// from: abort them (Flink's dropSubsumedCheckpoints). Savepoints are

@@ -81,6 +81,8 @@ func TestCoordinator(t *testing.T) {
 				err = c.Decline(int64Arg(t, d, "now"), int64Arg(t, d, "id"), taskArg(t, d, "task"), reason)
 			case "finished":
 				c.TaskFinished(taskArg(t, d, "task"))
+			case "ended-input":
+				c.TaskEndedInput(int64Arg(t, d, "now"), taskArg(t, d, "task"))
 			case "trigger-failed":
 				var reason string
 				d.MaybeScanArgs(t, "reason", &reason)

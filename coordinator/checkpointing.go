@@ -191,7 +191,11 @@ type ckptDriver struct {
 	storage *checkpoint.Storage
 	sources []checkpoint.TaskID
 	done    map[checkpoint.TaskID]bool
+	// ended holds the tasks whose input ended: triggers reach them
+	// directly, as they reach sources.
+	ended   map[checkpoint.TaskID]bool
 	pending map[int64]int64 // id → trigger time, for history of aborts
+	kinds   map[int64]checkpoint.Kind
 	sub     *nats.Subscription
 	quit    chan struct{}
 	stopped bool
@@ -271,10 +275,27 @@ func (c *Coordinator) newCkptDriver(j *jobState) (*ckptDriver, int64, error) {
 	if _, err := st.CleanIncomplete(); err != nil {
 		return nil, 0, err
 	}
+	// A savepoint is in the job's storage only between its metadata and its
+	// export; one found here was interrupted, and its caller told so.
+	if ids, err := st.Completed(); err == nil {
+		for _, id := range ids {
+			if m, err := st.ReadMetadata(id); err == nil && m.Kind == checkpoint.KindSavepoint {
+				c.cfg.Logf("coordinator: job %s: removing savepoint %d, interrupted before its export", j.info.JobID, id)
+				if err := st.Discard(id); err != nil {
+					return nil, 0, err
+				}
+			}
+		}
+	}
 	var restore int64
 	var retained []checkpoint.Completed
 	if j.attempt > 0 {
-		m, skipped, err := st.LatestUsableWith(c.rangesPresent)
+		m, skipped, err := st.LatestUsableWith(func(m *checkpoint.Metadata) error {
+			if m.Kind != checkpoint.KindCheckpoint {
+				return fmt.Errorf("it is a %s: a failover restores checkpoints only", m.Kind)
+			}
+			return c.rangesPresent(m)
+		})
 		for _, s := range skipped {
 			c.cfg.Logf("coordinator: job %s: skipping checkpoint: %v", j.info.JobID, s)
 		}
@@ -366,7 +387,8 @@ func (c *Coordinator) newCkptDriver(j *jobState) (*ckptDriver, int64, error) {
 		return nil, 0, err
 	}
 	d := &ckptDriver{c: c, j: j, attempt: j.attempt, sm: sm, storage: st, sources: sources,
-		done: map[checkpoint.TaskID]bool{}, pending: map[int64]int64{}, quit: make(chan struct{}), history: hist,
+		done: map[checkpoint.TaskID]bool{}, ended: map[checkpoint.TaskID]bool{}, pending: map[int64]int64{},
+		kinds: map[int64]checkpoint.Kind{}, quit: make(chan struct{}), history: hist,
 		savepoints: map[int64]*pendingSavepoint{}, reg: newRegistry()}
 	for _, cp := range retained {
 		for _, t := range cp.Tasks {
@@ -452,6 +474,11 @@ func (d *ckptDriver) onAck(m *nats.Msg) {
 	}
 	now := time.Now().UnixMilli()
 	var err error
+	if a.EndOfInput {
+		d.endedInput(now, a.Task)
+		d.run()
+		return
+	}
 	if a.Decline != "" {
 		err = d.sm.Decline(now, a.ID, a.Task, a.Decline)
 	} else {
@@ -469,6 +496,30 @@ func (d *ckptDriver) onAck(m *nats.Msg) {
 	d.run()
 }
 
+// endedInput records that task's input ended; d.mu is held. The triggers of
+// the checkpoints still pending go to it directly: their barriers cannot
+// reach it any more (a subtask ignores a trigger of a checkpoint it took its
+// part of already).
+func (d *ckptDriver) endedInput(now int64, task checkpoint.TaskID) {
+	if d.done[task] || d.ended[task] {
+		return
+	}
+	d.ended[task] = true
+	for _, id := range d.sm.Pending() {
+		d.send(d.triggerFor(id, []checkpoint.TaskID{task}))
+	}
+	d.sm.TaskEndedInput(now, task)
+}
+
+// triggerFor is the trigger of pending checkpoint id for tasks.
+func (d *ckptDriver) triggerFor(id int64, tasks []checkpoint.TaskID) transport.CheckpointControl {
+	ctl := transport.CheckpointControl{Action: transport.CheckpointTrigger, ID: id, Kind: d.kinds[id], Timestamp: d.pending[id], Tasks: tasks}
+	if sp := d.savepoints[id]; sp != nil {
+		ctl.Stop, ctl.Drain = sp.stop, sp.drain
+	}
+	return ctl
+}
+
 // run carries out the state machine's actions, and those that carrying
 // them out produces; d.mu is held.
 func (d *ckptDriver) run() {
@@ -482,34 +533,42 @@ func (d *ckptDriver) carryOut(acts []checkpoint.CoordinatorAction) {
 		switch a := a.(type) {
 		case checkpoint.Trigger:
 			d.pending[a.ID] = a.Timestamp
+			d.kinds[a.ID] = a.Kind
 			if err := d.reserve(a.ID); err != nil {
 				// No subtask has seen the id: abort it here.
 				d.c.cfg.Logf("coordinator: job %s: checkpoint %d not triggered: %v", d.j.info.JobID, a.ID, err)
 				d.sm.TriggerFailed(time.Now().UnixMilli(), a.ID, err.Error())
 				continue
 			}
+			// Sources, and the subtasks whose input ended: no barrier
+			// reaches them.
 			var roots []checkpoint.TaskID
 			for _, s := range d.sources {
-				if !d.done[s] {
+				if !d.done[s] && !d.ended[s] {
 					roots = append(roots, s)
 				}
 			}
-			stop := false
-			if sp := d.savepoints[a.ID]; sp != nil {
-				stop = sp.stop
+			for t := range d.ended {
+				if !d.done[t] {
+					roots = append(roots, t)
+				}
 			}
-			d.send(transport.CheckpointControl{Action: transport.CheckpointTrigger, ID: a.ID, Kind: a.Kind, Timestamp: a.Timestamp, Tasks: roots, Stop: stop})
+			d.send(d.triggerFor(a.ID, roots))
 		case checkpoint.Persist:
 			d.persist(a.Checkpoint)
 		case checkpoint.NotifyComplete:
 			delete(d.pending, a.ID)
+			delete(d.kinds, a.ID)
 			if a.Kind == checkpoint.KindCheckpoint {
 				d.reg.completedCheckpoint(a.ID)
 			} else {
 				d.reg.release(a.ID) // savepoints reference no shared files
 			}
-			d.send(transport.CheckpointControl{Action: transport.CheckpointComplete, ID: a.ID, Kind: a.Kind})
-			if sp := d.savepoints[a.ID]; sp != nil {
+			// Sinks commit on a checkpoint, or on the savepoint the job
+			// stops with; an intermediate savepoint commits nothing.
+			sp := d.savepoints[a.ID]
+			d.send(transport.CheckpointControl{Action: transport.CheckpointComplete, ID: a.ID, Kind: a.Kind, Stop: sp != nil && sp.stop})
+			if sp != nil {
 				delete(d.savepoints, a.ID)
 				if sp.stop {
 					// After the completion on the same subject, so that
@@ -524,8 +583,9 @@ func (d *ckptDriver) carryOut(acts []checkpoint.CoordinatorAction) {
 				delete(d.savepoints, a.ID)
 				respond(sp.reply, transport.SavepointReply{Error: fmt.Sprintf("savepoint %d failed: %s", a.ID, a.Reason)})
 			}
-			d.record(HistoryEntry{ID: a.ID, Status: "aborted", Reason: a.Reason, Trigger: d.pending[a.ID], Done: time.Now().UnixMilli()})
+			d.record(HistoryEntry{ID: a.ID, Kind: d.kinds[a.ID], Status: "aborted", Reason: a.Reason, Trigger: d.pending[a.ID], Done: time.Now().UnixMilli()})
 			delete(d.pending, a.ID)
+			delete(d.kinds, a.ID)
 			if !d.stopped {
 				d.send(transport.CheckpointControl{Action: transport.CheckpointAbort, ID: a.ID, Reason: a.Reason})
 			}

@@ -83,6 +83,7 @@ func checkSavepoint(dir string, plan *job.Plan, allowNonRestored bool, nc *nats.
 type pendingSavepoint struct {
 	dir   string
 	stop  bool
+	drain bool
 	reply *nats.Msg
 }
 
@@ -118,12 +119,12 @@ func (c *Coordinator) onSavepoint(m *nats.Msg) {
 	if dir == "" {
 		dir = filepath.Join(c.cfg.DataDir, "savepoints")
 	}
-	d.savepoint(dir, req.Stop, m)
+	d.savepoint(dir, req.Stop, req.Stop && req.Drain, m)
 }
 
 // savepoint triggers a savepoint; the client's reply comes when it
 // completes or fails.
-func (d *ckptDriver) savepoint(parent string, stop bool, reply *nats.Msg) {
+func (d *ckptDriver) savepoint(parent string, stop, drain bool, reply *nats.Msg) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.stopped {
@@ -136,7 +137,7 @@ func (d *ckptDriver) savepoint(parent string, stop bool, reply *nats.Msg) {
 		return
 	}
 	dir := checkpoint.JoinLocation(parent, fmt.Sprintf("savepoint-%s-%d", d.j.info.JobID, id))
-	d.savepoints[id] = &pendingSavepoint{dir: dir, stop: stop, reply: reply}
+	d.savepoints[id] = &pendingSavepoint{dir: dir, stop: stop, drain: drain, reply: reply}
 	d.run()
 }
 

@@ -84,6 +84,9 @@ type SavepointRequest struct {
 	JobID string `json:"jobId"`
 	Dir   string `json:"dir,omitempty"`
 	Stop  bool   `json:"stop,omitempty"`
+	// Drain, with Stop, advances event time to the end before the
+	// savepoint, so that every event-time timer fires first.
+	Drain bool `json:"drain,omitempty"`
 }
 
 // SavepointReply answers a SavepointRequest when the savepoint is complete
@@ -182,8 +185,13 @@ type CheckpointControl struct {
 	Reason    string              `json:"reason,omitempty"`
 	Tasks     []checkpoint.TaskID `json:"tasks,omitempty"`
 	// Stop, on a savepoint trigger, makes sources stop emitting after it:
-	// the job is about to be stopped with this savepoint.
+	// the job is about to be stopped with this savepoint. On its completion
+	// it tells sinks to commit: an intermediate savepoint commits nothing
+	// (the next checkpoint commits its data). Sources resume if it aborts.
 	Stop bool `json:"stop,omitempty"`
+	// Drain, on a stopping savepoint's trigger, makes sources advance the
+	// watermark to the end before the barrier.
+	Drain bool `json:"drain,omitempty"`
 }
 
 // CheckpointAck is a subtask's acknowledgement of its part of a checkpoint,
@@ -196,6 +204,11 @@ type CheckpointAck struct {
 	State   *checkpoint.SubtaskState `json:"state,omitempty"`
 	Metrics checkpoint.Metrics       `json:"metrics"`
 	Decline string                   `json:"decline,omitempty"`
+	// EndOfInput, with ID 0, says that the subtask's input has ended: it
+	// has flushed everything downstream and now takes part in checkpoints
+	// by trigger, as a source does, until one taken after this completes
+	// (the final checkpoint); then it commits and finishes.
+	EndOfInput bool `json:"endOfInput,omitempty"`
 }
 
 // Task states.

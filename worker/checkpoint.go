@@ -110,6 +110,7 @@ type control struct {
 	timestamp int64
 	reason    string
 	stop      bool
+	drain     bool
 }
 
 // mailbox queues control messages for a subtask without ever blocking the
@@ -274,6 +275,25 @@ func (t *task) runControl(ctx context.Context, c control) error {
 	case transport.CheckpointTrigger:
 		// A trigger reaches sources, and subtasks whose inputs have all
 		// ended: they have no barrier to wait for.
+		if c.id <= t.lastSnapshot {
+			// Taken already: its barrier arrived before the input ended
+			// (the coordinator re-sends pending triggers to a subtask
+			// that reports the end of its input).
+			return nil
+		}
+		if t.ended {
+			return t.snapshotEnded(ctx, c.id, c.kind, c.timestamp)
+		}
+		if c.stop && c.drain && t.source != nil {
+			// stop --drain: event time ends before the savepoint, so every
+			// event-time timer fires and its output is in the savepoint.
+			if err := t.advanceWatermark(ctx, abi.MaxWatermark); err != nil {
+				return err
+			}
+			if err := t.flush(ctx); err != nil {
+				return err
+			}
+		}
 		unaligned := t.ckpt.mode == checkpoint.Unaligned && c.kind != checkpoint.KindSavepoint
 		m := checkpoint.Metrics{StartDelay: sinceMillis(c.timestamp)}
 		if err := t.snapshot(ctx, c.id, c.kind, c.timestamp, unaligned, m); err != nil {
@@ -283,15 +303,61 @@ func (t *task) runControl(ctx context.Context, c control) error {
 		// nothing to capture, so the snapshot can be persisted at once.
 		t.finishSnapshot()
 		if c.stop && t.source != nil {
-			// The job stops with this savepoint: emit nothing after it.
+			// The job stops with this savepoint: emit nothing after it,
+			// unless the savepoint fails (CheckpointAbort resumes).
 			t.idle = true
+			t.stopID = c.id
 		}
 	case transport.CheckpointStop:
 		return errStopped
 	case transport.CheckpointComplete:
-		return t.notifyComplete(c.id)
+		return t.notifyComplete(c.id, c.kind, c.stop)
 	case transport.CheckpointAbort:
+		if t.stopID == c.id {
+			// The stop failed: the job goes on, and so do its sources.
+			t.idle, t.stopID = false, 0
+		}
 		return t.notifyAborted(ctx, c.id, c.reason)
+	}
+	return nil
+}
+
+// snapshotEnded takes the part of checkpoint id of a subtask whose input
+// has ended: its operators are closed and everything it emitted is
+// downstream, so no barrier goes out; its keyed state and its sink's pending
+// transaction are recorded, and it is marked finished. The first such
+// checkpoint is its final one: once a checkpoint at or after it completes,
+// the sink commits and the subtask finishes.
+func (t *task) snapshotEnded(ctx context.Context, id int64, kind checkpoint.Kind, trigger int64) error {
+	if err := t.snapshot(ctx, id, kind, trigger, false, checkpoint.Metrics{StartDelay: sinceMillis(trigger)}); err != nil {
+		return err
+	}
+	if kind == checkpoint.KindCheckpoint && t.finalID == 0 {
+		t.finalID = id
+	}
+	t.finishSnapshot()
+	return nil
+}
+
+// awaitFinalCheckpoint runs once the subtask's input has ended and its
+// output is flushed downstream: it tells the coordinator, then takes part in
+// checkpoints by trigger until one that it took after the end completes
+// (its final checkpoint), so that its sink commits the last transaction only
+// once the job's state up to the end is checkpointed. A failure before that
+// restores an older checkpoint, and the sink's uncommitted output is
+// written again exactly once.
+func (t *task) awaitFinalCheckpoint(ctx context.Context) error {
+	t.ended = true
+	t.ckpt.publish(transport.CheckpointAck{JobID: t.jobID, Attempt: t.attempt, Task: t.id, EndOfInput: true})
+	for !t.finalDone {
+		select {
+		case <-t.mbox.ready:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		if err := t.handleControl(ctx); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -384,6 +450,11 @@ func (t *task) runHandler(ctx context.Context) error {
 			if err := t.dropSnapshot(ctx, a.ID, a.Reason); err != nil {
 				return err
 			}
+			if a.ID != t.aborting {
+				// Decline at once: the coordinator would otherwise learn
+				// only at the checkpoint's timeout.
+				t.decline(a.ID, a.Reason)
+			}
 		}
 	}
 	return nil
@@ -414,12 +485,17 @@ func (t *task) snapshot(ctx context.Context, id int64, kind checkpoint.Kind, tri
 		// A newer checkpoint overtook one still capturing: the handler
 		// dropped the old one first, so this only happens at a trigger.
 		t.snap.aborted = true
+		t.decline(t.snap.id, fmt.Sprintf("subsumed by checkpoint %d", id))
 		t.snap = nil
 	}
 	start := time.Now()
+	t.lastSnapshot = max(t.lastSnapshot, id)
 	t.snapshotting = true
 	defer func() { t.snapshotting = false }()
 	for k, s := range t.stages {
+		if t.opsClosed {
+			break
+		}
 		if err := s.op.PreBarrier(id, &s.coll); err != nil {
 			return t.stageError(s, fmt.Sprintf("failed before the barrier of checkpoint %d", id), err)
 		}
@@ -433,7 +509,7 @@ func (t *task) snapshot(ctx context.Context, id int64, kind checkpoint.Kind, tri
 			return err
 		}
 	}
-	st := &checkpoint.SubtaskState{Task: t.id, Operator: map[string][]byte{}}
+	st := &checkpoint.SubtaskState{Task: t.id, Operator: map[string][]byte{}, Finished: t.ended}
 	snap := &snapshotInProgress{id: id, kind: kind, trigger: trigger, unaligned: unaligned, state: st, in: map[int]*capturedChannel{}}
 	if t.store != nil {
 		snap.stateDir = filepath.Join(t.ckpt.tmpDir, fmt.Sprintf("chk-%d-%d-%d", id, t.id.Chain, t.id.Subtask))
@@ -466,6 +542,9 @@ func (t *task) snapshot(ctx context.Context, id int64, kind checkpoint.Kind, tri
 	snap.metrics = m
 	barrier := transport.Message{Kind: transport.KindBarrier, Checkpoint: id, CheckpointKind: uint8(kind), Timestamp: trigger}
 	for _, o := range t.outs {
+		if t.ended {
+			break // the outputs have ended: downstream reads no barrier
+		}
 		for i, ch := range o.chans {
 			if !unaligned {
 				if err := ch.Send(ctx, barrier); err != nil {
@@ -670,6 +749,13 @@ func decodeChannel(r io.Reader, what string) ([][]byte, error) {
 	return out, nil
 }
 
+// decline tells the coordinator that the subtask dropped its part of
+// checkpoint id, and why: the coordinator aborts it at once.
+func (t *task) decline(id int64, reason string) {
+	t.ckpt.publish(transport.CheckpointAck{JobID: t.jobID, Attempt: t.attempt, Task: t.id, ID: id,
+		Decline: fmt.Sprintf("subtask %s dropped it: %s", t.label, reason)})
+}
+
 // dropSnapshot abandons checkpoint id and forwards a cancel marker.
 func (t *task) dropSnapshot(ctx context.Context, id int64, reason string) error {
 	if t.snap != nil && t.snap.id == id {
@@ -691,17 +777,26 @@ func (t *task) dropSnapshot(ctx context.Context, id int64, reason string) error 
 }
 
 // notifyComplete tells the operators and the sink that checkpoint id
-// completed: a transactional sink commits its output up to id.
-func (t *task) notifyComplete(id int64) error {
-	for _, s := range t.stages {
-		if err := s.op.CheckpointComplete(id); err != nil {
-			return t.stageError(s, fmt.Sprintf("failed on completion of checkpoint %d", id), err)
+// completed: a transactional sink commits its output up to id. A savepoint
+// commits nothing unless the job stops with it: an intermediate savepoint
+// has no side effects (a failover restores the checkpoint before it), and
+// the next checkpoint commits its data.
+func (t *task) notifyComplete(id int64, kind checkpoint.Kind, stop bool) error {
+	if !t.opsClosed {
+		for _, s := range t.stages {
+			if err := s.op.CheckpointComplete(id); err != nil {
+				return t.stageError(s, fmt.Sprintf("failed on completion of checkpoint %d", id), err)
+			}
 		}
 	}
-	if tx, ok := t.sink.(connector.Transactional); ok && t.sinkTxn {
+	commit := kind != checkpoint.KindSavepoint || stop
+	if tx, ok := t.sink.(connector.Transactional); ok && t.sinkTxn && commit {
 		if err := tx.Commit(id); err != nil {
 			return fmt.Errorf("subtask %s: committing checkpoint %d: %w", t.label, id, err)
 		}
+	}
+	if t.ended && t.finalID > 0 && id >= t.finalID && commit {
+		t.finalDone = true
 	}
 	// The local snapshot of id is now the newest completed one.
 	t.localCompleted(id)
@@ -719,12 +814,22 @@ func (t *task) notifyAborted(ctx context.Context, id int64, reason string) error
 	for _, o := range t.ckpt.observersOf(t.id) {
 		o.CheckpointAborted(id)
 	}
+	if t.ended {
+		// Nothing is pending here but what persist sends.
+		return nil
+	}
 	for _, s := range t.stages {
+		if t.opsClosed {
+			break
+		}
 		if err := s.op.CheckpointAborted(id); err != nil {
 			return t.stageError(s, fmt.Sprintf("failed on abort of checkpoint %d", id), err)
 		}
 	}
 	if t.handler != nil {
+		// The coordinator knows: the drop needs no decline.
+		t.aborting = id
+		defer func() { t.aborting = 0 }()
 		t.handler.Abort(id, reason)
 		return t.runHandler(ctx)
 	}

@@ -174,8 +174,23 @@ type task struct {
 	pending      *pendingSend
 	snapshotting bool
 	handling     bool
-	// idle: a source stopped emitting after a stop-with-savepoint.
-	idle bool
+	// idle: a source stopped emitting after the trigger of stopID, a
+	// stop-with-savepoint (idle until it completes or aborts).
+	idle   bool
+	stopID int64
+	// lastSnapshot is the newest checkpoint the subtask took its part of.
+	lastSnapshot int64
+	// aborting is the checkpoint the coordinator aborted, while the
+	// subtask drops it.
+	aborting int64
+	// ended: the input ended and the output is flushed; the subtask waits
+	// for its final checkpoint (finalID, the first it took after the end)
+	// to complete (finalDone).
+	ended     bool
+	finalID   int64
+	finalDone bool
+	// opsClosed: the chain's operators are closed (the input ended).
+	opsClosed bool
 	// sourceOffset is where a source restored from a savepoint starts.
 	sourceOffset []byte
 	// digests caches the SHA-256 of the store's SST files (incremental
@@ -697,14 +712,39 @@ func (t *task) finish(ctx context.Context) error {
 			return err
 		}
 	}
-	if t.sink != nil {
-		if err := t.sink.Close(); err != nil {
-			v := t.chain.Vertices[len(t.chain.Vertices)-1]
-			return fmt.Errorf("sink %q (vertex %s, subtask %d): closing: %w", v.Connector, v.ID, t.subtask, err)
+	// From here on checkpoints (taken while a send below blocks, or by
+	// trigger once the input has ended) no longer call the operators.
+	t.opsClosed = true
+	// A transactional sink keeps its last transaction open for the final
+	// checkpoint; any other sink is done.
+	if t.sink != nil && !t.sinkTxn {
+		if err := t.closeSink(); err != nil {
+			return err
 		}
-		t.sink = nil
 	}
-	return t.broadcast(ctx, transport.Message{Kind: transport.KindEnd})
+	if err := t.broadcast(ctx, transport.Message{Kind: transport.KindEnd}); err != nil {
+		return err
+	}
+	if t.checkpointing() {
+		if err := t.awaitFinalCheckpoint(ctx); err != nil {
+			return err
+		}
+	}
+	if t.sink != nil {
+		// Everything is committed by now: closing commits nothing new.
+		return t.closeSink()
+	}
+	return nil
+}
+
+func (t *task) closeSink() error {
+	err := t.sink.Close()
+	t.sink = nil
+	if err != nil {
+		v := t.chain.Vertices[len(t.chain.Vertices)-1]
+		return fmt.Errorf("sink %q (vertex %s, subtask %d): closing: %w", v.Connector, v.ID, t.subtask, err)
+	}
+	return nil
 }
 
 // metrics reports records in and out per vertex of the chain.

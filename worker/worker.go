@@ -894,6 +894,39 @@ func chainedOutput(p *job.Plan, from, to string) int {
 	return 0
 }
 
+// recoverFinishedSink commits the transactions that the sink of a subtask
+// restored as finished pre-committed in the restored checkpoint (its final
+// one), and closes the sink.
+func (w *Worker) recoverFinishedSink(j *jobRun, t *task) error {
+	sink := t.sink
+	t.sink = nil
+	if sink == nil {
+		return nil
+	}
+	v := t.chain.Vertices[len(t.chain.Vertices)-1]
+	st := t.operatorState(v.ID)
+	if !t.sinkTxn || st == nil {
+		releaseSink(sink)
+		return nil
+	}
+	if idf, ok := sink.(connector.Identified); ok {
+		if err := idf.SetIdentity(j.id, v.ID); err != nil {
+			return fmt.Errorf("sink %q (vertex %s, subtask %d): %w", v.Connector, v.ID, t.subtask, err)
+		}
+	}
+	if err := sink.Open(j.ctx, t.subtask, t.chain.Parallelism); err != nil {
+		return fmt.Errorf("sink %q (vertex %s, subtask %d): %w", v.Connector, v.ID, t.subtask, err)
+	}
+	if err := sink.(connector.Transactional).Recover(st, j.ckpt.restore.ID); err != nil {
+		releaseSink(sink)
+		return fmt.Errorf("sink %q (vertex %s, subtask %d): recovering: %w", v.Connector, v.ID, t.subtask, err)
+	}
+	if err := sink.Close(); err != nil {
+		return fmt.Errorf("sink %q (vertex %s, subtask %d): closing: %w", v.Connector, v.ID, t.subtask, err)
+	}
+	return nil
+}
+
 // open opens the task's connectors and operators; it runs on the task's
 // goroutine so that a slow guest open does not hold up the deployment.
 func (w *Worker) open(j *jobRun, t *task) error {
@@ -978,9 +1011,12 @@ func (w *Worker) runTask(j *jobRun, t *task) {
 	var err error
 	if t.restored != nil && t.restored.Finished {
 		// It finished before the checkpoint it restores from: its output
-		// is complete, so it only tells downstream that it has ended.
-		err = t.broadcast(j.ctx, transport.Message{Kind: transport.KindEnd})
-		t.sink = nil
+		// is complete, so it only commits what its sink pre-committed for
+		// that checkpoint and tells downstream that it has ended.
+		err = w.recoverFinishedSink(j, t)
+		if err == nil {
+			err = t.broadcast(j.ctx, transport.Message{Kind: transport.KindEnd})
+		}
 		if cerr := t.close(); err == nil && cerr != nil {
 			err = cerr
 		}
@@ -1107,7 +1143,7 @@ func (w *Worker) onCheckpoint(m *nats.Msg) {
 	if j == nil || j.attempt != c.Attempt || j.ckpt == nil {
 		return
 	}
-	ctl := control{action: c.Action, id: c.ID, kind: c.Kind, timestamp: c.Timestamp, reason: c.Reason, stop: c.Stop}
+	ctl := control{action: c.Action, id: c.ID, kind: c.Kind, timestamp: c.Timestamp, reason: c.Reason, stop: c.Stop, drain: c.Drain}
 	for _, t := range j.tasks {
 		if c.Action == transport.CheckpointTrigger && !slices.Contains(c.Tasks, t.id) {
 			continue

@@ -34,7 +34,7 @@ in a local wstream deploy.`,
 			if c.NArg() < 1 || c.NArg() > 2 {
 				return usageError{fmt.Errorf("savepoint: want JOB [DIR], got %d arguments", c.NArg())}
 			}
-			return requestSavepoint(c, c.Args().Get(0), c.Args().Get(1), false)
+			return requestSavepoint(c, c.Args().Get(0), c.Args().Get(1), false, false)
 		},
 	}
 }
@@ -46,9 +46,19 @@ func stopCommand() *cli.Command {
 		ArgsUsage: "JOB",
 		Description: `Takes a savepoint of JOB (its sources emit nothing after it), lets the
 sinks commit, and stops the job. The savepoint goes to --savepoint DIR (default
-DATA/savepoints), in DIR/savepoint-JOB-ID.`,
+DATA/savepoints), in DIR/savepoint-JOB-ID.
+
+It is all or nothing: if the savepoint fails (storage error, timeout, a subtask
+failing), the job goes on running, its sources resume, sinks commit nothing for
+it, and the command exits non-zero with the cause.
+
+With --drain, sources first advance event time to the end, so that every
+event-time timer fires (windows close) and its output reaches the sinks before
+the savepoint: for a job that will not be resumed. A drained stop that then
+fails leaves the job running with event time at its end.`,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "savepoint", Usage: "directory for the savepoint"},
+			&cli.BoolFlag{Name: "drain", Usage: "advance event time to the end before the savepoint, firing every event-time timer"},
 			natsFlag, dataFlag,
 			&cli.DurationFlag{Name: "timeout", Usage: "give up waiting after this long", Value: 10 * time.Minute},
 		},
@@ -56,12 +66,12 @@ DATA/savepoints), in DIR/savepoint-JOB-ID.`,
 			if c.NArg() != 1 {
 				return usageError{fmt.Errorf("stop: want one JOB argument, got %d", c.NArg())}
 			}
-			return requestSavepoint(c, c.Args().First(), c.String("savepoint"), true)
+			return requestSavepoint(c, c.Args().First(), c.String("savepoint"), true, c.Bool("drain"))
 		},
 	}
 }
 
-func requestSavepoint(c *cli.Context, jobID, dir string, stop bool) error {
+func requestSavepoint(c *cli.Context, jobID, dir string, stop, drain bool) error {
 	if dir != "" && !checkpoint.IsObjectLocation(dir) {
 		abs, err := filepath.Abs(dir)
 		if err != nil {
@@ -74,7 +84,7 @@ func requestSavepoint(c *cli.Context, jobID, dir string, stop bool) error {
 		return err
 	}
 	defer e.Close(context.Background())
-	b, _ := json.Marshal(transport.SavepointRequest{JobID: jobID, Dir: dir, Stop: stop})
+	b, _ := json.Marshal(transport.SavepointRequest{JobID: jobID, Dir: dir, Stop: stop, Drain: drain})
 	ctx, cancel := context.WithTimeout(c.Context, c.Duration("timeout"))
 	defer cancel()
 	stopProgress := func() {}
@@ -92,6 +102,9 @@ func requestSavepoint(c *cli.Context, jobID, dir string, stop bool) error {
 		return fmt.Errorf("bad savepoint reply: %w", err)
 	}
 	if r.Error != "" {
+		if stop {
+			return fmt.Errorf("job %s was not stopped and goes on running: %s", jobID, r.Error)
+		}
 		return errors.New(r.Error)
 	}
 	verb := "savepoint"
