@@ -83,10 +83,11 @@ func run(t *testing.T, e *Engine, d *Deployment) *transport.JobResult {
 }
 
 // TestFailingGuestsLeaveWorkerHealthy runs guests that trap, overrun their
-// deadline and outgrow their memory on one engine, then a good job on the
-// same worker, which must still produce exact results.
+// deadline and outgrow their memory, then a good job on the same worker,
+// which must still produce exact results. The guest that outgrows its memory
+// runs on an engine whose call deadline is long: on a busy machine growing
+// 32 MiB can take longer than the short deadline the looping guest needs.
 func TestFailingGuestsLeaveWorkerHealthy(t *testing.T) {
-	e, out := startEngine(t, host.Config{CallTimeout: 500 * time.Millisecond, MemoryLimitPages: 512})
 	bad := func(op, cfg string) string {
 		return `{"name":"bad","vertices":[
  {"id":"src","kind":"source","connector":"gen","config":{"count":500,"keys":20}},
@@ -94,18 +95,33 @@ func TestFailingGuestsLeaveWorkerHealthy(t *testing.T) {
  {"id":"out","kind":"sink","connector":"discard"}],
  "edges":[{"from":"src","to":"victim"},{"from":"victim","to":"out"}]}`
 	}
-	for _, c := range []struct{ op, cfg, want string }{
-		{"trap", `{"on":"w3"}`, "w3"},
-		{"sleep", `{"on":"w3"}`, "deadline"},
-		{"grow", `{"mb":64}`, "memory"},
-		{"fail", `{"on":"w3"}`, "w3"},
+	type victim struct{ op, cfg, want string }
+	for _, c := range []struct {
+		timeout time.Duration
+		victims []victim
+	}{
+		{500 * time.Millisecond, []victim{
+			{"trap", `{"on":"w3"}`, "w3"},
+			{"sleep", `{"on":"w3"}`, "deadline"},
+			{"fail", `{"on":"w3"}`, "w3"},
+		}},
+		{10 * time.Minute, []victim{{"grow", `{"mb":64}`, "memory"}}},
 	} {
-		r := run(t, e, prepare(t, e, "testops", bad(c.op, c.cfg)))
-		if r.State != transport.JobFailed || !strings.Contains(r.Error, "victim") || !strings.Contains(r.Error, c.want) {
-			t.Fatalf("%s: state %s, error %q; want failed naming victim and %q", c.op, r.State, r.Error, c.want)
+		e, out := startEngine(t, host.Config{CallTimeout: c.timeout, MemoryLimitPages: 512})
+		for _, v := range c.victims {
+			r := run(t, e, prepare(t, e, "testops", bad(v.op, v.cfg)))
+			if r.State != transport.JobFailed || !strings.Contains(r.Error, "victim") || !strings.Contains(r.Error, v.want) {
+				t.Fatalf("%s: state %s, error %q; want failed naming victim and %q", v.op, r.State, r.Error, v.want)
+			}
 		}
+		checkHealthy(t, e, out)
 	}
-	// The same worker now runs a keyed job correctly.
+}
+
+// checkHealthy runs a keyed job on e, whose worker saw guests fail: it must
+// produce exact results and leave no job behind.
+func checkHealthy(t *testing.T, e *Engine, out *lockedBuffer) {
+	t.Helper()
 	r := run(t, e, prepare(t, e, "wordcount", `{"name":"wc","parallelism":2,"vertices":[
  {"id":"src","kind":"source","connector":"gen","config":{"count":4000,"keys":50,"words":3}},
  {"id":"split","kind":"operator","operator":"split"},
