@@ -617,6 +617,18 @@ func (c *Coordinator) Persisted(id int64, err error) {
 	c.persistNext()
 }
 
+// AbortPending aborts every pending checkpoint and savepoint that still
+// waits for acknowledgements, for reason: the driver learned that triggers
+// or acknowledgements may have been lost (a NATS connection was down), so
+// they may never complete and should not be left to the timeout. These
+// aborts do not count as failed checkpoints: the job's own checkpointing did
+// not fail. Periodic triggering goes on as before.
+func (c *Coordinator) AbortPending(now int64, reason string) {
+	c.advance(now)
+	c.abortWaiting(reason)
+	c.maybeTrigger()
+}
+
 // Stop ends periodic triggers and savepoints, and aborts the pending
 // checkpoints that still wait for acks ("job stopping"); those already
 // fully acknowledged still persist and complete, so a driver stopping a job

@@ -95,6 +95,10 @@ func TestCoordinator(t *testing.T) {
 				c.Persisted(int64Arg(t, d, "id"), perr)
 			case "stop":
 				c.Stop()
+			case "abort-pending":
+				var reason string
+				d.MaybeScanArgs(t, "reason", &reason)
+				c.AbortPending(int64Arg(t, d, "now"), reason)
 			case "recover":
 				kind := KindCheckpoint
 				if arg, ok := d.Arg("kind"); ok && arg.SingleVal(t) == "savepoint" {

@@ -47,6 +47,19 @@ type Transactional interface {
 	Abort() error
 }
 
+// TakesOver is implemented by transactional sinks whose pending
+// transactions live where a subtask finds only its own by itself (a
+// JetStream object store). After a restore from a savepoint, or from a
+// checkpoint at another parallelism, the worker hands subtask s, after
+// Recover and before any Write, the sink states of the old subtasks it takes
+// over: its own index, and the removed s' ≥ parallelism with
+// s' mod parallelism = s. It commits what they pre-committed at or before
+// the restored id. (The file sink finds those files in its directory, by
+// their names.)
+type TakesOver interface {
+	RecoverFrom(states [][]byte, restoredID int64) error
+}
+
 var _ Transactional = (*fileSink)(nil)
 
 // File names inside the directory of a transactional file sink. Ids are

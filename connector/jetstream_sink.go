@@ -127,6 +127,7 @@ type jsSink struct {
 	opened  bool
 	ctx     context.Context
 	subtask int
+	parallel int // the sink's parallelism, for the staging of removed subtasks
 	nc      *nats.Conn
 	js      jetstream.JetStream
 	obs     jetstream.ObjectStore // staging, transactional mode
@@ -235,7 +236,7 @@ func (s *jsSink) Open(ctx context.Context, subtask, parallelism int) error {
 			return fail(err)
 		}
 	}
-	s.ctx, s.subtask, s.nc, s.js, s.obs = ctx, subtask, nc, js, obs
+	s.ctx, s.subtask, s.parallel, s.nc, s.js, s.obs = ctx, subtask, parallelism, nc, js, obs
 	s.run, s.last, s.pending, s.used, s.err = run, 0, nil, false, nil
 	s.open.Reset()
 	s.opened = true
@@ -354,9 +355,19 @@ func validToken(b []byte) bool {
 	return true
 }
 
-// msgID is the message id of record index of transaction id.
-func (s *jsSink) msgID(id int64, index int) string {
-	return s.run + "/" + strconv.Itoa(s.subtask) + "/" + strconv.FormatInt(id, 10) + "/" + strconv.Itoa(index)
+// txnOwner is whose transactions a publish commits: this subtask's, or
+// those of a subtask removed by a restore at a lower parallelism, under
+// their own message ids.
+type txnOwner struct {
+	run     string
+	subtask int
+}
+
+func (s *jsSink) self() txnOwner { return txnOwner{s.run, s.subtask} }
+
+// msgID is the message id of record index of transaction id of o.
+func (o txnOwner) msgID(id int64, index int) string {
+	return o.run + "/" + strconv.Itoa(o.subtask) + "/" + strconv.FormatInt(id, 10) + "/" + strconv.Itoa(index)
 }
 
 // objectName is the staging object of transaction id.
@@ -368,6 +379,11 @@ func (s *jsSink) objectName(id int64) string {
 // waits for every ack, in windows of jsPublishWindow messages. With id ≥ 0
 // each message gets the message id of its transaction and index.
 func (s *jsSink) publish(ctx context.Context, data []byte, id int64) error {
+	return s.publishAs(ctx, s.self(), data, id)
+}
+
+// publishAs is publish with the message ids of owner o.
+func (s *jsSink) publishAs(ctx context.Context, o txnOwner, data []byte, id int64) error {
 	r, err := abi.NewReader(data)
 	if err != nil {
 		return err
@@ -411,7 +427,7 @@ func (s *jsSink) publish(ctx context.Context, data []byte, id int64) error {
 		}
 		opts := []jetstream.PublishOpt{jetstream.WithExpectStream(s.cfg.Stream)}
 		if id >= 0 {
-			opts = append(opts, jetstream.WithMsgID(s.msgID(id, i)))
+			opts = append(opts, jetstream.WithMsgID(o.msgID(id, i)))
 		}
 		f, err := s.js.PublishMsgAsync(m, opts...)
 		if err != nil {
@@ -527,7 +543,7 @@ func (s *jsSink) Commit(id int64) error {
 
 func (s *jsSink) commitLocked(ctx context.Context, id int64, op string) error {
 	for len(s.pending) > 0 && s.pending[0].ID <= id {
-		if err := s.commitOne(ctx, &s.pending[0], op); err != nil {
+		if err := s.commitOne(ctx, s.self(), &s.pending[0], op); err != nil {
 			return err
 		}
 		s.pending = s.pending[1:]
@@ -542,7 +558,7 @@ func (s *jsSink) commitLocked(ctx context.Context, id int64, op string) error {
 // records come from memory, or from the object after a restore; an object
 // that is gone belongs to a transaction committed before (its object is
 // deleted only after every message was acknowledged).
-func (s *jsSink) commitOne(ctx context.Context, t *jsTxn, op string) error {
+func (s *jsSink) commitOne(ctx context.Context, o txnOwner, t *jsTxn, op string) error {
 	data := t.data
 	if data == nil {
 		actx, cancel := apiContext(ctx)
@@ -560,7 +576,7 @@ func (s *jsSink) commitOne(ctx context.Context, t *jsTxn, op string) error {
 		}
 		data = b
 	}
-	if err := s.publish(ctx, data, t.ID); err != nil {
+	if err := s.publishAs(ctx, o, data, t.ID); err != nil {
 		return fmt.Errorf("%s: %s: transaction %d: %w", s.what, op, t.ID, err)
 	}
 	actx, cancel := apiContext(ctx)
@@ -614,8 +630,52 @@ func (s *jsSink) Recover(state []byte, restoredID int64) error {
 	return nil
 }
 
+// RecoverFrom implements TakesOver: after a restore from a savepoint (or a
+// checkpoint restored at another parallelism), subtask s commits what the
+// old subtasks it takes over had pre-committed: its own index, and the
+// removed s' ≥ parallelism with s' mod parallelism = s (the rule the file
+// sink follows). Their transactions are published under their own message
+// ids, so a commit that already went out (by the job the savepoint came
+// from, which may still run) is dropped as a duplicate. Nothing else of
+// theirs is deleted: that job may still be staging under its token, which
+// this one does not adopt.
+func (s *jsSink) RecoverFrom(states [][]byte, restoredID int64) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	op := "recover from " + strconv.FormatInt(restoredID, 10)
+	if !s.txn {
+		return s.notTransactional("recover")
+	}
+	if !s.opened {
+		return fmt.Errorf("%s: %s: %w", s.what, op, errNotOpen)
+	}
+	if s.used {
+		return fmt.Errorf("%s: %s: RecoverFrom must come after Open and before any Write or PreCommit", s.what, op)
+	}
+	for _, b := range states {
+		st, err := s.decodeStateOf(b, restoredID, op, -1)
+		if err != nil {
+			return err
+		}
+		if st.Subtask != s.subtask && (st.Subtask < s.parallel || st.Subtask%s.parallel != s.subtask) {
+			return fmt.Errorf("%s: %s: subtask %d of %d does not take over subtask %d", s.what, op, s.subtask, s.parallel, st.Subtask)
+		}
+		o := txnOwner{st.Run, st.Subtask}
+		for i := range st.Pending {
+			if err := s.commitOne(s.ctx, o, &st.Pending[i], op); err != nil {
+				return err
+			}
+		}
+	}
+	s.last = max(s.last, restoredID)
+	return nil
+}
+
 // deleteStaged deletes every staged object of this subtask and token.
-func (s *jsSink) deleteStaged(op string) error {
+func (s *jsSink) deleteStaged(op string) error { return s.deleteStagedOf(s.self(), op) }
+
+// deleteStagedOf deletes every staged object of owner o.
+func (s *jsSink) deleteStagedOf(o txnOwner, op string) error {
 	ctx, cancel := apiContext(s.ctx)
 	defer cancel()
 	objs, err := s.obs.List(ctx)
@@ -625,7 +685,7 @@ func (s *jsSink) deleteStaged(op string) error {
 	if err != nil {
 		return fmt.Errorf("%s: %s: list staged transactions: %w", s.what, op, err)
 	}
-	prefix := s.run + "/" + strconv.Itoa(s.subtask) + "/"
+	prefix := o.run + "/" + strconv.Itoa(o.subtask) + "/"
 	for _, o := range objs {
 		if !strings.HasPrefix(o.Name, prefix) {
 			continue
@@ -658,6 +718,12 @@ func (s *jsSink) SetIdentity(job, vertex string) error {
 }
 
 func (s *jsSink) decodeState(state []byte, restoredID int64, op string) (*jsSinkState, error) {
+	return s.decodeStateOf(state, restoredID, op, s.subtask)
+}
+
+// decodeStateOf checks the state of subtask want (any, when negative) taken
+// at restoredID.
+func (s *jsSink) decodeStateOf(state []byte, restoredID int64, op string, want int) (*jsSinkState, error) {
 	var st jsSinkState
 	if err := json.Unmarshal(state, &st); err != nil {
 		return nil, fmt.Errorf("%s: %s: state %q is not a jetstream sink state: %v", s.what, op, truncate(state), err)
@@ -668,7 +734,7 @@ func (s *jsSink) decodeState(state []byte, restoredID int64, op string) (*jsSink
 	if st.Kind != "jetstream" {
 		return nil, fmt.Errorf("%s: %s: the state belongs to a %q sink, not a \"jetstream\" sink", s.what, op, st.Kind)
 	}
-	if st.Subtask != s.subtask {
+	if st.Subtask < 0 || (want >= 0 && st.Subtask != want) {
 		return nil, fmt.Errorf("%s: %s: the state belongs to subtask %d", s.what, op, st.Subtask)
 	}
 	if st.Checkpoint != restoredID {

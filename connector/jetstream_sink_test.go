@@ -444,3 +444,90 @@ func TestJetStreamSinkIdentity(t *testing.T) {
 		t.Errorf("restored token %q", r.run)
 	}
 }
+
+// openJSSinkAt is openJSSink for subtask sub of parallelism par.
+func openJSSinkAt(t *testing.T, url string, sub, par int) *jsSink {
+	t.Helper()
+	s, err := NewSink("jetstream", jsonConfig(t, map[string]any{"url": url, "stream": "out", "subject": "out.{key}"}), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.(Transactional).BeginTransactions(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Open(testCtx(t), sub, par); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.(*jsSink).Release() })
+	return s.(*jsSink)
+}
+
+// TestJetStreamSinkRecoverFrom: a job restored at parallelism 1 from a
+// savepoint taken at parallelism 3 commits what every old subtask had
+// pre-committed (subtask 0 its own index, and the removed 1 and 2), under
+// their message ids: what the old job committed meanwhile is not repeated,
+// nothing is lost, and the old job's later staging is left alone.
+func TestJetStreamSinkRecoverFrom(t *testing.T) {
+	url, js := startJetStream(t)
+	outStream(t, js)
+	var states [][]byte
+	var olds []*jsSink
+	for sub := range 3 {
+		s := openJSSinkAt(t, url, sub, 3)
+		if err := s.Write(recBatch(10*sub, 10*sub+4)); err != nil {
+			t.Fatal(err)
+		}
+		st, err := s.PreCommit(5)
+		if err != nil {
+			t.Fatal(err)
+		}
+		states = append(states, st)
+		olds = append(olds, s)
+	}
+	// The old job committed subtask 1's transaction before it stopped, and
+	// subtask 2 staged a later one.
+	if err := olds[1].Commit(5); err != nil {
+		t.Fatal(err)
+	}
+	if err := olds[2].Write(recBatch(90, 92)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := olds[2].PreCommit(6); err != nil {
+		t.Fatal(err)
+	}
+	later := olds[2].objectName(6)
+
+	n := openJSSinkAt(t, url, 0, 1)
+	if err := n.Recover(nil, 5); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.RecoverFrom(states, 5); err != nil {
+		t.Fatal(err)
+	}
+	want := append(append(vals(0, 4), vals(10, 14)...), vals(20, 24)...)
+	got := data(streamMsgs(t, js, "out"))
+	slices.Sort(got)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Fatalf("the stream holds %q, want each of %q once", got, want)
+	}
+	if objs := stagedObjects(t, js); !slices.Equal(objs, []string{later}) {
+		t.Errorf("staged after the restore: %q, want only the old job's later %q", objs, later)
+	}
+	// Again (a restore that failed after it): nothing appears twice.
+	if err := openJSSinkAt(t, url, 0, 1).RecoverFrom(states, 5); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(streamMsgs(t, js, "out")); n != len(want) {
+		t.Fatalf("%d messages after a second recovery, want %d", n, len(want))
+	}
+	// A subtask takes over only its own index and the removed ones that
+	// map to it.
+	m := openJSSinkAt(t, url, 1, 2)
+	if err := m.RecoverFrom(states[:1], 5); err == nil || !strings.Contains(err.Error(), "does not take over subtask 0") {
+		t.Errorf("subtask 1 of 2 recovering subtask 0: %v", err)
+	}
+	if err := m.RecoverFrom([][]byte{states[1]}, 4); err == nil || !strings.Contains(err.Error(), "taken at checkpoint 5") {
+		t.Errorf("a state of another checkpoint: %v", err)
+	}
+}

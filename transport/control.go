@@ -122,6 +122,11 @@ type WorkerInfo struct {
 	// the worker when it is sent: the coordinator cancels attempts it no
 	// longer runs, and notices subtasks whose end it never heard of.
 	Running []RunningAttempt `json:"running,omitempty"`
+	// Reconnects counts, in a heartbeat, the worker's reconnections to
+	// NATS: when it grows, checkpoint triggers sent to the worker or acks
+	// it sent may have been lost, and the coordinator aborts the pending
+	// checkpoints of its jobs instead of waiting for their timeout.
+	Reconnects uint64 `json:"reconnects,omitempty"`
 }
 
 // RunningAttempt names one attempt of a job.

@@ -174,7 +174,10 @@ type pendingSend struct {
 // snapshot captures the output not yet sent, which is then sent after the
 // barrier. Everything else waits for the send to complete.
 func (t *task) handleBlocked(ctx context.Context) error {
-	if t.handling || t.snapshotting {
+	// While restored channel state is replayed no checkpoint is taken: the
+	// batches not replayed yet would be in no part of it. The barriers and
+	// triggers wait for the replay to end.
+	if t.handling || t.snapshotting || t.replaying {
 		return nil
 	}
 	t.handling = true
@@ -547,7 +550,7 @@ func (t *task) snapshot(ctx context.Context, id int64, kind checkpoint.Kind, tri
 		}
 		for i, ch := range o.chans {
 			if !unaligned {
-				if err := ch.Send(ctx, barrier); err != nil {
+				if err := ch.Send(ctx, barrier); err != nil && !errors.Is(err, transport.ErrClosed) {
 					return err
 				}
 				continue
@@ -561,6 +564,11 @@ func (t *task) snapshot(ctx context.Context, id int64, kind checkpoint.Kind, tri
 				rng, err = ro.OvertakeRange(barrier)
 			} else {
 				over, err = ch.Overtake(barrier)
+			}
+			if errors.Is(err, transport.ErrClosed) {
+				// The consumer finished (all its inputs ended, this one
+				// too): it reads nothing more, and nothing is in flight.
+				continue
 			}
 			if err != nil {
 				return err
@@ -843,6 +851,8 @@ func (t *task) notifyAborted(ctx context.Context, id int64, reason string) error
 // starts from: captured output is sent again ahead of new output, captured
 // input is processed before the gate is read.
 func (t *task) restoreChannels(ctx context.Context, st *checkpoint.SubtaskState) error {
+	t.replaying = true
+	defer func() { t.replaying = false }()
 	s := t.ckpt.storage
 	for _, c := range st.Channels {
 		var batches [][]byte

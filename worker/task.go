@@ -191,6 +191,8 @@ type task struct {
 	finalDone bool
 	// opsClosed: the chain's operators are closed (the input ended).
 	opsClosed bool
+	// replaying: restored channel state is being replayed.
+	replaying bool
 	// sourceOffset is where a source restored from a savepoint starts.
 	sourceOffset []byte
 	// digests caches the SHA-256 of the store's SST files (incremental

@@ -230,7 +230,7 @@ func (w *Worker) heartbeat() {
 
 // beat is the worker's heartbeat message.
 func (w *Worker) beat() []byte {
-	info := transport.WorkerInfo{ID: w.cfg.ID, Slots: w.cfg.Slots}
+	info := transport.WorkerInfo{ID: w.cfg.ID, Slots: w.cfg.Slots, Reconnects: w.cfg.NATS.Stats().Reconnects}
 	w.mu.Lock()
 	for id, j := range w.jobs {
 		info.Running = append(info.Running, transport.RunningAttempt{JobID: id, Attempt: j.attempt})
@@ -894,6 +894,30 @@ func chainedOutput(p *job.Plan, from, to string) int {
 	return 0
 }
 
+// sinkStates returns the sink state of vertex that the subtask restores:
+// after a checkpoint restore of the same job, its own (the sink adopts it);
+// after a restore from a savepoint, or at another parallelism, none of its
+// own, and the old subtasks' states it takes over for connector.TakesOver:
+// its own index, and the removed s' ≥ parallelism with s' mod parallelism =
+// its index.
+func (t *task) sinkStates(vertex string) (own []byte, taken [][]byte) {
+	env := t.ckpt
+	if env == nil || env.restore == nil || !env.fromSavepoint {
+		return t.operatorState(vertex), nil
+	}
+	olds, _ := env.oldTasks(t.chain.Vertices[0].ID)
+	p := t.chain.Parallelism
+	for s, st := range olds {
+		if st == nil || st.Operator[vertex] == nil {
+			continue
+		}
+		if s == t.subtask || (s >= p && s%p == t.subtask) {
+			taken = append(taken, st.Operator[vertex])
+		}
+	}
+	return nil, taken
+}
+
 // recoverFinishedSink commits the transactions that the sink of a subtask
 // restored as finished pre-committed in the restored checkpoint (its final
 // one), and closes the sink.
@@ -967,8 +991,14 @@ func (w *Worker) open(j *jobRun, t *task) error {
 			if j.ckpt.restore != nil {
 				id = j.ckpt.restore.ID
 			}
-			if err := t.sink.(connector.Transactional).Recover(t.operatorState(v.ID), id); err != nil {
+			own, taken := t.sinkStates(v.ID)
+			if err := t.sink.(connector.Transactional).Recover(own, id); err != nil {
 				return fmt.Errorf("sink %q (vertex %s, subtask %d): recovering: %w", v.Connector, v.ID, t.subtask, err)
+			}
+			if to, ok := t.sink.(connector.TakesOver); ok && len(taken) > 0 {
+				if err := to.RecoverFrom(taken, id); err != nil {
+					return fmt.Errorf("sink %q (vertex %s, subtask %d): committing what %s %d pre-committed: %w", v.Connector, v.ID, t.subtask, j.ckpt.restore.Kind, id, err)
+				}
 			}
 		}
 	}

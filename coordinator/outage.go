@@ -1,0 +1,53 @@
+package coordinator
+
+import (
+	"fmt"
+	"time"
+)
+
+// Lost checkpoint messages. Triggers, notifications and acknowledgements are
+// plain NATS messages: while a connection is down, those sent to or by the
+// disconnected side may be lost, and the checkpoints waiting for them would
+// only end at their timeout (10 minutes by default). Each side notices its
+// own reconnection (a worker's heartbeat counts its reconnects, and goes out
+// at once after one), and the coordinator then aborts the pending
+// checkpoints concerned; the next periodic trigger follows as usual.
+
+// workerReconnected aborts the pending checkpoints of the jobs with subtasks
+// on worker, whose NATS connection was down. c.mu is held.
+func (c *Coordinator) workerReconnectedLocked(worker string) {
+	for _, j := range c.jobs {
+		if j.ckpt == nil || j.done {
+			continue
+		}
+		for _, w := range j.placement.workers() {
+			if w == worker {
+				j.ckpt.abortPending(fmt.Sprintf("worker %s reconnected to NATS: checkpoint messages may have been lost", worker))
+				break
+			}
+		}
+	}
+}
+
+// connectionRestoredLocked aborts the pending checkpoints of every job after
+// the coordinator's own NATS connection was down. c.mu is held.
+func (c *Coordinator) connectionRestoredLocked() {
+	for _, j := range c.jobs {
+		if j.ckpt != nil && !j.done {
+			j.ckpt.abortPending("the coordinator reconnected to NATS: checkpoint messages may have been lost")
+		}
+	}
+}
+
+// abortPending aborts the driver's pending checkpoints for reason. It takes
+// d.mu, which may be taken under c.mu.
+func (d *ckptDriver) abortPending(reason string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.stopped || len(d.sm.Pending()) == 0 {
+		return
+	}
+	d.c.cfg.Logf("coordinator: job %s: aborting checkpoints %v: %s", d.j.info.JobID, d.sm.Pending(), reason)
+	d.sm.AbortPending(time.Now().UnixMilli(), reason)
+	d.run()
+}
