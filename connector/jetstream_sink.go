@@ -122,15 +122,15 @@ type jsSink struct {
 	cfg  jsSinkConfig
 	what string // error prefix: "connector jetstream: sink STREAM (subtask S)"
 
-	mu      sync.Mutex
-	txn     bool // BeginTransactions was called
-	opened  bool
-	ctx     context.Context
-	subtask int
+	mu       sync.Mutex
+	txn      bool // BeginTransactions was called
+	opened   bool
+	ctx      context.Context
+	subtask  int
 	parallel int // the sink's parallelism, for the staging of removed subtasks
-	nc      *nats.Conn
-	js      jetstream.JetStream
-	obs     jetstream.ObjectStore // staging, transactional mode
+	nc       *nats.Conn
+	js       jetstream.JetStream
+	obs      jetstream.ObjectStore // staging, transactional mode
 
 	run      string      // message id token
 	identity string      // JOB/VERTEX from SetIdentity, "" when not given
