@@ -288,6 +288,7 @@ func (c *Coordinator) newCkptDriver(j *jobState) (*ckptDriver, int64, error) {
 		}
 	}
 	var restore int64
+	var restoreMeta *checkpoint.Metadata
 	var retained []checkpoint.Completed
 	if j.attempt > 0 {
 		m, skipped, err := st.LatestUsableWith(func(m *checkpoint.Metadata) error {
@@ -301,7 +302,7 @@ func (c *Coordinator) newCkptDriver(j *jobState) (*ckptDriver, int64, error) {
 		}
 		switch {
 		case err == nil:
-			restore = m.ID
+			restore, restoreMeta = m.ID, m
 		case errors.Is(err, checkpoint.ErrNoCheckpoint):
 			c.cfg.Logf("coordinator: job %s: no usable checkpoint; restarting from the beginning", j.info.JobID)
 		default:
@@ -322,6 +323,13 @@ func (c *Coordinator) newCkptDriver(j *jobState) (*ckptDriver, int64, error) {
 			}
 			retained = append(retained, checkpoint.Completed{ID: m.ID, Kind: m.Kind, Trigger: m.Trigger, Done: m.Done, Tasks: m.Tasks})
 		}
+	}
+	if j.attempt > 0 {
+		ctx, cancel := context.WithTimeout(context.Background(), kvTimeout)
+		if err := c.purgeEndedAttempts(ctx, j.info.JobID, j.attempt, restoreMeta); err != nil {
+			c.cfg.Logf("coordinator: job %s: purging the data of ended attempts: %v", j.info.JobID, err)
+		}
+		cancel()
 	}
 	next, err := st.MaxID()
 	if err != nil {
