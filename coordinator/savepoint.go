@@ -105,7 +105,7 @@ func (c *Coordinator) onSavepoint(m *nats.Msg) {
 		respond(m, transport.SavepointReply{Error: fmt.Sprintf("no job %q", req.JobID)})
 		return
 	case j.done:
-		respond(m, transport.SavepointReply{Error: fmt.Sprintf("job %s has ended", req.JobID)})
+		respond(m, transport.SavepointReply{Error: fmt.Sprintf("job %s has ended", req.JobID), JobEnded: true})
 		return
 	case d == nil:
 		if !j.plan.Checkpoint.Enabled() {

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -230,11 +231,13 @@ func clusterSpec(js jetstream.JetStream, name string) *coordinator.JobSpec {
 // separate processes — a NATS server with JetStream on file storage, a
 // coordinator (`wstream server --nats`) and three workers (`wstream worker
 // --nats`), driven by `wstream deploy --nats` — and, while it runs, kills
-// one worker with SIGKILL, kills the coordinator with SIGKILL and starts a
-// new one, and restarts the NATS server on the same port and store. The
-// client must get the job's result, the job must finish without the killed
-// worker, and the output stream must hold exactly the messages of a
-// failure-free run.
+// one worker with SIGKILL, takes a savepoint and kills the coordinator with
+// SIGKILL right after it and starts a new one, and restarts the NATS server
+// on the same port and store. The client must get the job's result, the job
+// must finish without the killed worker, the output stream must hold
+// exactly the messages of a failure-free run (and each key's counts once),
+// nothing of the savepoint's transaction, and `wstream checkpoints` no id
+// twice.
 func TestClusterSurvivesFailures(t *testing.T) {
 	mod := module(t, "testops")
 	wstreamBin(t)
@@ -365,8 +368,21 @@ func TestClusterSurvivesFailures(t *testing.T) {
 		return false
 	})
 	running("the coordinator was killed")
+	// The coordinator dies right after an intermediate savepoint completed:
+	// the new one must restore the latest checkpoint (never the savepoint),
+	// leave the savepoint's sink transaction uncommitted and never use its
+	// id again.
+	jobID := spec().JobID
+	sp := runCLI(t, dir, "savepoint", "--nats", url, jobID, filepath.Join(dir, "sp"))
+	if sp.code != 0 {
+		t.Fatalf("savepoint: exit %d\n%s", sp.code, sp.stderr)
+	}
 	coord.kill()
-	t.Logf("%s: killed the coordinator at attempt %d, checkpoint %d", time.Since(runStart).Round(time.Millisecond), attempt, cp)
+	spID, _ := savepointOf(t, sp.stdout)
+	t.Logf("%s: killed the coordinator right after savepoint %d, at attempt %d, checkpoint %d", time.Since(runStart).Round(time.Millisecond), spID, attempt, cp)
+	// Ids only grow: a checkpoint above the savepoint is the new
+	// coordinator's.
+	cp = spID
 	startCoordinator("coordinator 2")
 
 	// 3. The NATS server restarts once the new coordinator resumed the job
@@ -423,6 +439,37 @@ func TestClusterSurvivesFailures(t *testing.T) {
 	got, _ := outputLines(t, js, "OUT")
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Fatalf("output stream differs from the failure-free run: %d messages vs %d; first difference %s", len(got), len(want), firstDiff(got, want))
+	}
+	// Each key's running count goes 1…n/keys exactly once.
+	have := map[string]bool{}
+	for _, l := range got {
+		have[l] = true
+	}
+	counts := map[string]int{}
+	for i := range n {
+		k := "k" + strconv.Itoa(i%keys)
+		counts[k]++
+		if l := fmt.Sprintf("out.%s %s %d", k, k, counts[k]); !have[l] {
+			t.Fatalf("the output stream lacks %q", l)
+		}
+	}
+	rows := checkpointTable(t, dir, coordData, jobID)
+	var spRow *ckptRow
+	for i := range rows {
+		if rows[i].id == spID {
+			spRow = &rows[i]
+		}
+	}
+	if spRow == nil || spRow.kind != "savepoint" || spRow.status != "completed" {
+		t.Fatalf("savepoint %d is not in the history as completed: %v", spID, spRow)
+	}
+	// Unless a checkpoint of the savepoint's attempt completed before the
+	// kill (and committed it by design), nothing of the savepoint's
+	// transaction was ever published.
+	if !slices.ContainsFunc(completedAfter(rows, spID), func(r ckptRow) bool { return r.attempt == spRow.attempt }) {
+		if ids := msgIDsOf(t, js, "OUT", spID); len(ids) > 0 {
+			t.Errorf("%d messages of intermediate savepoint %d were published, e.g. %s", len(ids), spID, ids[0])
+		}
 	}
 	t.Logf("whole test: %s", time.Since(began).Round(time.Millisecond))
 }

@@ -95,6 +95,9 @@ type SavepointReply struct {
 	ID    int64  `json:"id,omitempty"`
 	Dir   string `json:"dir,omitempty"`
 	Error string `json:"error,omitempty"`
+	// JobEnded: the job had ended before the request (there is nothing to
+	// stop or to take a savepoint of).
+	JobEnded bool `json:"jobEnded,omitempty"`
 }
 
 // CancelRequest asks the coordinator to stop a job, or a worker to stop its

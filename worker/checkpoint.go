@@ -174,10 +174,7 @@ type pendingSend struct {
 // snapshot captures the output not yet sent, which is then sent after the
 // barrier. Everything else waits for the send to complete.
 func (t *task) handleBlocked(ctx context.Context) error {
-	// While restored channel state is replayed no checkpoint is taken: the
-	// batches not replayed yet would be in no part of it. The barriers and
-	// triggers wait for the replay to end.
-	if t.handling || t.snapshotting || t.replaying {
+	if t.handling || t.snapshotting {
 		return nil
 	}
 	t.handling = true
@@ -228,15 +225,19 @@ type snapshotInProgress struct {
 	state     *checkpoint.SubtaskState
 	stateDir  string // sync snapshot of the keyed state, "" when none
 	out       []capturedChannel
-	in        map[int]*capturedChannel // gate index → input capture
-	metrics   checkpoint.Metrics
-	aborted   bool
+	// replay is restored input not replayed yet when the snapshot was
+	// taken: it goes before what the input gate delivers.
+	replay  []capturedChannel
+	in      map[int]*capturedChannel // gate index → input capture
+	metrics checkpoint.Metrics
+	aborted bool
 }
 
 // capturedChannel is the in-flight data of one channel.
 type capturedChannel struct {
 	open    bool // input capture still recording
 	input   bool
+	replay  bool // restored input not replayed yet
 	edge    int
 	peer    int
 	batches [][]byte
@@ -513,7 +514,8 @@ func (t *task) snapshot(ctx context.Context, id int64, kind checkpoint.Kind, tri
 		}
 	}
 	st := &checkpoint.SubtaskState{Task: t.id, Operator: map[string][]byte{}, Finished: t.ended}
-	snap := &snapshotInProgress{id: id, kind: kind, trigger: trigger, unaligned: unaligned, state: st, in: map[int]*capturedChannel{}}
+	snap := &snapshotInProgress{id: id, kind: kind, trigger: trigger, unaligned: unaligned, state: st, in: map[int]*capturedChannel{},
+		replay: t.replayState()}
 	if t.store != nil {
 		snap.stateDir = filepath.Join(t.ckpt.tmpDir, fmt.Sprintf("chk-%d-%d-%d", id, t.id.Chain, t.id.Subtask))
 		_ = os.RemoveAll(snap.stateDir)
@@ -578,6 +580,11 @@ func (t *task) snapshot(ctx context.Context, id int64, kind checkpoint.Kind, tri
 			// barrier and is channel state of this checkpoint.
 			if p := t.pending; p != nil && p.out == o && p.ch == i && p.msg.Kind == transport.KindData {
 				over = append(over, p.msg.Data)
+			}
+			for _, r := range t.resendRest {
+				if r.out == o && r.ch == i {
+					over = append(over, r.data)
+				}
 			}
 			if b := &o.bufs[i]; b.Len() > 0 {
 				over = append(over, append([]byte(nil), b.Bytes()...))
@@ -681,7 +688,7 @@ func (t *task) persist(snap *snapshotInProgress) {
 		ack.State = nil
 		t.ckpt.publish(ack)
 	}
-	chans := snap.out
+	chans := append(snap.out, snap.replay...)
 	for _, c := range snap.in {
 		if c != nil && (len(c.batches) > 0 || c.rng != nil) {
 			chans = append(chans, *c)
@@ -689,7 +696,12 @@ func (t *task) persist(snap *snapshotInProgress) {
 	}
 	for _, c := range chans {
 		side := "out"
-		if c.input {
+		switch {
+		case c.replay:
+			// Its own file: the same channel may have a capture too,
+			// which is replayed after it.
+			side = "replay"
+		case c.input:
 			side = "in"
 		}
 		// A channel with a range has a file too, empty unless batches
@@ -851,8 +863,9 @@ func (t *task) notifyAborted(ctx context.Context, id int64, reason string) error
 // starts from: captured output is sent again ahead of new output, captured
 // input is processed before the gate is read.
 func (t *task) restoreChannels(ctx context.Context, st *checkpoint.SubtaskState) error {
-	t.replaying = true
-	defer func() { t.replaying = false }()
+	var replay []replayBatch
+	var resend []resendBatch
+	defer func() { t.replayRest, t.resendRest = nil, nil }()
 	s := t.ckpt.storage
 	for _, c := range st.Channels {
 		var batches [][]byte
@@ -887,19 +900,66 @@ func (t *task) restoreChannels(ctx context.Context, st *checkpoint.SubtaskState)
 				return fmt.Errorf("subtask %s: channel state of edge %d names subtask %d, which this job does not have", t.label, c.Edge, c.Peer)
 			}
 			for _, b := range batches {
-				if err := out.chans[idx].Send(ctx, transport.Message{Kind: transport.KindData, Data: b}); err != nil {
-					return err
-				}
+				resend = append(resend, resendBatch{out: out, ch: idx, data: b})
 			}
 			continue
 		}
 		for _, b := range batches {
-			if err := t.deliver(ctx, 0, b); err != nil {
-				return err
-			}
+			replay = append(replay, replayBatch{edge: c.Edge, peer: c.Peer, data: b})
 		}
 	}
+	// Captured output goes out again first. The sends take checkpoints
+	// while they wait for room, as any send does (a job that fails before
+	// it could resend a large channel state would otherwise never checkpoint
+	// again): such a checkpoint holds what was not resent yet as its output
+	// channel state, after what its barrier overtook.
+	for i, b := range resend {
+		t.resendRest = resend[i+1:]
+		if err := t.sendMsg(ctx, b.out, b.ch, transport.Message{Kind: transport.KindData, Data: b.data}); err != nil {
+			return err
+		}
+	}
+	t.resendRest = nil
+	// Captured input goes through the chain after the captured output went
+	// out. A checkpoint taken while a send of the replay blocks (unaligned)
+	// holds the batches not replayed yet as its input channel state: they
+	// are in no other part of it, and a restore from it replays them.
+	for i, b := range replay {
+		t.replayRest = replay[i+1:]
+		if err := t.deliver(ctx, 0, b.data); err != nil {
+			return err
+		}
+	}
+	t.replayRest = nil
 	return t.flush(ctx)
+}
+
+// resendBatch is a batch of restored output channel state, with its channel.
+type resendBatch struct {
+	out  *outEdge
+	ch   int
+	data []byte
+}
+
+// replayBatch is a batch of restored input channel state, with its channel.
+type replayBatch struct {
+	edge, peer int
+	data       []byte
+}
+
+// replayState returns the restored input not replayed yet, as channel state
+// by channel, in replay order.
+func (t *task) replayState() []capturedChannel {
+	var out []capturedChannel
+	for _, b := range t.replayRest {
+		if n := len(out); n == 0 || out[n-1].edge != b.edge || out[n-1].peer != b.peer {
+			out = append(out, capturedChannel{input: true, replay: true, edge: b.edge, peer: b.peer})
+		}
+		c := &out[len(out)-1]
+		c.batches = append(c.batches, b.data)
+		c.bytes += int64(len(b.data))
+	}
+	return out
 }
 
 func (t *task) outChannel(edge, peer int) (*outEdge, int) {

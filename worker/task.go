@@ -191,8 +191,10 @@ type task struct {
 	finalDone bool
 	// opsClosed: the chain's operators are closed (the input ended).
 	opsClosed bool
-	// replaying: restored channel state is being replayed.
-	replaying bool
+	// replayRest is the restored input channel state not replayed yet, and
+	// resendRest the restored output channel state not sent yet.
+	replayRest []replayBatch
+	resendRest []resendBatch
 	// sourceOffset is where a source restored from a savepoint starts.
 	sourceOffset []byte
 	// digests caches the SHA-256 of the store's SST files (incremental

@@ -9,8 +9,10 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/urfave/cli/v2"
 
 	"github.com/wstream/wstream/checkpoint"
@@ -72,6 +74,7 @@ fails leaves the job running with event time at its end.`,
 }
 
 func requestSavepoint(c *cli.Context, jobID, dir string, stop, drain bool) error {
+	asked := time.Now()
 	if dir != "" && !checkpoint.IsObjectLocation(dir) {
 		abs, err := filepath.Abs(dir)
 		if err != nil {
@@ -79,6 +82,18 @@ func requestSavepoint(c *cli.Context, jobID, dir string, stop, drain bool) error
 		}
 		dir = abs
 	}
+	err := askSavepoint(c, jobID, dir, stop, drain, asked)
+	if err != nil && c.String("nats") == "" {
+		// A local job that ended as the request was made: say so rather
+		// than how the connection to its deploy failed.
+		if done, oerr := localOutcome(c, jobID, dir, stop, asked); done {
+			return oerr
+		}
+	}
+	return err
+}
+
+func askSavepoint(c *cli.Context, jobID, dir string, stop, drain bool, asked time.Time) error {
 	e, err := clientEngine(c)
 	if err != nil {
 		return err
@@ -92,17 +107,46 @@ func requestSavepoint(c *cli.Context, jobID, dir string, stop, drain bool) error
 		// The job runs in a local deploy: its files are on this machine.
 		stopProgress = showProgress(c.App.ErrWriter, coordinator.CheckpointRoot(c.String("data"), jobID))
 	}
-	msg, err := e.Conn().RequestWithContext(ctx, transport.SubjectSavepoint, b)
-	stopProgress()
-	if err != nil {
-		return fmt.Errorf("savepoint of job %s: %w", jobID, err)
+	type answer struct {
+		msg *nats.Msg
+		err error
 	}
+	answers := make(chan answer, 1)
+	go func() {
+		m, err := e.Conn().RequestWithContext(ctx, transport.SubjectSavepoint, b)
+		answers <- answer{m, err}
+	}()
+	var msg *nats.Msg
+	poll := time.NewTicker(250 * time.Millisecond)
+	defer poll.Stop()
+	for msg == nil {
+		select {
+		case a := <-answers:
+			if a.err != nil {
+				stopProgress()
+				return fmt.Errorf("savepoint of job %s: %w", jobID, a.err)
+			}
+			msg = a.msg
+		case <-poll.C:
+			// A local deploy takes its NATS server with it when its job
+			// ends: no answer comes then, and the job's files say how the
+			// request ended.
+			if c.String("nats") != "" || e.Conn().IsConnected() {
+				continue
+			}
+			if done, err := localOutcome(c, jobID, dir, stop, asked); done {
+				stopProgress()
+				return err
+			}
+		}
+	}
+	stopProgress()
 	var r transport.SavepointReply
 	if err := json.Unmarshal(msg.Data, &r); err != nil {
 		return fmt.Errorf("bad savepoint reply: %w", err)
 	}
 	if r.Error != "" {
-		if stop {
+		if stop && !r.JobEnded {
 			return fmt.Errorf("job %s was not stopped and goes on running: %s", jobID, r.Error)
 		}
 		return errors.New(r.Error)
@@ -385,4 +429,37 @@ func abbreviate(b []byte) string {
 		return string(b[:117]) + "..."
 	}
 	return string(b)
+}
+
+// localOutcome tells how a savepoint request of a local job ended when the
+// job's deploy went away before it answered: done is false while the job's
+// record still says it runs (the connection may come back). A savepoint
+// that completed after the request is in the job's checkpoint history.
+func localOutcome(c *cli.Context, jobID, dir string, stop bool, asked time.Time) (done bool, err error) {
+	data := c.String("data")
+	rec, err := coordinator.ReadRecord(data, jobID)
+	if err != nil {
+		return false, nil
+	}
+	switch strings.ToLower(rec.State) {
+	case "running", "created", "restarting", "failing", "cancelling":
+		return false, nil
+	}
+	hist, _ := coordinator.ReadHistory(data, jobID)
+	for i := len(hist) - 1; i >= 0; i-- {
+		h := hist[i]
+		if h.Kind != checkpoint.KindSavepoint || h.Status != "completed" || h.Done < asked.UnixMilli() {
+			continue
+		}
+		if dir == "" {
+			dir = filepath.Join(data, "savepoints")
+		}
+		verb := "savepoint"
+		if stop {
+			verb = "stopped with savepoint"
+		}
+		fmt.Fprintf(c.App.Writer, "%s %d of job %s: %s\n", verb, h.ID, jobID, checkpoint.JoinLocation(dir, fmt.Sprintf("savepoint-%s-%d", jobID, h.ID)))
+		return true, nil
+	}
+	return true, fmt.Errorf("job %s ended (%s) before its savepoint completed: no savepoint was taken", jobID, strings.ToLower(rec.State))
 }
