@@ -581,7 +581,7 @@ func (d *ckptDriver) carryOut(acts []checkpoint.CoordinatorAction) {
 				if sp.stop {
 					// After the completion on the same subject, so that
 					// every subtask commits before it stops.
-					d.j.stopped.Store(true)
+					d.c.stopSavepointEnded(d.j, d.attempt, a.ID, nil)
 					d.send(transport.CheckpointControl{Action: transport.CheckpointStop, ID: a.ID})
 				}
 				respond(sp.reply, transport.SavepointReply{ID: a.ID, Dir: sp.dir})
@@ -589,6 +589,11 @@ func (d *ckptDriver) carryOut(acts []checkpoint.CoordinatorAction) {
 		case checkpoint.NotifyAborted:
 			if sp := d.savepoints[a.ID]; sp != nil {
 				delete(d.savepoints, a.ID)
+				if sp.stop {
+					// The job goes on running; its sources resume on the
+					// abort below.
+					d.c.stopSavepointEnded(d.j, d.attempt, a.ID, errors.New(a.Reason))
+				}
 				respond(sp.reply, transport.SavepointReply{Error: fmt.Sprintf("savepoint %d failed: %s", a.ID, a.Reason)})
 			}
 			d.record(HistoryEntry{ID: a.ID, Kind: d.kinds[a.ID], Status: "aborted", Reason: a.Reason, Trigger: d.pending[a.ID], Done: time.Now().UnixMilli()})

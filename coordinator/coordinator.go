@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -17,8 +18,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/wstream/wstream/checkpoint"
 	"github.com/wstream/wstream/job"
+	"github.com/wstream/wstream/lifecycle"
 	"github.com/wstream/wstream/transport"
 )
 
@@ -85,54 +86,75 @@ type workerState struct {
 	used     int
 }
 
+// jobState is what the coordinator holds of a job: what it runs, and the
+// job's lifecycle, which decides what happens to it. The coordinator feeds
+// the lifecycle events and carries out its actions (apply, carryOut); the
+// fields here are what carrying them out needs.
 type jobState struct {
+	// info names the job (id, name, start) and holds its state and error
+	// as its spec and record say them: running until the job ends, then
+	// its result's. List rows take the lifecycle's state instead.
 	info   transport.JobInfo
 	plan   *job.Plan
 	digest string
 	module string
+	refs   []transport.TaskRef
+	// lc is the job's lifecycle: its state, attempts, restarts, and what
+	// the current attempt's subtasks did. c.mu guards it.
+	lc *lifecycle.Job
+	// attempt, done and restartLog mirror the lifecycle (its current
+	// attempt, whether the job has ended or been let go of, its restarts)
+	// for the checkpoint driver, the savepoint handler and the job record;
+	// apply keeps them up to date.
+	attempt    int
+	done       bool
+	restartLog []RestartEntry
 	// placement says which worker runs which subtasks of the current
-	// attempt; a job spread over several workers exchanges data through
-	// its JetStream data stream.
+	// attempt (their slots are held until the attempt ends; a lost
+	// worker's go with it); a job spread over several workers exchanges
+	// data through its JetStream data stream.
 	placement placement
-	refs      []transport.TaskRef
-	attempt   int
-	restarts  int
-	// Per attempt:
-	ended    int
-	finished int
-	failed   string
-	canceled bool
+	// pick is the placement submit made for the first attempt before it
+	// accepted the job.
+	pick placement
+	// resuming, set on a job resumed from the job bucket, makes the
+	// placement of its first attempt wait for the workers to heartbeat and
+	// for the old attempt to stop, until it closes.
+	resuming <-chan struct{}
 	ckpt     *ckptDriver
-	// stopped: stopped with a savepoint. Atomic because the checkpoint
-	// driver sets it under its own mutex, where it must not take c.mu
-	// (lock order: c.mu, then ckptDriver.mu, never the reverse).
+	// stopped: the checkpoint driver completed a stop with savepoint.
+	// Atomic because the driver sets it under its own mutex, where it must
+	// not take c.mu (lock order: c.mu, then ckptDriver.mu, never the
+	// reverse); onTaskStatus hands it to the lifecycle before it counts a
+	// subtask's end.
 	stopped atomic.Bool
 	// savepoint the first attempt restores from
 	fromSavepoint string
 	savepointID   int64
-	metrics       map[string]*transport.VertexMetrics
-	sub           *nats.Subscription
-	started       time.Time
-	done          bool
-	// deploying is set while an attempt is being deployed (and stays set
-	// when deploying it failed: whoever deployed ends the job).
-	deploying bool
-	// reported counts, per worker, the subtasks of the attempt that
-	// reported their end; lost holds the attempt's workers declared lost
-	// (their reports are ignored from then on) and why.
-	reported map[string]int
-	lost     map[string]string
-	// restartLog says why each restart happened.
-	restartLog []RestartEntry
+	// metrics sums the current attempt's record counts.
+	metrics map[string]*transport.VertexMetrics
+	sub     *nats.Subscription
+	started time.Time
 	// ckptRoot is the checkpoint storage a resumed job's spec names;
 	// latestCheckpoint the job's latest completed checkpoint.
 	ckptRoot         string
 	latestCheckpoint int64
 	// result is set when the job has ended.
 	result *transport.JobResult
-	// missing counts, per worker, the heartbeats in a row that did not list
-	// the current attempt although subtasks of it there never reported.
-	missing map[string]int
+}
+
+// newLifecycle makes the lifecycle of a job that runs plan.
+func newLifecycle(plan *job.Plan, fromSavepoint bool) *lifecycle.Job {
+	cfg := lifecycle.Config{Checkpoints: plan.Checkpoint.Enabled(), FromSavepoint: fromSavepoint}
+	if plan.Restart != nil {
+		cfg.Restart = plan.Restart
+	}
+	lc, err := lifecycle.New(cfg)
+	if err != nil {
+		// Only negative intervals are refused, and there are none.
+		panic(err)
+	}
+	return lc
 }
 
 // New returns a coordinator; Start subscribes it.
@@ -209,6 +231,9 @@ func (c *Coordinator) Start() error {
 	c.monitor.Add(1)
 	go c.watchWorkers(c.quit)
 	for _, j := range resume {
+		c.mu.Lock()
+		j.resuming = c.quit
+		c.mu.Unlock()
 		c.monitor.Add(1)
 		go func() {
 			defer c.monitor.Done()
@@ -218,9 +243,9 @@ func (c *Coordinator) Start() error {
 	return nil
 }
 
-// Close unsubscribes. The jobs' specs stay in the job bucket: a
-// coordinator started later with Config.ResumeJobs resumes the jobs that
-// still run.
+// Close unsubscribes and suspends the jobs that have not ended: their
+// checkpoints stop, and their specs stay in the job bucket, so that a
+// coordinator started later with Config.ResumeJobs resumes them.
 func (c *Coordinator) Close() {
 	for _, s := range c.subs {
 		_ = s.Unsubscribe()
@@ -231,15 +256,21 @@ func (c *Coordinator) Close() {
 		c.monitor.Wait()
 		c.quit = nil
 	}
-	if c.store != nil {
-		c.store.close(2 * time.Second)
-	}
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	now := c.nowMillis()
 	for _, j := range c.jobs {
+		// The coordinator lets go of the job: its checkpoints stop, and
+		// its spec still says it runs, so that the next coordinator
+		// resumes it. A suspended job asks for nothing more.
+		j.lc.Suspend(now)
+		_ = c.applyLocked(j)
 		if j.sub != nil {
 			_ = j.sub.Unsubscribe()
 		}
+	}
+	c.mu.Unlock()
+	if c.store != nil {
+		c.store.close(2 * time.Second)
 	}
 }
 
@@ -302,9 +333,14 @@ func (c *Coordinator) onHeartbeat(m *nats.Msg) {
 		ws = &workerState{}
 		c.workers[w.ID] = ws
 	}
+	if known && w.Reconnects > ws.info.Reconnects {
+		// Checkpoint messages to or from the worker may have been lost
+		// while it was cut off from NATS.
+		c.workerReconnectedLocked(w.ID)
+	}
 	ws.info = w
 	ws.lastSeen = c.now()
-	cancels, failovers := c.reconcileLocked(w.ID, w.Running)
+	cancels, steps := c.reconcileLocked(w.ID, w.Running)
 	c.mu.Unlock()
 	switch {
 	case known:
@@ -317,8 +353,13 @@ func (c *Coordinator) onHeartbeat(m *nats.Msg) {
 		c.cfg.Logf("coordinator: worker %s still runs attempt %d of job %s: cancelling it", w.ID, r.Attempt, r.JobID)
 		go c.cancelOn(w.ID, r.JobID, r.Attempt, true)
 	}
-	for _, f := range failovers {
-		go c.runFailover(f)
+	for _, st := range steps {
+		for _, a := range st.acts {
+			if a, ok := a.(lifecycle.CancelAttempt); ok && slices.Equal(a.Workers, []string{w.ID}) {
+				c.cfg.Logf("coordinator: worker %s still runs attempt %d of job %s: cancelling it", w.ID, a.Attempt, st.j.info.JobID)
+			}
+		}
+		go c.carryOut(st.j, st.acts)
 	}
 }
 
@@ -392,27 +433,23 @@ func (c *Coordinator) submit(req transport.SubmitRequest) (string, error) {
 		name = plan.Name
 	}
 	id := req.Resume
-	attempt := 0
-	var restartLog []RestartEntry
+	var rec *Record
 	if id != "" {
 		// A resumed job continues from its latest checkpoint; its sinks
 		// recover as after any restart.
-		rec, err := c.readRecord(id)
-		if err != nil {
+		if rec, err = c.readRecord(id); err != nil {
 			return "", err
 		}
 		if rec.State != transport.JobRunning {
 			return "", fmt.Errorf("job %s has %s: there is nothing to resume", id, rec.State)
 		}
-		attempt = rec.Attempt + 1
-		restartLog = rec.Restarts
 	} else {
 		id = newJobID(name)
 	}
 
 	var spID int64
 	if req.FromSavepoint != "" {
-		if id != "" && req.Resume != "" {
+		if req.Resume != "" {
 			return "", errors.New("a job cannot both resume and start from a savepoint")
 		}
 		var root string
@@ -421,24 +458,31 @@ func (c *Coordinator) submit(req transport.SubmitRequest) (string, error) {
 		}
 		req.FromSavepoint = root
 	}
+	lc := newLifecycle(plan, req.FromSavepoint != "")
+	if rec != nil {
+		if err := lc.Recover(rec.Attempt, 0, lifecycleLog(rec.Restarts)); err != nil {
+			return "", err
+		}
+	}
+	// Placed before the job is accepted: a job no worker can take is
+	// refused, and leaves nothing behind.
 	pick, err := c.place(name, refs)
 	if err != nil {
 		return "", err
 	}
 	js := &jobState{
-		info:      transport.JobInfo{JobID: id, Name: name, State: transport.JobRunning, Started: c.now()},
-		plan:      plan,
-		digest:    req.ModuleDigest,
-		module:    req.ModuleName,
-		placement: pick,
-		refs:      refs,
-		attempt:   attempt,
-		started:   c.now(),
-		metrics:   map[string]*transport.VertexMetrics{},
+		info:    transport.JobInfo{JobID: id, Name: name, State: transport.JobRunning, Started: c.now()},
+		plan:    plan,
+		digest:  req.ModuleDigest,
+		module:  req.ModuleName,
+		pick:    pick,
+		refs:    refs,
+		lc:      lc,
+		started: c.now(),
+		metrics: map[string]*transport.VertexMetrics{},
 
 		fromSavepoint: req.FromSavepoint,
 		savepointID:   spID,
-		restartLog:    restartLog,
 	}
 	c.mu.Lock()
 	if old, ok := c.jobs[id]; ok && !old.done {
@@ -447,27 +491,29 @@ func (c *Coordinator) submit(req transport.SubmitRequest) (string, error) {
 		return "", fmt.Errorf("job %s is running already", id)
 	}
 	c.jobs[id] = js
+	c.syncLocked(js)
 	c.mu.Unlock()
 	sub, err := c.cfg.NATS.Subscribe(transport.TaskStatusSubject(id), c.onTaskStatus)
 	if err == nil {
 		err = c.cfg.NATS.Flush()
 	}
 	if err != nil {
-		c.forget(id, pick)
+		if sub != nil {
+			_ = sub.Unsubscribe()
+		}
+		c.forget(id)
+		c.release(pick)
 		return "", fmt.Errorf("job %s: %w", id, err)
 	}
 	c.mu.Lock()
 	js.sub = sub
+	_ = lc.Submit(c.nowMillis())
+	acts := c.applyLocked(js)
 	c.mu.Unlock()
-	c.writeRecord(js, transport.JobRunning)
-	if err := c.deployAttempt(js); err != nil {
-		_ = sub.Unsubscribe()
-		c.mu.Lock()
-		pl := js.placement
-		c.mu.Unlock()
-		c.forget(id, pl)
-		c.dropDataStream(id)
-		c.writeRecord(js, transport.JobFailed)
+	// The first attempt is deployed here: the client learns whether it
+	// could be.
+	if err := c.carryOut(js, acts); err != nil {
+		c.forget(id)
 		return "", err
 	}
 	return id, nil
@@ -494,6 +540,10 @@ func (p placement) workers() []string {
 func (c *Coordinator) place(name string, refs []transport.TaskRef) (placement, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	return c.placeLocked(name, refs)
+}
+
+func (c *Coordinator) placeLocked(name string, refs []transport.TaskRef) (placement, error) {
 	var live []*workerState
 	for _, w := range c.workers {
 		if c.now().Sub(w.lastSeen) <= c.cfg.WorkerTimeout {
@@ -601,90 +651,6 @@ func (c *Coordinator) dropDataStream(id string) {
 	}
 }
 
-// deployAttempt starts the current attempt of a job: checkpointing jobs
-// restore from their latest usable checkpoint (none on a first attempt).
-func (c *Coordinator) deployAttempt(js *jobState) error {
-	d := transport.Deployment{
-		JobID: js.info.JobID, Attempt: js.attempt, Plan: js.plan.JSON(),
-		ModuleDigest: js.digest, ModuleName: js.module, Tasks: js.refs,
-	}
-	if js.plan.Restart != nil {
-		_, d.Restartable = js.plan.Restart.DelayBefore(js.restarts + 1)
-	}
-	c.mu.Lock()
-	pl := js.placement
-	js.deploying = true
-	c.mu.Unlock()
-	stream, err := c.dataStream(js.info.JobID, pl)
-	if err != nil {
-		return err
-	}
-	d.DataStream = stream
-	if js.plan.Checkpoint.Enabled() {
-		drv, restore, err := c.newCkptDriver(js)
-		if err != nil {
-			return fmt.Errorf("job %s: %w", js.info.JobID, err)
-		}
-		drv.workers = pl.workers()
-		d.CheckpointRoot = drv.storage.Root()
-		d.RestoreID = restore
-		if restore == 0 && js.fromSavepoint != "" {
-			// No checkpoint of its own yet: start (again) from the savepoint.
-			d.SavepointRoot, d.RestoreID = js.fromSavepoint, js.savepointID
-		}
-		// Every later restart can fall back on a checkpoint.
-		d.Restartable = d.Restartable || js.plan.Restart != nil
-		c.mu.Lock()
-		js.ckpt = drv
-		c.mu.Unlock()
-	}
-	// Every worker gets its subtasks at once; the channels between them
-	// wait for each other through the data stream.
-	workers := pl.workers()
-	errs := make([]error, len(workers))
-	var wg sync.WaitGroup
-	for i, w := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			dw := d
-			dw.Tasks = pl[w]
-			errs[i] = c.deployOn(w, dw)
-		}()
-	}
-	wg.Wait()
-	var failed error
-	for i, err := range errs {
-		if err != nil && failed == nil {
-			failed = fmt.Errorf("deploying job %s on worker %s: %w", js.info.JobID, workers[i], err)
-		}
-	}
-	if failed != nil {
-		if js.ckpt != nil {
-			js.ckpt.stop()
-		}
-		// The workers that took their part stop it.
-		for i, w := range workers {
-			if errs[i] == nil {
-				c.cancelOn(w, js.info.JobID, js.attempt, true)
-			}
-		}
-		return failed
-	}
-	if js.ckpt != nil {
-		js.ckpt.start()
-	}
-	c.mu.Lock()
-	js.deploying = false
-	c.mu.Unlock()
-	where := "worker " + workers[0]
-	if len(workers) > 1 {
-		where = fmt.Sprintf("%d workers (%s)", len(workers), strings.Join(workers, ", "))
-	}
-	c.cfg.Logf("coordinator: job %s attempt %d deployed on %s (%d subtasks%s)", js.info.JobID, js.attempt, where, len(js.refs), restoreText(d.RestoreID))
-	return nil
-}
-
 // deployOn sends a worker its part of an attempt and waits for its answer.
 func (c *Coordinator) deployOn(worker string, d transport.Deployment) error {
 	b, _ := json.Marshal(d)
@@ -720,180 +686,11 @@ func restoreText(id int64) string {
 	return fmt.Sprintf(", from checkpoint %d", id)
 }
 
-func (c *Coordinator) forget(id string, p placement) {
+// forget drops a job whose submission failed.
+func (c *Coordinator) forget(id string) {
 	c.mu.Lock()
 	delete(c.jobs, id)
-	c.releaseLocked(p)
 	c.mu.Unlock()
-}
-
-func (c *Coordinator) onTaskStatus(m *nats.Msg) {
-	var st transport.TaskStatus
-	if err := json.Unmarshal(m.Data, &st); err != nil {
-		c.cfg.Logf("coordinator: bad task status on %s: %v", m.Subject, err)
-		return
-	}
-	c.mu.Lock()
-	j, ok := c.jobs[st.JobID]
-	if !ok || j.done || st.Attempt != j.attempt || j.lost[st.Worker] != "" {
-		// A lost worker's subtasks were counted as ended when it was lost.
-		c.mu.Unlock()
-		return
-	}
-	if j.reported == nil {
-		j.reported = map[string]int{}
-	}
-	j.reported[st.Worker]++
-	j.ended++
-	for _, vm := range st.Metrics {
-		agg, ok := j.metrics[vm.Vertex]
-		if !ok {
-			agg = &transport.VertexMetrics{Vertex: vm.Vertex}
-			j.metrics[vm.Vertex] = agg
-		}
-		agg.RecordsIn += vm.RecordsIn
-		agg.RecordsOut += vm.RecordsOut
-	}
-	cancel := false
-	switch st.State {
-	case transport.TaskFinished:
-		j.finished++
-		if j.ckpt != nil {
-			j.ckpt.taskFinished(checkpoint.TaskID{Chain: st.Task.Chain, Subtask: st.Task.Subtask})
-		}
-	case transport.TaskFailed:
-		if j.failed == "" {
-			j.failed = st.Error
-			cancel = true
-		}
-	}
-	attemptOver := j.ended == len(j.refs)
-	workers := j.placement.workers()
-	c.mu.Unlock()
-	if cancel {
-		c.cancelAll(workers, st.JobID, st.Attempt, true)
-	}
-	if attemptOver {
-		c.attemptEnded(j)
-	}
-}
-
-// failJob fails the current attempt of a job for a reason of the
-// coordinator's own (too many failed checkpoints).
-func (c *Coordinator) failJob(j *jobState, attempt int, reason string) {
-	c.mu.Lock()
-	if j.done || j.attempt != attempt || j.failed != "" {
-		c.mu.Unlock()
-		return
-	}
-	j.failed = reason
-	workers := j.placement.workers()
-	c.mu.Unlock()
-	c.cancelAll(workers, j.info.JobID, attempt, true)
-}
-
-// attemptEnded runs when every subtask of the current attempt has ended:
-// the job finishes, fails, is cancelled, or restarts per its strategy.
-func (c *Coordinator) attemptEnded(j *jobState) {
-	c.mu.Lock()
-	if j.ckpt != nil {
-		j.ckpt.stop()
-		j.ckpt = nil
-	}
-	restart := false
-	var delay int64
-	if j.failed != "" && !j.canceled && j.plan.Restart != nil {
-		delay, restart = j.plan.Restart.DelayBefore(j.restarts + 1)
-	}
-	if !restart {
-		result := c.endJob(j)
-		c.mu.Unlock()
-		c.announce(j, result)
-		return
-	}
-	reason := j.failed
-	j.restartLog = append(j.restartLog, RestartEntry{Attempt: j.attempt, Reason: reason, Time: c.now()})
-	j.restarts++
-	j.attempt++
-	j.ended, j.finished, j.failed = 0, 0, ""
-	j.reported, j.lost, j.missing = nil, nil, nil
-	j.metrics = map[string]*transport.VertexMetrics{}
-	// The next attempt is placed again on the workers alive then.
-	c.releaseLocked(j.placement)
-	j.placement = nil
-	c.mu.Unlock()
-	c.cfg.Logf("coordinator: job %s failed (%s); restart %d in %dms", j.info.JobID, reason, j.restarts, delay)
-	c.writeRecord(j, transport.JobRunning)
-	go func() {
-		time.Sleep(time.Duration(delay) * time.Millisecond)
-		c.mu.Lock()
-		stop := j.canceled || j.done
-		c.mu.Unlock()
-		if stop {
-			c.mu.Lock()
-			result := c.endJob(j)
-			c.mu.Unlock()
-			c.announce(j, result)
-			return
-		}
-		pl, err := c.place(j.info.Name, j.refs)
-		if err == nil {
-			c.mu.Lock()
-			j.placement = pl
-			c.mu.Unlock()
-			err = c.deployAttempt(j)
-		}
-		if err != nil {
-			c.mu.Lock()
-			j.failed = fmt.Sprintf("restart %d: %v", j.restarts, err)
-			j.canceled = true // no further restarts
-			result := c.endJob(j)
-			c.mu.Unlock()
-			c.announce(j, result)
-		}
-	}()
-}
-
-// endJob records a job's end; c.mu is held.
-func (c *Coordinator) endJob(j *jobState) *transport.JobResult {
-	j.done = true
-	if j.sub != nil {
-		_ = j.sub.Unsubscribe()
-	}
-	c.releaseLocked(j.placement)
-	j.placement = nil
-	r := &transport.JobResult{JobID: j.info.JobID, Name: j.info.Name, Duration: c.now().Sub(j.started), Restarts: j.restarts}
-	switch {
-	case j.failed != "":
-		r.State, r.Error = transport.JobFailed, j.failed
-		if j.restarts > 0 {
-			r.Error = fmt.Sprintf("%s (after %d restarts)", j.failed, j.restarts)
-		}
-	case j.finished == len(j.refs):
-		r.State = transport.JobFinished
-	case j.stopped.Load():
-		r.State = transport.JobStopped
-	default:
-		r.State = transport.JobCanceled
-	}
-	j.info.State, j.info.Error = r.State, r.Error
-	for _, v := range j.plan.Vertices {
-		if m, ok := j.metrics[v.ID]; ok {
-			r.Metrics = append(r.Metrics, *m)
-		}
-	}
-	j.result = r
-	c.cfg.Logf("coordinator: job %s %s after %s", r.JobID, r.State, r.Duration.Round(time.Millisecond))
-	return r
-}
-
-// announce removes an ended job's data stream, records its end and
-// publishes its result.
-func (c *Coordinator) announce(j *jobState, result *transport.JobResult) {
-	c.dropDataStream(j.info.JobID)
-	c.writeRecord(j, result.State)
-	b, _ := json.Marshal(result)
-	_ = c.cfg.NATS.Publish(transport.JobDoneSubject(result.JobID), b)
 }
 
 // cancelAll tells every worker of a job to stop its subtasks of attempt.
@@ -924,28 +721,31 @@ func (c *Coordinator) onCancel(m *nats.Msg) {
 	}
 	c.mu.Lock()
 	j, ok := c.jobs[req.JobID]
-	var workers []string
-	var attempt int
-	if ok && !j.done {
-		j.canceled = true
-		workers, attempt = j.placement.workers(), j.attempt
+	var acts []lifecycle.Action
+	if ok {
+		// A job that has ended already: nothing to do.
+		_ = j.lc.Cancel(c.nowMillis())
+		acts = c.applyLocked(j)
 	}
 	c.mu.Unlock()
 	if !ok {
 		respond(m, transport.Reply{Error: fmt.Sprintf("no job %q", req.JobID)})
 		return
 	}
-	if len(workers) > 0 {
-		go c.cancelAll(workers, req.JobID, attempt, false)
-	}
+	go c.carryOut(j, acts)
 	respond(m, transport.Reply{})
 }
 
+// onList answers with a row per job: its state by Flink's names, its
+// attempt, and the cause of its latest restart.
 func (c *Coordinator) onList(m *nats.Msg) {
 	c.mu.Lock()
 	out := transport.ListReply{Jobs: []transport.JobInfo{}}
 	for _, j := range c.jobs {
-		out.Jobs = append(out.Jobs, j.info)
+		row := j.info
+		row.State = j.lc.State().String()
+		row.Attempt, row.Restarts, row.Cause = j.lc.Attempt(), j.lc.Restarts(), j.lc.Cause()
+		out.Jobs = append(out.Jobs, row)
 	}
 	c.mu.Unlock()
 	sort.Slice(out.Jobs, func(i, k int) bool { return out.Jobs[i].Started.Before(out.Jobs[k].Started) })

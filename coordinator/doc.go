@@ -22,6 +22,19 @@
 //     JobResult (state, error, records per vertex, duration) on the job's
 //     done subject.
 //
+// What happens to a job is decided by its lifecycle, a pure state machine
+// (package lifecycle: Flink's job states CREATED, RUNNING, FAILING,
+// RESTARTING, CANCELLING, CANCELED, FINISHED, FAILED, SUSPENDED, attempts,
+// restarts, failover, resume, stop with savepoint). The coordinator is its
+// driver: NATS callbacks (task reports, heartbeats, cancels), the liveness
+// monitor, restart timers and deployments feed it events under c.mu, and
+// the coordinator carries out its actions (lifecycle.go): deploy an
+// attempt, cancel one on workers, start and stop the checkpoint driver,
+// release slots, schedule a restart, drop the data stream, persist the
+// spec, publish the result. `wstream list` shows each job's lifecycle
+// state, attempt and latest restart cause. Close suspends the jobs that
+// run: their checkpoints stop, and the next coordinator resumes them.
+//
 // Workers heartbeat (Config.HeartbeatInterval). A worker silent for longer
 // than Config.WorkerTimeout is declared lost: it leaves placement, and every
 // attempt with subtasks on it fails with "worker W lost: no heartbeat for D"
@@ -65,7 +78,11 @@
 // checkpoints that never completed and the savepoints it exported.
 //
 // Locks. Coordinator.mu may be held while ckptDriver.mu is taken (a driver is
-// stopped under Coordinator.mu and waits for its persist goroutine), never the
-// reverse: under ckptDriver.mu the driver touches the job only through atomic
-// fields (jobState.stopped) or from a new goroutine.
+// stopped under Coordinator.mu, when the lifecycle asks for it, and waits for
+// its persist goroutine), never the reverse: under ckptDriver.mu the driver
+// touches the job only through atomic fields (jobState.stopped, set through
+// stopSavepointEnded) or from a new goroutine (failJob, checkpointCompleted,
+// stopSavepointEnded's event). The lifecycle is only touched under
+// Coordinator.mu; actions that wait on workers, NATS or files are carried
+// out after it is released.
 package coordinator

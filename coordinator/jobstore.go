@@ -220,7 +220,7 @@ func (s *jobStore) close(wait time.Duration) {
 func (c *Coordinator) specLocked(j *jobState, state string) *JobSpec {
 	s := &JobSpec{
 		JobID: j.info.JobID, Name: j.info.Name, Plan: j.plan.JSON(), ModuleDigest: j.digest, ModuleName: j.module,
-		State: state, Error: j.info.Error, Attempt: j.attempt, Restarts: j.restarts, RestartLog: slices.Clone(j.restartLog),
+		State: state, Error: j.info.Error, Attempt: j.attempt, Restarts: j.lc.Restarts(), RestartLog: slices.Clone(j.restartLog),
 		Started: j.started, Updated: c.now(), FromSavepoint: j.fromSavepoint, SavepointID: j.savepointID,
 		CheckpointRoot: j.checkpointRoot(c.cfg.DataDir), LatestCheckpoint: j.latestCheckpoint, Result: j.result,
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/wstream/wstream/job"
+	"github.com/wstream/wstream/lifecycle"
 	"github.com/wstream/wstream/transport"
 )
 
@@ -16,13 +17,14 @@ import (
 // predecessor ran: it reads the running jobs' specs from the job bucket,
 // waits for the workers to heartbeat (a heartbeat registers a worker), lets
 // the old attempts' subtasks be cancelled (a worker's heartbeat lists the
-// attempts it runs, and the coordinator cancels those that are not the
-// current attempt of a job it runs), and starts a new attempt of each job
-// from its latest completed checkpoint, as after a restart.
+// attempts it runs, and each job's lifecycle cancels those it does not
+// run), and starts a new attempt of each job from its latest completed
+// checkpoint, as after a restart (lifecycle.Job.Resume).
 
-// resumedJob makes the state of a job to resume from its spec. The job's
-// attempt is already the new one, so that reports of the old attempt are
-// ignored and its subtasks cancelled wherever they still run.
+// resumedJob makes the state of a job to resume from its spec. Its
+// lifecycle is CREATED at the attempt after the spec's, so that reports of
+// the old attempt are ignored and its subtasks cancelled wherever they
+// still run.
 func (c *Coordinator) resumedJob(s *JobSpec) (*jobState, error) {
 	plan, err := job.Parse(s.Plan)
 	if err != nil {
@@ -38,31 +40,30 @@ func (c *Coordinator) resumedJob(s *JobSpec) (*jobState, error) {
 			refs = append(refs, transport.TaskRef{Chain: ch.Index, Subtask: sub})
 		}
 	}
-	now := c.now()
+	lc := newLifecycle(plan, s.FromSavepoint != "")
+	if err := lc.Recover(s.Attempt, s.Restarts, lifecycleLog(s.RestartLog)); err != nil {
+		return nil, err
+	}
 	started := s.Started
 	if started.IsZero() {
-		started = now
+		started = c.now()
 	}
-	log := append(s.RestartLog, RestartEntry{Attempt: s.Attempt, Reason: "the coordinator restarted: attempt resumed by a new coordinator", Time: now})
-	return &jobState{
+	j := &jobState{
 		info:             transport.JobInfo{JobID: s.JobID, Name: s.Name, State: transport.JobRunning, Started: started},
 		plan:             plan,
 		digest:           s.ModuleDigest,
 		module:           s.ModuleName,
 		refs:             refs,
-		attempt:          s.Attempt + 1,
-		restarts:         s.Restarts,
+		lc:               lc,
 		started:          started,
 		metrics:          map[string]*transport.VertexMetrics{},
 		fromSavepoint:    s.FromSavepoint,
 		savepointID:      s.SavepointID,
-		restartLog:       log,
 		ckptRoot:         s.CheckpointRoot,
 		latestCheckpoint: s.LatestCheckpoint,
-		// Nothing runs for the coordinator until the new attempt is
-		// deployed: failover leaves the job alone.
-		deploying: true,
-	}, nil
+	}
+	c.syncLocked(j)
+	return j, nil
 }
 
 // loadJobs reads the running jobs of the bucket into c.jobs; Start calls
@@ -87,105 +88,106 @@ func (c *Coordinator) loadJobs(ctx context.Context) ([]*jobState, error) {
 	return out, nil
 }
 
-// resume starts a new attempt of a job loaded from the bucket, once
-// workers have registered and the old attempt has stopped.
+// resume starts a new attempt of a job loaded from the bucket: its
+// placement waits until workers have registered and the old attempt has
+// stopped (awaitWorkers).
 func (c *Coordinator) resume(j *jobState, quit <-chan struct{}) {
 	id := j.info.JobID
 	sub, err := c.cfg.NATS.Subscribe(transport.TaskStatusSubject(id), c.onTaskStatus)
-	if err != nil {
-		c.resumeFailed(j, fmt.Errorf("subscribing to its task reports: %w", err))
-		return
-	}
 	c.mu.Lock()
+	now := c.nowMillis()
+	_ = j.lc.Resume(now)
+	if err != nil {
+		_ = j.lc.DeployFailed(now, j.lc.Attempt(), "subscribing to its task reports: "+err.Error(), nil)
+	}
 	j.sub = sub
+	acts := c.applyLocked(j)
 	c.mu.Unlock()
-	c.writeRecord(j, transport.JobRunning)
-	c.cfg.Logf("coordinator: resuming job %s (attempt %d) once workers have registered", id, j.attempt)
+	if err == nil {
+		c.cfg.Logf("coordinator: resuming job %s (attempt %d) once workers have registered", id, j.attempt)
+	}
+	c.carryOut(j, acts)
+}
 
+// awaitWorkers places attempt n of a resumed job once the workers have
+// spoken (every live worker heartbeats within an interval or two: placing
+// the job earlier would crowd it onto the first workers to speak), within
+// Config.DeployTimeout of the coordinator's start, and waits until no
+// worker runs an older attempt any more: the new attempt must not share
+// checkpoint storage and sink transactions with it. It returns
+// errNotWanted when quit closes or the attempt is no longer wanted.
+func (c *Coordinator) awaitWorkers(j *jobState, n int, quit <-chan struct{}) (placement, error) {
+	id := j.info.JobID
 	step := min(100*time.Millisecond, max(c.cfg.HeartbeatInterval/2, 5*time.Millisecond))
 	tick := time.NewTicker(step)
 	defer tick.Stop()
-	wait := func(until time.Time, done func() bool) bool {
-		for !done() {
-			if c.now().After(until) {
-				return false
+	wanted := func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return j.lc.AwaitsPlacement(n)
+	}
+	// wait polls done until until; it reports whether done came true, and
+	// gives up early when the attempt is not wanted any more.
+	wait := func(until time.Time, done func() bool) (bool, error) {
+		for {
+			switch {
+			case !wanted():
+				return false, errNotWanted
+			case done():
+				return true, nil
+			case c.now().After(until):
+				return false, nil
 			}
 			select {
 			case <-quit:
-				return false
+				return false, errNotWanted
 			case <-tick.C:
 			}
 		}
-		return true
 	}
-	// Every live worker heartbeats within an interval or two: placing the
-	// job earlier would crowd it onto the first workers to speak.
 	settle := c.startedAt.Add(2*c.cfg.HeartbeatInterval + step)
 	var pl placement
 	var perr error
-	ok := wait(c.startedAt.Add(c.cfg.DeployTimeout), func() bool {
-		if c.canceled(j) {
-			return true
-		}
+	ok, err := wait(c.startedAt.Add(c.cfg.DeployTimeout), func() bool {
 		if c.now().Before(settle) {
 			return false
 		}
 		pl, perr = c.place(j.info.Name, j.refs)
 		return perr == nil
 	})
-	select {
-	case <-quit:
+	if err != nil {
 		if pl != nil {
 			c.release(pl)
 		}
-		return
-	default:
-	}
-	if c.canceled(j) {
-		if pl != nil {
-			c.release(pl)
-		}
-		c.mu.Lock()
-		result := c.endJob(j)
-		c.mu.Unlock()
-		c.announce(j, result)
-		return
+		return nil, err
 	}
 	if !ok {
 		if perr == nil {
 			perr = errors.New("no worker registered")
 		}
-		c.resumeFailed(j, fmt.Errorf("no placement within %s: %w", c.cfg.DeployTimeout, perr))
-		return
+		return nil, fmt.Errorf("no placement within %s: %w", c.cfg.DeployTimeout, perr)
 	}
 	// The old attempt's subtasks stop when their workers hear the cancel
-	// that their heartbeats bring about; the new attempt must not share
-	// checkpoint storage and sink transactions with them.
-	if !wait(c.now().Add(30*time.Second), func() bool { return !c.oldAttemptRuns(j) }) {
-		c.cfg.Logf("coordinator: job %s: subtasks of an earlier attempt still run after 30s; deploying attempt %d anyway", id, j.attempt)
+	// that their heartbeats bring about.
+	ok, err = wait(c.now().Add(30*time.Second), func() bool { return !c.oldAttemptRuns(j, n) })
+	if err != nil {
+		c.release(pl)
+		return nil, err
 	}
-	c.mu.Lock()
-	j.placement = pl
-	c.mu.Unlock()
-	if err := c.deployAttempt(j); err != nil {
-		c.resumeFailed(j, err)
+	if !ok {
+		c.cfg.Logf("coordinator: job %s: subtasks of an earlier attempt still run after 30s; deploying attempt %d anyway", id, n)
 	}
-}
-
-func (c *Coordinator) canceled(j *jobState) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return j.canceled
+	return pl, nil
 }
 
 // oldAttemptRuns reports whether a live worker's latest heartbeat lists an
-// attempt of j older than its current one.
-func (c *Coordinator) oldAttemptRuns(j *jobState) bool {
+// attempt of j older than n.
+func (c *Coordinator) oldAttemptRuns(j *jobState, n int) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, w := range c.workers {
 		for _, r := range w.info.Running {
-			if r.JobID == j.info.JobID && r.Attempt < j.attempt {
+			if r.JobID == j.info.JobID && r.Attempt < n {
 				return true
 			}
 		}
@@ -193,34 +195,21 @@ func (c *Coordinator) oldAttemptRuns(j *jobState) bool {
 	return false
 }
 
-// resumeFailed ends a job that could not be resumed.
-func (c *Coordinator) resumeFailed(j *jobState, err error) {
-	c.mu.Lock()
-	j.failed = fmt.Sprintf("resuming attempt %d: %v", j.attempt, err)
-	j.canceled = true // no further restarts
-	result := c.endJob(j)
-	c.mu.Unlock()
-	c.announce(j, result)
-}
-
 // reconcileLocked compares a worker's heartbeat with what the coordinator
-// runs there. Attempts the worker lists that the coordinator does not run
-// (any more) are cancelled, at most every second per attempt: the cancel
-// may have been lost, or come from a coordinator that has since died. A
-// current attempt that the worker no longer lists, while some of its
-// subtasks there never reported their end, lost those reports (they were
-// published while NATS was unreachable): after three such heartbeats in a
-// row the attempt fails and restarts from its latest checkpoint. c.mu is
-// held; it returns the cancels to send and the failovers to run.
-func (c *Coordinator) reconcileLocked(worker string, running []transport.RunningAttempt) (cancels []transport.RunningAttempt, failovers []failover) {
+// runs there. Every job's lifecycle hears which of its attempts the worker
+// lists: it cancels those it does not run (any more), and fails its current
+// attempt when the worker stopped listing it although some of its subtasks
+// there never reported their end (the reports were lost while NATS was
+// unreachable). The attempts of jobs the coordinator does not know are
+// cancelled here, at most every second per attempt: the cancel may have
+// been lost, or come from a coordinator that has since died. c.mu is held;
+// it returns the cancels to send and what the jobs asked for.
+func (c *Coordinator) reconcileLocked(worker string, running []transport.RunningAttempt) (cancels []transport.RunningAttempt, steps []jobStep) {
 	now := c.now()
-	listed := map[string]int{}
+	listed := map[string][]int{}
 	for _, r := range running {
-		listed[r.JobID] = r.Attempt
-		j := c.jobs[r.JobID]
-		stale := j == nil || j.done || r.Attempt < j.attempt ||
-			(r.Attempt == j.attempt && !j.deploying && (j.failed != "" || j.canceled))
-		if !stale {
+		listed[r.JobID] = append(listed[r.JobID], r.Attempt)
+		if c.jobs[r.JobID] != nil {
 			continue
 		}
 		key := worker + "/" + r.JobID + "/" + fmt.Sprint(r.Attempt)
@@ -231,38 +220,12 @@ func (c *Coordinator) reconcileLocked(worker string, running []transport.Running
 		cancels = append(cancels, r)
 	}
 	for id, j := range c.jobs {
-		if j.done || j.deploying || j.placement == nil || j.lost[worker] != "" {
-			continue
+		j.lc.Heartbeat(now.UnixMilli(), worker, listed[id])
+		if acts := c.applyLocked(j); len(acts) > 0 {
+			steps = append(steps, jobStep{j, acts})
 		}
-		owed := len(j.placement[worker]) - j.reported[worker]
-		if a, ok := listed[id]; owed <= 0 || (ok && a == j.attempt) {
-			delete(j.missing, worker)
-			continue
-		}
-		if j.missing == nil {
-			j.missing = map[string]int{}
-		}
-		j.missing[worker]++
-		if j.missing[worker] < 3 {
-			continue
-		}
-		delete(j.missing, worker)
-		f := failover{j: j, attempt: j.attempt,
-			reason: fmt.Sprintf("worker %s no longer runs attempt %d, but %d of its subtasks there never reported their end (reports lost while NATS was unreachable)", worker, j.attempt, owed)}
-		if j.reported == nil {
-			j.reported = map[string]int{}
-		}
-		j.reported[worker] += owed
-		j.ended += owed
-		if j.failed == "" && !j.canceled {
-			j.failed = f.reason
-			f.failed = true
-			f.cancel = j.placement.workers()
-		}
-		f.over = j.ended == len(j.refs)
-		failovers = append(failovers, f)
 	}
-	return cancels, failovers
+	return cancels, steps
 }
 
 // afterReconnect runs when the coordinator's NATS connection came back:
@@ -283,10 +246,13 @@ func (c *Coordinator) afterReconnect() {
 	}
 	var checks []check
 	for _, j := range c.jobs {
-		if !j.done && !j.deploying && len(j.placement) > 1 && j.failed == "" && !j.canceled {
-			checks = append(checks, check{j, j.attempt})
+		if j.lc.State() == lifecycle.Running && len(j.placement) > 1 {
+			checks = append(checks, check{j, j.lc.Attempt()})
 		}
 	}
+	// Checkpoint messages sent or due while the connection was down may
+	// have been lost.
+	c.connectionRestoredLocked()
 	c.mu.Unlock()
 	c.cfg.Logf("coordinator: reconnected to NATS (%s)", c.cfg.NATS.ConnectedUrlRedacted())
 	for _, k := range checks {
@@ -318,7 +284,7 @@ func (c *Coordinator) checkDataStream(j *jobState, attempt int) {
 			return
 		}
 		c.mu.Lock()
-		stop := j.done || j.attempt != attempt || j.failed != ""
+		stop := j.lc.State() != lifecycle.Running || j.lc.Attempt() != attempt
 		c.mu.Unlock()
 		if stop {
 			return

@@ -12,6 +12,7 @@ import (
 
 	"github.com/wstream/wstream/checkpoint"
 	"github.com/wstream/wstream/job"
+	"github.com/wstream/wstream/lifecycle"
 	"github.com/wstream/wstream/transport"
 )
 
@@ -115,6 +116,12 @@ func (c *Coordinator) onSavepoint(m *nats.Msg) {
 		}
 		return
 	}
+	if req.Stop {
+		if err := c.stopSavepointRequested(j); err != nil {
+			respond(m, transport.SavepointReply{Error: err.Error(), JobEnded: errors.Is(err, lifecycle.ErrEnded)})
+			return
+		}
+	}
 	dir := req.Dir
 	if dir == "" {
 		dir = filepath.Join(c.cfg.DataDir, "savepoints")
@@ -127,13 +134,19 @@ func (c *Coordinator) onSavepoint(m *nats.Msg) {
 func (d *ckptDriver) savepoint(parent string, stop, drain bool, reply *nats.Msg) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	refuse := func(why string) {
+		if stop {
+			d.c.stopSavepointEnded(d.j, d.attempt, 0, errors.New(why))
+		}
+		respond(reply, transport.SavepointReply{Error: why})
+	}
 	if d.stopped {
-		respond(reply, transport.SavepointReply{Error: "the job is restarting: try again"})
+		refuse("the job is restarting: try again")
 		return
 	}
 	id, err := d.sm.TriggerSavepoint(time.Now().UnixMilli())
 	if err != nil {
-		respond(reply, transport.SavepointReply{Error: err.Error()})
+		refuse(err.Error())
 		return
 	}
 	dir := checkpoint.JoinLocation(parent, fmt.Sprintf("savepoint-%s-%d", d.j.info.JobID, id))

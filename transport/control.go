@@ -268,11 +268,20 @@ type JobResult struct {
 
 // JobInfo is one row of a list reply.
 type JobInfo struct {
-	JobID   string    `json:"jobId"`
-	Name    string    `json:"name"`
-	State   string    `json:"state"`
-	Started time.Time `json:"started"`
-	Error   string    `json:"error,omitempty"`
+	JobID string `json:"jobId"`
+	Name  string `json:"name"`
+	// State is the job's state by Flink's names: CREATED, RUNNING,
+	// FAILING, RESTARTING, CANCELLING, CANCELED, FINISHED, FAILED,
+	// SUSPENDED (package lifecycle).
+	State string `json:"state"`
+	// Attempt is the job's current attempt (0 first); Restarts counts the
+	// restarts its restart strategy made, Cause says why the latest one
+	// happened (or the one under way).
+	Attempt  int       `json:"attempt"`
+	Restarts int       `json:"restarts,omitempty"`
+	Cause    string    `json:"cause,omitempty"`
+	Started  time.Time `json:"started"`
+	Error    string    `json:"error,omitempty"`
 }
 
 // ListReply answers a list request.

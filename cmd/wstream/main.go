@@ -590,29 +590,6 @@ func clientEngine(c *cli.Context) (*engine.Engine, error) {
 	return engine.Start(c.Context, engine.Options{DataDir: tmp, NATSURL: url, NATSOptions: natsOpts, NoCoordinator: true})
 }
 
-func listCommand() *cli.Command {
-	return &cli.Command{
-		Name:  "list",
-		Usage: "list the jobs of a cluster",
-		Flags: []cli.Flag{natsFlag, dataFlag},
-		Action: func(c *cli.Context) error {
-			e, err := clientEngine(c)
-			if err != nil {
-				return err
-			}
-			defer e.Close(context.Background())
-			jobs, err := coordinator.List(c.Context, e.Conn())
-			if err != nil {
-				return err
-			}
-			for _, j := range jobs {
-				fmt.Fprintf(c.App.Writer, "%s\t%s\t%s\t%s\n", j.JobID, j.State, j.Started.Format(time.RFC3339), j.Error)
-			}
-			return nil
-		},
-	}
-}
-
 func cancelCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "cancel",

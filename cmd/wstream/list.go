@@ -1,0 +1,83 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+	"unicode"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/wstream/wstream/coordinator"
+	"github.com/wstream/wstream/transport"
+)
+
+func listCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "list",
+		Usage: "list the jobs of a cluster: state, attempt, last restart cause",
+		Description: "Each job's state is one of Flink's: CREATED, RUNNING, FAILING, RESTARTING, CANCELLING,\n" +
+			"CANCELED, FINISHED, FAILED, SUSPENDED. ATTEMPT counts from 0; RESTARTS are those its restart\n" +
+			"strategy made; the last column says why the latest restart happened, or why the job failed.",
+		Flags: []cli.Flag{natsFlag, dataFlag},
+		Action: func(c *cli.Context) error {
+			e, err := clientEngine(c)
+			if err != nil {
+				return err
+			}
+			defer e.Close(context.Background())
+			jobs, err := coordinator.List(c.Context, e.Conn())
+			if err != nil {
+				return err
+			}
+			return printJobs(c.App.Writer, jobs)
+		},
+	}
+}
+
+// printJobs prints one aligned row per job under a header.
+func printJobs(w io.Writer, jobs []transport.JobInfo) error {
+	var b strings.Builder
+	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "JOB\tSTATE\tATTEMPT\tRESTARTS\tSTARTED\tLAST RESTART CAUSE / ERROR")
+	for _, j := range jobs {
+		why := ""
+		switch {
+		case j.Error != "":
+			why = "error: " + j.Error
+		case j.Cause != "":
+			why = j.Cause
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\n", j.JobID, j.State, j.Attempt, j.Restarts,
+			j.Started.Format(time.RFC3339), oneLine(why, 200))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	// A row without a cause would end in the padding of its last column.
+	for _, line := range strings.Split(strings.TrimSuffix(b.String(), "\n"), "\n") {
+		if _, err := io.WriteString(w, strings.TrimRight(line, " ")+"\n"); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// oneLine keeps a cause or error, which may quote a guest, on one line of
+// at most limit runes: control characters would break the table or the
+// terminal.
+func oneLine(s string, limit int) string {
+	s = strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) {
+			return ' '
+		}
+		return r
+	}, s)
+	if r := []rune(s); len(r) > limit {
+		s = string(r[:limit-1]) + "…"
+	}
+	return s
+}

@@ -1,0 +1,453 @@
+package coordinator
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/wstream/wstream/checkpoint"
+	"github.com/wstream/wstream/lifecycle"
+	"github.com/wstream/wstream/transport"
+)
+
+// The coordinator drives each job's lifecycle (package lifecycle): NATS
+// callbacks, the liveness monitor and timers feed it events under c.mu;
+// applyLocked carries out at once, still under c.mu, the actions that touch
+// only the coordinator's memory or stop a checkpoint driver (which the lock
+// order allows), and carryOut the others, which wait on workers, NATS or
+// files, after c.mu is released, in the order the lifecycle gave them.
+
+// jobStep is what one event asked of a job, to carry out once c.mu is
+// released.
+type jobStep struct {
+	j    *jobState
+	acts []lifecycle.Action
+}
+
+func (c *Coordinator) nowMillis() int64 { return c.now().UnixMilli() }
+
+// step feeds one event to j's lifecycle, at the current time, and carries
+// out the actions it produces. c.mu must not be held. It returns the
+// event's error, and the error of a deployment it carried out.
+func (c *Coordinator) step(j *jobState, event func(lc *lifecycle.Job, now int64) error) error {
+	c.mu.Lock()
+	err := event(j.lc, c.nowMillis())
+	acts := c.applyLocked(j)
+	c.mu.Unlock()
+	if derr := c.carryOut(j, acts); err == nil {
+		err = derr
+	}
+	return err
+}
+
+// applyLocked takes the lifecycle's actions, carries out those that stay
+// in memory, and returns the others for carryOut; c.mu is held.
+func (c *Coordinator) applyLocked(j *jobState) []lifecycle.Action {
+	var later []lifecycle.Action
+	for _, a := range j.lc.Ready() {
+		switch a := a.(type) {
+		case lifecycle.StartCheckpoints:
+			if d := j.ckpt; d != nil && d.attempt == a.Attempt {
+				d.start()
+			}
+		case lifecycle.StopCheckpoints:
+			if d := j.ckpt; d != nil && d.attempt == a.Attempt {
+				// Under c.mu, before anything else happens to the job: a
+				// next attempt must not read the checkpoint storage while
+				// this driver still writes to it.
+				d.stop()
+				j.ckpt = nil
+			}
+		case lifecycle.ReleaseSlots:
+			c.releaseLocked(j.placement)
+			j.placement = nil
+		case lifecycle.PublishResult:
+			c.endLocked(j, a.Result)
+			later = append(later, a)
+		default:
+			later = append(later, a)
+		}
+	}
+	c.syncLocked(j)
+	return later
+}
+
+// syncLocked brings the fields that mirror the lifecycle up to date; c.mu
+// is held.
+func (c *Coordinator) syncLocked(j *jobState) {
+	// Written only when they change: a deployment reads j.attempt without
+	// c.mu, and the attempt does not change while it is being deployed.
+	if n := j.lc.Attempt(); n != j.attempt {
+		j.attempt = n
+	}
+	if done := j.lc.State().Terminal(); done != j.done {
+		j.done = done
+	}
+	if log := j.lc.Log(); len(log) != len(j.restartLog) {
+		j.restartLog = restartEntries(log)
+	}
+}
+
+// carryOut carries out actions that wait on workers, NATS or files, in
+// their order. c.mu must not be held. A Deploy runs in the caller's
+// goroutine (whoever asked for the attempt: submit, resume, a restart's
+// timer); carryOut returns its error.
+func (c *Coordinator) carryOut(j *jobState, acts []lifecycle.Action) error {
+	id := j.info.JobID
+	var deployErr error
+	for _, a := range acts {
+		switch a := a.(type) {
+		case lifecycle.CancelAttempt:
+			go c.cancelAll(a.Workers, id, a.Attempt, a.Failed)
+		case lifecycle.Deploy:
+			if err := c.deploy(j, a); err != nil {
+				deployErr = err
+			}
+		case lifecycle.ScheduleRestart:
+			go c.restartAfter(j, a)
+		case lifecycle.DropDataStream:
+			c.dropDataStream(id)
+		case lifecycle.PersistSpec:
+			c.mu.Lock()
+			state := j.info.State
+			c.mu.Unlock()
+			c.writeRecord(j, state)
+		case lifecycle.PublishResult:
+			c.mu.Lock()
+			b, _ := json.Marshal(j.result)
+			c.mu.Unlock()
+			_ = c.cfg.NATS.Publish(transport.JobDoneSubject(id), b)
+		}
+	}
+	return deployErr
+}
+
+// errNotWanted: the attempt is no longer wanted (the job was cancelled,
+// or the coordinator is closing) while its placement waited.
+var errNotWanted = errors.New("coordinator: attempt no longer wanted")
+
+// deploy carries out a Deploy: it places the attempt's subtasks, reports
+// the placement, sends every worker its part, and reports the outcome. It
+// returns the deployment's error.
+func (c *Coordinator) deploy(j *jobState, a lifecycle.Deploy) error {
+	id := j.info.JobID
+	pl, err := c.placeFor(j, a.Attempt)
+	if errors.Is(err, errNotWanted) {
+		return nil
+	}
+	c.mu.Lock()
+	now := c.nowMillis()
+	if err == nil && !c.liveLocked(pl) {
+		// A worker was lost while the placement waited: place again on
+		// the live ones.
+		c.releaseLocked(pl)
+		pl, err = c.placeLocked(j.info.Name, j.refs)
+	}
+	if err != nil {
+		_ = j.lc.DeployFailed(now, a.Attempt, err.Error(), nil)
+		acts := c.applyLocked(j)
+		c.mu.Unlock()
+		c.carryOut(j, acts)
+		return err
+	}
+	if perr := j.lc.Placed(now, a.Attempt, pl.counts()); perr != nil {
+		// Cancelled meanwhile: nothing is deployed.
+		c.releaseLocked(pl)
+		c.mu.Unlock()
+		return nil
+	}
+	j.placement = pl
+	j.metrics = map[string]*transport.VertexMetrics{}
+	// A stop with savepoint belongs to the attempt it completed in.
+	j.stopped.Store(false)
+	c.syncLocked(j)
+	c.mu.Unlock()
+
+	took, restore, err := c.sendDeployment(j, a, pl)
+	c.mu.Lock()
+	now = c.nowMillis()
+	var serr error
+	if err != nil {
+		serr = j.lc.DeployFailed(now, a.Attempt, err.Error(), took)
+	} else {
+		serr = j.lc.Deployed(now, a.Attempt)
+	}
+	if serr != nil && j.ckpt != nil && j.ckpt.attempt == a.Attempt {
+		// The job was let go of meanwhile (the coordinator is closing):
+		// no one else stops what the deployment made.
+		j.ckpt.stop()
+		j.ckpt = nil
+	}
+	acts := c.applyLocked(j)
+	c.mu.Unlock()
+	if err == nil {
+		workers := pl.workers()
+		where := "worker " + workers[0]
+		if len(workers) > 1 {
+			where = fmt.Sprintf("%d workers (%s)", len(workers), strings.Join(workers, ", "))
+		}
+		c.cfg.Logf("coordinator: job %s attempt %d deployed on %s (%d subtasks%s)", id, a.Attempt, where, len(j.refs), restoreText(restore))
+	}
+	c.carryOut(j, acts)
+	return err
+}
+
+// placeFor places attempt n of j: on the placement submit made, after the
+// workers have spoken for a job resumed from the job bucket, or on the
+// live workers now.
+func (c *Coordinator) placeFor(j *jobState, n int) (placement, error) {
+	c.mu.Lock()
+	pick, resuming := j.pick, j.resuming
+	j.pick, j.resuming = nil, nil
+	c.mu.Unlock()
+	switch {
+	case pick != nil:
+		return pick, nil
+	case resuming != nil:
+		return c.awaitWorkers(j, n, resuming)
+	}
+	return c.place(j.info.Name, j.refs)
+}
+
+// liveLocked reports whether every worker of p is alive; c.mu is held.
+func (c *Coordinator) liveLocked(p placement) bool {
+	for w := range p {
+		if _, ok := c.workers[w]; !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// counts gives the number of subtasks per worker.
+func (p placement) counts() map[string]int {
+	out := make(map[string]int, len(p))
+	for w, refs := range p {
+		out[w] = len(refs)
+	}
+	return out
+}
+
+// sendDeployment makes what attempt a needs (the data stream, the
+// checkpoint driver, which picks the checkpoint to restore) and sends every
+// worker its part at once; the channels between them wait for each other
+// through the data stream. It returns the workers that took their part and
+// the checkpoint the attempt restores.
+func (c *Coordinator) sendDeployment(j *jobState, a lifecycle.Deploy, pl placement) ([]string, int64, error) {
+	id := j.info.JobID
+	d := transport.Deployment{
+		JobID: id, Attempt: a.Attempt, Plan: j.plan.JSON(),
+		ModuleDigest: j.digest, ModuleName: j.module, Tasks: j.refs, Restartable: a.Restartable,
+	}
+	stream, err := c.dataStream(id, pl)
+	if err != nil {
+		return nil, 0, err
+	}
+	d.DataStream = stream
+	if j.plan.Checkpoint.Enabled() {
+		drv, restore, err := c.newCkptDriver(j)
+		if err != nil {
+			return nil, 0, fmt.Errorf("job %s: %w", id, err)
+		}
+		drv.workers = pl.workers()
+		d.CheckpointRoot = drv.storage.Root()
+		d.RestoreID = restore
+		if restore == 0 && a.Restore != lifecycle.RestoreNone && j.fromSavepoint != "" {
+			// No checkpoint of its own yet: start (again) from the savepoint.
+			d.SavepointRoot, d.RestoreID = j.fromSavepoint, j.savepointID
+		}
+		// Every later restart can fall back on a checkpoint.
+		d.Restartable = d.Restartable || j.plan.Restart != nil
+		c.mu.Lock()
+		if j.ckpt != nil {
+			j.ckpt.stop()
+		}
+		j.ckpt = drv
+		c.mu.Unlock()
+	}
+	workers := pl.workers()
+	errs := make([]error, len(workers))
+	var wg sync.WaitGroup
+	for i, w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			dw := d
+			dw.Tasks = pl[w]
+			errs[i] = c.deployOn(w, dw)
+		}()
+	}
+	wg.Wait()
+	var took []string
+	var failed error
+	for i, err := range errs {
+		switch {
+		case err == nil:
+			took = append(took, workers[i])
+		case failed == nil:
+			failed = fmt.Errorf("deploying job %s on worker %s: %w", id, workers[i], err)
+		}
+	}
+	return took, d.RestoreID, failed
+}
+
+// restartAfter waits for a restart's time and tells the lifecycle, which
+// deploys the next attempt then (unless the job was cancelled meanwhile).
+func (c *Coordinator) restartAfter(j *jobState, a lifecycle.ScheduleRestart) {
+	c.cfg.Logf("coordinator: job %s failed (%s); restart %d in %dms", j.info.JobID, a.Cause, a.Restart, max(0, a.At-c.nowMillis()))
+	for {
+		if wait := a.At - c.nowMillis(); wait > 0 {
+			time.Sleep(time.Duration(wait) * time.Millisecond)
+		}
+		c.mu.Lock()
+		j.lc.Tick(c.nowMillis())
+		_, waiting := j.lc.RestartDue()
+		acts := c.applyLocked(j)
+		c.mu.Unlock()
+		if !waiting {
+			c.carryOut(j, acts)
+			return
+		}
+		// The clock is behind the restart's time still.
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// endLocked records a job's end; c.mu is held.
+func (c *Coordinator) endLocked(j *jobState, res lifecycle.Result) {
+	if j.sub != nil {
+		_ = j.sub.Unsubscribe()
+		j.sub = nil
+	}
+	r := &transport.JobResult{JobID: j.info.JobID, Name: j.info.Name, Duration: c.now().Sub(j.started), Restarts: res.Restarts}
+	switch {
+	case res.State == lifecycle.Failed:
+		r.State, r.Error = transport.JobFailed, res.Error
+	case res.State == lifecycle.Finished && res.Stopped:
+		r.State = transport.JobStopped
+	case res.State == lifecycle.Finished:
+		r.State = transport.JobFinished
+	default:
+		r.State = transport.JobCanceled
+	}
+	for _, v := range j.plan.Vertices {
+		if m, ok := j.metrics[v.ID]; ok {
+			r.Metrics = append(r.Metrics, *m)
+		}
+	}
+	j.result = r
+	j.info.State, j.info.Error = r.State, r.Error
+	c.cfg.Logf("coordinator: job %s %s after %s", r.JobID, r.State, r.Duration.Round(time.Millisecond))
+}
+
+func (c *Coordinator) onTaskStatus(m *nats.Msg) {
+	var st transport.TaskStatus
+	if err := json.Unmarshal(m.Data, &st); err != nil {
+		c.cfg.Logf("coordinator: bad task status on %s: %v", m.Subject, err)
+		return
+	}
+	var end lifecycle.TaskEnd
+	switch st.State {
+	case transport.TaskFinished:
+		end = lifecycle.TaskFinished
+	case transport.TaskFailed:
+		end = lifecycle.TaskFailed
+	case transport.TaskCanceled:
+		end = lifecycle.TaskCanceled
+	default:
+		return
+	}
+	c.mu.Lock()
+	j, ok := c.jobs[st.JobID]
+	if !ok {
+		c.mu.Unlock()
+		return
+	}
+	now := c.nowMillis()
+	if j.stopped.Swap(false) {
+		// The stop's savepoint completed before the stop went out to the
+		// subtasks: the lifecycle hears of it before any of their ends.
+		_ = j.lc.StopCompleted(now, j.lc.Attempt(), 0)
+	}
+	// Stale reports (an older attempt, a lost worker's) are not counted.
+	if j.lc.TaskEnded(now, st.Attempt, st.Worker, end, st.Error) == nil {
+		for _, vm := range st.Metrics {
+			agg, ok := j.metrics[vm.Vertex]
+			if !ok {
+				agg = &transport.VertexMetrics{Vertex: vm.Vertex}
+				j.metrics[vm.Vertex] = agg
+			}
+			agg.RecordsIn += vm.RecordsIn
+			agg.RecordsOut += vm.RecordsOut
+		}
+		if end == lifecycle.TaskFinished && j.ckpt != nil && j.ckpt.attempt == st.Attempt {
+			j.ckpt.taskFinished(checkpoint.TaskID{Chain: st.Task.Chain, Subtask: st.Task.Subtask})
+		}
+	}
+	acts := c.applyLocked(j)
+	c.mu.Unlock()
+	c.carryOut(j, acts)
+}
+
+// failJob fails attempt of a job for a reason of the coordinator's own
+// (too many failed checkpoints, a lost data stream). The checkpoint driver
+// calls it from a new goroutine.
+func (c *Coordinator) failJob(j *jobState, attempt int, reason string) {
+	_ = c.step(j, func(lc *lifecycle.Job, now int64) error { return lc.Fail(now, attempt, reason) })
+}
+
+// stopSavepointRequested asks j's lifecycle whether a stop with savepoint
+// may go out, and records it: only a RUNNING job can be stopped (a
+// restarting one is told to try again). Neither c.mu nor ckptDriver.mu may
+// be held.
+func (c *Coordinator) stopSavepointRequested(j *jobState) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return j.lc.StopRequested(c.nowMillis())
+}
+
+// stopSavepointEnded tells j's lifecycle how the stop-with-savepoint
+// savepoint id of attempt ended: err is nil when it completed (the job
+// then ends FINISHED, stopped, once its subtasks have stopped), the reason
+// it failed otherwise (the job goes on RUNNING). It may be called with
+// ckptDriver.mu held: it sets an atomic field and hands the rest to a new
+// goroutine. On completion call it before CheckpointStop goes out, so that
+// the lifecycle hears of the stop before any subtask's end (onTaskStatus
+// reads the field first).
+func (c *Coordinator) stopSavepointEnded(j *jobState, attempt int, id int64, err error) {
+	if err == nil {
+		j.stopped.Store(true)
+	}
+	go func() {
+		_ = c.step(j, func(lc *lifecycle.Job, now int64) error {
+			if err != nil {
+				return lc.StopFailed(now, attempt, id, err.Error())
+			}
+			return lc.StopCompleted(now, attempt, id)
+		})
+	}()
+}
+
+// restartEntries turns the lifecycle's restart log into the record's.
+func restartEntries(log []lifecycle.Restart) []RestartEntry {
+	out := make([]RestartEntry, len(log))
+	for i, r := range log {
+		out[i] = RestartEntry{Attempt: r.Attempt, Reason: r.Cause, Time: time.UnixMilli(r.At)}
+	}
+	return out
+}
+
+// lifecycleLog turns a record's restart log into the lifecycle's.
+func lifecycleLog(log []RestartEntry) []lifecycle.Restart {
+	out := make([]lifecycle.Restart, len(log))
+	for i, r := range log {
+		out[i] = lifecycle.Restart{Attempt: r.Attempt, Cause: r.Reason, At: r.Time.UnixMilli()}
+	}
+	return slices.Clip(out)
+}
