@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -154,5 +155,53 @@ func TestSnapshotWhileBlockedDeliversOnce(t *testing.T) {
 	}
 	if captured != int64(in.Size()) {
 		t.Fatalf("output channel state holds %d bytes, want the %d-byte batch once", captured, in.Size())
+	}
+}
+
+// TestDeclineAtOnce: a subtask that drops its part of a checkpoint (here a
+// cancel marker from upstream while it captures an unaligned checkpoint's
+// input) declines it at once with the reason, so the coordinator aborts it
+// without waiting for its timeout; a drop the coordinator asked for (an
+// abort) sends no decline.
+func TestDeclineAtOnce(t *testing.T) {
+	tk, _, acks := blockedTask(t)
+	a, b := transport.NewLocalChannel(4), transport.NewLocalChannel(4)
+	tk.gate = transport.NewInputGate([]transport.InputChannel{a, b})
+	tk.inputs = []inputRef{{edge: 0, peer: 0}, {edge: 0, peer: 1}}
+	h, err := checkpoint.NewHandler(checkpoint.HandlerConfig{Channels: 2, Mode: checkpoint.Unaligned})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tk.handler = h
+	ctx := context.Background()
+	barrier := func(id int64) transport.Message {
+		return transport.Message{Kind: transport.KindBarrier, Checkpoint: id, CheckpointKind: uint8(checkpoint.KindCheckpoint), Timestamp: time.Now().UnixMilli()}
+	}
+	if err := tk.onBarrier(ctx, 0, barrier(1)); err != nil {
+		t.Fatal(err)
+	}
+	if err := tk.onBarrier(ctx, 1, transport.Message{Kind: transport.KindCancel, Checkpoint: 1}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case ack := <-acks:
+		if ack.ID != 1 || !strings.Contains(ack.Decline, "cancel marker on channel 1") {
+			t.Fatalf("ack %+v, want a decline of checkpoint 1 naming the cancel marker", ack)
+		}
+	default:
+		t.Fatal("no decline of checkpoint 1 after the cancel marker")
+	}
+	// The coordinator aborts checkpoint 2 while it is captured: no decline.
+	if err := tk.onBarrier(ctx, 0, barrier(2)); err != nil {
+		t.Fatal(err)
+	}
+	if err := tk.notifyAborted(ctx, 2, "expired"); err != nil {
+		t.Fatal(err)
+	}
+	tk.asyncWG.Wait()
+	select {
+	case ack := <-acks:
+		t.Fatalf("ack %+v after the coordinator's own abort", ack)
+	default:
 	}
 }
