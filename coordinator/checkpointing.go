@@ -349,6 +349,13 @@ func (c *Coordinator) newCkptDriver(j *jobState) (*ckptDriver, int64, error) {
 		}
 		next = max(next, used)
 	}
+	// An id whose trigger failed before the counter could be raised (NATS
+	// was down) reached no subtask, but the history shows it: never again.
+	if hist, err := ReadHistory(c.cfg.DataDir, j.info.JobID); err == nil {
+		for _, h := range hist {
+			next = max(next, h.ID)
+		}
+	}
 	cs := j.plan.Checkpoint
 	cfg := checkpoint.Config{
 		Interval: cs.Interval, MinPause: cs.MinPause, MaxConcurrent: cs.MaxConcurrent,
