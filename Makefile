@@ -6,7 +6,7 @@ BIN      := bin/wstream
 EXAMPLES := wordcount mapfilter window testops
 WASM     := $(EXAMPLES:%=examples/wasm/build/%.wasm)
 
-.PHONY: all setup build examples examples-all wordcount test bench clean
+.PHONY: all setup build examples examples-all wordcount test test-matrix bench clean
 
 all: build examples
 
@@ -35,6 +35,14 @@ wordcount: setup build examples
 test: setup
 	$(GO) vet ./...
 	$(GO) test -count=1 -timeout 20m ./...
+
+# The long forms of two randomized suites (make test runs short ones): the
+# exact-count matrix (every checkpoint mode × parallelism 1–4 × the Go, C and
+# Rust wordcounts × failures, workers, rescaling and local recovery, against
+# counts the test computes itself) and 60 stops with a savepoint at random
+# moments across every guest language.
+test-matrix: setup
+	WSTREAM_MATRIX=full $(GO) test -count=1 -timeout 60m -run 'TestExactCounts|TestStopWithSavepointRandom' ./tests/
 
 bench: setup build examples
 	$(GO) test -run '^$$' -bench 'Stateless|Keyed' -benchtime 3x -count 2 ./bench/
