@@ -238,22 +238,6 @@ func completedAfter(rows []ckptRow, id int64) []ckptRow {
 	return out
 }
 
-// newestCompleted returns the job in dataDir whose checkpoint directory
-// holds the newest completed checkpoint, and its id: its _metadata is
-// written last.
-func newestCompleted(dataDir string) (string, int64) {
-	metas, _ := filepath.Glob(filepath.Join(dataDir, "jobs", "*", "checkpoints", "chk-*", "_metadata"))
-	job, newest := "", int64(0)
-	for _, m := range metas {
-		chk := filepath.Dir(m)
-		id, err := strconv.ParseInt(strings.TrimPrefix(filepath.Base(chk), "chk-"), 10, 64)
-		if err == nil && id > newest {
-			job, newest = filepath.Base(filepath.Dir(filepath.Dir(chk))), id
-		}
-	}
-	return job, newest
-}
-
 // genSpec is a configuration of the gen source, and genRecord's output
 // computed here: the oracle of tests that read gen. Record i is a pure
 // function of (seed, keys, words, i) (connector/gen.go): splitmix64 at

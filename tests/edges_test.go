@@ -102,7 +102,7 @@ func savepointThenKill(t *testing.T, dir, mod string, committedOf func(id int64)
 	data := filepath.Join(dir, "wstream-data")
 	d := startEdge(t, dir, "deploy", "--plan", "plan.json", mod)
 	job := d.jobID(t)
-	d.until(t, "completed checkpoint", false, func() bool { _, id := newestCompleted(data); return id >= 1 })
+	d.until(t, "completed checkpoint", false, func() bool { _, id := newestCheckpoint(data); return id >= 1 })
 	sp := startEdge(t, dir, "savepoint", job, filepath.Join(dir, "sp"))
 	sp.mustExit0(t, edgeWait)
 	if d.exited() {
@@ -170,7 +170,7 @@ func TestStopWithSavepointFails(t *testing.T) {
 	}
 	d := startEdge(t, dir, "deploy", "--plan", "plan.json", mod)
 	job := d.jobID(t)
-	d.until(t, "completed checkpoint", false, func() bool { _, id := newestCompleted(data); return id >= 1 })
+	d.until(t, "completed checkpoint", false, func() bool { _, id := newestCheckpoint(data); return id >= 1 })
 	stop := startEdge(t, dir, "stop", "--savepoint", filepath.Join(blocker, "sp"), job)
 	if code := stop.wait(t, edgeWait); code == 0 {
 		t.Fatalf("stop into a directory below a regular file succeeded:\n%s", stop.stdout.String())
@@ -214,7 +214,7 @@ func TestStopWithSavepointResume(t *testing.T) {
 	writePlan(t, dir, countPlan(g, 300, fileSink))
 	d := startEdge(t, dir, "deploy", "--plan", "plan.json", mod)
 	job := d.jobID(t)
-	d.until(t, "completed checkpoint", false, func() bool { _, id := newestCompleted(data); return id >= 1 })
+	d.until(t, "completed checkpoint", false, func() bool { _, id := newestCheckpoint(data); return id >= 1 })
 	stop := startEdge(t, dir, "stop", "--savepoint", filepath.Join(dir, "sp"), job)
 	stop.mustExit0(t, edgeWait)
 	d.mustExit0(t, edgeWait)
