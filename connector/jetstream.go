@@ -31,15 +31,33 @@ const (
 // outside the record path (stream lookups, object store calls).
 const jsConnectTimeout = 10 * time.Second
 
+// Dialer connects to the cluster's own NATS server, in the account of the
+// job's owner, for connectors whose configuration names no url.
+type Dialer func(name string) (*nats.Conn, error)
+
+// Dialed is implemented by connectors that can use the cluster's own NATS
+// server; the runtime calls SetDialer before Open.
+type Dialed interface{ SetDialer(Dialer) }
+
 // jsAuth is what both connectors take to reach the server.
 type jsAuth struct {
 	url, creds, nkey, user, password, token, tlsCA, tlsCert, tlsKey string
+	// dial reaches the cluster's server when url is empty.
+	dial Dialer
 }
 
 // check validates the connection fields of connector's configuration.
 func (a *jsAuth) check(connector string) error {
 	if strings.TrimSpace(a.url) == "" {
-		return &ConfigError{Connector: connector, Field: "url", Message: "missing: the NATS server to connect to, e.g. nats://127.0.0.1:4222"}
+		// The cluster's own server, as the job's owner: credentials and
+		// TLS files belong to another server.
+		for _, f := range []struct{ name, v string }{{"creds", a.creds}, {"nkey", a.nkey}, {"user", a.user}, {"password", a.password},
+			{"token", a.token}, {"tlsCA", a.tlsCA}, {"tlsCert", a.tlsCert}, {"tlsKey", a.tlsKey}} {
+			if f.v != "" {
+				return &ConfigError{Connector: connector, Field: f.name, Message: "needs url: without one the connector uses the cluster's own NATS server and the job's credentials"}
+			}
+		}
+		return nil
 	}
 	methods := []string{}
 	if a.creds != "" {
@@ -69,6 +87,21 @@ func (a *jsAuth) check(connector string) error {
 // connect opens a connection for what ("connector jetstream: source S"),
 // named name in the server's monitoring.
 func (a *jsAuth) connect(what, name string, jsOpts ...jetstream.JetStreamOpt) (*nats.Conn, jetstream.JetStream, error) {
+	if a.url == "" {
+		if a.dial == nil {
+			return nil, nil, fmt.Errorf("%s: no url, and the runtime offers no connection to the cluster's NATS server", what)
+		}
+		nc, err := a.dial(name)
+		if err != nil {
+			return nil, nil, fmt.Errorf("%s: connecting to the cluster's NATS server: %w", what, err)
+		}
+		js, err := jetstream.New(nc, jsOpts...)
+		if err != nil {
+			nc.Close()
+			return nil, nil, fmt.Errorf("%s: %w", what, err)
+		}
+		return nc, js, nil
+	}
 	opts := []nats.Option{nats.Name(name), nats.Timeout(jsConnectTimeout), nats.MaxReconnects(-1)}
 	switch {
 	case a.creds != "":

@@ -120,6 +120,7 @@ func parseJSSinkConfig(raw json.RawMessage) (jsSinkConfig, error) {
 // keep increasing across restarts, so a rerun never collides with them.
 type jsSink struct {
 	cfg  jsSinkConfig
+	dial Dialer // the cluster's server, when cfg names no url
 	what string // error prefix: "connector jetstream: sink STREAM (subtask S)"
 
 	mu       sync.Mutex
@@ -212,6 +213,7 @@ func (s *jsSink) Open(ctx context.Context, subtask, parallelism int) error {
 	}
 	s.what = fmt.Sprintf("connector jetstream: sink %s (subtask %d)", s.cfg.Stream, subtask)
 	a := s.cfg.auth()
+	a.dial = s.dial
 	nc, js, err := a.connect(s.what, fmt.Sprintf("wstream jetstream sink %s %d/%d", s.cfg.Stream, subtask, parallelism),
 		jetstream.WithPublishAsyncMaxPending(2*jsPublishWindow))
 	if err != nil {
@@ -835,3 +837,7 @@ func (s *jsSink) Release() error {
 	s.nc.Close()
 	return nil
 }
+
+// SetDialer gives the sink the cluster's own NATS server, which it uses when
+// its configuration names no url.
+func (s *jsSink) SetDialer(d Dialer) { s.dial = d }

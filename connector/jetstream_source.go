@@ -98,6 +98,7 @@ func parseJSSourceConfig(raw json.RawMessage) (jsSourceConfig, error) {
 // nothing to emit.
 type jsSource struct {
 	cfg  jsSourceConfig
+	dial Dialer // the cluster's server, when cfg names no url
 	what string // error prefix: "connector jetstream: source STREAM"
 
 	open          bool
@@ -137,6 +138,7 @@ func (s *jsSource) Open(ctx context.Context, subtask, parallelism int) error {
 		return fmt.Errorf("%s: open: already open", s.what)
 	}
 	a := s.cfg.auth()
+	a.dial = s.dial
 	nc, js, err := a.connect(s.what, fmt.Sprintf("wstream jetstream source %s %d/%d", s.cfg.Stream, subtask, parallelism))
 	if err != nil {
 		return err
@@ -545,3 +547,7 @@ func rescaleJSOffsets(old [][]byte, newSubtask, newParallelism int) ([]byte, err
 	}
 	return json.Marshal(o)
 }
+
+// SetDialer gives the source the cluster's own NATS server, which it uses when
+// its configuration names no url.
+func (s *jsSource) SetDialer(d Dialer) { s.dial = d }

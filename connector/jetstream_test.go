@@ -86,7 +86,8 @@ func TestJetStreamConfigErrors(t *testing.T) {
 		cfg  string
 		want string
 	}{
-		{false, `{}`, `connector jetstream: config.url: missing`},
+		{false, `{}`, `connector jetstream: config.stream: missing`},
+		{false, `{"stream":"s","creds":"c"}`, `connector jetstream: config.creds: needs url`},
 		{false, `{"url":"nats://127.0.0.1:1"}`, `connector jetstream: config.stream: missing`},
 		{false, `{"url":"u","stream":"a.b"}`, `connector jetstream: config.stream: "a.b" is not a stream name`},
 		{false, `{"url":"u","stream":"s","subject":"a..b"}`, `connector jetstream: config.subject: "a..b" is not a subject filter`},

@@ -34,6 +34,8 @@ type Record struct {
 	Updated      time.Time       `json:"updated"`
 	// Restarts says why each restart of the job happened, oldest first.
 	Restarts []RestartEntry `json:"restarts,omitempty"`
+	// Tenant owns the job ("" without tenants).
+	Tenant string `json:"tenant,omitempty"`
 }
 
 // JobDir is a job's directory under a data directory.
@@ -102,7 +104,7 @@ func (c *Coordinator) writeRecord(j *jobState, state string) {
 	c.mu.Lock()
 	r := Record{JobID: j.info.JobID, Name: j.info.Name, Plan: j.plan.JSON(), ModuleDigest: j.digest,
 		ModuleName: j.module, State: state, Attempt: j.attempt, Updated: c.now(),
-		Restarts: slices.Clone(j.restartLog)}
+		Restarts: slices.Clone(j.restartLog), Tenant: j.info.Tenant}
 	c.mu.Unlock()
 	dir := JobDir(c.cfg.DataDir, r.JobID)
 	if err := writeJSONAtomic(dir, "job.json", r); err != nil {
@@ -267,7 +269,11 @@ func (c *Coordinator) newCkptDriver(j *jobState) (*ckptDriver, int64, error) {
 	if c.cfg.DataDir == "" {
 		return nil, 0, errors.New("checkpoints need a data directory for their storage")
 	}
-	st, err := checkpoint.OpenStorageAt(j.checkpointRoot(c.cfg.DataDir), c.cfg.NATS)
+	nc, err := c.jobConn(j)
+	if err != nil {
+		return nil, 0, err
+	}
+	st, err := checkpoint.OpenStorageAt(j.checkpointRoot(c.cfg.DataDir), nc)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -295,7 +301,7 @@ func (c *Coordinator) newCkptDriver(j *jobState) (*ckptDriver, int64, error) {
 			if m.Kind != checkpoint.KindCheckpoint {
 				return fmt.Errorf("it is a %s: a failover restores checkpoints only", m.Kind)
 			}
-			return c.rangesPresent(m)
+			return c.rangesPresent(nc, m)
 		})
 		for _, s := range skipped {
 			c.cfg.Logf("coordinator: job %s: skipping checkpoint: %v", j.info.JobID, s)
@@ -326,7 +332,7 @@ func (c *Coordinator) newCkptDriver(j *jobState) (*ckptDriver, int64, error) {
 	}
 	if j.attempt > 0 {
 		ctx, cancel := context.WithTimeout(context.Background(), kvTimeout)
-		if err := c.purgeEndedAttempts(ctx, j.info.JobID, j.attempt, restoreMeta); err != nil {
+		if err := c.purgeEndedAttempts(ctx, nc, j.info.JobID, j.attempt, restoreMeta); err != nil {
 			c.cfg.Logf("coordinator: job %s: purging the data of ended attempts: %v", j.info.JobID, err)
 		}
 		cancel()
@@ -760,7 +766,7 @@ func bytesReader(b []byte) *bytes.Reader { return bytes.NewReader(b) }
 // data stream (stream ranges of unaligned checkpoints across workers) is no
 // longer there, so that a restore falls back to an older checkpoint, or to
 // the beginning, instead of failing on it at every attempt.
-func (c *Coordinator) rangesPresent(m *checkpoint.Metadata) error {
+func (c *Coordinator) rangesPresent(nc *nats.Conn, m *checkpoint.Metadata) error {
 	var js jetstream.JetStream
 	for _, t := range m.Tasks {
 		for _, ch := range t.Channels {
@@ -769,7 +775,7 @@ func (c *Coordinator) rangesPresent(m *checkpoint.Metadata) error {
 			}
 			if js == nil {
 				var err error
-				if js, err = jetstream.New(c.cfg.NATS); err != nil {
+				if js, err = jetstream.New(nc); err != nil {
 					return err
 				}
 			}

@@ -20,6 +20,7 @@ import (
 
 	"github.com/wstream/wstream/job"
 	"github.com/wstream/wstream/lifecycle"
+	"github.com/wstream/wstream/tenant"
 	"github.com/wstream/wstream/transport"
 )
 
@@ -51,6 +52,17 @@ type Config struct {
 	// coordinator that died. Only one coordinator may run against a NATS
 	// cluster at a time.
 	ResumeJobs bool
+	// Tenants makes the cluster multi-tenant: requests that arrive through
+	// a tenant account's import act for that tenant only, and the tenant's
+	// jobs reach their data as users of its account (nil: one user, who is
+	// the admin).
+	Tenants *tenant.Authority
+	// TenantConnect connects to the NATS server with the credentials of a
+	// user of a tenant's account.
+	TenantConnect func(name string, creds tenant.Creds) (*nats.Conn, error)
+	// SystemConn is a connection of the NATS system account, through which
+	// the coordinator pushes the account JWTs of tenants it adds or changes.
+	SystemConn *nats.Conn
 }
 
 // Coordinator is the job manager.
@@ -78,6 +90,11 @@ type Coordinator struct {
 	// whether it was down at the last check.
 	reconnects uint64
 	offline    bool
+	// tconns are the connections to tenants' accounts, by tenant.
+	tconnMu sync.Mutex
+	tconns  map[string]*nats.Conn
+	// auditLog records every control-plane request.
+	auditLog auditLog
 }
 
 type workerState struct {
@@ -175,7 +192,7 @@ func New(cfg Config) (*Coordinator, error) {
 		cfg.DeployTimeout = 60 * time.Second
 	}
 	return &Coordinator{cfg: cfg, workers: map[string]*workerState{}, jobs: map[string]*jobState{}, now: time.Now, gone: map[string]string{},
-		cancelled: map[string]time.Time{}}, nil
+		cancelled: map[string]time.Time{}, tconns: map[string]*nats.Conn{}}, nil
 }
 
 // Start opens the job bucket, subscribes to the coordinator's subjects and,
@@ -208,20 +225,28 @@ func (c *Coordinator) Start() error {
 			return err
 		}
 	}
-	for subj, h := range map[string]nats.MsgHandler{
+	handlers := map[string]nats.MsgHandler{
 		transport.SubjectRegister:  c.onRegister,
 		transport.SubjectHeartbeat: c.onHeartbeat,
-		transport.SubjectSubmit:    c.onSubmit,
-		transport.SubjectCancel:    c.onCancel,
-		transport.SubjectList:      c.onList,
-		transport.SubjectSavepoint: c.onSavepoint,
-	} {
+	}
+	// Requests made in the coordinator's own account come from the admin
+	// (on a cluster without tenants, from every user).
+	for verb, h := range c.apiHandlers() {
+		handlers["wstream.coord."+verb] = func(m *nats.Msg) { h(m, adminCaller(m)) }
+	}
+	for subj, h := range handlers {
 		s, err := nc.Subscribe(subj, h)
 		if err != nil {
 			c.Close()
 			return fmt.Errorf("coordinator: subscribing to %s: %w", subj, err)
 		}
 		c.subs = append(c.subs, s)
+	}
+	if c.cfg.Tenants != nil {
+		if err := c.subscribeTenants(nc); err != nil {
+			c.Close()
+			return err
+		}
 	}
 	if err := nc.Flush(); err != nil {
 		c.Close()
@@ -272,6 +297,18 @@ func (c *Coordinator) Close() {
 	if c.store != nil {
 		c.store.close(2 * time.Second)
 	}
+	c.tconnMu.Lock()
+	for _, nc := range c.tconns {
+		nc.Close()
+	}
+	c.tconns = map[string]*nats.Conn{}
+	c.tconnMu.Unlock()
+	c.auditLog.mu.Lock()
+	if c.auditLog.f != nil {
+		_ = c.auditLog.f.Close()
+		c.auditLog.f = nil
+	}
+	c.auditLog.mu.Unlock()
 }
 
 func respond(m *nats.Msg, v any) {
@@ -395,7 +432,7 @@ func newJobID(name string) string {
 	return name + "-" + hex.EncodeToString(b[:])
 }
 
-func (c *Coordinator) onSubmit(m *nats.Msg) {
+func (c *Coordinator) onSubmit(m *nats.Msg, who caller) {
 	var req transport.SubmitRequest
 	if err := json.Unmarshal(m.Data, &req); err != nil {
 		respond(m, transport.SubmitReply{Error: "bad submit request: " + err.Error()})
@@ -404,7 +441,15 @@ func (c *Coordinator) onSubmit(m *nats.Msg) {
 	// Deploying waits on a worker: answer from a goroutine so that status
 	// messages keep flowing meanwhile.
 	go func() {
-		id, err := c.submit(req)
+		id, err := c.submit(req, who)
+		action := "submit"
+		switch {
+		case req.Resume != "":
+			action = "resume"
+		case req.FromSavepoint != "":
+			action = "submit from savepoint " + req.FromSavepoint
+		}
+		c.audit(who, action, orString(id, req.Resume), err)
 		if err != nil {
 			respond(m, transport.SubmitReply{Error: err.Error()})
 			return
@@ -413,12 +458,34 @@ func (c *Coordinator) onSubmit(m *nats.Msg) {
 	}()
 }
 
-func (c *Coordinator) submit(req transport.SubmitRequest) (string, error) {
+func (c *Coordinator) submit(req transport.SubmitRequest, who caller) (string, error) {
 	plan, err := job.Parse(req.Plan)
 	if err != nil {
 		return "", err
 	}
 	g, err := job.Build(plan)
+	if err != nil {
+		return "", err
+	}
+	owner, quotas, err := c.jobOwner(req, who)
+	if err != nil {
+		return "", err
+	}
+	if owner != "" {
+		if err := checkTenantPlan(plan, g, quotas); err != nil {
+			return "", fmt.Errorf("tenant %s: %w", owner, err)
+		}
+		if err := c.checkTenantLocation(caller{tenant: owner}, req.FromSavepoint); err != nil {
+			return "", err
+		}
+	}
+	dataNC, err := c.dataConn(owner)
+	if err != nil {
+		return "", err
+	}
+	mctx, mcancel := context.WithTimeout(context.Background(), time.Minute)
+	err = c.tenantModule(mctx, owner, who, req.ModuleDigest, dataNC)
+	mcancel()
 	if err != nil {
 		return "", err
 	}
@@ -440,6 +507,9 @@ func (c *Coordinator) submit(req transport.SubmitRequest) (string, error) {
 		if rec, err = c.readRecord(id); err != nil {
 			return "", err
 		}
+		if rec.Tenant != owner {
+			return "", fmt.Errorf("no job %q", id)
+		}
 		if rec.State != transport.JobRunning {
 			return "", fmt.Errorf("job %s has %s: there is nothing to resume", id, rec.State)
 		}
@@ -453,7 +523,7 @@ func (c *Coordinator) submit(req transport.SubmitRequest) (string, error) {
 			return "", errors.New("a job cannot both resume and start from a savepoint")
 		}
 		var root string
-		if root, spID, err = checkSavepoint(req.FromSavepoint, plan, req.AllowNonRestoredState, c.cfg.NATS); err != nil {
+		if root, spID, err = checkSavepoint(req.FromSavepoint, plan, req.AllowNonRestoredState, dataNC); err != nil {
 			return "", err
 		}
 		req.FromSavepoint = root
@@ -466,12 +536,20 @@ func (c *Coordinator) submit(req transport.SubmitRequest) (string, error) {
 	}
 	// Placed before the job is accepted: a job no worker can take is
 	// refused, and leaves nothing behind.
-	pick, err := c.place(name, refs)
+	c.mu.Lock()
+	if owner != "" {
+		err = c.checkTenantQuotasLocked(owner, quotas, len(refs))
+	}
+	var pick placement
+	if err == nil {
+		pick, err = c.placeLocked(name, refs)
+	}
+	c.mu.Unlock()
 	if err != nil {
 		return "", err
 	}
 	js := &jobState{
-		info:    transport.JobInfo{JobID: id, Name: name, State: transport.JobRunning, Started: c.now()},
+		info:    transport.JobInfo{JobID: id, Name: name, State: transport.JobRunning, Started: c.now(), Tenant: owner},
 		plan:    plan,
 		digest:  req.ModuleDigest,
 		module:  req.ModuleName,
@@ -612,13 +690,18 @@ func (c *Coordinator) releaseLocked(p placement) {
 // dataStream creates a job's data stream, unless it exists, when its
 // placement spans several workers, and returns its name ("" for a job on
 // one worker). The stream is not reset between attempts.
-func (c *Coordinator) dataStream(id string, p placement) (string, error) {
+func (c *Coordinator) dataStream(j *jobState, p placement) (string, error) {
+	id := j.info.JobID
 	if len(p) < 2 {
 		// An earlier attempt's stream is kept: the checkpoint this one
 		// restores from may refer to ranges of it. It goes with the job.
 		return "", nil
 	}
-	js, err := jetstream.New(c.cfg.NATS)
+	nc, err := c.jobConn(j)
+	if err != nil {
+		return "", err
+	}
+	js, err := jetstream.New(nc)
 	if err != nil {
 		return "", err
 	}
@@ -639,8 +722,13 @@ func (c *Coordinator) dataStream(id string, p placement) (string, error) {
 }
 
 // dropDataStream removes a job's data stream, if it has one.
-func (c *Coordinator) dropDataStream(id string) {
-	js, err := jetstream.New(c.cfg.NATS)
+func (c *Coordinator) dropDataStream(j *jobState) {
+	id := j.info.JobID
+	nc, err := c.jobConn(j)
+	var js jetstream.JetStream
+	if err == nil {
+		js, err = jetstream.New(nc)
+	}
 	if err == nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		err = transport.DeleteDataStream(ctx, js, id)
@@ -713,7 +801,7 @@ func (c *Coordinator) cancelOn(worker, id string, attempt int, failed bool) {
 	}
 }
 
-func (c *Coordinator) onCancel(m *nats.Msg) {
+func (c *Coordinator) onCancel(m *nats.Msg, who caller) {
 	var req transport.CancelRequest
 	if err := json.Unmarshal(m.Data, &req); err != nil {
 		respond(m, transport.Reply{Error: "bad cancel request: " + err.Error()})
@@ -721,6 +809,8 @@ func (c *Coordinator) onCancel(m *nats.Msg) {
 	}
 	c.mu.Lock()
 	j, ok := c.jobs[req.JobID]
+	// Another tenant's job is as absent as one that never was.
+	ok = ok && visibleLocked(j, who)
 	var acts []lifecycle.Action
 	if ok {
 		// A job that has ended already: nothing to do.
@@ -729,19 +819,25 @@ func (c *Coordinator) onCancel(m *nats.Msg) {
 	}
 	c.mu.Unlock()
 	if !ok {
-		respond(m, transport.Reply{Error: fmt.Sprintf("no job %q", req.JobID)})
+		err := fmt.Errorf("no job %q", req.JobID)
+		c.audit(who, "cancel", req.JobID, err)
+		respond(m, transport.Reply{Error: err.Error()})
 		return
 	}
+	c.audit(who, "cancel", req.JobID, nil)
 	go c.carryOut(j, acts)
 	respond(m, transport.Reply{})
 }
 
 // onList answers with a row per job: its state by Flink's names, its
 // attempt, and the cause of its latest restart.
-func (c *Coordinator) onList(m *nats.Msg) {
+func (c *Coordinator) onList(m *nats.Msg, who caller) {
 	c.mu.Lock()
 	out := transport.ListReply{Jobs: []transport.JobInfo{}}
 	for _, j := range c.jobs {
+		if !visibleLocked(j, who) {
+			continue
+		}
 		row := j.info
 		row.State = j.lc.State().String()
 		row.Attempt, row.Restarts, row.Cause = j.lc.Attempt(), j.lc.Restarts(), j.lc.Cause()

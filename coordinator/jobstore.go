@@ -50,6 +50,8 @@ type JobSpec struct {
 	LatestCheckpoint int64  `json:"latestCheckpoint,omitempty"`
 	// Result is the job's result once it has ended.
 	Result *transport.JobResult `json:"result,omitempty"`
+	// Tenant owns the job ("" without tenants).
+	Tenant string `json:"tenant,omitempty"`
 }
 
 // kvTimeout bounds one call to the key-value bucket.
@@ -223,6 +225,7 @@ func (c *Coordinator) specLocked(j *jobState, state string) *JobSpec {
 		State: state, Error: j.info.Error, Attempt: j.attempt, Restarts: j.lc.Restarts(), RestartLog: slices.Clone(j.restartLog),
 		Started: j.started, Updated: c.now(), FromSavepoint: j.fromSavepoint, SavepointID: j.savepointID,
 		CheckpointRoot: j.checkpointRoot(c.cfg.DataDir), LatestCheckpoint: j.latestCheckpoint, Result: j.result,
+		Tenant: j.info.Tenant,
 	}
 	if state == transport.JobRunning {
 		s.Error = ""

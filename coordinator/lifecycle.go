@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -112,7 +113,7 @@ func (c *Coordinator) carryOut(j *jobState, acts []lifecycle.Action) error {
 		case lifecycle.ScheduleRestart:
 			go c.restartAfter(j, a)
 		case lifecycle.DropDataStream:
-			c.dropDataStream(id)
+			c.dropDataStream(j)
 		case lifecycle.PersistSpec:
 			c.mu.Lock()
 			state := j.info.State
@@ -123,6 +124,10 @@ func (c *Coordinator) carryOut(j *jobState, acts []lifecycle.Action) error {
 			b, _ := json.Marshal(j.result)
 			c.mu.Unlock()
 			_ = c.cfg.NATS.Publish(transport.JobDoneSubject(id), b)
+			if t := j.info.Tenant; t != "" {
+				// What the tenant's clients hear as JobDoneSubject.
+				c.publishToTenant(t, strings.TrimPrefix(transport.JobDoneSubject(id), "wstream."), b)
+			}
 		}
 	}
 	return deployErr
@@ -149,6 +154,11 @@ func (c *Coordinator) deploy(j *jobState, a lifecycle.Deploy) error {
 		c.releaseLocked(pl)
 		pl, err = c.placeLocked(j.info.Name, j.refs)
 	}
+	if err == nil && len(pl) == 0 {
+		// Placed refuses it too, but that would read as a cancellation
+		// below and leave the attempt waiting for ever.
+		err = fmt.Errorf("job %s: attempt %d has an empty placement: no worker would run any of its %d subtasks", id, a.Attempt, len(j.refs))
+	}
 	if err != nil {
 		_ = j.lc.DeployFailed(now, a.Attempt, err.Error(), nil)
 		acts := c.applyLocked(j)
@@ -162,7 +172,10 @@ func (c *Coordinator) deploy(j *jobState, a lifecycle.Deploy) error {
 		c.mu.Unlock()
 		return nil
 	}
-	j.placement = pl
+	// The job's own copy: the liveness monitor takes a lost worker out of
+	// it (its slots went with it) while this deployment still sends to,
+	// and reports, the whole of pl.
+	j.placement = maps.Clone(pl)
 	j.metrics = map[string]*transport.VertexMetrics{}
 	// A stop with savepoint belongs to the attempt it completed in.
 	j.stopped.Store(false)
@@ -188,8 +201,8 @@ func (c *Coordinator) deploy(j *jobState, a lifecycle.Deploy) error {
 	c.mu.Unlock()
 	if err == nil {
 		workers := pl.workers()
-		where := "worker " + workers[0]
-		if len(workers) > 1 {
+		where := "worker " + strings.Join(workers, ", ")
+		if len(workers) != 1 {
 			where = fmt.Sprintf("%d workers (%s)", len(workers), strings.Join(workers, ", "))
 		}
 		c.cfg.Logf("coordinator: job %s attempt %d deployed on %s (%d subtasks%s)", id, a.Attempt, where, len(j.refs), restoreText(restore))
@@ -245,7 +258,10 @@ func (c *Coordinator) sendDeployment(j *jobState, a lifecycle.Deploy, pl placeme
 		JobID: id, Attempt: a.Attempt, Plan: j.plan.JSON(),
 		ModuleDigest: j.digest, ModuleName: j.module, Tasks: j.refs, Restartable: a.Restartable,
 	}
-	stream, err := c.dataStream(id, pl)
+	if err := c.tenantDeployment(j, &d); err != nil {
+		return nil, 0, err
+	}
+	stream, err := c.dataStream(j, pl)
 	if err != nil {
 		return nil, 0, err
 	}

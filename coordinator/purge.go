@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strconv"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/wstream/wstream/checkpoint"
@@ -18,11 +19,11 @@ import (
 // a restore can read those ranges back; everything else of an ended
 // attempt is dead weight on the server's disk. A job on one worker has no
 // data stream: nothing to do.
-func (c *Coordinator) purgeEndedAttempts(ctx context.Context, job string, before int, keep *checkpoint.Metadata) error {
+func (c *Coordinator) purgeEndedAttempts(ctx context.Context, nc *nats.Conn, job string, before int, keep *checkpoint.Metadata) error {
 	if before <= 0 {
 		return nil
 	}
-	js, err := jetstream.New(c.cfg.NATS)
+	js, err := jetstream.New(nc)
 	if err != nil {
 		return err
 	}

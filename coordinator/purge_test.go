@@ -47,7 +47,7 @@ func TestPurgeEndedAttempts(t *testing.T) {
 	rng := &checkpoint.ChannelRange{Stream: transport.DataStream(job), Subject: kept, First: seqs[kept][2], Last: seqs[kept][3], Messages: 2}
 	keep := &checkpoint.Metadata{ID: 9, Tasks: []checkpoint.SubtaskState{{Channels: []checkpoint.ChannelState{{Input: true, Range: rng}}}}}
 	c := &Coordinator{cfg: Config{NATS: nc}}
-	if err := c.purgeEndedAttempts(ctx, job, 2, keep); err != nil {
+	if err := c.purgeEndedAttempts(ctx, c.cfg.NATS, job, 2, keep); err != nil {
 		t.Fatal(err)
 	}
 	info, err := stream.Info(ctx, jetstream.WithSubjectFilter(transport.DataSubjects(job)))
@@ -72,7 +72,7 @@ func TestPurgeEndedAttempts(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A job without a data stream (one worker) is left alone.
-	if err := c.purgeEndedAttempts(ctx, "other", 3, nil); err != nil {
+	if err := c.purgeEndedAttempts(ctx, c.cfg.NATS, "other", 3, nil); err != nil {
 		t.Fatal(err)
 	}
 }

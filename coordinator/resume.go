@@ -49,7 +49,7 @@ func (c *Coordinator) resumedJob(s *JobSpec) (*jobState, error) {
 		started = c.now()
 	}
 	j := &jobState{
-		info:             transport.JobInfo{JobID: s.JobID, Name: s.Name, State: transport.JobRunning, Started: started},
+		info:             transport.JobInfo{JobID: s.JobID, Name: s.Name, State: transport.JobRunning, Started: started, Tenant: s.Tenant},
 		plan:             plan,
 		digest:           s.ModuleDigest,
 		module:           s.ModuleName,
@@ -263,7 +263,11 @@ func (c *Coordinator) afterReconnect() {
 // checkDataStream fails the attempt of j when its data stream is gone.
 func (c *Coordinator) checkDataStream(j *jobState, attempt int) {
 	id := j.info.JobID
-	js, err := jetstream.New(c.cfg.NATS)
+	nc, err := c.jobConn(j)
+	var js jetstream.JetStream
+	if err == nil {
+		js, err = jetstream.New(nc)
+	}
 	if err != nil {
 		c.failJob(j, attempt, fmt.Sprintf("checking its data stream after NATS reconnected: %v", err))
 		return

@@ -88,14 +88,26 @@ type pendingSavepoint struct {
 	reply *nats.Msg
 }
 
-func (c *Coordinator) onSavepoint(m *nats.Msg) {
+func (c *Coordinator) onSavepoint(m *nats.Msg, who caller) {
 	var req transport.SavepointRequest
 	if err := json.Unmarshal(m.Data, &req); err != nil {
 		respond(m, transport.SavepointReply{Error: "bad savepoint request: " + err.Error()})
 		return
 	}
+	action := "savepoint"
+	if req.Stop {
+		action = "stop with savepoint"
+	}
+	if err := c.checkTenantLocation(who, req.Dir); err != nil {
+		c.audit(who, action, req.JobID, err)
+		respond(m, transport.SavepointReply{Error: err.Error()})
+		return
+	}
 	c.mu.Lock()
 	j, ok := c.jobs[req.JobID]
+	// Another tenant's job is as absent as one that never was.
+	ok = ok && visibleLocked(j, who)
+	c.audit(who, action, req.JobID, nil)
 	var d *ckptDriver
 	if ok && !j.done {
 		d = j.ckpt
@@ -123,7 +135,11 @@ func (c *Coordinator) onSavepoint(m *nats.Msg) {
 		}
 	}
 	dir := req.Dir
-	if dir == "" {
+	switch {
+	case dir != "":
+	case j.info.Tenant != "":
+		dir = filepath.Join(c.tenantRoot(j.info.Tenant), "savepoints")
+	default:
 		dir = filepath.Join(c.cfg.DataDir, "savepoints")
 	}
 	d.savepoint(dir, req.Stop, req.Stop && req.Drain, m)
@@ -207,7 +223,10 @@ func (d *ckptDriver) exportSavepoint(id int64, dir string) error {
 // references are copied through the storage, checked on the way, the
 // metadata last. A directory target is staged and renamed into place.
 func (d *ckptDriver) copySavepoint(id int64, dir string) error {
-	nc := d.c.cfg.NATS
+	nc, err := d.c.jobConn(d.j)
+	if err != nil {
+		return fmt.Errorf("writing savepoint %s: %w", dir, err)
+	}
 	if checkpoint.IsObjectLocation(dir) {
 		if _, _, err := checkpoint.OpenSavepointAt(dir, nc); err == nil {
 			return fmt.Errorf("savepoint %s exists already", dir)

@@ -13,6 +13,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -23,6 +24,7 @@ import (
 	"github.com/wstream/wstream/host"
 	"github.com/wstream/wstream/job"
 	"github.com/wstream/wstream/operator/builtin"
+	"github.com/wstream/wstream/tenant"
 	"github.com/wstream/wstream/transport"
 	"github.com/wstream/wstream/worker"
 )
@@ -64,6 +66,15 @@ type Options struct {
 	// that the job bucket says are running (`wstream server`: a coordinator
 	// that takes over from one that died).
 	ResumeJobs bool
+	// Tenants makes the cluster multi-tenant: the embedded NATS server
+	// trusts the authority's operator (with NATSURL, the external server
+	// must: tenant.Authority.ServerConfig), the coordinator and workers
+	// connect as users of its service account, and each tenant is an
+	// account of its own.
+	Tenants *tenant.Authority
+	// NoWorkers starts no in-process worker, even with the embedded server
+	// (`wstream server` runs guest code only when asked).
+	NoWorkers bool
 }
 
 // ReconnectWait is how long a connection to a NATS server waits between
@@ -84,6 +95,7 @@ type Engine struct {
 	opts    Options
 	srv     *server.Server
 	nc      *nats.Conn
+	sys     *nats.Conn // the system account's (tenants)
 	rt      *host.Runtime
 	coord   *coordinator.Coordinator
 	workers []*worker.Worker
@@ -138,12 +150,38 @@ func Start(ctx context.Context, o Options) (e *Engine, err error) {
 			e = nil
 		}
 	}()
-	if o.NATSURL == "" {
-		e.srv, err = transport.StartEmbedded(transport.EmbeddedOptions{StoreDir: filepath.Join(o.DataDir, "nats"), Listen: o.Listen})
+	// dial connects to the server as the engine's processes do: in
+	// process or by URL, as a user of the service account when there are
+	// tenants; opts (a tenant user's credentials) come last.
+	var base []nats.Option
+	if o.Tenants != nil {
+		cr, err := o.Tenants.ServiceUser("wstream")
 		if err != nil {
 			return nil, err
 		}
-		e.nc, err = transport.ConnectInProcess(e.srv, "wstream")
+		base = append(base, cr.Option())
+	}
+	dial := func(name string, opts ...nats.Option) (*nats.Conn, error) {
+		all := append(slices.Clone(base), opts...)
+		if e.srv != nil {
+			return transport.ConnectInProcess(e.srv, name, all...)
+		}
+		nc, err := nats.Connect(o.NATSURL, append(connectOptions(name, o), all...)...)
+		if err != nil {
+			return nil, fmt.Errorf("connecting to NATS at %s: %w", o.NATSURL, err)
+		}
+		return nc, nil
+	}
+	if o.NATSURL == "" {
+		eo := transport.EmbeddedOptions{StoreDir: filepath.Join(o.DataDir, "nats"), Listen: o.Listen}
+		if o.Tenants != nil {
+			eo.Configure = o.Tenants.ConfigureServer
+		}
+		e.srv, err = transport.StartEmbedded(eo)
+		if err != nil {
+			return nil, err
+		}
+		e.nc, err = dial("wstream")
 		if err != nil {
 			return nil, err
 		}
@@ -155,14 +193,41 @@ func Start(ctx context.Context, o Options) (e *Engine, err error) {
 			}
 			e.urlFile = URLFile(o.DataDir)
 		}
-		if o.Workers <= 0 {
+		if o.Workers <= 0 && !o.NoWorkers {
 			o.Workers = 1
 		}
 	} else {
-		e.nc, err = nats.Connect(o.NATSURL, connectOptions("wstream", o)...)
+		e.nc, err = dial("wstream")
 		if err != nil {
-			return nil, fmt.Errorf("connecting to NATS at %s: %w", o.NATSURL, err)
+			return nil, err
 		}
+	}
+	if o.NoWorkers {
+		o.Workers = 0
+	}
+	var tenantConnect func(string, tenant.Creds) (*nats.Conn, error)
+	if o.Tenants != nil && !o.NoCoordinator {
+		cr, err := o.Tenants.SystemUser("wstream-system")
+		if err != nil {
+			return nil, err
+		}
+		// The system account's connection carries no service credentials.
+		if e.srv != nil {
+			e.sys, err = transport.ConnectInProcess(e.srv, "wstream-system", cr.Option())
+		} else {
+			e.sys, err = nats.Connect(o.NATSURL, append(connectOptions("wstream-system", o), cr.Option())...)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("connecting to NATS's system account: %w", err)
+		}
+		if e.srv == nil {
+			// An external server learns the tenants added while it was
+			// started from an older configuration.
+			if err := o.Tenants.PushAll(e.sys); err != nil {
+				return nil, err
+			}
+		}
+		tenantConnect = func(name string, c tenant.Creds) (*nats.Conn, error) { return dial(name, c.Option()) }
 	}
 	e.rt, err = host.NewRuntime(ctx, o.Host)
 	if err != nil {
@@ -170,7 +235,8 @@ func Start(ctx context.Context, o Options) (e *Engine, err error) {
 	}
 	if !o.NoCoordinator {
 		e.coord, err = coordinator.New(coordinator.Config{NATS: e.nc, Logf: o.Logf, DataDir: o.DataDir,
-			HeartbeatInterval: o.HeartbeatInterval, WorkerTimeout: o.WorkerTimeout, ResumeJobs: o.ResumeJobs})
+			HeartbeatInterval: o.HeartbeatInterval, WorkerTimeout: o.WorkerTimeout, ResumeJobs: o.ResumeJobs,
+			Tenants: o.Tenants, TenantConnect: tenantConnect, SystemConn: e.sys})
 		if err != nil {
 			return nil, err
 		}
@@ -184,11 +250,7 @@ func Start(ctx context.Context, o Options) (e *Engine, err error) {
 			// A connection per worker, as workers on separate hosts have:
 			// the data exchange between them does not share one socket.
 			name := fmt.Sprintf("wstream-w%d", i)
-			if e.srv != nil {
-				nc, err = transport.ConnectInProcess(e.srv, name)
-			} else {
-				nc, err = nats.Connect(o.NATSURL, connectOptions(name, o)...)
-			}
+			nc, err = dial(name)
 			if err != nil {
 				return nil, err
 			}
@@ -202,6 +264,7 @@ func Start(ctx context.Context, o Options) (e *Engine, err error) {
 			Runtime: e.rt,
 			Stdout:  o.Stdout,
 			Logf:    o.Logf,
+			Dial:    dial,
 
 			HeartbeatInterval: o.HeartbeatInterval,
 		})
@@ -289,6 +352,10 @@ func (e *Engine) Close(ctx context.Context) error {
 		e.nc.Close()
 		e.nc = nil
 	}
+	if e.sys != nil {
+		e.sys.Close()
+		e.sys = nil
+	}
 	if e.urlFile != "" {
 		_ = os.Remove(e.urlFile)
 	}
@@ -314,6 +381,8 @@ type Deployment struct {
 	// FromSavepoint starts the job from the savepoint in this directory.
 	FromSavepoint         string
 	AllowNonRestoredState bool
+	// Tenant runs the job as this tenant (the admin only).
+	Tenant string
 }
 
 // PrepareResume prepares the continuation of a job recorded in the data
@@ -436,7 +505,8 @@ func Prepare(ctx context.Context, rt *host.Runtime, o PrepareOptions) (*Deployme
 // Submit stores the module and submits the job; it returns the job id.
 func (e *Engine) Submit(ctx context.Context, d *Deployment) (string, error) {
 	req := transport.SubmitRequest{Name: d.Name, Plan: d.Plan.JSON(), ModuleName: d.ModuleName, Resume: d.Resume,
-		ModuleDigest: d.ModuleDigest, FromSavepoint: d.FromSavepoint, AllowNonRestoredState: d.AllowNonRestoredState}
+		ModuleDigest: d.ModuleDigest, FromSavepoint: d.FromSavepoint, AllowNonRestoredState: d.AllowNonRestoredState,
+		Tenant: d.Tenant}
 	if d.Wasm != nil {
 		digest, err := coordinator.StoreModule(ctx, e.nc, d.Wasm)
 		if err != nil {

@@ -11,6 +11,8 @@ import (
 // [A-Za-z0-9_-] so they are single subject tokens.
 const (
 	SubjectSavepoint = "wstream.coord.savepoint"
+	// SubjectTenant manages tenants (admin only).
+	SubjectTenant    = "wstream.coord.tenant"
 	SubjectSubmit    = "wstream.coord.submit"
 	SubjectCancel    = "wstream.coord.cancel"
 	SubjectList      = "wstream.coord.list"
@@ -69,6 +71,9 @@ type SubmitRequest struct {
 	Plan                  json.RawMessage `json:"plan"`
 	ModuleDigest          string          `json:"moduleDigest"`
 	ModuleName            string          `json:"moduleName"`
+	// Tenant runs the job as this tenant: only the admin may name one (a
+	// tenant's own requests run as that tenant).
+	Tenant string `json:"tenant,omitempty"`
 }
 
 // SubmitReply answers a SubmitRequest.
@@ -170,6 +175,33 @@ type Deployment struct {
 	// the job's other workers: the job is spread over several workers, and a
 	// channel whose two ends are not both in Tasks goes through it.
 	DataStream string `json:"dataStream,omitempty"`
+	// Tenant owns the job. TenantJWT and TenantSeed are the credentials of
+	// a user of the tenant's NATS account: the worker reaches the job's
+	// data (module, data stream, checkpoints in object stores, JetStream
+	// connectors) through them, never through its own account.
+	Tenant     string `json:"tenant,omitempty"`
+	TenantJWT  string `json:"tenantJwt,omitempty"`
+	TenantSeed string `json:"tenantSeed,omitempty"`
+	// Quotas of the job's tenant that the worker enforces (0: the
+	// worker's own bounds).
+	MemoryLimitMiB int   `json:"memoryLimitMiB,omitempty"`
+	StateBytes     int64 `json:"stateBytes,omitempty"`
+	Weight         int   `json:"weight,omitempty"`
+}
+
+// TenantRequest manages tenants: Op is add, update, remove or list.
+type TenantRequest struct {
+	Op     string          `json:"op"`
+	Name   string          `json:"name,omitempty"`
+	Quotas json.RawMessage `json:"quotas,omitempty"`
+}
+
+// TenantReply answers a TenantRequest: the tenants (list, or the one
+// changed) and, for add, the credentials file of the tenant's first user.
+type TenantReply struct {
+	Tenants []json.RawMessage `json:"tenants,omitempty"`
+	Creds   string            `json:"creds,omitempty"`
+	Error   string            `json:"error,omitempty"`
 }
 
 // Checkpoint control actions.
@@ -282,6 +314,8 @@ type JobInfo struct {
 	Cause    string    `json:"cause,omitempty"`
 	Started  time.Time `json:"started"`
 	Error    string    `json:"error,omitempty"`
+	// Tenant owns the job ("" on a cluster without tenants).
+	Tenant string `json:"tenant,omitempty"`
 }
 
 // ListReply answers a list request.

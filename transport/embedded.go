@@ -16,6 +16,9 @@ type EmbeddedOptions struct {
 	// Listen is "host:port" to accept network clients (other workers); empty
 	// means in-process connections only.
 	Listen string
+	// Configure, when set, adjusts the server's options before it starts
+	// (the tenant authority makes it trust its operator).
+	Configure func(*server.Options) error
 }
 
 // StartEmbedded starts a NATS server with JetStream inside this process and
@@ -46,6 +49,11 @@ func StartEmbedded(o EmbeddedOptions) (*server.Server, error) {
 		}
 		opts.Host, opts.Port = host, p
 	}
+	if o.Configure != nil {
+		if err := o.Configure(opts); err != nil {
+			return nil, err
+		}
+	}
 	s, err := server.NewServer(opts)
 	if err != nil {
 		return nil, fmt.Errorf("starting embedded NATS server: %w", err)
@@ -59,8 +67,9 @@ func StartEmbedded(o EmbeddedOptions) (*server.Server, error) {
 }
 
 // ConnectInProcess connects to an embedded server without a socket.
-func ConnectInProcess(s *server.Server, name string) (*nats.Conn, error) {
-	nc, err := nats.Connect("", nats.InProcessServer(s), nats.Name(name), nats.MaxReconnects(-1))
+// Extra options (credentials) come last.
+func ConnectInProcess(s *server.Server, name string, opts ...nats.Option) (*nats.Conn, error) {
+	nc, err := nats.Connect("", append([]nats.Option{nats.InProcessServer(s), nats.Name(name), nats.MaxReconnects(-1)}, opts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("connecting to embedded NATS server: %w", err)
 	}

@@ -53,6 +53,13 @@ type Config struct {
 	// holds in flight before its producer blocks (default
 	// transport.DefaultWindow).
 	ExchangeWindow int
+	// Dial opens another connection to the cluster's NATS server, as the
+	// worker (no options) or with the credentials opts give: a tenant's
+	// job reaches its data as a user of the tenant's account, and
+	// JetStream connectors that name no url reach the cluster's server.
+	// Without it a tenant's job is refused and such connectors cannot
+	// open.
+	Dial func(name string, opts ...nats.Option) (*nats.Conn, error)
 }
 
 // Worker runs the subtasks the coordinator assigns to it.
@@ -321,22 +328,30 @@ func (w *Worker) onDeploy(m *nats.Msg) {
 
 // module returns the compiled module with digest, fetching it from the
 // object store the first time.
-func (w *Worker) module(ctx context.Context, digest, name string) (*host.Module, error) {
+func (w *Worker) module(ctx context.Context, js jetstream.JetStream, tenant, digest, name string) (*host.Module, error) {
 	w.mu.Lock()
-	if mod, ok := w.modules[digest]; ok {
-		w.mu.Unlock()
+	mod, ok := w.modules[digest]
+	w.mu.Unlock()
+	if ok && tenant == "" {
 		return mod, nil
 	}
-	w.mu.Unlock()
-	obs, err := w.js.ObjectStore(ctx, transport.ModuleBucket)
+	obs, err := js.ObjectStore(ctx, transport.ModuleBucket)
 	if err != nil {
 		return nil, fmt.Errorf("opening module store %s: %w", transport.ModuleBucket, err)
+	}
+	if ok {
+		// Compiled for another job: a tenant's job may use it only if the
+		// tenant holds the module itself.
+		if _, err := obs.GetInfo(ctx, digest); err != nil {
+			return nil, fmt.Errorf("fetching module %s (%s): %w", name, digest, err)
+		}
+		return mod, nil
 	}
 	wasm, err := obs.GetBytes(ctx, digest)
 	if err != nil {
 		return nil, fmt.Errorf("fetching module %s (%s): %w", name, digest, err)
 	}
-	mod, err := w.rt.Compile(ctx, name, wasm)
+	mod, err = w.rt.Compile(ctx, name, wasm)
 	if err != nil {
 		return nil, err
 	}
@@ -372,6 +387,50 @@ type jobRun struct {
 	// exch makes the channels to the job's subtasks on other workers (nil:
 	// every subtask of the job runs here).
 	exch *transport.Exchange
+	// nc and js reach the job's data: the worker's own connection, or, for
+	// a tenant's job, one as a user of the tenant's account (owned: closed
+	// when the job's part here ends); dial opens more such connections
+	// (JetStream connectors).
+	nc     *nats.Conn
+	js     jetstream.JetStream
+	ownsNC bool
+	dial   connector.Dialer
+}
+
+// dataConn opens what reaches the job's data (jobRun.nc, js, dial).
+func (w *Worker) dataConn(j *jobRun, d transport.Deployment) error {
+	j.nc, j.js = w.cfg.NATS, w.js
+	var opts []nats.Option
+	if d.Tenant != "" {
+		if d.TenantJWT == "" || d.TenantSeed == "" {
+			return fmt.Errorf("job %s of tenant %s: the deployment carries no credentials for the tenant's account", d.JobID, d.Tenant)
+		}
+		if w.cfg.Dial == nil {
+			return fmt.Errorf("worker %s cannot run tenant %s's job %s: it has no way to connect to the tenant's account", w.cfg.ID, d.Tenant, d.JobID)
+		}
+		opts = append(opts, nats.UserJWTAndSeed(d.TenantJWT, d.TenantSeed))
+		nc, err := w.cfg.Dial(fmt.Sprintf("wstream-worker-%s-%s", w.cfg.ID, d.JobID), opts...)
+		if err != nil {
+			return fmt.Errorf("job %s: connecting to tenant %s's account: %w", d.JobID, d.Tenant, err)
+		}
+		js, err := jetstream.New(nc)
+		if err != nil {
+			nc.Close()
+			return fmt.Errorf("job %s: %w", d.JobID, err)
+		}
+		j.nc, j.js, j.ownsNC = nc, js, true
+	}
+	if w.cfg.Dial != nil {
+		j.dial = func(name string) (*nats.Conn, error) { return w.cfg.Dial(name, opts...) }
+	}
+	return nil
+}
+
+// releaseConn closes the job's own connection.
+func (j *jobRun) releaseConn() {
+	if j.ownsNC {
+		j.nc.Close()
+	}
 }
 
 // releaseSink lets go of a sink's resources and leaves its files.
@@ -427,41 +486,45 @@ func (w *Worker) deploy(d transport.Deployment) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	j := &jobRun{id: d.JobID, attempt: d.Attempt, plan: plan, graph: g, ctx: ctx, cancel: cancel,
 		done: make(chan struct{}), restartable: d.Restartable}
+	if err := w.dataConn(j, d); err != nil {
+		cancel()
+		return err
+	}
+	fail := func(err error) error {
+		cancel()
+		j.releaseConn()
+		return err
+	}
 	if plan.Checkpoint.Enabled() {
 		env, err := w.checkpointEnv(j, d)
 		if err != nil {
-			cancel()
-			return err
+			return fail(err)
 		}
 		j.ckpt = env
 	}
 	var mod *host.Module
 	if needsModule(g) {
-		mod, err = w.module(ctx, d.ModuleDigest, d.ModuleName)
+		mod, err = w.module(ctx, j.js, d.Tenant, d.ModuleDigest, d.ModuleName)
 		if err != nil {
-			cancel()
-			return err
+			return fail(err)
 		}
 	}
 	if d.DataStream != "" {
 		if d.DataStream != transport.DataStream(d.JobID) {
-			cancel()
-			return fmt.Errorf("job %s: deployment names data stream %s, want %s", d.JobID, d.DataStream, transport.DataStream(d.JobID))
+			return fail(fmt.Errorf("job %s: deployment names data stream %s, want %s", d.JobID, d.DataStream, transport.DataStream(d.JobID)))
 		}
-		x, err := transport.NewExchange(ctx, transport.ExchangeConfig{NATS: w.cfg.NATS, Job: d.JobID, Attempt: d.Attempt, Window: w.cfg.ExchangeWindow})
+		x, err := transport.NewExchange(ctx, transport.ExchangeConfig{NATS: j.nc, Job: d.JobID, Attempt: d.Attempt, Window: w.cfg.ExchangeWindow})
 		if err != nil {
-			cancel()
-			return fmt.Errorf("worker %s: %w", w.cfg.ID, err)
+			return fail(fmt.Errorf("worker %s: %w", w.cfg.ID, err))
 		}
 		j.exch = x
 	}
 	tasks, err := w.wire(j, mod, d.Tasks)
 	if err != nil {
-		cancel()
 		if j.exch != nil {
 			j.exch.Close()
 		}
-		return err
+		return fail(err)
 	}
 	j.tasks = tasks
 	w.mu.Lock()
@@ -477,6 +540,7 @@ func (w *Worker) deploy(d transport.Deployment) error {
 		if j.exch != nil {
 			j.exch.Close()
 		}
+		j.releaseConn()
 		w.mu.Lock()
 		if w.jobs[j.id] == j {
 			delete(w.jobs, j.id)
@@ -494,7 +558,7 @@ func (w *Worker) checkpointEnv(j *jobRun, d transport.Deployment) (*ckptEnv, err
 	if d.CheckpointRoot == "" {
 		return nil, fmt.Errorf("job %s checkpoints but its deployment names no checkpoint storage", j.id)
 	}
-	st, err := checkpoint.OpenStorageAt(d.CheckpointRoot, w.cfg.NATS)
+	st, err := checkpoint.OpenStorageAt(d.CheckpointRoot, j.nc)
 	if err != nil {
 		return nil, err
 	}
@@ -515,7 +579,7 @@ func (w *Worker) checkpointEnv(j *jobRun, d transport.Deployment) (*ckptEnv, err
 		alignedTimeout:   cs.AlignedTimeout,
 		tmpDir:           filepath.Join(w.cfg.DataDir, "jobs", j.id, "snapshots"),
 		logf:             w.cfg.Logf,
-		js:               w.js,
+		js:               j.js,
 		publish: func(a transport.CheckpointAck) {
 			if err := w.cfg.NATS.Publish(transport.CheckpointAckSubject(j.id), ackJSON(a)); err != nil {
 				w.cfg.Logf("worker %s: acknowledging checkpoint %d of %s: %v", w.cfg.ID, a.ID, j.id, err)
@@ -533,7 +597,7 @@ func (w *Worker) checkpointEnv(j *jobRun, d transport.Deployment) (*ckptEnv, err
 	}
 	switch {
 	case d.SavepointRoot != "":
-		sp, err := checkpoint.OpenStorageAt(d.SavepointRoot, w.cfg.NATS)
+		sp, err := checkpoint.OpenStorageAt(d.SavepointRoot, j.nc)
 		if err != nil {
 			return nil, err
 		}
@@ -808,6 +872,9 @@ func (w *Worker) newTask(j *jobRun, mod *host.Module, c *job.Chain, sub int, cha
 			if err != nil {
 				return fail(fmt.Errorf("vertex %s: %w", v.ID, err))
 			}
+			if dd, ok := src.(connector.Dialed); ok && j.dial != nil {
+				dd.SetDialer(j.dial)
+			}
 			t.source = src
 			t.closers = append(t.closers, src.Close)
 			if j.ckpt != nil && j.ckpt.fromSavepoint {
@@ -831,6 +898,9 @@ func (w *Worker) newTask(j *jobRun, mod *host.Module, c *job.Chain, sub int, cha
 			snk, err := connector.NewSink(v.Connector, v.Config, w.cfg.Stdout)
 			if err != nil {
 				return fail(fmt.Errorf("vertex %s: %w", v.ID, err))
+			}
+			if dd, ok := snk.(connector.Dialed); ok && j.dial != nil {
+				dd.SetDialer(j.dial)
 			}
 			t.sink = snk
 			if tx, ok := snk.(connector.Transactional); ok && j.ckpt != nil {

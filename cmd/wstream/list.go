@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -42,8 +43,16 @@ func listCommand() *cli.Command {
 func printJobs(w io.Writer, jobs []transport.JobInfo) error {
 	var b strings.Builder
 	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
+	// A TENANT column only where jobs have owners (the admin's view).
+	tenants := slices.ContainsFunc(jobs, func(j transport.JobInfo) bool { return j.Tenant != "" })
+	if tenants {
+		fmt.Fprint(tw, "TENANT\t")
+	}
 	fmt.Fprintln(tw, "JOB\tSTATE\tATTEMPT\tRESTARTS\tSTARTED\tLAST RESTART CAUSE / ERROR")
 	for _, j := range jobs {
+		if tenants {
+			fmt.Fprintf(tw, "%s\t", orDefault(j.Tenant, "-"))
+		}
 		why := ""
 		switch {
 		case j.Error != "":

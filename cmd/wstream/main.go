@@ -111,6 +111,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			savepointCommand(),
 			stopCommand(),
 			inspectCommand(),
+			tenantCommand(),
 			{
 				Name:  "version",
 				Usage: "print the version and ABI version",
@@ -178,6 +179,7 @@ func deployCommand() *cli.Command {
 		&cli.StringSliceFlag{Name: "source", Usage: "`[ID=]CONNECTOR[:k=v,...]` replace a source, e.g. gen:count=1000,keys=10 or file:path=in.txt (repeatable)"},
 		&cli.StringSliceFlag{Name: "sink", Usage: "`[ID=]CONNECTOR[:k=v,...]` replace a sink, e.g. stdout or file:path=out.txt (repeatable)"},
 		&cli.StringFlag{Name: "name", Usage: "job name (default: the plan's name)"},
+		&cli.StringFlag{Name: "tenant", Usage: "with --nats and the admin's credentials: run the job as this tenant (a tenant's own credentials run its jobs as itself)"},
 		&cli.BoolFlag{Name: "dry-run", Usage: "validate the module and plan, print the execution graph, and exit"},
 		&cli.StringFlag{Name: "from-savepoint", Aliases: []string{"from-checkpoint"}, Usage: "start from the savepoint in `DIR`, or from a retained checkpoint (a job's checkpoint directory or one chk-* directory in it), at any parallelism up to the max parallelism"},
 		&cli.BoolFlag{Name: "allow-non-restored-state", Usage: "with --from-savepoint: drop savepoint state of vertices the plan no longer has"},
@@ -316,6 +318,12 @@ func deploy(c *cli.Context, hc host.Config, ov job.Overrides) error {
 	if c.Bool("dry-run") {
 		fmt.Fprint(out, d.Graph.String())
 		return nil
+	}
+	if t := c.String("tenant"); t != "" {
+		if opts.NATSURL == "" {
+			return usageError{errors.New("--tenant needs --nats: the embedded default has no tenants")}
+		}
+		d.Tenant = t
 	}
 	e, err := engine.Start(ctx, opts)
 	if err != nil {
@@ -492,18 +500,26 @@ func serverCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "server",
 		Usage: "run a coordinator, with an embedded NATS server that listens unless --nats names one",
-		Flags: []cli.Flag{
+		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "listen", Usage: "address of the embedded NATS server", Value: "127.0.0.1:4222"},
-			&cli.IntFlag{Name: "workers", Usage: "in-process workers to start as well", Value: 0},
+			&cli.IntFlag{Name: "workers", Usage: "in-process workers to start as well (default none: guest code runs in `wstream worker` processes); they take the host flags, with `wstream worker`'s defaults", Value: 0},
 			&cli.DurationFlag{Name: "worker-timeout", Usage: "declare a worker lost (and fail its jobs over) after it has been silent this long (default 10s)"},
-			dataFlag, natsFlag, verboseFlag,
-		},
+			&cli.BoolFlag{Name: "tenants", Usage: "multi-tenant: NATS runs with accounts (the embedded server, or --nats configured by `wstream tenant init`), each tenant sees and reaches only its own jobs and data"},
+			authDirFlag, dataFlag, natsFlag, verboseFlag,
+		}, hostFlags()...),
 		Action: func(c *cli.Context) error {
 			ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
 			defer stop()
+			if c.Int("workers") < 0 {
+				return usageError{fmt.Errorf("--workers %d: must be ≥ 0", c.Int("workers"))}
+			}
+			hc, err := hostConfig(c)
+			if err != nil {
+				return err
+			}
 			// A server takes over the jobs a previous one left running.
-			opts := engine.Options{DataDir: c.String("data"), NATSURL: c.String("nats"), Workers: c.Int("workers"), Logf: logf(c), Stdout: c.App.Writer,
-				ResumeJobs: true, WorkerTimeout: c.Duration("worker-timeout")}
+			opts := engine.Options{DataDir: c.String("data"), NATSURL: c.String("nats"), Workers: c.Int("workers"), NoWorkers: c.Int("workers") == 0,
+				Host: hc, Logf: logf(c), Stdout: c.App.Writer, ResumeJobs: true, WorkerTimeout: c.Duration("worker-timeout")}
 			natsOpts, err := natsOptions(c)
 			if err != nil {
 				return err
@@ -512,11 +528,23 @@ func serverCommand() *cli.Command {
 			if opts.NATSURL == "" {
 				opts.Listen = c.String("listen")
 			}
+			if c.Bool("tenants") {
+				if opts.Tenants, err = openAuthority(authDir(c)); err != nil {
+					return err
+				}
+			} else if c.IsSet("auth-dir") {
+				return usageError{errors.New("--auth-dir goes with --tenants")}
+			}
 			e, err := engine.Start(ctx, opts)
 			if err != nil {
 				return err
 			}
 			fmt.Fprintf(c.App.ErrWriter, "wstream server: coordinator running (NATS %s)\n", orDefault(opts.NATSURL, "nats://"+opts.Listen))
+			if opts.Tenants != nil {
+				dir := authDir(c)
+				fmt.Fprintf(c.App.ErrWriter, "wstream server: tenants on; admin credentials %s, workers' %s\n",
+					filepath.Join(dir, adminCredsFile), filepath.Join(dir, workerCredsFile))
+			}
 			<-ctx.Done()
 			return e.Close(context.Background())
 		},
@@ -587,6 +615,7 @@ func clientEngine(c *cli.Context) (*engine.Engine, error) {
 	if err != nil {
 		return nil, err
 	}
+	natsOpts = defaultAdminCreds(c, natsOpts)
 	return engine.Start(c.Context, engine.Options{DataDir: tmp, NATSURL: url, NATSOptions: natsOpts, NoCoordinator: true})
 }
 

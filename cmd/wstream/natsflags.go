@@ -25,6 +25,7 @@ var natsAuthFlags = []cli.Flag{
 // withNATSAuth adds natsAuthFlags to every command that has --nats.
 func withNATSAuth(cmds []*cli.Command) []*cli.Command {
 	for _, cmd := range cmds {
+		withNATSAuth(cmd.Subcommands)
 		for _, f := range cmd.Flags {
 			if f == natsFlag {
 				cmd.Flags = append(cmd.Flags, natsAuthFlags...)

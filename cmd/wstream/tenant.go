@@ -1,0 +1,305 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/urfave/cli/v2"
+
+	"github.com/wstream/wstream/tenant"
+	"github.com/wstream/wstream/transport"
+)
+
+// authDir is where a server keeps its tenant authority: --auth-dir, or
+// DATA/auth.
+func authDir(c *cli.Context) string {
+	if d := c.String("auth-dir"); d != "" {
+		return d
+	}
+	return filepath.Join(c.String("data"), "auth")
+}
+
+var authDirFlag = &cli.StringFlag{Name: "auth-dir", Usage: "directory of the tenant authority: operator, accounts and their keys (default DATA/auth)"}
+
+// AdminCredsFile and WorkerCredsFile are the credentials a server with
+// tenants writes into its authority directory.
+const (
+	adminCredsFile  = "admin.creds"
+	workerCredsFile = "worker.creds"
+)
+
+// openAuthority opens (creating on first use) the authority in dir and
+// writes the admin's and the workers' credentials files and the
+// configuration an external NATS server needs.
+func openAuthority(dir string) (*tenant.Authority, error) {
+	a, err := tenant.Open(dir)
+	if err != nil {
+		return nil, err
+	}
+	for _, f := range []struct{ file, user string }{{adminCredsFile, "admin"}, {workerCredsFile, "worker"}} {
+		p := filepath.Join(dir, f.file)
+		if _, err := os.Stat(p); err == nil {
+			continue
+		}
+		cr, err := a.ServiceUser(f.user)
+		if err != nil {
+			return nil, err
+		}
+		b, err := cr.File()
+		if err != nil {
+			return nil, err
+		}
+		if err := os.WriteFile(p, b, 0o600); err != nil {
+			return nil, err
+		}
+	}
+	return a, nil
+}
+
+// defaultAdminCreds adds the local server's admin credentials when the
+// command names no credentials and talks to the server of --data.
+func defaultAdminCreds(c *cli.Context, opts []nats.Option) []nats.Option {
+	if c.String("nats-creds") != "" || c.String("nats-nkey") != "" || c.String("nats-user") != "" || c.String("nats-token") != "" {
+		return opts
+	}
+	p := filepath.Join(authDir(c), adminCredsFile)
+	if _, err := os.Stat(p); err != nil {
+		return opts
+	}
+	return append(opts, nats.UserCredentials(p))
+}
+
+func quotaFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.IntFlag{Name: "jobs", Usage: fmt.Sprintf("jobs the tenant may run at once (default %d)", tenant.DefaultQuotas.Jobs)},
+		&cli.IntFlag{Name: "subtasks", Usage: fmt.Sprintf("subtasks its running jobs may hold together (default %d)", tenant.DefaultQuotas.Subtasks)},
+		&cli.IntFlag{Name: "parallelism", Usage: fmt.Sprintf("largest parallelism of a vertex (default %d)", tenant.DefaultQuotas.Parallelism)},
+		&cli.IntFlag{Name: "memory", Usage: fmt.Sprintf("linear memory of one operator instance, MiB (default %d)", tenant.DefaultQuotas.MemoryMiB)},
+		&cli.Int64Flag{Name: "state-bytes", Usage: fmt.Sprintf("keyed state of one subtask on a worker's disk, bytes (default %d)", tenant.DefaultQuotas.StateBytes)},
+		&cli.Int64Flag{Name: "storage-bytes", Usage: fmt.Sprintf("JetStream file storage of the tenant's account, bytes (default %d)", tenant.DefaultQuotas.StorageBytes)},
+		&cli.Int64Flag{Name: "memory-storage-bytes", Usage: fmt.Sprintf("JetStream memory storage, bytes (default %d)", tenant.DefaultQuotas.MemoryStorageBytes)},
+		&cli.Int64Flag{Name: "streams", Usage: fmt.Sprintf("JetStream streams, buckets and object stores (default %d)", tenant.DefaultQuotas.Streams)},
+		&cli.IntFlag{Name: "weight", Usage: fmt.Sprintf("share of a worker's cores against other tenants (default %d)", tenant.DefaultQuotas.Weight)},
+	}
+}
+
+func quotasFrom(c *cli.Context) (json.RawMessage, error) {
+	q := tenant.Quotas{Jobs: c.Int("jobs"), Subtasks: c.Int("subtasks"), Parallelism: c.Int("parallelism"), MemoryMiB: c.Int("memory"),
+		StateBytes: c.Int64("state-bytes"), StorageBytes: c.Int64("storage-bytes"), MemoryStorageBytes: c.Int64("memory-storage-bytes"),
+		Streams: c.Int64("streams"), Weight: c.Int("weight")}
+	if err := q.Check(); err != nil {
+		return nil, usageError{err}
+	}
+	b, _ := json.Marshal(q)
+	return b, nil
+}
+
+// tenantRequest sends a tenant request to the coordinator as the admin.
+func tenantRequest(c *cli.Context, req transport.TenantRequest) (*transport.TenantReply, error) {
+	e, err := clientEngine(c)
+	if err != nil {
+		return nil, err
+	}
+	defer e.Close(context.Background())
+	b, _ := json.Marshal(req)
+	msg, err := e.Conn().Request(transport.SubjectTenant, b, 30*time.Second)
+	if err != nil {
+		if errors.Is(err, nats.ErrNoResponders) {
+			return nil, errors.New("no coordinator answered: is `wstream server --tenants` running, and are these the admin's credentials?")
+		}
+		return nil, err
+	}
+	var r transport.TenantReply
+	if err := json.Unmarshal(msg.Data, &r); err != nil {
+		return nil, fmt.Errorf("bad answer from the coordinator: %w", err)
+	}
+	if r.Error != "" {
+		return nil, errors.New(r.Error)
+	}
+	return &r, nil
+}
+
+func tenantCommand() *cli.Command {
+	common := func(extra ...cli.Flag) []cli.Flag {
+		return append([]cli.Flag{natsFlag, dataFlag, authDirFlag}, extra...)
+	}
+	writeCreds := func(c *cli.Context, name string, r *transport.TenantReply) error {
+		out := c.String("creds-out")
+		if out == "" {
+			out = name + ".creds"
+		}
+		if err := os.WriteFile(out, []byte(r.Creds), 0o600); err != nil {
+			return err
+		}
+		fmt.Fprintf(c.App.ErrWriter, "credentials of tenant %s written to %s (use them with --nats-creds)\n", name, out)
+		return nil
+	}
+	oneName := func(c *cli.Context) (string, error) {
+		if c.NArg() != 1 {
+			return "", usageError{fmt.Errorf("%s takes one argument, the tenant's name", c.Command.FullName())}
+		}
+		name := c.Args().First()
+		if err := tenant.CheckName(name); err != nil {
+			return "", usageError{err}
+		}
+		return name, nil
+	}
+	return &cli.Command{
+		Name:  "tenant",
+		Usage: "manage the tenants of a cluster (`wstream server --tenants`); the admin's credentials are needed",
+		Subcommands: []*cli.Command{
+			{
+				Name:  "init",
+				Usage: "create the tenant authority (operator and accounts) and write the configuration an external NATS server needs",
+				Flags: []cli.Flag{dataFlag, authDirFlag, &cli.StringFlag{Name: "conf", Usage: "write the nats-server configuration fragment to `FILE` (default AUTH/nats-server.conf)"},
+					&cli.StringFlag{Name: "resolver-dir", Usage: "directory the external NATS server keeps account JWTs in", Value: "jwt"}},
+				Action: func(c *cli.Context) error {
+					dir := authDir(c)
+					a, err := openAuthority(dir)
+					if err != nil {
+						return err
+					}
+					conf := c.String("conf")
+					if conf == "" {
+						conf = filepath.Join(dir, "nats-server.conf")
+					}
+					if err := os.WriteFile(conf, []byte(a.ServerConfig(c.String("resolver-dir"))), 0o600); err != nil {
+						return err
+					}
+					fmt.Fprintf(c.App.Writer, "tenant authority in %s\nNATS server configuration: %s (include it in the server's configuration)\nadmin credentials: %s\nworker credentials: %s\n",
+						dir, conf, filepath.Join(dir, adminCredsFile), filepath.Join(dir, workerCredsFile))
+					return nil
+				},
+			},
+			{
+				Name:      "add",
+				Usage:     "add a tenant (a NATS account) and write its credentials",
+				ArgsUsage: "NAME",
+				Flags:     common(append(quotaFlags(), &cli.StringFlag{Name: "creds-out", Usage: "write the tenant's credentials to `FILE` (default NAME.creds)"})...),
+				Action: func(c *cli.Context) error {
+					name, err := oneName(c)
+					if err != nil {
+						return err
+					}
+					q, err := quotasFrom(c)
+					if err != nil {
+						return err
+					}
+					r, err := tenantRequest(c, transport.TenantRequest{Op: "add", Name: name, Quotas: q})
+					if err != nil {
+						return err
+					}
+					return writeCreds(c, name, r)
+				},
+			},
+			{
+				Name:      "creds",
+				Usage:     "write new credentials of a tenant",
+				ArgsUsage: "NAME",
+				Flags:     common(&cli.StringFlag{Name: "creds-out", Usage: "write the credentials to `FILE` (default NAME.creds)"}),
+				Action: func(c *cli.Context) error {
+					name, err := oneName(c)
+					if err != nil {
+						return err
+					}
+					r, err := tenantRequest(c, transport.TenantRequest{Op: "creds", Name: name})
+					if err != nil {
+						return err
+					}
+					return writeCreds(c, name, r)
+				},
+			},
+			{
+				Name:      "update",
+				Usage:     "change a tenant's quotas (flags not given keep their value)",
+				ArgsUsage: "NAME",
+				Flags:     common(quotaFlags()...),
+				Action: func(c *cli.Context) error {
+					name, err := oneName(c)
+					if err != nil {
+						return err
+					}
+					q, err := quotasFrom(c)
+					if err != nil {
+						return err
+					}
+					r, err := tenantRequest(c, transport.TenantRequest{Op: "update", Name: name, Quotas: q})
+					if err != nil {
+						return err
+					}
+					return printTenants(c, r)
+				},
+			},
+			{
+				Name:      "remove",
+				Usage:     "remove a tenant: its users are revoked (its jobs must have ended)",
+				ArgsUsage: "NAME",
+				Flags:     common(),
+				Action: func(c *cli.Context) error {
+					name, err := oneName(c)
+					if err != nil {
+						return err
+					}
+					_, err = tenantRequest(c, transport.TenantRequest{Op: "remove", Name: name})
+					return err
+				},
+			},
+			{
+				Name:  "list",
+				Usage: "list the tenants and their quotas",
+				Flags: common(),
+				Action: func(c *cli.Context) error {
+					if c.NArg() != 0 {
+						return usageError{errors.New("tenant list takes no arguments")}
+					}
+					r, err := tenantRequest(c, transport.TenantRequest{Op: "list"})
+					if err != nil {
+						return err
+					}
+					return printTenants(c, r)
+				},
+			},
+		},
+	}
+}
+
+func printTenants(c *cli.Context, r *transport.TenantReply) error {
+	tw := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "TENANT\tJOBS\tSUBTASKS\tPARALLELISM\tMEMORY\tSTATE\tSTORAGE\tWEIGHT\tSTATUS")
+	for _, raw := range r.Tenants {
+		var t tenant.Tenant
+		if err := json.Unmarshal(raw, &t); err != nil {
+			return err
+		}
+		q := t.Quotas.WithDefaults()
+		status := "active"
+		if t.Removed {
+			status = "removed"
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d MiB\t%s\t%s\t%d\t%s\n", t.Name, q.Jobs, q.Subtasks, q.Parallelism, q.MemoryMiB,
+			size(q.StateBytes), size(q.StorageBytes), q.Weight, status)
+	}
+	return tw.Flush()
+}
+
+// size writes a byte count in binary units.
+func size(n int64) string {
+	units := []string{"B", "KiB", "MiB", "GiB", "TiB"}
+	f, i := float64(n), 0
+	for f >= 1024 && i < len(units)-1 {
+		f /= 1024
+		i++
+	}
+	if i == 0 {
+		return fmt.Sprintf("%d B", n)
+	}
+	return strings.TrimSuffix(strings.TrimSuffix(fmt.Sprintf("%.1f", f), "0"), ".") + " " + units[i]
+}

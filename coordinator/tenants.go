@@ -1,0 +1,483 @@
+package coordinator
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/wstream/wstream/checkpoint"
+	"github.com/wstream/wstream/job"
+	"github.com/wstream/wstream/tenant"
+	"github.com/wstream/wstream/transport"
+)
+
+// caller is who made a control-plane request: a tenant, or the admin (the
+// service account's users; on a cluster without tenants, everyone).
+type caller struct {
+	tenant string // "" for the admin
+	user   string // the NATS user's public key, when the server said
+}
+
+func (w caller) admin() bool { return w.tenant == "" }
+
+func (w caller) String() string {
+	if w.admin() {
+		return tenant.Admin
+	}
+	return w.tenant
+}
+
+// requestInfo is the part of the server-set Nats-Request-Info header the
+// audit log keeps.
+type requestInfo struct {
+	Account string `json:"acc"`
+	User    string `json:"user"`
+	Name    string `json:"name"`
+}
+
+// tenantCaller returns the tenant whose account sent m, which arrived on
+// tenant.APIPrefix + ACCOUNT + "." + verb through the tenant's import:
+// NATS puts the importing account there, so the subject cannot be forged.
+func (c *Coordinator) tenantCaller(m *nats.Msg) (caller, error) {
+	rest, ok := strings.CutPrefix(m.Subject, tenant.APIPrefix)
+	acct, _, ok2 := strings.Cut(rest, ".")
+	if !ok || !ok2 || c.cfg.Tenants == nil {
+		return caller{}, errors.New("not authorized")
+	}
+	t, found := c.cfg.Tenants.ByAccount(acct)
+	if !found || t.Removed {
+		return caller{}, fmt.Errorf("not authorized: account %s is no tenant", acct)
+	}
+	who := caller{tenant: t.Name}
+	var ri requestInfo
+	if h := m.Header.Get("Nats-Request-Info"); h != "" && json.Unmarshal([]byte(h), &ri) == nil {
+		who.user = ri.User
+	}
+	return who, nil
+}
+
+// adminCaller is the caller of a request made in the service account.
+func adminCaller(*nats.Msg) caller { return caller{} }
+
+// handler is a control-plane request handler acting for a caller.
+type handler func(m *nats.Msg, who caller)
+
+// apiHandlers are the requests both the admin and tenants make.
+func (c *Coordinator) apiHandlers() map[string]handler {
+	return map[string]handler{
+		"submit":    c.onSubmit,
+		"cancel":    c.onCancel,
+		"list":      c.onList,
+		"savepoint": c.onSavepoint,
+		"tenant":    c.onTenant,
+	}
+}
+
+// subscribeTenants subscribes to the tenants' requests.
+func (c *Coordinator) subscribeTenants(nc *nats.Conn) error {
+	for verb, h := range c.apiHandlers() {
+		s, err := nc.Subscribe(tenant.APIPrefix+"*."+verb, func(m *nats.Msg) {
+			who, err := c.tenantCaller(m)
+			if err != nil {
+				c.audit(caller{tenant: "?"}, verb, "", err)
+				respond(m, transport.Reply{Error: err.Error()})
+				return
+			}
+			h(m, who)
+		})
+		if err != nil {
+			return fmt.Errorf("coordinator: subscribing to tenants' %s requests: %w", verb, err)
+		}
+		c.subs = append(c.subs, s)
+	}
+	return nil
+}
+
+// visibleLocked reports whether who may see and act on job j.
+func visibleLocked(j *jobState, who caller) bool {
+	return who.admin() || j.info.Tenant == who.tenant
+}
+
+// auditEntry is one line of the audit log.
+type auditEntry struct {
+	Time   time.Time `json:"time"`
+	Tenant string    `json:"tenant"`
+	User   string    `json:"user,omitempty"`
+	Action string    `json:"action"`
+	Job    string    `json:"job,omitempty"`
+	Error  string    `json:"error,omitempty"`
+}
+
+// auditLog appends JSON lines to DATA/audit.log.
+type auditLog struct {
+	mu sync.Mutex
+	f  *os.File
+}
+
+// AuditFile is where a coordinator with a data directory logs every
+// control-plane request: who, what, on which job, and the outcome.
+func AuditFile(dataDir string) string { return filepath.Join(dataDir, "audit.log") }
+
+// audit records a request and its outcome.
+func (c *Coordinator) audit(who caller, action, jobID string, err error) {
+	if c.cfg.DataDir == "" {
+		return
+	}
+	e := auditEntry{Time: time.Now().UTC(), Tenant: who.String(), User: who.user, Action: action, Job: jobID}
+	if err != nil {
+		e.Error = err.Error()
+	}
+	b, _ := json.Marshal(e)
+	c.auditLog.mu.Lock()
+	defer c.auditLog.mu.Unlock()
+	if c.auditLog.f == nil {
+		f, ferr := os.OpenFile(AuditFile(c.cfg.DataDir), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
+		if ferr != nil {
+			c.cfg.Logf("coordinator: audit log: %v", ferr)
+			return
+		}
+		c.auditLog.f = f
+	}
+	if _, werr := c.auditLog.f.Write(append(b, '\n')); werr != nil {
+		c.cfg.Logf("coordinator: audit log: %v", werr)
+	}
+}
+
+// dataConn is the connection through which the coordinator reaches the
+// data of tenant's jobs: its own for the admin's jobs (and on a cluster
+// without tenants), else one as a user of the tenant's account.
+func (c *Coordinator) dataConn(tenantName string) (*nats.Conn, error) {
+	if tenantName == "" {
+		return c.cfg.NATS, nil
+	}
+	c.tconnMu.Lock()
+	defer c.tconnMu.Unlock()
+	if nc, ok := c.tconns[tenantName]; ok && !nc.IsClosed() {
+		return nc, nil
+	}
+	if c.cfg.Tenants == nil || c.cfg.TenantConnect == nil {
+		return nil, fmt.Errorf("tenant %s: this coordinator has no tenants", tenantName)
+	}
+	cr, err := c.cfg.Tenants.TenantUser(tenantName, "wstream-coordinator")
+	if err != nil {
+		return nil, err
+	}
+	nc, err := c.cfg.TenantConnect("wstream-coordinator-"+tenantName, cr)
+	if err != nil {
+		return nil, fmt.Errorf("tenant %s: connecting to its account: %w", tenantName, err)
+	}
+	c.tconns[tenantName] = nc
+	return nc, nil
+}
+
+// jobConn is dataConn for a job.
+func (c *Coordinator) jobConn(j *jobState) (*nats.Conn, error) { return c.dataConn(j.info.Tenant) }
+
+// tenantRoot is the directory under which a tenant's jobs keep their
+// checkpoints and savepoints when they use the data directory.
+func (c *Coordinator) tenantRoot(name string) string {
+	return filepath.Join(c.cfg.DataDir, "tenants", name)
+}
+
+// checkTenantPlan refuses what a tenant's plan may not do on a shared
+// host: connectors that read or write the host's files or terminal, or
+// name credential files, checkpoint storage outside the tenant's account,
+// and sizes beyond its quotas.
+func checkTenantPlan(plan *job.Plan, g *job.Graph, q tenant.Quotas) error {
+	for _, ch := range g.Chains {
+		if ch.Parallelism > q.Parallelism {
+			return fmt.Errorf("vertex %q: parallelism %d is over the tenant's quota of %d", ch.Vertices[0].ID, ch.Parallelism, q.Parallelism)
+		}
+	}
+	for _, v := range plan.Vertices {
+		switch v.Connector {
+		case "file", "stdout":
+			return fmt.Errorf("vertex %q: the %s connector reads or writes the host's files and terminal, which tenant jobs may not; use jetstream (the tenant's own streams), gen or discard", v.ID, v.Connector)
+		case "jetstream":
+			var cfg map[string]any
+			_ = json.Unmarshal(v.Config, &cfg)
+			for _, k := range []string{"url", "creds", "nkey", "user", "password", "token", "tlsCA", "tlsCert", "tlsKey"} {
+				if _, set := cfg[k]; set {
+					return fmt.Errorf("vertex %q: connector jetstream: config.%s: a tenant job's JetStream connectors use the tenant's own account; leave out url and credentials", v.ID, k)
+				}
+			}
+		}
+	}
+	if plan.MaxParallelism > q.Parallelism*8 && plan.MaxParallelism > 128 {
+		return fmt.Errorf("max parallelism %d is over the tenant's bound of %d", plan.MaxParallelism, max(128, q.Parallelism*8))
+	}
+	if plan.Checkpoint == nil {
+		// nothing to check
+	} else if s := plan.Checkpoint.Storage; s != "" && !checkpoint.IsObjectLocation(s) {
+		return fmt.Errorf("checkpoint storage %s: a tenant job keeps its checkpoints in its own account (nats-obj://BUCKET) or in the server's data directory (leave it out)", s)
+	}
+	n := 0
+	for _, ch := range g.Chains {
+		n += ch.Parallelism
+	}
+	if n > q.Subtasks {
+		return fmt.Errorf("the job has %d subtasks, over the tenant's quota of %d", n, q.Subtasks)
+	}
+	return nil
+}
+
+// checkTenantQuotasLocked checks that one more job of n subtasks fits the
+// tenant's quotas of running jobs and subtasks.
+func (c *Coordinator) checkTenantQuotasLocked(name string, q tenant.Quotas, n int) error {
+	jobs, tasks := 0, 0
+	for _, j := range c.jobs {
+		if j.done || j.info.Tenant != name {
+			continue
+		}
+		jobs++
+		tasks += len(j.refs)
+	}
+	if jobs+1 > q.Jobs {
+		return fmt.Errorf("tenant %s runs %d jobs, its quota", name, jobs)
+	}
+	if tasks+n > q.Subtasks {
+		return fmt.Errorf("tenant %s's running jobs hold %d subtasks and this one needs %d: over its quota of %d", name, tasks, n, q.Subtasks)
+	}
+	return nil
+}
+
+// checkTenantLocation refuses savepoint locations a tenant may not use: a
+// directory outside the tenant's part of the data directory.
+func (c *Coordinator) checkTenantLocation(who caller, loc string) error {
+	if who.admin() || loc == "" || checkpoint.IsObjectLocation(loc) {
+		return nil
+	}
+	abs, err := filepath.Abs(loc)
+	if err == nil {
+		if within(c.tenantRoot(who.tenant), abs) {
+			return nil
+		}
+		// The retained checkpoints of the tenant's own jobs.
+		jobs := filepath.Join(c.cfg.DataDir, "jobs")
+		if within(jobs, abs) {
+			rel, _ := filepath.Rel(jobs, abs)
+			id, _, _ := strings.Cut(rel, string(filepath.Separator))
+			if rec, rerr := c.readRecord(id); rerr == nil && rec.Tenant == who.tenant {
+				return nil
+			}
+		}
+	}
+	return fmt.Errorf("%s: a tenant's savepoints live in its own account (nats-obj://BUCKET) or under the server's directory for it (%s)", loc, c.tenantRoot(who.tenant))
+}
+
+// within reports whether path p lies under dir (both absolute and clean).
+func within(dir, p string) bool {
+	dir, _ = filepath.Abs(dir)
+	rel, err := filepath.Rel(dir, p)
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator)) && !filepath.IsAbs(rel)
+}
+
+// jobOwner decides which tenant a submitted job belongs to: the caller's,
+// or the one the admin names; with the tenant's quotas.
+func (c *Coordinator) jobOwner(req transport.SubmitRequest, who caller) (string, tenant.Quotas, error) {
+	owner := who.tenant
+	if who.admin() {
+		owner = req.Tenant
+	} else if req.Tenant != "" && req.Tenant != who.tenant {
+		return "", tenant.Quotas{}, fmt.Errorf("not authorized: tenant %s cannot submit jobs as %s", who.tenant, req.Tenant)
+	}
+	if owner == "" {
+		return "", tenant.Quotas{}, nil
+	}
+	if c.cfg.Tenants == nil {
+		return "", tenant.Quotas{}, errors.New("this cluster has no tenants")
+	}
+	t, ok := c.cfg.Tenants.Get(owner)
+	if !ok || t.Removed {
+		return "", tenant.Quotas{}, fmt.Errorf("no tenant %q", owner)
+	}
+	return owner, t.Quotas.WithDefaults(), nil
+}
+
+// publishToTenant publishes what tenant's clients receive on
+// "wstream." + subject.
+func (c *Coordinator) publishToTenant(name, subject string, data []byte) {
+	if c.cfg.Tenants == nil {
+		return
+	}
+	t, ok := c.cfg.Tenants.Get(name)
+	if !ok {
+		return
+	}
+	_ = c.cfg.NATS.Publish(tenant.EventsPrefix+t.Account+"."+subject, data)
+}
+
+// tenantDeployment gives the workers of a tenant's job a user of the
+// tenant's account and the quotas they enforce.
+func (c *Coordinator) tenantDeployment(j *jobState, d *transport.Deployment) error {
+	name := j.info.Tenant
+	if name == "" {
+		return nil
+	}
+	if c.cfg.Tenants == nil {
+		return fmt.Errorf("job %s belongs to tenant %s and this coordinator has no tenants", j.info.JobID, name)
+	}
+	t, ok := c.cfg.Tenants.Get(name)
+	if !ok || t.Removed {
+		return fmt.Errorf("job %s: no tenant %q", j.info.JobID, name)
+	}
+	cr, err := c.cfg.Tenants.TenantUser(name, "wstream-worker-"+j.info.JobID)
+	if err != nil {
+		return err
+	}
+	q := t.Quotas.WithDefaults()
+	d.Tenant, d.TenantJWT, d.TenantSeed = name, cr.JWT, cr.Seed
+	d.MemoryLimitMiB, d.StateBytes, d.Weight = q.MemoryMiB, q.StateBytes, q.Weight
+	return nil
+}
+
+func orString(s, d string) string {
+	if s == "" {
+		return d
+	}
+	return s
+}
+
+// onTenant manages tenants; only the admin may.
+func (c *Coordinator) onTenant(m *nats.Msg, who caller) {
+	var req transport.TenantRequest
+	err := json.Unmarshal(m.Data, &req)
+	var reply transport.TenantReply
+	switch {
+	case err != nil:
+		err = fmt.Errorf("bad tenant request: %w", err)
+	case !who.admin():
+		err = errors.New("not authorized: only the admin manages tenants")
+	case c.cfg.Tenants == nil:
+		err = errors.New("this cluster has no tenants: start `wstream server --tenants`")
+	default:
+		reply, err = c.tenantOp(req)
+	}
+	c.audit(who, "tenant "+req.Op+" "+req.Name, "", err)
+	if err != nil {
+		reply = transport.TenantReply{Error: err.Error()}
+	}
+	respond(m, reply)
+}
+
+func (c *Coordinator) tenantOp(req transport.TenantRequest) (transport.TenantReply, error) {
+	a := c.cfg.Tenants
+	var q tenant.Quotas
+	if len(req.Quotas) > 0 {
+		if err := json.Unmarshal(req.Quotas, &q); err != nil {
+			return transport.TenantReply{}, fmt.Errorf("bad quotas: %w", err)
+		}
+	}
+	var (
+		t   tenant.Tenant
+		jwt string
+		err error
+	)
+	switch req.Op {
+	case "list":
+		var out transport.TenantReply
+		for _, t := range a.Tenants() {
+			b, _ := json.Marshal(t)
+			out.Tenants = append(out.Tenants, b)
+		}
+		return out, nil
+	case "add":
+		t, jwt, err = a.Add(req.Name, q)
+	case "update":
+		t, jwt, err = a.Update(req.Name, q)
+	case "remove":
+		c.mu.Lock()
+		for _, j := range c.jobs {
+			if !j.done && j.info.Tenant == req.Name {
+				c.mu.Unlock()
+				return transport.TenantReply{}, fmt.Errorf("tenant %s still runs job %s: cancel its jobs first", req.Name, j.info.JobID)
+			}
+		}
+		c.mu.Unlock()
+		t, jwt, err = a.Remove(req.Name)
+	case "creds":
+		t, _ = a.Get(req.Name)
+	default:
+		return transport.TenantReply{}, fmt.Errorf("unknown tenant operation %q (add, update, remove, list, creds)", req.Op)
+	}
+	if err != nil {
+		return transport.TenantReply{}, err
+	}
+	if jwt != "" {
+		if c.cfg.SystemConn == nil {
+			return transport.TenantReply{}, errors.New("no system account connection to push the tenant's account to NATS")
+		}
+		if err := tenant.Push(c.cfg.SystemConn, jwt); err != nil {
+			return transport.TenantReply{}, err
+		}
+	}
+	if req.Op == "remove" {
+		c.tconnMu.Lock()
+		if nc := c.tconns[req.Name]; nc != nil {
+			nc.Close()
+			delete(c.tconns, req.Name)
+		}
+		c.tconnMu.Unlock()
+	}
+	b, _ := json.Marshal(t)
+	out := transport.TenantReply{Tenants: []json.RawMessage{b}}
+	if req.Op == "add" || req.Op == "creds" {
+		cr, err := a.TenantUser(req.Name, req.Name+"-client")
+		if err != nil {
+			return transport.TenantReply{}, err
+		}
+		f, err := cr.File()
+		if err != nil {
+			return transport.TenantReply{}, err
+		}
+		out.Creds = string(f)
+	}
+	return out, nil
+}
+
+// tenantModule makes sure the module of a tenant's job is in the tenant's
+// own module store, where its workers fetch it: a tenant must have stored
+// it (it cannot run another tenant's module by naming its digest); a job
+// the admin submits for a tenant brings its module from the admin's store.
+func (c *Coordinator) tenantModule(ctx context.Context, owner string, who caller, digest string, tnc *nats.Conn) error {
+	if owner == "" || digest == "" {
+		return nil
+	}
+	tjs, err := jetstream.New(tnc)
+	if err != nil {
+		return err
+	}
+	if obs, err := tjs.ObjectStore(ctx, transport.ModuleBucket); err == nil {
+		if _, err := obs.GetInfo(ctx, digest); err == nil {
+			return nil
+		}
+	}
+	if !who.admin() {
+		return fmt.Errorf("module %s is not in tenant %s's module store: store it with the tenant's credentials (wstream deploy does)", digest, owner)
+	}
+	js, err := jetstream.New(c.cfg.NATS)
+	if err != nil {
+		return err
+	}
+	obs, err := js.ObjectStore(ctx, transport.ModuleBucket)
+	if err != nil {
+		return fmt.Errorf("opening module store %s: %w", transport.ModuleBucket, err)
+	}
+	wasm, err := obs.GetBytes(ctx, digest)
+	if err != nil {
+		return fmt.Errorf("fetching module %s: %w", digest, err)
+	}
+	if _, err := StoreModule(ctx, tnc, wasm); err != nil {
+		return fmt.Errorf("tenant %s: %w", owner, err)
+	}
+	return nil
+}

@@ -1,0 +1,519 @@
+package tenant
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/jwt/v2"
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
+)
+
+// Subjects that cross accounts (see the package documentation).
+const (
+	// APIPrefix + ACCOUNT + "." + verb is where a tenant's control-plane
+	// request reaches the coordinator.
+	APIPrefix = "wstream.api."
+	// EventsPrefix + ACCOUNT + "." + subject is where the coordinator
+	// publishes what a tenant's clients hear as "wstream." + subject.
+	EventsPrefix = "wstream.events."
+)
+
+// Tenant is one tenant: its NATS account and quotas.
+type Tenant struct {
+	Name    string    `json:"name"`
+	Account string    `json:"account"` // the account's public key
+	Quotas  Quotas    `json:"quotas"`
+	Created time.Time `json:"created"`
+	Updated time.Time `json:"updated"`
+	// Removed tenants keep their record (so that their id is not reused
+	// while their jobs' data remain) but their users are revoked.
+	Removed bool `json:"removed,omitempty"`
+}
+
+// record is a tenant as stored: with the account's seed.
+type record struct {
+	Tenant
+	Seed string `json:"seed"`
+}
+
+// Creds are a user's JWT and nkey seed.
+type Creds struct {
+	JWT  string `json:"jwt"`
+	Seed string `json:"seed"`
+}
+
+// File is the credentials file (as nsc writes it).
+func (c Creds) File() ([]byte, error) {
+	return jwt.FormatUserConfig(c.JWT, []byte(c.Seed))
+}
+
+// Option authenticates a NATS connection with c.
+func (c Creds) Option() nats.Option { return nats.UserJWTAndSeed(c.JWT, c.Seed) }
+
+// Authority holds the operator's, the system and service accounts' and
+// every tenant's keys. It is safe for concurrent use.
+type Authority struct {
+	dir                       string
+	operator, system, service nkeys.KeyPair
+	operatorJWT               string
+	systemJWT, serviceJWT     string
+
+	mu      sync.Mutex
+	tenants map[string]*record
+}
+
+// Open opens the authority in dir, creating its keys when dir holds none.
+func Open(dir string) (*Authority, error) {
+	if err := os.MkdirAll(filepath.Join(dir, "tenants"), 0o700); err != nil {
+		return nil, fmt.Errorf("tenant authority %s: %w", dir, err)
+	}
+	a := &Authority{dir: dir, tenants: map[string]*record{}}
+	var err error
+	if a.operator, err = loadOrCreate(dir, "operator.seed", nkeys.CreateOperator); err != nil {
+		return nil, err
+	}
+	if a.system, err = loadOrCreate(dir, "system.seed", nkeys.CreateAccount); err != nil {
+		return nil, err
+	}
+	if a.service, err = loadOrCreate(dir, "service.seed", nkeys.CreateAccount); err != nil {
+		return nil, err
+	}
+	if err := a.sign(); err != nil {
+		return nil, err
+	}
+	entries, err := os.ReadDir(filepath.Join(dir, "tenants"))
+	if err != nil {
+		return nil, fmt.Errorf("tenant authority %s: %w", dir, err)
+	}
+	for _, e := range entries {
+		if !strings.HasSuffix(e.Name(), ".json") {
+			continue
+		}
+		p := filepath.Join(dir, "tenants", e.Name())
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return nil, fmt.Errorf("tenant authority: %w", err)
+		}
+		var r record
+		if err := json.Unmarshal(b, &r); err != nil {
+			return nil, fmt.Errorf("tenant authority: %s: %w", p, err)
+		}
+		if err := CheckName(r.Name); err != nil || r.Name+".json" != e.Name() {
+			return nil, fmt.Errorf("tenant authority: %s does not hold tenant %q", p, r.Name)
+		}
+		a.tenants[r.Name] = &r
+	}
+	return a, nil
+}
+
+// loadOrCreate reads the seed in dir/name, or creates a key and writes its
+// seed there.
+func loadOrCreate(dir, name string, create func() (nkeys.KeyPair, error)) (nkeys.KeyPair, error) {
+	p := filepath.Join(dir, name)
+	b, err := os.ReadFile(p)
+	switch {
+	case err == nil:
+		kp, err := nkeys.FromSeed([]byte(strings.TrimSpace(string(b))))
+		if err != nil {
+			return nil, fmt.Errorf("tenant authority: %s: %w", p, err)
+		}
+		return kp, nil
+	case !errors.Is(err, fs.ErrNotExist):
+		return nil, fmt.Errorf("tenant authority: %w", err)
+	}
+	kp, err := create()
+	if err != nil {
+		return nil, err
+	}
+	seed, _ := kp.Seed()
+	if err := writePrivate(p, append(seed, '\n')); err != nil {
+		return nil, err
+	}
+	return kp, nil
+}
+
+// writePrivate writes a file only its owner may read, atomically.
+func writePrivate(p string, b []byte) error {
+	tmp := p + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return fmt.Errorf("tenant authority: %w", err)
+	}
+	if err := os.Rename(tmp, p); err != nil {
+		return fmt.Errorf("tenant authority: %w", err)
+	}
+	return nil
+}
+
+func pub(kp nkeys.KeyPair) string {
+	p, _ := kp.PublicKey()
+	return p
+}
+
+// sign issues the operator's, the system account's and the service
+// account's JWTs.
+func (a *Authority) sign() error {
+	oc := jwt.NewOperatorClaims(pub(a.operator))
+	oc.Name = "wstream"
+	oc.SystemAccount = pub(a.system)
+	var err error
+	if a.operatorJWT, err = oc.Encode(a.operator); err != nil {
+		return fmt.Errorf("tenant authority: operator JWT: %w", err)
+	}
+	sc := jwt.NewAccountClaims(pub(a.system))
+	sc.Name = "SYS"
+	if a.systemJWT, err = sc.Encode(a.operator); err != nil {
+		return fmt.Errorf("tenant authority: system account JWT: %w", err)
+	}
+	vc := jwt.NewAccountClaims(pub(a.service))
+	vc.Name = "wstream"
+	vc.Limits.JetStreamLimits = jwt.JetStreamLimits{MemoryStorage: -1, DiskStorage: -1, Streams: -1, Consumer: -1}
+	// The importer's account key at token 3: an account can import only
+	// its own part of each subject space.
+	vc.Exports.Add(
+		&jwt.Export{Name: "wstream api", Subject: jwt.Subject(APIPrefix + "*.>"), Type: jwt.Service, AccountTokenPosition: 3},
+		&jwt.Export{Name: "wstream events", Subject: jwt.Subject(EventsPrefix + "*.>"), Type: jwt.Stream, AccountTokenPosition: 3},
+	)
+	if a.serviceJWT, err = vc.Encode(a.operator); err != nil {
+		return fmt.Errorf("tenant authority: service account JWT: %w", err)
+	}
+	return nil
+}
+
+// Dir is the authority's directory.
+func (a *Authority) Dir() string { return a.dir }
+
+// ServiceAccount is the public key of the account of the coordinator,
+// the workers and the admin.
+func (a *Authority) ServiceAccount() string { return pub(a.service) }
+
+// SystemAccount is the public key of the NATS system account.
+func (a *Authority) SystemAccount() string { return pub(a.system) }
+
+// accountJWT signs a tenant's account JWT.
+func (a *Authority) accountJWT(r *record) (string, error) {
+	kp, err := nkeys.FromSeed([]byte(r.Seed))
+	if err != nil {
+		return "", fmt.Errorf("tenant %s: account key: %w", r.Name, err)
+	}
+	ac := jwt.NewAccountClaims(pub(kp))
+	ac.Name = r.Name
+	q := r.Quotas.WithDefaults()
+	ac.Limits.JetStreamLimits = jwt.JetStreamLimits{MemoryStorage: q.MemoryStorageBytes, DiskStorage: q.StorageBytes, Streams: q.Streams, Consumer: -1}
+	acct := r.Account
+	ac.Imports.Add(
+		&jwt.Import{Name: "wstream api", Account: pub(a.service), Subject: jwt.Subject(APIPrefix + acct + ".>"),
+			LocalSubject: "wstream.coord.>", Type: jwt.Service, Share: true},
+		&jwt.Import{Name: "wstream events", Account: pub(a.service), Subject: jwt.Subject(EventsPrefix + acct + ".>"),
+			LocalSubject: "wstream.>", Type: jwt.Stream},
+	)
+	if r.Removed {
+		// Every user issued so far is revoked, and JetStream is off.
+		ac.Revoke(jwt.All)
+		ac.Limits.JetStreamLimits = jwt.JetStreamLimits{}
+	}
+	return ac.Encode(a.operator)
+}
+
+// ConfigureServer makes an embedded NATS server trust the authority's
+// operator, with the system account and an account resolver in the
+// authority's directory that holds every account's JWT.
+func (a *Authority) ConfigureServer(o *server.Options) error {
+	oc, err := jwt.DecodeOperatorClaims(a.operatorJWT)
+	if err != nil {
+		return err
+	}
+	r, err := server.NewDirAccResolver(filepath.Join(a.dir, "jwt"), 0, time.Minute, server.RenameDeleted)
+	if err != nil {
+		return fmt.Errorf("tenant authority: account resolver: %w", err)
+	}
+	for acc, j := range a.jwts() {
+		if err := r.Store(acc, j); err != nil {
+			return fmt.Errorf("tenant authority: storing account %s: %w", acc, err)
+		}
+	}
+	o.TrustedOperators = []*jwt.OperatorClaims{oc}
+	o.SystemAccount = pub(a.system)
+	o.AccountResolver = r
+	return nil
+}
+
+// jwts are the JWTs of every account, by public key.
+func (a *Authority) jwts() map[string]string {
+	out := map[string]string{pub(a.system): a.systemJWT, pub(a.service): a.serviceJWT}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, r := range a.tenants {
+		if j, err := a.accountJWT(r); err == nil {
+			out[r.Account] = j
+		}
+	}
+	return out
+}
+
+// ServerConfig is a nats-server configuration fragment that makes an
+// external server trust the authority: include it in the server's
+// configuration (it names a resolver directory, jwtDir, which the server
+// creates).
+func (a *Authority) ServerConfig(jwtDir string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "# wstream tenants: written by `wstream tenant init`\n")
+	fmt.Fprintf(&b, "operator: %s\n", a.operatorJWT)
+	fmt.Fprintf(&b, "system_account: %s\n", pub(a.system))
+	fmt.Fprintf(&b, "resolver: {\n  type: full\n  dir: %q\n  allow_delete: false\n  interval: \"2m\"\n}\n", jwtDir)
+	fmt.Fprintf(&b, "resolver_preload: {\n")
+	js := a.jwts()
+	keys := make([]string, 0, len(js))
+	for k := range js {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		fmt.Fprintf(&b, "  %s: %s\n", k, js[k])
+	}
+	fmt.Fprintf(&b, "}\n")
+	return b.String()
+}
+
+// user mints a user of the account whose key is acct.
+func user(acct nkeys.KeyPair, name string, perms *jwt.Permissions) (Creds, error) {
+	ukp, err := nkeys.CreateUser()
+	if err != nil {
+		return Creds{}, err
+	}
+	uc := jwt.NewUserClaims(pub(ukp))
+	uc.Name = name
+	if perms != nil {
+		uc.Permissions = *perms
+	}
+	j, err := uc.Encode(acct)
+	if err != nil {
+		return Creds{}, err
+	}
+	seed, _ := ukp.Seed()
+	return Creds{JWT: j, Seed: string(seed)}, nil
+}
+
+// ServiceUser mints a user of the service account (coordinator, workers,
+// admin).
+func (a *Authority) ServiceUser(name string) (Creds, error) { return user(a.service, name, nil) }
+
+// SystemUser mints a user of the system account (it pushes account JWTs).
+func (a *Authority) SystemUser(name string) (Creds, error) { return user(a.system, name, nil) }
+
+// TenantUser mints a user of tenant's account: what its clients use, and
+// what the coordinator and workers use to reach the tenant's data.
+func (a *Authority) TenantUser(tenant, name string) (Creds, error) {
+	a.mu.Lock()
+	r, ok := a.tenants[tenant]
+	a.mu.Unlock()
+	if !ok || r.Removed {
+		return Creds{}, fmt.Errorf("no tenant %q", tenant)
+	}
+	kp, err := nkeys.FromSeed([]byte(r.Seed))
+	if err != nil {
+		return Creds{}, err
+	}
+	return user(kp, name, nil)
+}
+
+// Add creates a tenant (an account) with quotas q and returns it with its
+// account JWT, which must reach the NATS servers (Push) before its users
+// can connect.
+func (a *Authority) Add(name string, q Quotas) (Tenant, string, error) {
+	if err := CheckName(name); err != nil {
+		return Tenant{}, "", err
+	}
+	if err := q.Check(); err != nil {
+		return Tenant{}, "", err
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if r, ok := a.tenants[name]; ok {
+		if r.Removed {
+			return Tenant{}, "", fmt.Errorf("tenant %q was removed; choose another name", name)
+		}
+		return Tenant{}, "", fmt.Errorf("tenant %q exists", name)
+	}
+	kp, err := nkeys.CreateAccount()
+	if err != nil {
+		return Tenant{}, "", err
+	}
+	seed, _ := kp.Seed()
+	now := time.Now().UTC()
+	r := &record{Tenant: Tenant{Name: name, Account: pub(kp), Quotas: q.WithDefaults(), Created: now, Updated: now}, Seed: string(seed)}
+	j, err := a.accountJWT(r)
+	if err != nil {
+		return Tenant{}, "", err
+	}
+	if err := a.save(r); err != nil {
+		return Tenant{}, "", err
+	}
+	a.tenants[name] = r
+	return r.Tenant, j, nil
+}
+
+// Update changes a tenant's quotas (fields of q that are zero keep their
+// value) and returns the re-signed account JWT.
+func (a *Authority) Update(name string, q Quotas) (Tenant, string, error) {
+	if err := q.Check(); err != nil {
+		return Tenant{}, "", err
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	r, ok := a.tenants[name]
+	if !ok || r.Removed {
+		return Tenant{}, "", fmt.Errorf("no tenant %q", name)
+	}
+	n := *r
+	n.Quotas = merge(r.Quotas, q)
+	n.Updated = time.Now().UTC()
+	j, err := a.accountJWT(&n)
+	if err != nil {
+		return Tenant{}, "", err
+	}
+	if err := a.save(&n); err != nil {
+		return Tenant{}, "", err
+	}
+	a.tenants[name] = &n
+	return n.Tenant, j, nil
+}
+
+// merge overrides the fields of q that o sets.
+func merge(q, o Quotas) Quotas {
+	if o.Jobs != 0 {
+		q.Jobs = o.Jobs
+	}
+	if o.Subtasks != 0 {
+		q.Subtasks = o.Subtasks
+	}
+	if o.Parallelism != 0 {
+		q.Parallelism = o.Parallelism
+	}
+	if o.MemoryMiB != 0 {
+		q.MemoryMiB = o.MemoryMiB
+	}
+	if o.StateBytes != 0 {
+		q.StateBytes = o.StateBytes
+	}
+	if o.StorageBytes != 0 {
+		q.StorageBytes = o.StorageBytes
+	}
+	if o.MemoryStorageBytes != 0 {
+		q.MemoryStorageBytes = o.MemoryStorageBytes
+	}
+	if o.Streams != 0 {
+		q.Streams = o.Streams
+	}
+	if o.Weight != 0 {
+		q.Weight = o.Weight
+	}
+	return q
+}
+
+// Remove revokes every user of the tenant and turns its JetStream off; it
+// returns the account JWT that says so.
+func (a *Authority) Remove(name string) (Tenant, string, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	r, ok := a.tenants[name]
+	if !ok || r.Removed {
+		return Tenant{}, "", fmt.Errorf("no tenant %q", name)
+	}
+	n := *r
+	n.Removed = true
+	n.Updated = time.Now().UTC()
+	j, err := a.accountJWT(&n)
+	if err != nil {
+		return Tenant{}, "", err
+	}
+	if err := a.save(&n); err != nil {
+		return Tenant{}, "", err
+	}
+	a.tenants[name] = &n
+	return n.Tenant, j, nil
+}
+
+func (a *Authority) save(r *record) error {
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	return writePrivate(filepath.Join(a.dir, "tenants", r.Name+".json"), append(b, '\n'))
+}
+
+// Tenants lists the tenants (removed ones too) by name.
+func (a *Authority) Tenants() []Tenant {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := make([]Tenant, 0, len(a.tenants))
+	for _, r := range a.tenants {
+		out = append(out, r.Tenant)
+	}
+	sort.Slice(out, func(i, k int) bool { return out[i].Name < out[k].Name })
+	return out
+}
+
+// Get returns the tenant called name.
+func (a *Authority) Get(name string) (Tenant, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	r, ok := a.tenants[name]
+	if !ok {
+		return Tenant{}, false
+	}
+	return r.Tenant, true
+}
+
+// ByAccount returns the tenant whose account has public key acct.
+func (a *Authority) ByAccount(acct string) (Tenant, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, r := range a.tenants {
+		if r.Account == acct {
+			return r.Tenant, true
+		}
+	}
+	return Tenant{}, false
+}
+
+// Push sends an account JWT to the NATS servers through nc, a connection
+// of the system account, and waits for a server to accept it.
+func Push(nc *nats.Conn, accountJWT string) error {
+	msg, err := nc.Request("$SYS.REQ.CLAIMS.UPDATE", []byte(accountJWT), 10*time.Second)
+	if err != nil {
+		return fmt.Errorf("pushing an account JWT to NATS: %w", err)
+	}
+	var r struct {
+		Error *struct {
+			Code        int    `json:"code"`
+			Description string `json:"description"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal(msg.Data, &r); err != nil {
+		return fmt.Errorf("pushing an account JWT to NATS: bad answer %q", msg.Data)
+	}
+	if r.Error != nil {
+		return fmt.Errorf("pushing an account JWT to NATS: %s (code %d)", r.Error.Description, r.Error.Code)
+	}
+	return nil
+}
+
+// PushAll pushes every account's JWT (an external server started from an
+// older ServerConfig learns the tenants added since).
+func (a *Authority) PushAll(nc *nats.Conn) error {
+	var errs []error
+	for _, j := range a.jwts() {
+		errs = append(errs, Push(nc, j))
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,159 @@
+package tenant
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/wstream/wstream/transport"
+)
+
+// TestAccountsKeepTenantsApart runs a real embedded NATS server that trusts
+// an authority with two tenants and checks what crosses accounts: a
+// tenant's requests reach the service account under its own account key,
+// events reach only their tenant, and JetStream is per account.
+func TestAccountsKeepTenantsApart(t *testing.T) {
+	dir := t.TempDir()
+	a, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ta, _, err := a.Add("acme", Quotas{StorageBytes: 64 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := transport.StartEmbedded(transport.EmbeddedOptions{StoreDir: t.TempDir(), Configure: a.ConfigureServer})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	connect := func(c Creds, err error) *nats.Conn {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		nc, err := transport.ConnectInProcess(srv, "test", c.Option())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+		return nc
+	}
+	// A tenant added while the server runs reaches it through the system
+	// account, as with an external server.
+	tb, jb, err := a.Add("bolt", Quotas{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sys := connect(a.SystemUser("push"))
+	if err := Push(sys, jb); err != nil {
+		t.Fatal(err)
+	}
+	svc := connect(a.ServiceUser("coordinator"))
+	na := connect(a.TenantUser("acme", "client"))
+	nb := connect(a.TenantUser("bolt", "client"))
+
+	got := make(chan *nats.Msg, 4)
+	sub, err := svc.Subscribe(APIPrefix+"*.list", func(m *nats.Msg) {
+		got <- m
+		_ = m.Respond([]byte("ok"))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	_ = svc.Flush()
+	for _, c := range []struct {
+		nc   *nats.Conn
+		acct string
+	}{{na, ta.Account}, {nb, tb.Account}} {
+		if _, err := c.nc.Request("wstream.coord.list", nil, 5*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		m := <-got
+		if want := APIPrefix + c.acct + ".list"; m.Subject != want {
+			t.Fatalf("request arrived on %s, want %s", m.Subject, want)
+		}
+		if info := m.Header.Get("Nats-Request-Info"); !strings.Contains(info, c.acct) {
+			t.Fatalf("request info %q does not name account %s", info, c.acct)
+		}
+	}
+	// A forged subject cannot reach another tenant's part: the tenant has
+	// no such import, so nothing answers.
+	if _, err := na.Request("wstream.api."+tb.Account+".list", nil, 300*time.Millisecond); err == nil {
+		t.Fatal("tenant acme reached the api as bolt")
+	}
+
+	// Events: each tenant hears its own.
+	ea, _ := na.SubscribeSync("wstream.job.*.done")
+	eb, _ := nb.SubscribeSync("wstream.job.*.done")
+	_ = na.Flush()
+	_ = nb.Flush()
+	if err := svc.Publish(EventsPrefix+ta.Account+".job.j1.done", []byte("a")); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := ea.NextMsg(5 * time.Second); err != nil || string(m.Data) != "a" || m.Subject != "wstream.job.j1.done" {
+		t.Fatalf("acme's event: %v %v", m, err)
+	}
+	if m, err := eb.NextMsg(300 * time.Millisecond); err == nil {
+		t.Fatalf("bolt heard acme's event %s", m.Subject)
+	}
+
+	// JetStream is per account.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	jsa, _ := jetstream.New(na)
+	if _, err := jsa.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "secret"}); err != nil {
+		t.Fatal(err)
+	}
+	jsb, _ := jetstream.New(nb)
+	if _, err := jsb.KeyValue(ctx, "secret"); !errors.Is(err, jetstream.ErrBucketNotFound) {
+		t.Fatalf("bolt opening acme's bucket: %v, want not found", err)
+	}
+	// The account's storage limit holds.
+	if _, err := jsa.CreateStream(ctx, jetstream.StreamConfig{Name: "big", Subjects: []string{"big"}, MaxBytes: 1 << 30}); err == nil {
+		t.Fatal("a stream larger than the tenant's storage quota was created")
+	}
+
+	// A removed tenant's users are revoked.
+	late, err := a.TenantUser("bolt", "late")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, jr, err := a.Remove("bolt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := Push(sys, jr); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := nats.Connect("", nats.InProcessServer(srv), late.Option()); err == nil {
+		t.Fatal("a user of a removed tenant connected")
+	}
+	// Reopening the authority keeps everything.
+	b, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := b.Tenants(); len(got) != 2 || got[0].Name != "acme" || !got[1].Removed {
+		t.Fatalf("reopened tenants %+v", got)
+	}
+}
+
+func TestCheckName(t *testing.T) {
+	for _, n := range []string{"acme", "a", "team-1", "x_y"} {
+		if err := CheckName(n); err != nil {
+			t.Errorf("%s: %v", n, err)
+		}
+	}
+	for _, n := range []string{"", "Acme", "1a", "admin", "a.b", "a b", strings.Repeat("a", 33), "a>"} {
+		if err := CheckName(n); err == nil {
+			t.Errorf("%q accepted", n)
+		}
+	}
+}

@@ -1,0 +1,121 @@
+package tenant
+
+import (
+	"fmt"
+	"regexp"
+)
+
+// Quotas bound what one tenant may use. A zero field takes its default
+// (DefaultQuotas); every bound is checked by the coordinator before a job
+// of the tenant starts, by the workers while it runs, or by NATS (the
+// JetStream limits of the tenant's account).
+type Quotas struct {
+	// Jobs is how many jobs of the tenant may run at once.
+	Jobs int `json:"jobs,omitempty"`
+	// Subtasks is how many subtasks (slots) the tenant's running jobs may
+	// hold together, across workers.
+	Subtasks int `json:"subtasks,omitempty"`
+	// Parallelism bounds the parallelism and max parallelism of each
+	// vertex of a job.
+	Parallelism int `json:"parallelism,omitempty"`
+	// MemoryMiB bounds the linear memory of each operator instance.
+	MemoryMiB int `json:"memory_mib,omitempty"`
+	// StateBytes bounds the keyed state of one subtask on a worker's disk.
+	StateBytes int64 `json:"state_bytes,omitempty"`
+	// StorageBytes bounds the tenant's JetStream file storage: data
+	// streams, modules, checkpoints in object stores, staged sink output.
+	StorageBytes int64 `json:"storage_bytes,omitempty"`
+	// MemoryStorageBytes bounds its JetStream memory storage.
+	MemoryStorageBytes int64 `json:"memory_storage_bytes,omitempty"`
+	// Streams bounds its JetStream streams (key-value buckets and object
+	// stores are streams too).
+	Streams int64 `json:"streams,omitempty"`
+	// Weight is the tenant's share of a worker's cores against other
+	// tenants' (fair sharing of guest calls).
+	Weight int `json:"weight,omitempty"`
+}
+
+// DefaultQuotas are the quotas of a tenant added without any.
+var DefaultQuotas = Quotas{
+	Jobs:               16,
+	Subtasks:           64,
+	Parallelism:        16,
+	MemoryMiB:          64,
+	StateBytes:         1 << 30,
+	StorageBytes:       4 << 30,
+	MemoryStorageBytes: 256 << 20,
+	Streams:            256,
+	Weight:             1,
+}
+
+// WithDefaults fills the zero fields of q from DefaultQuotas.
+func (q Quotas) WithDefaults() Quotas {
+	d := DefaultQuotas
+	if q.Jobs == 0 {
+		q.Jobs = d.Jobs
+	}
+	if q.Subtasks == 0 {
+		q.Subtasks = d.Subtasks
+	}
+	if q.Parallelism == 0 {
+		q.Parallelism = d.Parallelism
+	}
+	if q.MemoryMiB == 0 {
+		q.MemoryMiB = d.MemoryMiB
+	}
+	if q.StateBytes == 0 {
+		q.StateBytes = d.StateBytes
+	}
+	if q.StorageBytes == 0 {
+		q.StorageBytes = d.StorageBytes
+	}
+	if q.MemoryStorageBytes == 0 {
+		q.MemoryStorageBytes = d.MemoryStorageBytes
+	}
+	if q.Streams == 0 {
+		q.Streams = d.Streams
+	}
+	if q.Weight == 0 {
+		q.Weight = d.Weight
+	}
+	return q
+}
+
+// Check refuses negative quotas and a memory bound beyond WebAssembly's.
+func (q Quotas) Check() error {
+	for _, f := range []struct {
+		name string
+		v    int64
+	}{
+		{"jobs", int64(q.Jobs)}, {"subtasks", int64(q.Subtasks)}, {"parallelism", int64(q.Parallelism)},
+		{"memory", int64(q.MemoryMiB)}, {"state", q.StateBytes}, {"storage", q.StorageBytes},
+		{"memory storage", q.MemoryStorageBytes}, {"streams", q.Streams}, {"weight", int64(q.Weight)},
+	} {
+		if f.v < 0 {
+			return fmt.Errorf("quota %s: %d is negative", f.name, f.v)
+		}
+	}
+	if q.MemoryMiB > 4096 {
+		return fmt.Errorf("quota memory: %d MiB exceeds WebAssembly's 4096 MiB", q.MemoryMiB)
+	}
+	return nil
+}
+
+// Admin is the name the control plane gives requests made with the
+// service account's credentials: they see and act on every tenant's jobs.
+const Admin = "admin"
+
+var nameRE = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,31}$`)
+
+// CheckName refuses tenant names that are not one lower-case word of at
+// most 32 characters (they appear in file names and logs) or that are
+// reserved.
+func CheckName(name string) error {
+	if !nameRE.MatchString(name) {
+		return fmt.Errorf("tenant name %q: use 1–32 characters a-z, 0-9, '_' and '-', starting with a letter", name)
+	}
+	if name == Admin || name == "system" || name == "service" {
+		return fmt.Errorf("tenant name %q is reserved", name)
+	}
+	return nil
+}

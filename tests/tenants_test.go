@@ -1,0 +1,180 @@
+package tests
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/wstream/wstream/coordinator"
+	"github.com/wstream/wstream/transport"
+)
+
+// TestTenantsAreIsolated runs a cluster with tenants (`wstream server
+// --tenants`, a `wstream worker` process), adds tenants acme and bolt, and
+// runs acme's job while bolt tries, with its own credentials, to list,
+// cancel, savepoint, resume and restore it, to run acme's module, and to
+// read acme's streams, buckets and modules: each attempt must fail with an
+// authorization error (or not find what is not its own), and acme's output
+// must be exact.
+func TestTenantsAreIsolated(t *testing.T) {
+	mod := module(t, "testops")
+	dir := t.TempDir()
+	data := filepath.Join(dir, "server")
+	srv := startEdge(t, dir, "server", "--tenants", "--data", data, "--listen", "127.0.0.1:0")
+	var url string
+	srv.until(t, "server URL", false, func() bool {
+		b, err := os.ReadFile(filepath.Join(data, "nats.url"))
+		url = strings.TrimSpace(string(b))
+		return err == nil && url != ""
+	})
+	auth := filepath.Join(data, "auth")
+	wk := startEdge(t, dir, "worker", "--nats", url, "--nats-creds", filepath.Join(auth, "worker.creds"), "--data", filepath.Join(dir, "worker"))
+	wk.until(t, "worker connected", false, func() bool { return strings.Contains(wk.stderr.String(), "connected") })
+
+	for _, name := range []string{"acme", "bolt"} {
+		if r := runCLI(t, dir, "tenant", "add", "--data", data, name); r.code != 0 {
+			t.Fatalf("tenant add %s: exit %d\n%s", name, r.code, r.stderr)
+		}
+	}
+	if r := runCLI(t, dir, "tenant", "add", "--data", data, "acme"); r.code == 0 || !strings.Contains(r.stderr, "exists") {
+		t.Fatalf("adding acme twice: exit %d\n%s", r.code, r.stderr)
+	}
+	acmeCreds, boltCreds := filepath.Join(dir, "acme.creds"), filepath.Join(dir, "bolt.creds")
+	connect := func(creds string) (*nats.Conn, jetstream.JetStream) {
+		nc, err := nats.Connect(url, nats.UserCredentials(creds))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+		js, err := jetstream.New(nc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return nc, js
+	}
+	_, acmeJS := connect(acmeCreds)
+	boltNC, boltJS := connect(boltCreds)
+	createStreams(t, acmeJS, jetstream.StreamConfig{Name: "OUT", Subjects: []string{"out.*"}})
+
+	// A plan that reads the host's files is refused for a tenant.
+	writePlan(t, dir, countPlan(genSpec{count: 10, keys: 2, words: 1, seed: 1}, 300, fileSink))
+	if r := runCLI(t, dir, "deploy", "--nats", url, "--nats-creds", acmeCreds, "--plan", "plan.json", mod); r.code == 0 ||
+		!strings.Contains(r.stderr, "tenant jobs may not") {
+		t.Fatalf("a tenant's job with a file sink: exit %d\n%s", r.code, r.stderr)
+	}
+
+	// Long enough (about 4 s) for bolt's attempts while it runs.
+	g := genSpec{count: 12000, keys: 50, words: 1, seed: 11, rate: 3000}
+	writePlan(t, dir, countPlan(g, 300, `"connector":"jetstream","config":{"stream":"OUT","subject":"out.{key}"}`))
+	d := startEdge(t, dir, "deploy", "--nats", url, "--nats-creds", acmeCreds, "--plan", "plan.json", mod)
+	job := d.jobID(t)
+	// A checkpoint of acme's job, for bolt to try to restore.
+	ckpts := filepath.Join(data, "jobs", job, "checkpoints")
+	d.until(t, "a checkpoint", false, func() bool { _, id := newestCheckpoint(data); return id >= 1 })
+
+	bolt := func(args ...string) result {
+		// Flags go between the command and its arguments.
+		cmd := []string{args[0]}
+		if args[0] == "tenant" {
+			cmd, args = append(cmd, args[1]), args[1:]
+		}
+		cmd = append(cmd, "--nats", url, "--nats-creds", boltCreds)
+		return runCLI(t, dir, append(cmd, args[1:]...)...)
+	}
+	if r := bolt("list"); r.code != 0 || strings.Contains(r.stdout, job) {
+		t.Errorf("bolt's list: exit %d, shows acme's job: %v\n%s%s", r.code, strings.Contains(r.stdout, job), r.stdout, r.stderr)
+	}
+	for _, args := range [][]string{{"cancel", job}, {"savepoint", job}, {"stop", job}} {
+		if r := bolt(args...); r.code == 0 || !strings.Contains(r.stderr, "no job") {
+			t.Errorf("bolt's %s: exit %d\n%s%s", args[0], r.code, r.stdout, r.stderr)
+		}
+	}
+	if r := bolt("tenant", "list"); r.code == 0 || !strings.Contains(r.stderr, "not authorized") {
+		t.Errorf("bolt listing tenants: exit %d\n%s", r.code, r.stderr)
+	}
+	// Requests made by hand: resuming acme's job, running acme's module by
+	// its digest, reaching acme's part of the api.
+	ask := func(subject string, req any) string {
+		b, _ := json.Marshal(req)
+		m, err := boltNC.Request(subject, b, 10*time.Second)
+		if err != nil {
+			return err.Error()
+		}
+		var r struct{ Error string }
+		_ = json.Unmarshal(m.Data, &r)
+		return r.Error
+	}
+	if e := ask(transport.SubjectSubmit, transport.SubmitRequest{Resume: job, Plan: json.RawMessage(`{}`)}); e == "" {
+		t.Error("bolt resumed acme's job")
+	}
+	wasm, err := os.ReadFile(mod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	digest := coordinator.ModuleDigest(wasm)
+	plan, _ := os.ReadFile(filepath.Join(dir, "plan.json"))
+	if e := ask(transport.SubjectSubmit, transport.SubmitRequest{Name: "steal", Plan: plan, ModuleDigest: digest, ModuleName: "testops"}); !strings.Contains(e, "not in tenant bolt's module store") {
+		t.Errorf("bolt running acme's module by digest: %q", e)
+	}
+	if e := ask(transport.SubjectSubmit, transport.SubmitRequest{Name: "as-acme", Plan: plan, Tenant: "acme"}); !strings.Contains(e, "not authorized") {
+		t.Errorf("bolt submitting as acme: %q", e)
+	}
+	if _, err := boltNC.Request("wstream.api.x.list", nil, 500*time.Millisecond); err == nil {
+		t.Error("bolt reached the api outside its own part")
+	}
+	// acme's data: none of it is in bolt's account.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, s := range []string{"OUT", transport.DataStream(job), "OBJ_" + transport.ModuleBucket} {
+		if _, err := boltJS.Stream(ctx, s); !errors.Is(err, jetstream.ErrStreamNotFound) {
+			t.Errorf("bolt opening acme's stream %s: %v, want not found", s, err)
+		}
+	}
+	if _, err := boltJS.ObjectStore(ctx, transport.ModuleBucket); !errors.Is(err, jetstream.ErrBucketNotFound) {
+		t.Errorf("bolt opening a module store: %v, want not found", err)
+	}
+	if _, err := boltJS.KeyValue(ctx, transport.JobsBucket); !errors.Is(err, jetstream.ErrBucketNotFound) {
+		t.Errorf("bolt opening the job bucket: %v, want not found", err)
+	}
+	// Last, as it stores bolt's own copy of the module.
+	if r := bolt("deploy", "--plan", "plan.json", "--from-savepoint", ckpts, "--checkpoint-interval", "300ms", mod); r.code == 0 ||
+		!strings.Contains(r.stderr, "savepoints live in its own account") {
+		t.Errorf("bolt restoring acme's checkpoint: exit %d\n%s", r.code, r.stderr)
+	}
+	// bolt hears nothing of acme's job's end.
+	ends, _ := boltNC.SubscribeSync("wstream.job.*.done")
+	_ = boltNC.Flush()
+
+	d.mustExit0(t, edgeWait)
+	got, _ := outputLines(t, acmeJS, "OUT")
+	sameLines(t, "acme's output stream", got, asMessages(g.runningCounts(), "out"))
+	if m, err := ends.NextMsg(200 * time.Millisecond); err == nil {
+		t.Errorf("bolt heard of a job's end: %s", m.Subject)
+	}
+
+	// The admin sees every job, with its tenant.
+	if r := runCLI(t, dir, "list", "--data", data); r.code != 0 || !strings.Contains(r.stdout, "acme") || !strings.Contains(r.stdout, job) {
+		t.Errorf("the admin's list: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	// The audit log names who did what.
+	b, err := os.ReadFile(filepath.Join(data, "audit.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`"tenant":"bolt","user":"U`, `"action":"cancel","job":"` + job + `","error":"no job`, `"tenant":"acme"`, `"tenant":"admin"`} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("the audit log lacks %s:\n%s", want, b)
+		}
+	}
+	if strings.Contains(srv.stderr.String()+wk.stderr.String(), "panic") {
+		t.Errorf("a process panicked:\n%s\n%s", srv.stderr.String(), wk.stderr.String())
+	}
+}
