@@ -4,9 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -14,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/wstream/wstream/coordinator"
+	"github.com/wstream/wstream/internal/testmod"
 	"github.com/wstream/wstream/transport"
 )
 
@@ -176,5 +181,118 @@ func TestTenantsAreIsolated(t *testing.T) {
 	}
 	if strings.Contains(srv.stderr.String()+wk.stderr.String(), "panic") {
 		t.Errorf("a process panicked:\n%s\n%s", srv.stderr.String(), wk.stderr.String())
+	}
+}
+
+var (
+	natsServerOnce sync.Once
+	natsServerPath string
+	natsServerErr  error
+)
+
+// natsServerBin builds the nats-server command of the module's
+// dependency once per test process: an external server, as users run it.
+func natsServerBin(t *testing.T) string {
+	t.Helper()
+	natsServerOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "nats-server-bin")
+		if err != nil {
+			natsServerErr = err
+			return
+		}
+		natsServerPath = filepath.Join(dir, "nats-server")
+		cmd := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", natsServerPath, "github.com/nats-io/nats-server/v2")
+		cmd.Dir = testmod.Root()
+		if out, err := cmd.CombinedOutput(); err != nil {
+			natsServerErr = fmt.Errorf("go build nats-server: %v\n%s", err, out)
+		}
+	})
+	if natsServerErr != nil {
+		t.Fatal(natsServerErr)
+	}
+	return natsServerPath
+}
+
+// TestTenantsExternalServer runs the tenants of a cluster on an external
+// NATS server configured with the fragment `wstream tenant init` writes:
+// the coordinator pushes the accounts of tenants added later through the
+// system account, and a tenant's job runs with exact output.
+func TestTenantsExternalServer(t *testing.T) {
+	mod := module(t, "testops")
+	dir := t.TempDir()
+	auth := filepath.Join(dir, "auth")
+	if r := runCLI(t, dir, "tenant", "init", "--auth-dir", auth, "--resolver-dir", filepath.Join(dir, "jwt")); r.code != 0 {
+		t.Fatalf("tenant init: exit %d\n%s", r.code, r.stderr)
+	}
+	frag, err := os.ReadFile(filepath.Join(auth, "nats-server.conf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	conf := filepath.Join(dir, "server.conf")
+	body := fmt.Sprintf("listen: \"127.0.0.1:-1\"\njetstream: {store_dir: %q}\n%s", filepath.Join(dir, "js"), frag)
+	if err := os.WriteFile(conf, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ports := filepath.Join(dir, "ports")
+	if err := os.MkdirAll(ports, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ns := exec.Command(natsServerBin(t), "-c", conf, "--ports_file_dir", ports)
+	var nsOut syncBuffer
+	ns.Stdout, ns.Stderr = &nsOut, &nsOut
+	if err := ns.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ns.Process.Kill(); _ = ns.Wait() })
+	var url string
+	deadline := time.Now().Add(edgeWait)
+	for url == "" {
+		if time.Now().After(deadline) {
+			t.Fatalf("nats-server wrote no ports file:\n%s", nsOut.String())
+		}
+		files, _ := filepath.Glob(filepath.Join(ports, "*.ports"))
+		for _, f := range files {
+			b, _ := os.ReadFile(f)
+			var p struct {
+				Nats []string `json:"nats"`
+			}
+			if json.Unmarshal(b, &p) == nil && len(p.Nats) > 0 {
+				url = p.Nats[0]
+			}
+		}
+		time.Sleep(20 * time.Millisecond) // polling interval
+	}
+
+	data := filepath.Join(dir, "server")
+	srv := startEdge(t, dir, "server", "--tenants", "--auth-dir", auth, "--nats", url, "--data", data)
+	srv.until(t, "server running", false, func() bool { return strings.Contains(srv.stderr.String(), "coordinator running") })
+	wk := startEdge(t, dir, "worker", "--nats", url, "--nats-creds", filepath.Join(auth, "worker.creds"), "--data", filepath.Join(dir, "worker"))
+	wk.until(t, "worker connected", false, func() bool { return strings.Contains(wk.stderr.String(), "connected") })
+	if r := runCLI(t, dir, "tenant", "add", "--nats", url, "--auth-dir", auth, "--storage-bytes", "268435456", "acme"); r.code != 0 {
+		t.Fatalf("tenant add: exit %d\n%s", r.code, r.stderr)
+	}
+	if r := runCLI(t, dir, "tenant", "list", "--nats", url, "--auth-dir", auth); r.code != 0 || !strings.Contains(r.stdout, "acme") || !strings.Contains(r.stdout, "256 MiB") {
+		t.Fatalf("tenant list: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	acmeCreds := filepath.Join(dir, "acme.creds")
+	nc, err := nats.Connect(url, nats.UserCredentials(acmeCreds))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	createStreams(t, js, jetstream.StreamConfig{Name: "OUT", Subjects: []string{"out.*"}})
+	g := genSpec{count: 3000, keys: 20, words: 1, seed: 3}
+	writePlan(t, dir, countPlan(g, 200, `"connector":"jetstream","config":{"stream":"OUT","subject":"out.{key}"}`))
+	if r := runCLI(t, dir, "deploy", "--nats", url, "--nats-creds", acmeCreds, "--plan", "plan.json", mod); r.code != 0 {
+		t.Fatalf("acme's deploy: exit %d\n%s", r.code, r.stderr)
+	}
+	got, _ := outputLines(t, js, "OUT")
+	sameLines(t, "acme's output stream", got, asMessages(g.runningCounts(), "out"))
+	// A quota above the account's JetStream limit is NATS's to refuse.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "BIG", Subjects: []string{"big"}, MaxBytes: 1 << 30}); err == nil {
+		t.Error("acme created a stream larger than its storage quota")
 	}
 }
