@@ -77,10 +77,14 @@ func (p *Plan) Chainable(e *Edge) bool {
 		len(p.Outputs(e.From)) == 1 && len(p.Inputs(e.To)) == 1
 }
 
-// Build validates p and builds its physical graph. The graph points into p:
-// p must not change while the graph is in use.
-func Build(p *Plan) (*Graph, error) {
-	if err := p.Validate(); err != nil {
+// Build validates p (under the default limits) and builds its physical
+// graph. The graph points into p: p must not change while the graph is in
+// use.
+func Build(p *Plan) (*Graph, error) { return Limits{}.Build(p) }
+
+// Build is the package's Build, validating p under l.
+func (l Limits) Build(p *Plan) (*Graph, error) {
+	if err := l.Validate(p); err != nil {
 		return nil, err
 	}
 	n := len(p.Vertices)

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"reflect"
 	"slices"
 	"strconv"
@@ -81,6 +80,9 @@ func (v *Vertex) InheritsParallelism() bool { return v.inherited }
 type Error struct {
 	Path    string
 	Message string
+	// Limit names the Limits field the plan exceeds (e.g. "MaxVertices"),
+	// empty for other problems: a quota's refusal can be told apart.
+	Limit string
 }
 
 func (e *Error) Error() string {
@@ -133,10 +135,28 @@ type (
 )
 
 // Parse decodes a plan from JSON and applies the defaults (Normalize). It
-// does not validate: call Validate (or Build) after any overrides.
-func Parse(data []byte) (*Plan, error) {
+// does not validate: call Validate (or Build) after any overrides. It
+// refuses a plan over the default limits of size, nesting, vertices, edges
+// and config size (see Limits.Parse).
+func Parse(data []byte) (*Plan, error) { return Limits{}.Parse(data) }
+
+// Parse is the package's Parse under l: before it decodes anything it
+// checks the plan's size and nesting depth, and before it decodes a vertex
+// or an edge the number of vertices and edges, and a vertex's config size
+// before it canonicalizes the config.
+func (l Limits) Parse(data []byte) (*Plan, error) {
+	l = l.withDefaults()
+	if len(data) > l.MaxPlanBytes {
+		return nil, limitErrorf("", "MaxPlanBytes", "%d bytes exceed the MaxPlanBytes limit of %d", len(data), l.MaxPlanBytes)
+	}
+	if at := deepAt(data, l.MaxDepth); at >= 0 {
+		return nil, depthError(data, at, l.MaxDepth)
+	}
 	var w wirePlan
 	if err := decodeStrict(data, &w, ""); err != nil {
+		return nil, err
+	}
+	if err := l.checkCounts(len(w.Vertices), len(w.Edges)); err != nil {
 		return nil, err
 	}
 	p := &Plan{Name: w.Name}
@@ -168,6 +188,9 @@ func Parse(data []byte) (*Plan, error) {
 		}
 		v := &p.Vertices[i]
 		*v = Vertex{ID: wv.ID, Kind: wv.Kind, Operator: wv.Operator, Connector: wv.Connector, Outputs: wv.Outputs}
+		if err := l.checkConfigSize(i, v, wv.Config); err != nil {
+			return nil, err
+		}
 		if len(wv.Config) > 0 && string(wv.Config) != "null" {
 			v.Config = wv.Config
 		}
@@ -189,18 +212,8 @@ func Parse(data []byte) (*Plan, error) {
 	return p, nil
 }
 
-// Load reads and parses the plan file at path.
-func Load(path string) (*Plan, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("plan: %w", err)
-	}
-	p, err := Parse(data)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	return p, nil
-}
+// Load reads and parses the plan file at path, under the default limits.
+func Load(path string) (*Plan, error) { return Limits{}.Load(path) }
 
 // decodeStrict decodes one JSON value into dst, refusing unknown fields and
 // trailing data. path prefixes the errors' paths.
@@ -233,7 +246,7 @@ func decodeStrict(data []byte, dst any, path string) error {
 		if u, uerr := strconv.Unquote(name); uerr == nil {
 			name = u
 		}
-		return &Error{Path: path, Message: fmt.Sprintf("unknown field %q (known: %s)", name, strings.Join(jsonFields(dst), ", "))}
+		return &Error{Path: path, Message: fmt.Sprintf("unknown field %s (known: %s)", quote(name), strings.Join(jsonFields(dst), ", "))}
 	}
 	return &Error{Path: path, Message: err.Error()}
 }
@@ -344,7 +357,9 @@ func canonicalJSON(raw json.RawMessage) (json.RawMessage, error) {
 
 // JSON returns the plan as canonical JSON, for storing with a job: defaults
 // written out, except the parallelism of vertices that follow the plan's, so
-// that parsing it back gives the same plan.
+// that parsing it back gives the same plan. It is indented for its first
+// levels only (jsonIndentLevels), so its size stays in proportion to the
+// plan's however deep a config nests.
 func (p *Plan) JSON() []byte {
 	w := wirePlanOut{Name: p.Name, MaxParallelism: p.MaxParallelism, Parallelism: p.Parallelism,
 		Vertices: make([]wireVertex, len(p.Vertices)), Edges: make([]wireEdge, len(p.Edges)),
@@ -367,7 +382,6 @@ func (p *Plan) JSON() []byte {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)
-	enc.SetIndent("", "  ")
 	if err := enc.Encode(w); err != nil {
 		// Only an invalid Config can fail here; keep it as a string so the
 		// output is still JSON and the problem stays visible.
@@ -380,7 +394,63 @@ func (p *Plan) JSON() []byte {
 		buf.Reset()
 		enc.Encode(w)
 	}
-	return buf.Bytes()
+	var out bytes.Buffer
+	out.Grow(buf.Len() + buf.Len()/2)
+	indentLevels(&out, bytes.TrimSuffix(buf.Bytes(), []byte{'\n'}), jsonIndentLevels)
+	out.WriteByte('\n')
+	return out.Bytes()
+}
+
+// jsonIndentLevels is how deep JSON indents: the plan, its lists, and each
+// vertex, edge and setting. Configs and outputs stay compact, one line each:
+// indenting every level of a config nested n deep would write O(n) bytes of
+// indentation per line, O(n²) in all.
+const jsonIndentLevels = 3
+
+// indentLevels writes the compact JSON src to dst indented by two spaces
+// per level for its first levels, and compact below them.
+func indentLevels(dst *bytes.Buffer, src []byte, levels int) {
+	depth := 0
+	newline := func(d int) {
+		dst.WriteByte('\n')
+		for range d {
+			dst.WriteString("  ")
+		}
+	}
+	for i := 0; i < len(src); i++ {
+		c := src[i]
+		switch c {
+		case '"':
+			end := stringEnd(src, i)
+			dst.Write(src[i:end])
+			i = end - 1
+			continue
+		case '{', '[':
+			dst.WriteByte(c)
+			depth++
+			if depth <= levels && i+1 < len(src) && src[i+1] != '}' && src[i+1] != ']' {
+				newline(depth)
+			}
+			continue
+		case '}', ']':
+			// In compact JSON only an empty container has its opening
+			// bracket right before its closing one.
+			if depth <= levels && i > 0 && src[i-1] != '{' && src[i-1] != '[' {
+				newline(depth - 1)
+			}
+			depth--
+			dst.WriteByte(c)
+			continue
+		}
+		dst.WriteByte(c)
+		switch {
+		case depth > levels:
+		case c == ',':
+			newline(depth)
+		case c == ':':
+			dst.WriteByte(' ')
+		}
+	}
 }
 
 // Vertex returns the vertex with the given id, or nil.

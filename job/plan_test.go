@@ -138,32 +138,21 @@ func TestJSONCanonical(t *testing.T) {
       "id": "source",
       "kind": "source",
       "connector": "gen",
-      "config": {
-        "count": 100000,
-        "keys": 1000,
-        "seed": 1,
-        "words": 4
-      },
-      "outputs": [
-        "main"
-      ]
+      "config": {"count":100000,"keys":1000,"seed":1,"words":4},
+      "outputs": ["main"]
     },
     {
       "id": "split",
       "kind": "operator",
       "operator": "split",
-      "outputs": [
-        "main"
-      ]
+      "outputs": ["main"]
     },
     {
       "id": "count",
       "kind": "operator",
       "operator": "count",
       "parallelism": 4,
-      "outputs": [
-        "main"
-      ]
+      "outputs": ["main"]
     },
     {
       "id": "sink",

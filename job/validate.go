@@ -12,48 +12,65 @@ import (
 	"github.com/wstream/wstream/operator"
 )
 
-// maxIDLen bounds vertex ids and job names: they become parts of file names
-// and NATS subjects.
-const maxIDLen = 128
-
-// checkID reports why s cannot be an id or a job name, or "".
-func checkID(s string) string {
+// checkID checks an id or job name: present, within most bytes, and made
+// of the characters that file names and NATS subjects take.
+func checkID(path, s string, most int) error {
 	if s == "" {
-		return "missing"
+		return &Error{Path: path, Message: "missing"}
 	}
-	if len(s) > maxIDLen {
-		return fmt.Sprintf("%q is longer than %d bytes", s, maxIDLen)
+	if err := checkLen(path, "MaxIDBytes", s, most); err != nil {
+		return err
 	}
 	for i := 0; i < len(s); i++ {
 		c := s[i]
 		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '-') {
-			return fmt.Sprintf("%q may only hold letters, digits, '_' and '-'", s)
+			return errorf(path, "%q may only hold letters, digits, '_' and '-'", s)
 		}
 	}
-	return ""
+	return nil
 }
 
-func vertexPath(i int, v *Vertex) string { return fmt.Sprintf("vertices[%d] (%q)", i, v.ID) }
+func vertexPath(i int, v *Vertex) string { return fmt.Sprintf("vertices[%d] (%s)", i, quote(v.ID)) }
 
-func edgePath(i int, e *Edge) string { return fmt.Sprintf("edges[%d] (%s→%s)", i, e.From, e.To) }
+func edgePath(i int, e *Edge) string {
+	return fmt.Sprintf("edges[%d] (%s→%s)", i, short(e.From), short(e.To))
+}
 
 var partitions = []string{PartitionForward, PartitionKey, PartitionRebalance, PartitionBroadcast}
 
-// Validate applies the defaults (Normalize) and checks the plan. It returns
-// the first problem found, as an *Error, checking in this order: the name
-// and plan-level parallelism; each vertex in plan order (id, kind, operator
-// or connector, outputs, parallelism, connector configuration); each edge in
-// plan order (ends, output, duplicates, partition); that every vertex is
-// connected as its kind needs; and that the graph is acyclic.
-func (p *Plan) Validate() error {
+// Validate applies the defaults (Normalize) and checks the plan under the
+// default limits. It returns the first problem found, as an *Error,
+// checking in this order: the number of vertices and edges, and each
+// vertex's config size and nesting (before Normalize canonicalizes the
+// configs); the name and plan-level parallelism; each vertex in plan order
+// (id, kind, operator or connector, outputs, parallelism, connector
+// configuration); each edge in plan order (ends, output, duplicates,
+// partition); that every vertex is connected as its kind needs; that the
+// graph is acyclic; and the number of subtasks.
+func (p *Plan) Validate() error { return Limits{}.Validate(p) }
+
+// Validate is the plan's Validate under l.
+func (l Limits) Validate(p *Plan) error {
+	l = l.withDefaults()
+	if err := l.checkCounts(len(p.Vertices), len(p.Edges)); err != nil {
+		return err
+	}
+	for i := range p.Vertices {
+		if err := l.checkConfig(i, &p.Vertices[i]); err != nil {
+			return err
+		}
+	}
 	p.Normalize()
-	if msg := checkID(p.Name); msg != "" {
-		return &Error{Path: "name", Message: msg}
+	if err := checkID("name", p.Name, l.MaxIDBytes); err != nil {
+		return err
 	}
 	if p.MaxParallelism < 1 || p.MaxParallelism > abi.MaxMaxParallelism {
 		return errorf("maxParallelism", "%d must be in [1, %d]", p.MaxParallelism, abi.MaxMaxParallelism)
 	}
-	if err := p.checkParallelism("parallelism", p.Parallelism); err != nil {
+	if p.MaxParallelism > l.MaxKeyGroups {
+		return limitErrorf("maxParallelism", "MaxKeyGroups", "%d exceeds the MaxKeyGroups limit of %d", p.MaxParallelism, l.MaxKeyGroups)
+	}
+	if err := l.checkParallelism(p, "parallelism", p.Parallelism); err != nil {
 		return err
 	}
 	if err := p.Checkpoint.validate(); err != nil {
@@ -67,7 +84,7 @@ func (p *Plan) Validate() error {
 	}
 	index := make(map[string]int, len(p.Vertices))
 	for i := range p.Vertices {
-		if err := p.validateVertex(i, index); err != nil {
+		if err := l.validateVertex(p, i, index); err != nil {
 			return err
 		}
 	}
@@ -77,7 +94,7 @@ func (p *Plan) Validate() error {
 	outs := make([]int, len(p.Vertices))
 	for i := range p.Edges {
 		e := &p.Edges[i]
-		if err := p.validateEdge(i, index); err != nil {
+		if err := l.validateEdge(p, i, index); err != nil {
 			return err
 		}
 		k := edgeKey{e.From, e.To, e.Output}
@@ -102,29 +119,83 @@ func (p *Plan) Validate() error {
 	if cycle := p.findCycle(index); cycle != nil {
 		return &Error{Path: "edges", Message: "cycle " + strings.Join(cycle, " → ")}
 	}
+	return l.checkSubtasks(p, index, ins, outs)
+}
+
+// checkConfig checks the size and nesting of vertex i's config, which may
+// not come from Parse (overrides, a plan built in Go).
+func (l Limits) checkConfig(i int, v *Vertex) error {
+	if err := l.checkConfigSize(i, v, v.Config); err != nil {
+		return err
+	}
+	// The config's top-level value is at level 3 of the plan.
+	if at := deepAt(v.Config, l.MaxDepth-3); at >= 0 {
+		line, col := position(v.Config, int64(at)+1)
+		return limitErrorf(vertexPath(i, v)+".config", "MaxDepth",
+			"JSON nested deeper than the MaxDepth limit of %d levels (counted from the plan) at line %d, column %d of the config", l.MaxDepth, line, col)
+	}
 	return nil
 }
 
-func (p *Plan) checkParallelism(path string, n int) error {
+// checkSubtasks checks the number of subtasks the plan's graph runs: a
+// chain (see Build) runs as many as its parallelism.
+func (l Limits) checkSubtasks(p *Plan, index map[string]int, ins, outs []int) error {
+	// A vertex that a chainable edge leads to runs in the chain of the
+	// edge's from vertex (Chainable, with the edge counts at hand).
+	chained := make([]bool, len(p.Vertices))
+	for i := range p.Edges {
+		e := &p.Edges[i]
+		from, to := index[e.From], index[e.To]
+		if e.Partition == PartitionForward && p.Vertices[from].Parallelism == p.Vertices[to].Parallelism && outs[from] == 1 && ins[to] == 1 {
+			chained[to] = true
+		}
+	}
+	total, widest := 0, -1
+	for i := range p.Vertices {
+		if chained[i] {
+			continue
+		}
+		total += p.Vertices[i].Parallelism
+		if widest < 0 || p.Vertices[i].Parallelism > p.Vertices[widest].Parallelism {
+			widest = i
+		}
+	}
+	if total > l.MaxSubtasks {
+		v := &p.Vertices[widest]
+		return limitErrorf("vertices", "MaxSubtasks", "%d subtasks (the sum of the chains' parallelism; the widest chain, from %s, has %d) exceed the MaxSubtasks limit of %d",
+			total, vertexPath(widest, v), v.Parallelism, l.MaxSubtasks)
+	}
+	return nil
+}
+
+func (l Limits) checkParallelism(p *Plan, path string, n int) error {
 	if n < 1 {
 		return errorf(path, "%d must be ≥ 1", n)
 	}
 	if n > p.MaxParallelism {
 		return errorf(path, "%d must be ≤ maxParallelism %d", n, p.MaxParallelism)
 	}
+	if n > l.MaxVertexParallelism {
+		return limitErrorf(path, "MaxVertexParallelism", "%d exceeds the MaxVertexParallelism limit of %d", n, l.MaxVertexParallelism)
+	}
 	return nil
 }
 
-func (p *Plan) validateVertex(i int, index map[string]int) error {
+func (l Limits) validateVertex(p *Plan, i int, index map[string]int) error {
 	v := &p.Vertices[i]
 	path := vertexPath(i, v)
-	if msg := checkID(v.ID); msg != "" {
-		return &Error{Path: path + ".id", Message: msg}
+	if err := checkID(path+".id", v.ID, l.MaxIDBytes); err != nil {
+		return err
 	}
 	if j, dup := index[v.ID]; dup {
 		return errorf(path+".id", "%q is also the id of vertices[%d]", v.ID, j)
 	}
 	index[v.ID] = i
+	for _, f := range []struct{ field, value string }{{"kind", v.Kind}, {"operator", v.Operator}, {"connector", v.Connector}} {
+		if err := checkLen(path+"."+f.field, "MaxNameBytes", f.value, l.MaxNameBytes); err != nil {
+			return err
+		}
+	}
 	switch v.Kind {
 	case KindSource, KindSink:
 		names, what := connector.SourceNames(), "a source"
@@ -152,26 +223,46 @@ func (p *Plan) validateVertex(i int, index map[string]int) error {
 	}
 	switch {
 	case v.Kind == KindSink && len(v.Outputs) > 0:
-		return errorf(path+".outputs", "%q: a sink has no outputs", v.Outputs)
+		return errorf(path+".outputs", "%s: a sink has no outputs", quoteList(v.Outputs))
 	case v.Kind == KindSource && len(v.Outputs) != 1:
-		return errorf(path+".outputs", "%q: a source has exactly one output", v.Outputs)
+		return errorf(path+".outputs", "%s: a source has exactly one output", quoteList(v.Outputs))
 	}
+	first := make(map[string]int, len(v.Outputs))
 	for j, name := range v.Outputs {
 		opath := fmt.Sprintf("%s.outputs[%d]", path, j)
 		if name == "" {
 			return &Error{Path: opath, Message: "missing"}
 		}
-		if len(name) > operator.MaxNameSize {
-			return errorf(opath, "%q is longer than %d bytes", name, operator.MaxNameSize)
+		if err := checkLen(opath, "MaxNameBytes", name, l.MaxNameBytes); err != nil {
+			return err
 		}
-		if k := slices.Index(v.Outputs, name); k < j {
+		if len(name) > operator.MaxNameSize {
+			// The ABI's bound, whatever the limits say.
+			return errorf(opath, "%s is longer than %d bytes", quote(name), operator.MaxNameSize)
+		}
+		if k, dup := first[name]; dup {
 			return errorf(opath, "%q is also outputs[%d]", name, k)
 		}
+		first[name] = j
 	}
-	if err := p.checkParallelism(path+".parallelism", v.Parallelism); err != nil {
+	if err := l.checkParallelism(p, path+".parallelism", v.Parallelism); err != nil {
 		return err
 	}
 	return validateConfig(path+".config", v)
+}
+
+// quoteList renders a list of names as %q does, but with each name cut
+// and at most a few names shown.
+func quoteList(names []string) string {
+	const most = 8
+	parts := make([]string, 0, min(len(names), most+1))
+	for _, n := range names[:min(len(names), most)] {
+		parts = append(parts, quote(n))
+	}
+	if len(names) > most {
+		parts = append(parts, fmt.Sprintf("… (%d in all)", len(names)))
+	}
+	return "[" + strings.Join(parts, " ") + "]"
 }
 
 func validateConfig(path string, v *Vertex) error {
@@ -200,15 +291,23 @@ func validateConfig(path string, v *Vertex) error {
 	return nil
 }
 
-func (p *Plan) validateEdge(i int, index map[string]int) error {
+func (l Limits) validateEdge(p *Plan, i int, index map[string]int) error {
 	e := &p.Edges[i]
 	path := edgePath(i, e)
 	for _, end := range []struct{ field, id string }{{"from", e.From}, {"to", e.To}} {
 		if end.id == "" {
 			return &Error{Path: path + "." + end.field, Message: "missing"}
 		}
+		if err := checkLen(path+"."+end.field, "MaxIDBytes", end.id, l.MaxIDBytes); err != nil {
+			return err
+		}
 		if _, ok := index[end.id]; !ok {
 			return errorf(path+"."+end.field, "%q is not a vertex", end.id)
+		}
+	}
+	for _, f := range []struct{ field, value string }{{"output", e.Output}, {"partition", e.Partition}} {
+		if err := checkLen(path+"."+f.field, "MaxNameBytes", f.value, l.MaxNameBytes); err != nil {
+			return err
 		}
 	}
 	if e.From == e.To {
