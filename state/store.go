@@ -58,6 +58,10 @@ type Options struct {
 	CacheEntries int
 	// Logger receives Pebble's log messages; they are discarded when nil.
 	Logger pebble.Logger
+	// MaxBytes, when positive, bounds the store's size on disk (a tenant's
+	// state quota): a Flush that finds the store larger fails with a
+	// *QuotaError, and the store stays failed.
+	MaxBytes int64
 
 	// eventListener, when set, receives Pebble's events (tests use it to
 	// wait for compactions).
@@ -88,6 +92,46 @@ type Store struct {
 
 	keyBuf []byte // scratch for the Pebble key of the current call
 	err    error  // sticky: set when Pebble failed a commit, or by Close
+
+	// maxBytes is Options.MaxBytes; sinceCheck counts the bytes committed
+	// since the size on disk was last measured.
+	maxBytes   int64
+	sinceCheck int64
+}
+
+// QuotaError says a store grew beyond Options.MaxBytes.
+type QuotaError struct {
+	Dir        string
+	Size, Most int64
+}
+
+func (e *QuotaError) Error() string {
+	return fmt.Sprintf("keyed state uses %d bytes on disk, over the state quota of %d bytes (a tenant's --state-bytes)", e.Size, e.Most)
+}
+
+// sizeCheckEvery is how many committed bytes pass between two measurements
+// of the size on disk: measuring costs a walk of Pebble's metrics.
+const sizeCheckEvery = 1 << 20
+
+// checkSize measures the store on disk when enough was written since the
+// last measurement.
+func (s *Store) checkSize(committed int) error {
+	if s.maxBytes <= 0 {
+		return nil
+	}
+	s.sinceCheck += int64(committed)
+	if s.sinceCheck < sizeCheckEvery {
+		return nil
+	}
+	s.sinceCheck = 0
+	m := s.db.Metrics()
+	// The memtables hold what is not in files yet.
+	size := int64(m.DiskSpaceUsage()) + int64(m.MemTable.Size)
+	if size > s.maxBytes {
+		s.err = &QuotaError{Dir: s.dir, Size: size, Most: s.maxBytes}
+		return s.err
+	}
+	return nil
 }
 
 // Open opens (creating if needed) the Pebble directory o.Dir and loads the
@@ -170,6 +214,7 @@ func Open(o Options) (*Store, error) {
 	}
 	s := &Store{
 		dir:        o.Dir,
+		maxBytes:   o.MaxBytes,
 		db:         db,
 		maxPar:     maxPar,
 		groups:     o.KeyGroups,
@@ -251,10 +296,14 @@ func (s *Store) Flush() error {
 		}
 	}
 	if !s.batch.Empty() {
+		n := len(s.batch.Repr())
 		if err := s.batch.Commit(pebble.NoSync); err != nil {
 			return s.fail("commit batch", err)
 		}
 		s.batch.Reset()
+		if err := s.checkSize(n); err != nil {
+			return err
+		}
 	}
 	c.flushed()
 	clear(s.dirtyBases)

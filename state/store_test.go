@@ -685,3 +685,45 @@ func TestPendingCountsUnflushedChanges(t *testing.T) {
 		t.Fatalf("Pending = %d after Flush", s.Pending())
 	}
 }
+
+// A store with MaxBytes fails its Flush once it is larger on disk, with a
+// QuotaError that stays; below the bound nothing fails.
+func TestStateQuota(t *testing.T) {
+	const most = 8 << 20
+	s, err := Open(Options{Dir: t.TempDir(), KeyGroups: fullRange, MaxBytes: most})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	v := s.Vertex("v", true)
+	h := mustRegister(t, v, "s", abi.StateValue)
+	val := strings.Repeat("x", 64<<10)
+	var qe *QuotaError
+	written := 0
+	for i := 0; ; i++ {
+		if err := v.StatePut(h, []byte(fmt.Sprint(i)), nil, []byte(val)); err != nil {
+			t.Fatal(err)
+		}
+		written += len(val)
+		err := s.Flush()
+		if err == nil {
+			if written > 4*most {
+				t.Fatalf("%d bytes written and no quota error", written)
+			}
+			continue
+		}
+		if !errors.As(err, &qe) {
+			t.Fatalf("flush: %v, want a QuotaError", err)
+		}
+		break
+	}
+	if written < most/2 || qe.Most != most || qe.Size <= most {
+		t.Fatalf("quota error after %d bytes: %+v", written, qe)
+	}
+	if !strings.Contains(qe.Error(), "over the state quota of 8388608 bytes") {
+		t.Fatalf("error text %q", qe.Error())
+	}
+	if err := s.Flush(); !errors.As(err, &qe) {
+		t.Fatalf("the next flush: %v, want the same QuotaError", err)
+	}
+}

@@ -395,6 +395,10 @@ type jobRun struct {
 	js     jetstream.JetStream
 	ownsNC bool
 	dial   connector.Dialer
+	// tenant owns the job; stateBytes bounds each subtask's keyed state on
+	// disk (0: unbounded), from the tenant's quotas.
+	tenant     string
+	stateBytes int64
 }
 
 // dataConn opens what reaches the job's data (jobRun.nc, js, dial).
@@ -485,7 +489,7 @@ func (w *Worker) deploy(d transport.Deployment) error {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	j := &jobRun{id: d.JobID, attempt: d.Attempt, plan: plan, graph: g, ctx: ctx, cancel: cancel,
-		done: make(chan struct{}), restartable: d.Restartable}
+		done: make(chan struct{}), restartable: d.Restartable, tenant: d.Tenant, stateBytes: d.StateBytes}
 	if err := w.dataConn(j, d); err != nil {
 		cancel()
 		return err
@@ -848,6 +852,7 @@ func (w *Worker) newTask(j *jobRun, mod *host.Module, c *job.Chain, sub int, cha
 			MaxParallelism: p.MaxParallelism,
 			KeyGroups:      abi.RangeForSubtask(sub, c.Parallelism, p.MaxParallelism),
 			Cache:          w.cache,
+			MaxBytes:       j.stateBytes,
 		})
 		if err != nil {
 			return fail(fmt.Errorf("subtask %s: opening state: %w", t.label, err))
