@@ -18,8 +18,17 @@
 //     when exported). Instance.Operator hands out operator slots 0, 1, 2…
 //     that share the instance, as chained operators of one subtask do.
 //  4. Every guest call runs under a per-instance context whose deadline is
-//     re-armed per call without allocating. When it fires, wazero closes the
-//     instance; the call returns a GuestError and the instance stays unusable.
+//     re-armed per call without allocating, and which is also done when the
+//     context given to NewInstance (the job's) is. When it fires, wazero
+//     closes the instance; the call returns a GuestError and the instance
+//     stays unusable.
+//  5. Limits bound what a guest makes the host do besides its memory and
+//     its deadline (abi/ABI.md, "Limits"): output and state written per
+//     call, pending and cascading timers, log lines, message sizes. A host
+//     function that would exceed a quota panics with a *QuotaError, which
+//     wazero turns into a trap, so the guest stops at once. Every text that
+//     comes from the guest passes EscapeGuestText before it reaches a log,
+//     an error or a terminal.
 //
 // Host functions are stack-based api.GoModuleFunc values. They find the
 // instance of the call in progress from the context with a type assertion,

@@ -21,10 +21,18 @@ var (
 	// ErrGuestFailed is the Err of a GuestError for a guest export that
 	// returned a non-zero status or called fail.
 	ErrGuestFailed = errors.New("host: guest reported failure")
+	// ErrCanceled is the Err of a GuestError for a call stopped, or refused,
+	// because the context the instance was created with is done. It
+	// matches context.Canceled.
+	ErrCanceled = fmt.Errorf("host: instance stopped: %w", context.Canceled)
+	// ErrStackOverflow is matched by a GuestError for a guest whose call
+	// stack reached wazero's ceiling (abi/ABI.md, "Limits").
+	ErrStackOverflow = errors.New("host: guest call stack overflow")
 )
 
 // GuestError is a failure inside a guest: a trap, a call to fail, a non-zero
-// status from an export, the call deadline, or the memory limit.
+// status from an export, the call deadline, the memory limit, a stack
+// overflow, a quota of Limits (Err is a *QuotaError), or cancellation.
 type GuestError struct {
 	Operator string // vertex id and operator name, or the instance label
 	Subtask  int    // -1 when no operator was opened yet

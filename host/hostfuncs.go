@@ -146,6 +146,7 @@ var hostEmit = api.GoModuleFunc(func(ctx context.Context, mod api.Module, stack 
 		setStatus(stack, abi.StatusBadOutput)
 		return
 	}
+	i.chargeOutput(1, abi.RecordHeaderSize+len(key)+len(val))
 	if err := i.out.Emit(port, int64(stack[1]), key, val); err != nil {
 		setStatus(stack, i.status(err))
 		return
@@ -174,6 +175,8 @@ var hostEmitBatch = api.GoModuleFunc(func(ctx context.Context, mod api.Module, s
 		setStatus(stack, st)
 		return
 	}
+	// A well-formed batch has exactly the records its header counts.
+	i.chargeOutput(abi.Count(b), len(b)-abi.BatchHeaderSize)
 	if err := i.out.EmitBatch(b); err != nil {
 		setStatus(stack, i.status(err))
 		return
@@ -293,6 +296,10 @@ var hostStateGet = api.GoModuleFunc(func(ctx context.Context, mod api.Module, st
 		setStatus(stack, abi.StatusBadPointer)
 		return
 	}
+	if i.keyTooLong(key, ns) {
+		setStatus(stack, abi.StatusLimit)
+		return
+	}
 	// The value lands in a host buffer first: the backend must not write
 	// into guest memory that may overlap the key it is still reading.
 	val, err := s.svc.StateGet(int32(uint32(stack[0])), key, ns, i.scratch[:0])
@@ -328,6 +335,11 @@ var hostStatePut = api.GoModuleFunc(func(ctx context.Context, mod api.Module, st
 		setStatus(stack, abi.StatusBadPointer)
 		return
 	}
+	if len(val) > i.q.valueBytes || i.keyTooLong(key, ns) {
+		setStatus(stack, abi.StatusLimit)
+		return
+	}
+	i.chargeState(len(key) + len(ns) + len(val))
 	setStatus(stack, i.status(s.svc.StatePut(int32(uint32(stack[0])), key, ns, val)))
 })
 
@@ -344,6 +356,11 @@ var hostStateDelete = api.GoModuleFunc(func(ctx context.Context, mod api.Module,
 		setStatus(stack, abi.StatusBadPointer)
 		return
 	}
+	if i.keyTooLong(key, ns) {
+		setStatus(stack, abi.StatusLimit)
+		return
+	}
+	i.chargeState(len(key) + len(ns))
 	setStatus(stack, i.status(s.svc.StateDelete(int32(uint32(stack[0])), key, ns)))
 })
 
@@ -381,6 +398,10 @@ var hostStateIter = api.GoModuleFunc(func(ctx context.Context, mod api.Module, s
 	out, ok := i.read(mem, abi.ImportStateIter, "out", stack[7], stack[8])
 	if !ok {
 		setStatus(stack, abi.StatusBadPointer)
+		return
+	}
+	if i.keyTooLong(key, nil) || i.keyTooLong(prefix, after) {
+		setStatus(stack, abi.StatusLimit)
 		return
 	}
 	// Entries are written into out while the backend still reads the
@@ -447,11 +468,36 @@ func timer(ctx context.Context, mod api.Module, stack []uint64, fn string, delet
 		setStatus(stack, abi.StatusBadArgument)
 		return
 	}
-	var err error
+	if i.keyTooLong(key, ns) {
+		setStatus(stack, abi.StatusLimit)
+		return
+	}
+	ts := int64(stack[5])
+	id, keyID := i.timers.ids(s.index, domain, ts, key, ns)
 	if delete {
-		err = s.svc.DeleteTimer(domain, key, ns, int64(stack[5]))
-	} else {
-		err = s.svc.RegisterTimer(domain, key, ns, int64(stack[5]))
+		err := s.svc.DeleteTimer(domain, key, ns, ts)
+		if err == nil {
+			i.timers.remove(id)
+		}
+		setStatus(stack, i.status(err))
+		return
+	}
+	booked := i.timers.has(id)
+	due := false
+	if !booked {
+		// A timer the operator registers already due while it fires
+		// timers of that domain fires in the same firing.
+		due = i.phase == phaseTimer && domain == i.timerDomain && i.cur == s &&
+			((domain == abi.TimeEvent && ts <= s.svc.Watermark()) ||
+				(domain == abi.TimeProcessing && ts <= s.svc.ProcessingTime()))
+		i.checkTimer(s, keyID, len(key)+len(ns), due)
+	}
+	err := s.svc.RegisterTimer(domain, key, ns, ts)
+	if err == nil && !booked {
+		i.timers.add(id, keyID, len(key)+len(ns))
+		if due {
+			s.cascade++
+		}
 	}
 	setStatus(stack, i.status(err))
 }
@@ -488,30 +534,30 @@ var hostProcTime = api.GoModuleFunc(func(ctx context.Context, _ api.Module, stac
 })
 
 // hostLog is log(level i32, ptr i32, len i32): a message for the worker's
-// log, through the operator's Services inside a callback.
+// log, through the operator's Services inside a callback; escaped, cut to
+// Limits.MaxMessageBytes, and subject to Limits.LogLinesPerSecond.
 var hostLog = api.GoModuleFunc(func(ctx context.Context, mod api.Module, stack []uint64) {
 	i := instanceOf(ctx)
 	if i == nil {
 		return
 	}
 	msg, ok := i.read(mod.Memory(), abi.ImportLog, "message", stack[1], stack[2])
-	if !ok {
+	if !ok || !i.logs.allow(i) {
 		return
 	}
-	if len(msg) > maxGuestMessage {
-		msg = msg[:maxGuestMessage]
-	}
+	text := EscapeGuestText(msg, i.q.messageBytes, false)
 	level := int32(uint32(stack[0]))
 	if _, s := callback(ctx); s != nil {
-		s.svc.Log(level, string(msg))
+		s.svc.Log(level, text)
 		return
 	}
 	op, sub := i.who(nil)
-	i.r.log(level, op, sub, string(msg))
+	i.r.log(level, op, sub, text)
 })
 
 // hostFail is fail(ptr i32, len i32): records the message the host fails
-// the call with. The first message of a call wins.
+// the call with, escaped and cut to Limits.MaxMessageBytes. The first
+// message of a call wins.
 var hostFail = api.GoModuleFunc(func(ctx context.Context, mod api.Module, stack []uint64) {
 	i, s := callback(ctx)
 	if i == nil {
@@ -520,7 +566,8 @@ var hostFail = api.GoModuleFunc(func(ctx context.Context, mod api.Module, stack 
 	msg, ok := i.read(mod.Memory(), abi.ImportFail, "message", stack[0], stack[1])
 	if s == nil {
 		if ok {
-			i.logf(abi.LogError, "%s.%s called outside a callback: %s", abi.ImportModule, abi.ImportFail, msg)
+			i.logf(abi.LogError, "%s.%s called outside a callback: %s", abi.ImportModule, abi.ImportFail,
+				EscapeGuestText(msg, i.q.messageBytes, false))
 		}
 		return
 	}
@@ -532,8 +579,5 @@ var hostFail = api.GoModuleFunc(func(ctx context.Context, mod api.Module, stack 
 		i.failMsg = append(i.failMsg[:0], "the guest called fail with a message pointer outside its memory"...)
 		return
 	}
-	if len(msg) > maxGuestMessage {
-		msg = msg[:maxGuestMessage]
-	}
-	i.failMsg = append(i.failMsg[:0], msg...)
+	i.failMsg = append(i.failMsg[:0], EscapeGuestText(msg, i.q.messageBytes, false)...)
 })

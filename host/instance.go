@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -33,7 +34,8 @@ const (
 // minArena is the smallest argument buffer requested from wstream_alloc.
 const minArena = 4 << 10
 
-// maxGuestMessage bounds what is kept from a guest's log or fail message.
+// maxGuestMessage bounds what is kept from a guest's log or fail message
+// (Limits.MaxMessageBytes may lower it).
 const maxGuestMessage = 64 << 10
 
 // Instance is one module instance, serving the operators of one subtask.
@@ -49,6 +51,20 @@ type Instance struct {
 
 	cc    callCtx
 	stack [16]uint64 // parameters and results of the call in progress
+
+	limits Limits // resolved
+	q      quotas
+
+	// Accounting of the call in progress, reset by call.
+	inputs      int   // records or timers passed to it; 0 when it has none
+	inputTimers bool  // its inputs are timers
+	timerDomain int32 // time domain of the timers it fires; -1 when none
+	emitted     int   // records emitted
+	emitBytes   int   // their encoded size
+	stateBytes  int   // state written, as MaxStateBytesPerCall counts it
+
+	timers timerBook   // timers registered and not yet fired or deleted
+	logs   logThrottle // guest-triggered log lines
 
 	arenaPtr, arenaCap uint32
 
@@ -80,15 +96,24 @@ type Instance struct {
 // callCtx is the context of every guest call of one instance. It is reused
 // across calls so a call allocates nothing: the deadline is a per-instance
 // timer re-armed per call, and the Done channel closes at most once, since
-// an expired call closes the instance for good. Host functions recover the
-// instance from it with a type assertion.
+// an expired or cancelled call closes the instance for good. Host functions
+// recover the instance from it with a type assertion.
 type callCtx struct {
 	inst     *Instance
 	done     chan struct{}
 	timer    *time.Timer
 	deadline time.Time
-	expired  atomic.Bool
+	ended    atomic.Int32 // ctxLive, ctxExpired or ctxCanceled
+	// unwatch stops watching the context the instance was created with.
+	unwatch func() bool
 }
+
+// States of callCtx.ended.
+const (
+	ctxLive int32 = iota
+	ctxExpired
+	ctxCanceled
+)
 
 // instanceKey finds the Instance in a context that is not a *callCtx
 // (instantiation, or a context wrapped by wazero).
@@ -101,11 +126,20 @@ func (c *callCtx) init(i *Instance) {
 	c.timer.Stop()
 }
 
-func (c *callCtx) expire() {
-	if c.expired.CompareAndSwap(false, true) {
+func (c *callCtx) expire() { c.end(ctxExpired) }
+
+// cancel runs when the instance's context is done: a call in progress
+// stops at its next loop iteration or function call (wazero's termination
+// checks), and later calls are refused.
+func (c *callCtx) cancel() { c.end(ctxCanceled) }
+
+func (c *callCtx) end(why int32) {
+	if c.ended.CompareAndSwap(ctxLive, why) {
 		close(c.done)
 	}
 }
+
+func (c *callCtx) canceled() bool { return c.ended.Load() == ctxCanceled }
 
 func (c *callCtx) arm(d time.Duration) {
 	c.deadline = time.Now().Add(d)
@@ -119,7 +153,7 @@ func (c *callCtx) disarm() bool {
 	if !c.timer.Stop() {
 		c.expire()
 	}
-	return c.expired.Load()
+	return c.ended.Load() == ctxExpired
 }
 
 // sleep serves WASI's poll_oneoff clock subscriptions: it sleeps, but no
@@ -136,8 +170,11 @@ func (c *callCtx) sleep(ns int64) {
 func (c *callCtx) Deadline() (time.Time, bool) { return c.deadline, true }
 func (c *callCtx) Done() <-chan struct{}       { return c.done }
 func (c *callCtx) Err() error {
-	if c.expired.Load() {
+	switch c.ended.Load() {
+	case ctxExpired:
 		return context.DeadlineExceeded
+	case ctxCanceled:
+		return context.Canceled
 	}
 	return nil
 }
@@ -157,8 +194,8 @@ func instanceOf(ctx context.Context) *Instance {
 	return i
 }
 
-func (r *Runtime) instantiate(ctx context.Context, cm wazero.CompiledModule, label string) (*Instance, error) {
-	i := &Instance{r: r, label: label}
+func (r *Runtime) instantiate(ctx context.Context, cm wazero.CompiledModule, label string, lim Limits) (*Instance, error) {
+	i := &Instance{r: r, label: label, limits: lim, q: lim.quotas(), timerDomain: -1}
 	i.cc.init(i)
 	i.iterFn = i.iterEntry
 	i.stdout.init(func(line string) { i.logLine(abi.LogInfo, line) }, false)
@@ -193,6 +230,8 @@ func (r *Runtime) instantiate(ctx context.Context, cm wazero.CompiledModule, lab
 		i.cc.timer.Stop()
 		return nil, ge
 	}
+	// Cancelling ctx (the job's) stops the instance even inside a call.
+	i.cc.unwatch = context.AfterFunc(ctx, i.cc.cancel)
 	i.api = mod
 	i.mem = mod.ExportedMemory(abi.ExportMemory)
 	i.fnAlloc = mod.ExportedFunction(abi.ExportAlloc)
@@ -204,6 +243,42 @@ func (r *Runtime) instantiate(ctx context.Context, cm wazero.CompiledModule, lab
 	i.fnCkptComplete = mod.ExportedFunction(abi.ExportCkptComplete)
 	i.fnCkptAborted = mod.ExportedFunction(abi.ExportCkptAborted)
 	return i, nil
+}
+
+// Limits are the limits in force for this instance: Config.Limits with
+// the instance's WithLimits applied and defaults filled in (a lifted quota
+// is -1).
+func (i *Instance) Limits() Limits { return i.limits }
+
+// dropFunctions forgets the export handles: each holds wazero's call stack
+// for its export, which deep recursion may have grown to tens of MB.
+func (i *Instance) dropFunctions() {
+	i.fnAlloc, i.fnOpen, i.fnProcess, i.fnOnTimer, i.fnClose = nil, nil, nil, nil, nil
+	i.fnPreBarrier, i.fnCkptComplete, i.fnCkptAborted = nil, nil, nil
+}
+
+// renewFunction replaces the handle of export name by a fresh one, whose
+// call stack starts small again.
+func (i *Instance) renewFunction(name string) {
+	fn := i.api.ExportedFunction(name)
+	switch name {
+	case abi.ExportAlloc:
+		i.fnAlloc = fn
+	case abi.ExportOpen:
+		i.fnOpen = fn
+	case abi.ExportProcess:
+		i.fnProcess = fn
+	case abi.ExportOnTimer:
+		i.fnOnTimer = fn
+	case abi.ExportClose:
+		i.fnClose = fn
+	case abi.ExportPreBarrier:
+		i.fnPreBarrier = fn
+	case abi.ExportCkptComplete:
+		i.fnCkptComplete = fn
+	case abi.ExportCkptAborted:
+		i.fnCkptAborted = fn
+	}
 }
 
 // Label is the label given to NewInstance.
@@ -234,8 +309,13 @@ func (i *Instance) Close(ctx context.Context) error {
 	}
 	i.closed = true
 	i.cc.timer.Stop()
+	if i.cc.unwatch != nil {
+		i.cc.unwatch()
+	}
 	i.stdout.flush()
 	i.stderr.flush()
+	i.logs.flush(i, nil)
+	i.dropFunctions()
 	if err := i.api.Close(ctx); err != nil {
 		return fmt.Errorf("host: closing instance %s: %w", i.label, err)
 	}
@@ -253,15 +333,30 @@ func (i *Instance) who(s *slot) (string, int) {
 	return s.who, s.spec.Subtask
 }
 
+// logLine writes a line of the guest's stdout or stderr, already escaped
+// by the lineWriter, to Config.Log.
 func (i *Instance) logLine(level int32, line string) {
+	if !i.logs.allow(i) {
+		return
+	}
 	op, sub := i.who(i.cur)
 	i.r.log(level, op, sub, line)
 }
 
-// logf logs a host diagnostic about the guest: through the operator's
-// Services inside a callback, else through Config.Log.
+// logf logs a host diagnostic that the guest caused: through the
+// operator's Services inside a callback, else through Config.Log. It
+// counts against the guest's log rate, since a guest can cause any number
+// of them.
 func (i *Instance) logf(level int32, format string, args ...any) {
-	msg := fmt.Sprintf(format, args...)
+	if !i.logs.allow(i) {
+		return
+	}
+	i.writeLog(level, fmt.Sprintf(format, args...))
+}
+
+// writeLog writes msg through the operator's Services inside a callback,
+// else through Config.Log.
+func (i *Instance) writeLog(level int32, msg string) {
 	if s := i.cur; s != nil && s.svc != nil {
 		s.svc.Log(level, msg)
 		return
@@ -272,6 +367,11 @@ func (i *Instance) logf(level int32, format string, args ...any) {
 
 // usable returns the error for a call on an instance that cannot run one.
 func (i *Instance) usable(s *slot, call string) error {
+	if i.cc.canceled() && !i.closed {
+		op, sub := i.who(s)
+		return &GuestError{Operator: op, Subtask: sub, Call: call, Err: ErrCanceled,
+			Message: "the instance was stopped: its context was cancelled"}
+	}
 	if i.broken != nil {
 		op, sub := i.who(s)
 		return &GuestError{Operator: op, Subtask: sub, Call: call, Err: ErrInstanceClosed,
@@ -294,17 +394,23 @@ func (i *Instance) call(s *slot, ph phase, out operator.Collector, fn api.Functi
 	}
 	i.cur, i.phase, i.out = s, ph, out
 	i.failed, i.failMsg, i.fatal = false, i.failMsg[:0], nil
+	i.emitted, i.emitBytes, i.stateBytes = 0, 0, 0
 	i.stderr.resetTail()
 	i.cc.arm(i.r.timeout)
 	err := fn.CallWithStack(&i.cc, i.stack[:max(n, 1)])
 	expired := i.cc.disarm()
 	i.phase, i.out = phaseIdle, nil
+	i.inputs, i.inputTimers, i.timerDomain = 0, false, -1
 	if err != nil || expired {
 		ge := i.failure(s, name, err, expired)
 		i.cur = nil
 		return 0, ge
 	}
+	i.logs.flushDue(i, s)
 	i.cur = nil
+	if retainedStack(fn) > maxRetainedStack {
+		i.renewFunction(name)
+	}
 	return int32(uint32(i.stack[0])), nil
 }
 
@@ -315,7 +421,14 @@ func (i *Instance) failure(s *slot, call string, err error, expired bool) *Guest
 	op, sub := i.who(s)
 	ge := &GuestError{Operator: op, Subtask: sub, Call: call, Err: err}
 	var exit *sys.ExitError
+	var quota *QuotaError
 	switch {
+	case errors.As(err, &quota):
+		ge.Message = quota.Error()
+		ge.Err = quota
+	case i.cc.canceled() || (errors.As(err, &exit) && exit.ExitCode() == sys.ExitCodeContextCanceled):
+		ge.Message = "stopped: the instance's context was cancelled"
+		ge.Err = ErrCanceled
 	case expired || (errors.As(err, &exit) && exit.ExitCode() == sys.ExitCodeDeadlineExceeded):
 		ge.Message = fmt.Sprintf("exceeded the call deadline of %s; the instance was closed", i.r.timeout)
 		ge.Err = ErrDeadlineExceeded
@@ -323,10 +436,14 @@ func (i *Instance) failure(s *slot, call string, err error, expired bool) *Guest
 		ge.Message = fmt.Sprintf("the guest exited with code %d", exit.ExitCode())
 	case err == nil:
 		ge.Message = "failed without an error"
+	case strings.HasPrefix(err.Error(), "stack overflow") || strings.HasPrefix(err.Error(), "wasm error: stack overflow"):
+		ge.Message = "stack overflow: " + stackOverflowText
+		ge.Err = errors.Join(ErrStackOverflow, err)
 	default:
-		ge.Message = err.Error()
+		// Trap messages quote the guest's function names, which are data.
+		ge.Message = EscapeGuestText([]byte(err.Error()), i.q.messageBytes, true)
 	}
-	if i.failed && !expired {
+	if i.failed && !expired && quota == nil && ge.Err != ErrCanceled {
 		// The guest said why before it trapped (a Rust panic hook, an
 		// AssemblyScript abort): that is the message users need.
 		ge.Message = string(i.failMsg) + " (then: " + ge.Message + ")"
@@ -343,6 +460,8 @@ func (i *Instance) failure(s *slot, call string, err error, expired bool) *Guest
 	if i.api != nil {
 		_ = i.api.Close(context.Background())
 	}
+	i.logs.flush(i, s)
+	i.dropFunctions()
 	return ge
 }
 
@@ -394,6 +513,9 @@ func (i *Instance) growArena(s *slot, n uint32) error {
 }
 
 func (i *Instance) alloc(s *slot, n uint32) (uint32, error) {
+	if i.fnAlloc == nil {
+		return 0, i.usable(s, abi.ExportAlloc)
+	}
 	i.stack[0] = uint64(n)
 	if _, err := i.call(s, phaseIdle, nil, i.fnAlloc, abi.ExportAlloc, 1); err != nil {
 		return 0, err

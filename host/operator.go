@@ -28,6 +28,13 @@ type slot struct {
 	outputs []string // spec.Outputs, or ["main"]
 	svc     operator.Services
 	who     string // "vertex (operator)" for errors and logs
+
+	// cascade counts the already-due timers registered by consecutive
+	// on_timer calls firing timers of domain cascadeDomain (at watermark
+	// cascadeWM for event time): Limits.MaxCascadedTimers.
+	cascade       int
+	cascadeDomain int32
+	cascadeWM     int64
 }
 
 var _ operator.Operator = (*slot)(nil)
@@ -77,19 +84,36 @@ func (s *slot) Open(spec operator.Spec, svc operator.Services) error {
 // Process writes the batch into the guest's arena and calls
 // wstream_process(slot, batch).
 func (s *slot) Process(batch []byte, out operator.Collector) error {
-	return s.batchCall(abi.ExportProcess, phaseProcess, s.inst.fnProcess, batch, out)
+	if err := s.ready(abi.ExportProcess); err != nil {
+		return err
+	}
+	s.cascade = 0
+	return s.batchCall(abi.ExportProcess, phaseProcess, batch, out, -1)
 }
 
 // OnTimers writes the timer batch into the guest's arena and calls
 // wstream_on_timer(slot, timers).
 func (s *slot) OnTimers(timers []byte, out operator.Collector) error {
-	return s.batchCall(abi.ExportOnTimer, phaseTimer, s.inst.fnOnTimer, timers, out)
-}
-
-func (s *slot) batchCall(call string, ph phase, fn api.Function, batch []byte, out operator.Collector) error {
-	if err := s.ready(call); err != nil {
+	if err := s.ready(abi.ExportOnTimer); err != nil {
 		return err
 	}
+	i := s.inst
+	if err := i.usable(s, abi.ExportOnTimer); err != nil {
+		return err
+	}
+	domain := i.firedTimers(s, timers)
+	// Consecutive firings of one domain (and, for event time, of one
+	// watermark) are one advance of time, which cascading timers prolong.
+	wm := s.svc.Watermark()
+	if domain != s.cascadeDomain || (domain == abi.TimeEvent && wm != s.cascadeWM) {
+		s.cascade, s.cascadeDomain, s.cascadeWM = 0, domain, wm
+	}
+	return s.batchCall(abi.ExportOnTimer, phaseTimer, timers, out, domain)
+}
+
+// batchCall runs wstream_process or wstream_on_timer (domain ≥ 0: the
+// batch holds timers of that domain) on batch.
+func (s *slot) batchCall(call string, ph phase, batch []byte, out operator.Collector, domain int32) error {
 	i := s.inst
 	if err := i.usable(s, call); err != nil {
 		return err
@@ -98,6 +122,13 @@ func (s *slot) batchCall(call string, ph phase, fn api.Function, batch []byte, o
 	if err != nil {
 		return err
 	}
+	// The arena write may have called wstream_alloc: take the function and
+	// set the call's accounting only now.
+	fn := i.fnProcess
+	if ph == phaseTimer {
+		fn = i.fnOnTimer
+	}
+	i.inputs, i.inputTimers, i.timerDomain = abi.Count(batch), ph == phaseTimer, domain
 	i.stack[0] = uint64(s.index)
 	i.stack[1] = uint64(ptr)
 	i.stack[2] = uint64(len(batch))
@@ -143,6 +174,7 @@ func (s *slot) Close(out operator.Collector) error {
 		return err
 	}
 	s.state = slotClosed
+	s.cascade = 0
 	i := s.inst
 	i.stack[0] = uint64(s.index)
 	st, err := i.call(s, phaseClose, out, i.fnClose, abi.ExportClose, 1)

@@ -2,7 +2,6 @@ package host
 
 import (
 	"bytes"
-	"strings"
 )
 
 const (
@@ -78,7 +77,8 @@ func (w *lineWriter) flush() {
 	}
 }
 
-// emit hands one line to the sink, in pieces of at most maxLineLen.
+// emit hands one line to the sink, in pieces of at most maxLineLen,
+// escaped: guest output is data (EscapeGuestText).
 func (w *lineWriter) emit(line []byte) {
 	if w.sink == nil {
 		return
@@ -86,7 +86,7 @@ func (w *lineWriter) emit(line []byte) {
 	line = bytes.TrimSuffix(line, []byte{'\r'})
 	for {
 		n := min(len(line), maxLineLen)
-		w.sink(strings.ToValidUTF8(string(line[:n]), "\uFFFD"))
+		w.sink(EscapeGuestText(line[:n], 0, true))
 		line = line[n:]
 		if len(line) == 0 {
 			return
@@ -99,9 +99,9 @@ func (w *lineWriter) resetTail() {
 	w.head, w.tail, w.cut = w.head[:0], w.tail[:0], false
 }
 
-// tailString quotes the output since resetTail: all of it when it is
-// short, else its first line(s) up to stderrHead bytes, "…", and its last
-// stderrTail bytes starting at a line boundary.
+// tailString quotes the output since resetTail, escaped: all of it when it
+// is short, else its first line(s) up to stderrHead bytes, "…", and its
+// last stderrTail bytes starting at a line boundary.
 func (w *lineWriter) tailString() string {
 	var b []byte
 	t := w.tail
@@ -118,5 +118,6 @@ func (w *lineWriter) tailString() string {
 		}
 		b = append(append(append(b, h...), "\n…\n"...), t...)
 	}
-	return strings.ToValidUTF8(string(bytes.TrimRight(b, "\n")), "\uFFFD")
+	// The host made the line structure; what is on the lines is data.
+	return EscapeGuestText(bytes.TrimRight(b, "\n"), 0, true)
 }

@@ -47,7 +47,12 @@ type Config struct {
 	// Log receives guest log calls made outside an operator's callback,
 	// guest stdout and stderr line by line, and host diagnostics. nil
 	// discards them. It is called from the goroutine driving the instance.
+	// Guest text reaches it escaped (EscapeGuestText) and rate-limited
+	// (Limits.LogLinesPerSecond).
 	Log func(level int32, operator string, subtask int, msg string)
+	// Limits bound what each guest can make the host do; zero fields take
+	// their defaults. NewInstance's WithLimits overrides them per instance.
+	Limits Limits
 }
 
 // Runtime is a worker's wazero runtime. It is safe for concurrent use.
@@ -55,6 +60,7 @@ type Runtime struct {
 	cfg      Config
 	timeout  time.Duration
 	limit    uint32
+	limits   Limits // cfg.Limits resolved
 	rt       wazero.Runtime
 	cache    wazero.CompilationCache
 	provided map[string]map[string]api.FunctionDefinition
@@ -66,7 +72,7 @@ type Runtime struct {
 
 // NewRuntime creates a runtime: one per worker.
 func NewRuntime(ctx context.Context, c Config) (*Runtime, error) {
-	r := &Runtime{cfg: c, timeout: c.CallTimeout, limit: c.MemoryLimitPages, modules: map[string]*compiled{}}
+	r := &Runtime{cfg: c, timeout: c.CallTimeout, limit: c.MemoryLimitPages, limits: c.Limits.resolve(), modules: map[string]*compiled{}}
 	switch {
 	case r.limit == 0:
 		r.limit = DefaultMemoryLimitPages
@@ -238,9 +244,14 @@ func (r *Runtime) release(ctx context.Context, c *compiled) {
 func (r *Runtime) compile(ctx context.Context, name string, wasm []byte) (wazero.CompiledModule, []byte, error) {
 	cm, err := r.rt.CompileModule(ctx, wasm)
 	if err != nil {
-		return nil, nil, &ValidationError{Module: name, Reason: "invalid or truncated WebAssembly module: " + err.Error(), Err: err}
+		// wazero's decoder quotes names from the module.
+		return nil, nil, &ValidationError{Module: name, Reason: "invalid or truncated WebAssembly module: " +
+			EscapeGuestText([]byte(err.Error()), maxGuestMessage, false), Err: err}
 	}
 	problems := checkExports(cm)
+	if p := checkNames(wasm); p != "" {
+		problems = append(problems, p)
+	}
 	problems = append(problems, checkImports(cm, r.provided)...)
 	if len(problems) > 0 {
 		_ = cm.Close(ctx)
@@ -268,7 +279,7 @@ func (r *Runtime) compile(ctx context.Context, name string, wasm []byte) (wazero
 // probe runs one short-lived instance to check wstream_abi_version and to
 // read the plan from wstream_plan when the module exports it.
 func (r *Runtime) probe(ctx context.Context, name string, cm wazero.CompiledModule) ([]byte, error) {
-	inst, err := r.instantiate(ctx, cm, name)
+	inst, err := r.instantiate(ctx, cm, name, r.limits)
 	if err != nil {
 		var ge *GuestError
 		if errors.As(err, &ge) {
@@ -336,7 +347,14 @@ func (m *Module) Close(ctx context.Context) error {
 
 // NewInstance instantiates the module for one subtask. label names it in
 // errors and logs until an operator is opened ("vertex/subtask").
-func (m *Module) NewInstance(ctx context.Context, label string) (*Instance, error) {
+//
+// ctx bounds the instance's life, not only its instantiation: once ctx is
+// done, a guest call in progress is stopped (within one loop iteration or
+// function call of the guest) and fails with ErrCanceled, and later calls
+// are refused. Pass the job's context, not a short-lived one.
+//
+// Options override the runtime's Config.Limits for this instance.
+func (m *Module) NewInstance(ctx context.Context, label string, opts ...InstanceOption) (*Instance, error) {
 	if m.closed.Load() {
 		return nil, fmt.Errorf("host: module %s: %w", m.name, ErrModuleClosed)
 	}
@@ -346,5 +364,9 @@ func (m *Module) NewInstance(ctx context.Context, label string) (*Instance, erro
 	if closed {
 		return nil, ErrRuntimeClosed
 	}
-	return m.r.instantiate(ctx, m.c.cm, label)
+	o := instanceOptions{}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return m.r.instantiate(ctx, m.c.cm, label, o.limits.over(m.r.cfg.Limits).resolve())
 }

@@ -143,7 +143,7 @@ func checkImports(cm wazero.CompiledModule, provided map[string]map[string]api.F
 		}
 		want, ok := funcs[name]
 		if !ok {
-			problems = append(problems, fmt.Sprintf("imports unknown function %s.%s", mod, name))
+			problems = append(problems, fmt.Sprintf("imports unknown function %s.%s", mod, EscapeGuestText([]byte(name), 256, false)))
 			continue
 		}
 		if !bytes.Equal(want.ParamTypes(), def.ParamTypes()) || !bytes.Equal(want.ResultTypes(), def.ResultTypes()) {
@@ -153,9 +153,97 @@ func checkImports(cm wazero.CompiledModule, provided map[string]map[string]api.F
 	}
 	for _, def := range cm.ImportedMemories() {
 		mod, name, _ := def.Import()
-		problems = append(problems, fmt.Sprintf("imports memory %s.%s; the module must define and export its own memory", mod, name))
+		problems = append(problems, fmt.Sprintf("imports memory %s.%s; the module must define and export its own memory",
+			EscapeGuestText([]byte(mod), 256, false), EscapeGuestText([]byte(name), 256, false)))
 	}
 	return problems
+}
+
+// checkNames refuses a "name" section (module, function and local names)
+// with a name that EscapeGuestText would change: wazero prints function
+// names in trap stack traces, one frame per line, and a name holding a
+// newline or a control character could fake lines or drive the terminal.
+// Compilers never emit such names.
+func checkNames(b []byte) string {
+	sec, err := customSection(b, "name")
+	if err != nil || sec == nil {
+		return "" // wazero reports what is malformed
+	}
+	bad := ""
+	check := func(what string, name []byte) bool {
+		if EscapeGuestText(name, 0, false) != string(name) {
+			bad = fmt.Sprintf("the name section gives %s the name \"%s\", which holds control or formatting characters: "+
+				"names are printed in stack traces, so they must be plain text", what, EscapeGuestText(name, 128, false))
+			return false
+		}
+		return true
+	}
+	// readName reads a length-prefixed name at b[off:].
+	readName := func(b []byte, off int) ([]byte, int, bool) {
+		n, k, err := readU32(b[off:])
+		if err != nil || uint64(off+k)+uint64(n) > uint64(len(b)) {
+			return nil, 0, false
+		}
+		return b[off+k : off+k+int(n)], off + k + int(n), true
+	}
+	for off := 0; off < len(sec); {
+		id := sec[off]
+		size, k, err := readU32(sec[off+1:])
+		if err != nil || uint64(off+1+k)+uint64(size) > uint64(len(sec)) {
+			return ""
+		}
+		body := sec[off+1+k : off+1+k+int(size)]
+		off += 1 + k + int(size)
+		switch id {
+		case 0: // module name
+			if name, _, ok := readName(body, 0); ok && !check("the module", name) {
+				return bad
+			}
+		case 1, 2: // function names; local names, a map per function
+			count, at, err := readU32(body)
+			if err != nil {
+				return ""
+			}
+			for range count {
+				idx, k, err := readU32(body[at:])
+				if err != nil {
+					return ""
+				}
+				at += k
+				if id == 1 {
+					name, next, ok := readName(body, at)
+					if !ok {
+						return ""
+					}
+					if !check(fmt.Sprintf("function %d", idx), name) {
+						return bad
+					}
+					at = next
+					continue
+				}
+				locals, k, err := readU32(body[at:])
+				if err != nil {
+					return ""
+				}
+				at += k
+				for range locals {
+					local, k, err := readU32(body[at:])
+					if err != nil {
+						return ""
+					}
+					name, next, ok := readName(body, at+k)
+					if !ok {
+						return ""
+					}
+					if !check(fmt.Sprintf("local %d of function %d", local, idx), name) {
+						return bad
+					}
+					at = next
+				}
+			}
+		}
+	}
+	return ""
 }
 
 // errSectionTruncated is returned by customSection for a binary whose

@@ -29,6 +29,20 @@ const stateFlushBytes = 32 << 20
 // sourceBatch is how many records a source is asked for at a time.
 const sourceBatch = 1024
 
+// maxKeptOutput bounds the capacity of an output buffer kept for reuse
+// after a call: a guest may emit up to its output quota in one call
+// (host.Limits.MaxOutputBytesPerCall), and a buffer grown to that must not
+// stay with the subtask for the rest of the job.
+const maxKeptOutput = 4 << 20
+
+// due is a channel that is always ready: InputGate.Next returns its timer
+// error at once when no input or control message is waiting.
+var due = func() chan time.Time {
+	c := make(chan time.Time)
+	close(c)
+	return c
+}()
+
 // keyedState is what a stage needs from package state (or noKeyedState):
 // the operator's keyed state and timers, and firing them.
 type keyedState interface {
@@ -114,8 +128,9 @@ func (c *stageCollector) take() abi.Builder {
 }
 
 // give hands back a builder from take once its batch has been consumed.
+// A builder grown past maxKeptOutput is dropped instead of kept.
 func (c *stageCollector) give(b abi.Builder) {
-	if !c.hasSpare {
+	if !c.hasSpare && cap(b.Bytes()) <= maxKeptOutput {
 		b.Reset()
 		c.spare, c.hasSpare = b, true
 	}
@@ -275,6 +290,11 @@ func (t *task) run(ctx context.Context) error {
 
 func (t *task) runSource(ctx context.Context) error {
 	for {
+		// A source that never ends, feeding a chain that never blocks,
+		// must still stop when the job is cancelled.
+		if err := ctx.Err(); err != nil {
+			return err
+		}
 		if t.mbox != nil {
 			if err := t.handleControl(ctx); err != nil {
 				return err
@@ -326,25 +346,40 @@ func (t *task) runGate(ctx context.Context) error {
 			timer.Stop()
 		}
 	}()
+	// fired: due timers fired since the gate was last polled. Due timers
+	// and the gate take turns, so timers that a guest keeps due never
+	// starve the input, the checkpoint control messages or cancellation,
+	// and a busy input never starves the timers.
+	fired := false
 	for t.gate.Open() > 0 {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
 		var tc <-chan time.Time
+		armed := false
 		if next, ok := t.nextWake(); ok {
 			d := time.Until(time.UnixMilli(next))
-			if d <= 0 {
+			switch {
+			case d <= 0 && !fired:
 				if err := t.wakeUp(ctx); err != nil {
 					return err
 				}
+				fired = true
 				continue
-			}
-			if timer == nil {
+			case d <= 0:
+				// Still due: take what the gate has waiting first.
+				tc = due
+			case timer == nil:
 				timer = time.NewTimer(d)
-			} else {
+				tc, armed = timer.C, true
+			default:
 				timer.Reset(d)
+				tc, armed = timer.C, true
 			}
-			tc = timer.C
 		}
 		ch, m, err := t.gate.Next(ctx, tc)
-		if timer != nil && tc != nil && !timer.Stop() {
+		fired = false
+		if armed && !timer.Stop() {
 			select {
 			case <-timer.C:
 			default:
@@ -356,6 +391,7 @@ func (t *task) runGate(ctx context.Context) error {
 				if err := t.wakeUp(ctx); err != nil {
 					return err
 				}
+				fired = true
 				continue
 			case errors.Is(err, transport.ErrInterrupted):
 				if err := t.handleControl(ctx); err != nil {
@@ -583,7 +619,11 @@ func (t *task) send(ctx context.Context, o *outEdge, i int) error {
 	}
 	// The channel owns what it is sent: copy out of the reusable builder.
 	data := append([]byte(nil), b.Bytes()...)
-	b.Reset()
+	if cap(b.Bytes()) > maxKeptOutput {
+		*b = abi.Builder{}
+	} else {
+		b.Reset()
+	}
 	return t.sendMsg(ctx, o, i, transport.Message{Kind: transport.KindData, Data: data})
 }
 
@@ -611,16 +651,24 @@ func (t *task) sendMsg(ctx context.Context, o *outEdge, i int, m transport.Messa
 // repeated updates of a hot key cost nothing; nothing needs them in Pebble
 // sooner (snapshots flush first).
 func (t *task) flush(ctx context.Context) error {
-	if t.store != nil && (t.store.Pending() >= t.store.CacheEntries() || t.store.PendingBytes() >= stateFlushBytes) {
-		if err := t.store.Flush(); err != nil {
-			return fmt.Errorf("subtask %s: writing state: %w", t.label, err)
-		}
+	if err := t.flushState(); err != nil {
+		return err
 	}
 	for _, o := range t.outs {
 		for i := range o.bufs {
 			if err := t.send(ctx, o, i); err != nil {
 				return err
 			}
+		}
+	}
+	return nil
+}
+
+// flushState writes the state changes to Pebble once enough have gathered.
+func (t *task) flushState() error {
+	if t.store != nil && (t.store.Pending() >= t.store.CacheEntries() || t.store.PendingBytes() >= stateFlushBytes) {
+		if err := t.store.Flush(); err != nil {
+			return fmt.Errorf("subtask %s: writing state: %w", t.label, err)
 		}
 	}
 	return nil
@@ -660,9 +708,21 @@ func (t *task) advanceWatermark(ctx context.Context, wm int64) error {
 	return t.broadcast(ctx, transport.Message{Kind: transport.KindWatermark, Watermark: wm})
 }
 
+// fireTimers calls stage k with its timers of domain due at upTo, a batch at
+// a time, until none is left; timers the stage registers due meanwhile fire
+// too. A guest cannot make this loop endless: the host bounds the due
+// timers it registers while firing (host.Limits.MaxCascadedTimers), and the
+// loop checks ctx and writes state between rounds, so cancelling stops it
+// and the write-back cache does not grow with the number of rounds.
 func (t *task) fireTimers(ctx context.Context, k int, domain int32, upTo int64) error {
 	s := t.stages[k]
 	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if err := t.flushState(); err != nil {
+			return err
+		}
 		t.timerBuf.Reset()
 		n, err := s.state.PopTimers(domain, upTo, &t.timerBuf)
 		if err != nil {
@@ -671,7 +731,11 @@ func (t *task) fireTimers(ctx context.Context, k int, domain int32, upTo int64) 
 		if n == 0 {
 			return nil
 		}
-		if err := s.op.OnTimers(t.timerBuf.Bytes(), &s.coll); err != nil {
+		err = s.op.OnTimers(t.timerBuf.Bytes(), &s.coll)
+		if cap(t.timerBuf.Bytes()) > maxKeptOutput {
+			t.timerBuf = abi.Builder{}
+		}
+		if err != nil {
 			return t.stageError(s, "failed on a timer", err)
 		}
 		if err := t.drain(ctx, k); err != nil {
