@@ -1079,8 +1079,14 @@ func (w *Worker) open(j *jobRun, t *task) error {
 	}
 	for k, s := range t.stages {
 		v := s.vertex
+		// Guest text arrives escaped (package host); the line says whose
+		// job wrote it.
+		who := "job " + j.id
+		if j.tenant != "" {
+			who = "tenant " + j.tenant + " " + who
+		}
 		svc := &stageServices{keyedState: s.state, t: t, log: func(level int32, msg string) {
-			w.cfg.Logf("%s %s/%d: %s", levelName(level), v.ID, t.subtask, msg)
+			w.cfg.Logf("%s %s %s/%d: %s", levelName(level), who, v.ID, t.subtask, msg)
 		}}
 		spec := operator.Spec{
 			VertexID:       v.ID,

@@ -139,10 +139,32 @@ var dataFlag = &cli.StringFlag{
 var verboseFlag = &cli.BoolFlag{Name: "verbose", Aliases: []string{"v"}, Usage: "log what the runtime does (and guest log lines) to stderr"}
 
 func hostFlags() []cli.Flag {
-	return []cli.Flag{
+	flags := []cli.Flag{
 		&cli.IntFlag{Name: "memory-limit", Usage: "memory limit of one operator instance, in MiB", Value: 64},
 		&cli.DurationFlag{Name: "call-timeout", Usage: "deadline of one guest call; an operator exceeding it fails the job. 0 turns deadlines off: loop-heavy guests run several times faster, but a guest that never returns hangs its subtask (trusted modules only)", Value: 10 * time.Second},
 	}
+	for _, q := range guestQuotas {
+		flags = append(flags, &cli.IntFlag{Name: q.flag, Usage: q.usage + " (-1: no bound, for trusted modules)", Value: q.def})
+	}
+	return flags
+}
+
+// guestQuotas are the bounds on what one guest makes the host do
+// (host.Limits), as flags.
+var guestQuotas = []struct {
+	flag, usage string
+	def         int
+	field       func(*host.Limits) *int
+}{
+	{"max-records-per-input", "records an operator may emit for one input record or timer", host.DefaultMaxRecordsPerInput, func(l *host.Limits) *int { return &l.MaxRecordsPerInput }},
+	{"max-records-per-call", "records an operator may emit in one call", host.DefaultMaxRecordsPerCall, func(l *host.Limits) *int { return &l.MaxRecordsPerCall }},
+	{"max-output-bytes-per-call", "bytes an operator may emit in one call", host.DefaultMaxOutputBytesPerCall, func(l *host.Limits) *int { return &l.MaxOutputBytesPerCall }},
+	{"max-state-bytes-per-call", "state bytes an operator may write in one call", host.DefaultMaxStateBytesPerCall, func(l *host.Limits) *int { return &l.MaxStateBytesPerCall }},
+	{"max-timers-per-key", "pending timers of one key of an operator", host.DefaultMaxTimersPerKey, func(l *host.Limits) *int { return &l.MaxTimersPerKey }},
+	{"max-timers-per-subtask", "pending timers of a subtask", host.DefaultMaxTimersPerSubtask, func(l *host.Limits) *int { return &l.MaxTimersPerSubtask }},
+	{"max-timer-bytes-per-subtask", "key and namespace bytes of a subtask's pending timers", host.DefaultMaxTimerBytesPerSubtask, func(l *host.Limits) *int { return &l.MaxTimerBytesPerSubtask }},
+	{"max-cascaded-timers", "due timers an operator may register while its timers fire", host.DefaultMaxCascadedTimers, func(l *host.Limits) *int { return &l.MaxCascadedTimers }},
+	{"guest-log-lines-per-second", "log lines an operator instance may write per second (more are dropped and counted)", host.DefaultLogLinesPerSecond, func(l *host.Limits) *int { return &l.LogLinesPerSecond }},
 }
 
 func hostConfig(c *cli.Context) (host.Config, error) {
@@ -157,7 +179,18 @@ func hostConfig(c *cli.Context) (host.Config, error) {
 	case timeout == 0:
 		timeout = -1 // host.Config: negative means no deadline
 	}
-	return host.Config{MemoryLimitPages: uint32(mib * 16), CallTimeout: timeout}, nil
+	var lim host.Limits
+	for _, q := range guestQuotas {
+		if !c.IsSet(q.flag) {
+			continue
+		}
+		v := c.Int(q.flag)
+		if v == 0 || v < -1 {
+			return host.Config{}, usageError{fmt.Errorf("--%s %d: must be positive, or -1 for no bound", q.flag, v)}
+		}
+		*q.field(&lim) = v
+	}
+	return host.Config{MemoryLimitPages: uint32(mib * 16), CallTimeout: timeout, Limits: lim}, nil
 }
 
 func logf(c *cli.Context) func(string, ...any) {
