@@ -475,6 +475,7 @@ func (c *Coordinator) submit(req transport.SubmitRequest, who caller) (string, e
 		if err := checkTenantPlan(plan, g, quotas); err != nil {
 			return "", fmt.Errorf("tenant %s: %w", owner, err)
 		}
+		tenantRestart(plan)
 		if err := c.checkTenantLocation(caller{tenant: owner}, req.FromSavepoint); err != nil {
 			return "", err
 		}

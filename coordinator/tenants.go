@@ -230,6 +230,39 @@ func checkTenantPlan(plan *job.Plan, g *job.Graph, q tenant.Quotas) error {
 	return nil
 }
 
+// Restart bounds of tenants' jobs: a job that fails at once on every
+// attempt must not take a worker's cores (deploys, restores, guest
+// starts) in a loop.
+const (
+	TenantMinRestartDelay = time.Second
+	TenantMaxRestartDelay = 5 * time.Minute
+)
+
+// tenantRestart makes a tenant's restart strategy back off: a delay of at
+// least TenantMinRestartDelay, and an unlimited fixed-delay strategy
+// becomes an exponential backoff up to TenantMaxRestartDelay.
+func tenantRestart(plan *job.Plan) {
+	r := plan.Restart
+	if r == nil || r.Strategy == "" || r.Strategy == job.RestartNone {
+		return
+	}
+	if r.Delay < TenantMinRestartDelay.Milliseconds() {
+		r.Delay = TenantMinRestartDelay.Milliseconds()
+	}
+	if r.Strategy == job.RestartFixedDelay && r.Attempts == 0 {
+		r.Strategy = job.RestartExponential
+		r.MaxDelay = max(r.Delay, TenantMaxRestartDelay.Milliseconds())
+	}
+	if r.Strategy == job.RestartExponential {
+		if r.MaxDelay == 0 || r.MaxDelay < r.Delay {
+			r.MaxDelay = max(r.Delay, TenantMaxRestartDelay.Milliseconds())
+		}
+		if r.Multiplier != 0 && r.Multiplier < 1.5 {
+			r.Multiplier = 1.5
+		}
+	}
+}
+
 // checkTenantQuotasLocked checks that one more job of n subtasks fits the
 // tenant's quotas of running jobs and subtasks.
 func (c *Coordinator) checkTenantQuotasLocked(name string, q tenant.Quotas, n int) error {

@@ -1,0 +1,65 @@
+package coordinator
+
+import (
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/wstream/wstream/job"
+	"github.com/wstream/wstream/tenant"
+)
+
+func TestTenantRestartBacksOff(t *testing.T) {
+	for _, c := range []struct {
+		in, want job.RestartSettings
+	}{
+		{job.RestartSettings{Strategy: job.RestartFixedDelay, Delay: 0}, job.RestartSettings{Strategy: job.RestartExponential, Delay: 1000, MaxDelay: 300000}},
+		{job.RestartSettings{Strategy: job.RestartFixedDelay, Attempts: 3, Delay: 10}, job.RestartSettings{Strategy: job.RestartFixedDelay, Attempts: 3, Delay: 1000}},
+		{job.RestartSettings{Strategy: job.RestartFixedDelay, Attempts: 3, Delay: 5000}, job.RestartSettings{Strategy: job.RestartFixedDelay, Attempts: 3, Delay: 5000}},
+		{job.RestartSettings{Strategy: job.RestartExponential, Delay: 1, MaxDelay: 2, Multiplier: 1}, job.RestartSettings{Strategy: job.RestartExponential, Delay: 1000, MaxDelay: 300000, Multiplier: 1.5}},
+		{job.RestartSettings{Strategy: job.RestartNone}, job.RestartSettings{Strategy: job.RestartNone}},
+	} {
+		p := &job.Plan{Restart: &c.in}
+		tenantRestart(p)
+		if *p.Restart != c.want {
+			t.Errorf("%+v: got %+v, want %+v", c.in, *p.Restart, c.want)
+		}
+	}
+	tenantRestart(&job.Plan{}) // no strategy: nothing to do
+}
+
+func TestTenantPlanChecks(t *testing.T) {
+	q := tenant.Quotas{Parallelism: 4, Subtasks: 10}.WithDefaults()
+	plan := func(p int, sink string) string {
+		return `{"name":"t","parallelism":` + strconv.Itoa(p) + `,"vertices":[
+ {"id":"src","kind":"source","connector":"gen","config":{"count":10}},
+ {"id":"sink","kind":"sink",` + sink + `}],"edges":[{"from":"src","to":"sink","partition":"rebalance"}]}`
+	}
+	for _, c := range []struct {
+		plan, want string
+	}{
+		{plan(2, `"connector":"discard"`), ""},
+		{plan(5, `"connector":"discard"`), `vertex "src": parallelism 5 is over the tenant's quota of 4`},
+		{plan(2, `"connector":"file","config":{"path":"/etc/x"}`), `the file connector reads or writes the host's files`},
+		{plan(2, `"connector":"stdout"`), `the stdout connector`},
+		{plan(2, `"connector":"jetstream","config":{"url":"nats://x:1","stream":"S","subject":"s"}`), `config.url: a tenant job's JetStream connectors use the tenant's own account`},
+		{plan(2, `"connector":"jetstream","config":{"stream":"S","subject":"s"}`), ""},
+	} {
+		p, err := job.Parse([]byte(c.plan))
+		if err != nil {
+			t.Fatal(err)
+		}
+		g, err := job.Build(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = checkTenantPlan(p, g, q)
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("%s: %v", c.plan, err)
+		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
+			t.Errorf("%s: got %v, want %q", c.plan, err, c.want)
+		}
+	}
+}
+
