@@ -1,6 +1,7 @@
 package host
 
 import (
+	"context"
 	"fmt"
 	"testing"
 
@@ -135,5 +136,80 @@ func TestProcessAllocations(t *testing.T) {
 			t.Errorf("%s: %.0f allocations per %d-record batch", name, allocs, benchRecords)
 		}
 		t.Logf("%s: %.0f allocations per batch", name, allocs)
+	}
+}
+
+// benchOperatorWith is benchOperator with a runtime configuration and
+// instance options.
+func benchOperatorWith(tb testing.TB, cfg Config, src string, opts ...InstanceOption) (operator.Operator, *discard) {
+	r := newTestRuntime(tb, cfg)
+	m := compileWAT(tb, r, src)
+	inst, err := m.NewInstance(context.Background(), "v1/3", opts...)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = inst.Close(context.Background()) })
+	op := inst.Operator()
+	svc := &benchServices{fakeServices: *newFakeServices(), m: map[string]*[]byte{}}
+	if err := op.Open(testSpec(), svc); err != nil {
+		tb.Fatal(err)
+	}
+	return op, &discard{}
+}
+
+// memoryLoopWAT's wstream_process increments each of the 16384 words of
+// the first memory page, a load and a store per word, and emits nothing.
+var memoryLoopWAT = moduleWAT(map[string]string{
+	abi.ExportProcess: `(func (export "wstream_process") (param i32 i32 i32) (result i32)
+    (local $a i32)
+    (loop $next
+      (i32.store (local.get $a) (i32.add (i32.load (local.get $a)) (i32.const 1)))
+      (local.set $a (i32.add (local.get $a) (i32.const 4)))
+      (br_if $next (i32.lt_u (local.get $a) (i32.const 65536))))
+    (i32.const 0))`,
+}, "")
+
+// BenchmarkMemoryLimit compares instances under the runtime's memory limit
+// (wazero's own buffer) and under WithMemoryLimit (the memLimiter buffer):
+// "calls" makes one guest call per one-record batch, so per-call overhead
+// dominates; "state" makes 2000 host calls that read and write guest
+// memory per 1000-record batch; "memory" runs 16384 guest loads and stores
+// per call, compiled without the deadline's per-iteration check, which
+// would dwarf them.
+func BenchmarkMemoryLimit(b *testing.B) {
+	var one abi.Builder
+	one.Add(0, 1, []byte("key-001"), []byte("0123456789abcdef"))
+	for _, g := range []struct {
+		name string
+		cfg  Config
+		src  string
+		in   []byte
+	}{
+		{"calls", Config{}, passWAT, one.Bytes()},
+		{"state", Config{}, counterWAT, benchBatch()},
+		{"memory", Config{CallTimeout: -1}, memoryLoopWAT, one.Bytes()},
+	} {
+		for _, c := range []struct {
+			name string
+			opts []InstanceOption
+		}{
+			{"runtime", nil},
+			{"instance", []InstanceOption{WithMemoryLimit(DefaultMemoryLimitPages / 2)}},
+		} {
+			b.Run(g.name+"/"+c.name, func(b *testing.B) {
+				op, out := benchOperatorWith(b, g.cfg, g.src, c.opts...)
+				if err := op.Process(g.in, out); err != nil {
+					b.Fatal(err)
+				}
+				b.ReportAllocs()
+				b.SetBytes(int64(len(g.in)))
+				for b.Loop() {
+					if err := op.Process(g.in, out); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*abi.Count(g.in)), "ns/record")
+			})
+		}
 	}
 }

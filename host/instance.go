@@ -12,6 +12,7 @@ import (
 
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/experimental"
 	"github.com/tetratelabs/wazero/sys"
 
 	"github.com/wstream/wstream/abi"
@@ -54,6 +55,9 @@ type Instance struct {
 
 	limits Limits // resolved
 	q      quotas
+
+	memPages uint32     // the memory limit in force, in pages
+	grow     memLimiter // enforces memPages when it is below the runtime's
 
 	// Accounting of the call in progress, reset by call.
 	inputs      int   // records or timers passed to it; 0 when it has none
@@ -194,8 +198,22 @@ func instanceOf(ctx context.Context) *Instance {
 	return i
 }
 
-func (r *Runtime) instantiate(ctx context.Context, cm wazero.CompiledModule, label string, lim Limits) (*Instance, error) {
-	i := &Instance{r: r, label: label, limits: lim, q: lim.quotas(), timerDomain: -1}
+// instantiate creates an instance whose memory is bounded by memPages when
+// that is below the runtime's limit (0: the runtime's limit).
+func (r *Runtime) instantiate(ctx context.Context, cm wazero.CompiledModule, label string, lim Limits, memPages uint32) (*Instance, error) {
+	i := &Instance{r: r, label: label, limits: lim, q: lim.quotas(), timerDomain: -1, memPages: r.limit}
+	if memPages != 0 && memPages < r.limit {
+		i.memPages = memPages
+		i.grow.limit = uint64(memPages) * pageSize
+		// Validation admits one memory, defined and exported by the module.
+		for _, d := range cm.ExportedMemories() {
+			if d.Min() > memPages {
+				return nil, &GuestError{Operator: label, Subtask: -1, Call: "instantiate", Err: ErrMemoryLimit,
+					Message: fmt.Sprintf("the module's memory starts at %s, above the instance's memory limit of %s",
+						pagesText(d.Min()), pagesText(memPages))}
+			}
+		}
+	}
 	i.cc.init(i)
 	i.iterFn = i.iterEntry
 	i.stdout.init(func(line string) { i.logLine(abi.LogInfo, line) }, false)
@@ -212,9 +230,22 @@ func (r *Runtime) instantiate(ctx context.Context, cm wazero.CompiledModule, lab
 
 	// Instantiation honours the caller's ctx as well as the call deadline.
 	ictx, cancel := context.WithTimeout(ctx, r.timeout)
-	mod, err := r.rt.InstantiateModule(context.WithValue(ictx, instanceKey{}, i), cm, cfg)
+	mctx := context.WithValue(ictx, instanceKey{}, i)
+	if i.grow.limit != 0 {
+		// wazero reads the allocator from the context once, when it creates
+		// the instance's memory.
+		mctx = experimental.WithMemoryAllocator(mctx, &i.grow)
+	}
+	mod, err := r.rt.InstantiateModule(mctx, cm, cfg)
 	expired := errors.Is(ictx.Err(), context.DeadlineExceeded)
 	cancel()
+	if err == nil && !expired && i.grow.over {
+		_ = mod.Close(context.Background())
+		i.closed = true
+		i.cc.timer.Stop()
+		return nil, &GuestError{Operator: label, Subtask: -1, Call: "instantiate", Err: ErrMemoryLimit,
+			Message: fmt.Sprintf("the module's initial memory exceeds the instance's memory limit of %s", pagesText(i.memPages))}
+	}
 	i.stdout.flush()
 	i.stderr.flush()
 	if err != nil || expired {
@@ -284,7 +315,12 @@ func (i *Instance) renewFunction(name string) {
 // Label is the label given to NewInstance.
 func (i *Instance) Label() string { return i.label }
 
-// MemoryBytes is the current size of the instance's memory.
+// MemoryLimitPages is the limit of the instance's memory in 64 KiB pages:
+// its WithMemoryLimit, or the runtime's Config.MemoryLimitPages.
+func (i *Instance) MemoryLimitPages() uint32 { return i.memPages }
+
+// MemoryBytes is the current size of the instance's memory, at most
+// MemoryLimitPages×64 KiB; 0 once the instance is closed or unusable.
 func (i *Instance) MemoryBytes() uint32 {
 	if i.mem == nil || i.closed || i.broken != nil {
 		return 0
@@ -394,6 +430,7 @@ func (i *Instance) call(s *slot, ph phase, out operator.Collector, fn api.Functi
 	}
 	i.cur, i.phase, i.out = s, ph, out
 	i.failed, i.failMsg, i.fatal = false, i.failMsg[:0], nil
+	i.grow.refused = 0
 	i.emitted, i.emitBytes, i.stateBytes = 0, 0, 0
 	i.stderr.resetTail()
 	i.cc.arm(i.r.timeout)
@@ -405,6 +442,9 @@ func (i *Instance) call(s *slot, ph phase, out operator.Collector, fn api.Functi
 		ge := i.failure(s, name, err, expired)
 		i.cur = nil
 		return 0, ge
+	}
+	if i.grow.refused != 0 && s != nil && name != abi.ExportAlloc {
+		i.refusedGrowth(name)
 	}
 	i.logs.flushDue(i, s)
 	i.cur = nil
@@ -448,8 +488,14 @@ func (i *Instance) failure(s *slot, call string, err error, expired bool) *Guest
 		// AssemblyScript abort): that is the message users need.
 		ge.Message = string(i.failMsg) + " (then: " + ge.Message + ")"
 	}
-	if i.mem != nil && !i.closed && uint64(i.mem.Size()) >= uint64(i.r.limit)*65536 {
-		ge.Message += fmt.Sprintf(" (guest memory is at its limit of %d pages, %d MiB)", i.r.limit, uint64(i.r.limit)*65536>>20)
+	if note := i.memoryNote(); note != "" {
+		// On the first line, before wazero's stack trace, where it is seen
+		// and where later calls quote it from (usable).
+		first := firstLine(ge.Message)
+		ge.Message = first + " (" + note + ")" + ge.Message[len(first):]
+		if i.grow.refused != 0 && quota == nil && ge.Err != ErrCanceled && ge.Err != ErrDeadlineExceeded {
+			ge.Err = errors.Join(ErrMemoryLimit, ge.Err)
+		}
 	}
 	i.stdout.flush()
 	i.stderr.flush()
@@ -465,6 +511,37 @@ func (i *Instance) failure(s *slot, call string, err error, expired bool) *Guest
 	return ge
 }
 
+// memoryNote says how the memory limit took part in a failure: a
+// memory.grow refused by the instance's limit during the call, or memory
+// already at the limit (wazero refuses growth past the runtime's limit
+// without telling the host, and a growth past the instance's limit
+// sometimes exceeds the runtime's too). "" when neither.
+func (i *Instance) memoryNote() string {
+	if i.grow.refused != 0 {
+		return fmt.Sprintf("the instance hit its memory limit of %s: growing memory to %s was refused",
+			pagesText(i.memPages), plural(int(i.grow.refused), "page", "pages"))
+	}
+	if i.mem != nil && !i.closed && i.broken == nil && uint64(i.mem.Size()) >= uint64(i.memPages)*pageSize {
+		return fmt.Sprintf("guest memory is at its limit of %d pages, %s", i.memPages, memorySize(i.memPages))
+	}
+	return ""
+}
+
+// refusedGrowth adds to the error of a call that returned after the
+// instance's limit refused a memory.grow, as a guest whose allocator
+// reports failure instead of trapping does, that the limit was the cause.
+// It fills what slot.result reports: fail's message, else the status.
+func (i *Instance) refusedGrowth(call string) {
+	st := int32(uint32(i.stack[0]))
+	switch {
+	case i.failed:
+		i.failMsg = fmt.Appendf(i.failMsg, " (%s)", i.memoryNote())
+	case st != abi.StatusOK && (call != abi.ExportOpen || st != abi.StatusUnknownOp):
+		i.failed = true
+		i.failMsg = fmt.Appendf(i.failMsg[:0], "returned status %d (%s) (%s)", st, abi.StatusText(st), i.memoryNote())
+	}
+}
+
 // write copies str followed by b into the instance's argument arena,
 // asking the guest for a bigger one when needed, and returns its address.
 func (i *Instance) write(s *slot, call, str string, b []byte) (uint32, error) {
@@ -472,6 +549,13 @@ func (i *Instance) write(s *slot, call, str string, b []byte) (uint32, error) {
 	if n > math.MaxInt32 {
 		op, sub := i.who(s)
 		return 0, fmt.Errorf("host: operator %s subtask %d: %s: %d argument bytes exceed the guest address space", op, sub, call, n)
+	}
+	if uint64(n) > uint64(i.memPages)*pageSize {
+		// No allocation can succeed: say so rather than have the guest
+		// grow its memory to the limit first.
+		op, sub := i.who(s)
+		return 0, &GuestError{Operator: op, Subtask: sub, Call: call, Err: ErrMemoryLimit,
+			Message: fmt.Sprintf("%d argument bytes exceed the instance's memory limit of %s", n, pagesText(i.memPages))}
 	}
 	if uint32(n) > i.arenaCap || i.arenaPtr == 0 {
 		if err := i.growArena(s, uint32(n)); err != nil {
@@ -491,7 +575,7 @@ func (i *Instance) growArena(s *slot, n uint32) error {
 	if d := 2 * uint64(i.arenaCap); d > want {
 		want = d
 	}
-	want = min(want, math.MaxInt32)
+	want = min(want, math.MaxInt32, uint64(i.memPages)*pageSize)
 	ptr, err := i.alloc(s, uint32(want))
 	if err != nil {
 		return err
@@ -503,6 +587,9 @@ func (i *Instance) growArena(s *slot, n uint32) error {
 		}
 	}
 	if ptr == 0 {
+		if note := i.memoryNote(); note != "" {
+			return i.allocError(s, n, "it returned 0: "+note)
+		}
 		return i.allocError(s, n, "it returned 0 (out of memory)")
 	}
 	if uint64(ptr)+want > uint64(i.mem.Size()) {
@@ -525,7 +612,11 @@ func (i *Instance) alloc(s *slot, n uint32) (uint32, error) {
 
 func (i *Instance) allocError(s *slot, n uint32, what string) error {
 	op, sub := i.who(s)
-	return &GuestError{Operator: op, Subtask: sub, Call: abi.ExportAlloc, Err: ErrGuestFailed,
+	var err error = ErrGuestFailed
+	if i.grow.refused != 0 {
+		err = errors.Join(ErrGuestFailed, ErrMemoryLimit)
+	}
+	return &GuestError{Operator: op, Subtask: sub, Call: abi.ExportAlloc, Err: err,
 		Message: fmt.Sprintf("%s(%d) failed: %s", abi.ExportAlloc, n, what)}
 }
 

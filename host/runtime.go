@@ -36,6 +36,7 @@ type Config struct {
 	CacheDir string
 	// MemoryLimitPages bounds each instance's memory in 64 KiB pages:
 	// DefaultMemoryLimitPages when 0, at most MaxMemoryLimitPages.
+	// NewInstance's WithMemoryLimit lowers it per instance.
 	MemoryLimitPages uint32
 	// CallTimeout is the deadline of every guest call (including
 	// _initialize); DefaultCallTimeout when 0. A negative CallTimeout turns
@@ -279,7 +280,7 @@ func (r *Runtime) compile(ctx context.Context, name string, wasm []byte) (wazero
 // probe runs one short-lived instance to check wstream_abi_version and to
 // read the plan from wstream_plan when the module exports it.
 func (r *Runtime) probe(ctx context.Context, name string, cm wazero.CompiledModule) ([]byte, error) {
-	inst, err := r.instantiate(ctx, cm, name, r.limits)
+	inst, err := r.instantiate(ctx, cm, name, r.limits, 0)
 	if err != nil {
 		var ge *GuestError
 		if errors.As(err, &ge) {
@@ -353,7 +354,8 @@ func (m *Module) Close(ctx context.Context) error {
 // function call of the guest) and fails with ErrCanceled, and later calls
 // are refused. Pass the job's context, not a short-lived one.
 //
-// Options override the runtime's Config.Limits for this instance.
+// Options override the runtime's Config.Limits (WithLimits) and lower its
+// memory limit (WithMemoryLimit) for this instance.
 func (m *Module) NewInstance(ctx context.Context, label string, opts ...InstanceOption) (*Instance, error) {
 	if m.closed.Load() {
 		return nil, fmt.Errorf("host: module %s: %w", m.name, ErrModuleClosed)
@@ -368,5 +370,5 @@ func (m *Module) NewInstance(ctx context.Context, label string, opts ...Instance
 	for _, opt := range opts {
 		opt(&o)
 	}
-	return m.r.instantiate(ctx, m.c.cm, label, o.limits.over(m.r.cfg.Limits).resolve())
+	return m.r.instantiate(ctx, m.c.cm, label, o.limits.over(m.r.cfg.Limits).resolve(), o.memoryPages)
 }
