@@ -179,6 +179,16 @@ func TestTenantsAreIsolated(t *testing.T) {
 			t.Errorf("the audit log lacks %s:\n%s", want, b)
 		}
 	}
+	// The tenant's memory quota bounds its instances below the worker's
+	// limit.
+	if r := runCLI(t, dir, "tenant", "update", "--data", data, "--memory", "1", "acme"); r.code != 0 {
+		t.Fatalf("tenant update: exit %d\n%s", r.code, r.stderr)
+	}
+	writePlan(t, dir, countPlan(genSpec{count: 100, keys: 5, words: 1, seed: 2}, 300, `"connector":"discard"`))
+	if r := runCLI(t, dir, "deploy", "--nats", url, "--nats-creds", acmeCreds, "--plan", "plan.json", mod); r.code == 0 ||
+		!strings.Contains(r.stderr, "memory limit of 1 MiB") {
+		t.Errorf("acme's job over its memory quota: exit %d\n%s", r.code, r.stderr)
+	}
 	if strings.Contains(srv.stderr.String()+wk.stderr.String(), "panic") {
 		t.Errorf("a process panicked:\n%s\n%s", srv.stderr.String(), wk.stderr.String())
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/wstream/wstream/abi"
 	"github.com/wstream/wstream/checkpoint"
 	"github.com/wstream/wstream/connector"
+	"github.com/wstream/wstream/fairshare"
 	"github.com/wstream/wstream/host"
 	"github.com/wstream/wstream/job"
 	"github.com/wstream/wstream/operator"
@@ -60,6 +61,9 @@ type Config struct {
 	// Without it a tenant's job is refused and such connectors cannot
 	// open.
 	Dial func(name string, opts ...nats.Option) (*nats.Conn, error)
+	// Gate shares the cores among the guest calls of tenants' jobs
+	// (fairshare.Default() when nil: workers of one process share it).
+	Gate *fairshare.Gate
 }
 
 // Worker runs the subtasks the coordinator assigns to it.
@@ -399,6 +403,11 @@ type jobRun struct {
 	// disk (0: unbounded), from the tenant's quotas.
 	tenant     string
 	stateBytes int64
+	// memPages bounds each operator instance's memory below the
+	// worker's limit (0: the worker's); weight is the tenant's share of
+	// the cores.
+	memPages uint32
+	weight   int
 }
 
 // dataConn opens what reaches the job's data (jobRun.nc, js, dial).
@@ -428,6 +437,34 @@ func (w *Worker) dataConn(j *jobRun, d transport.Deployment) error {
 		j.dial = func(name string) (*nats.Conn, error) { return w.cfg.Dial(name, opts...) }
 	}
 	return nil
+}
+
+// gate is the worker's fair-share gate.
+func (w *Worker) gate() *fairshare.Gate {
+	if w.cfg.Gate != nil {
+		return w.cfg.Gate
+	}
+	return fairshare.Default()
+}
+
+// instance instantiates mod for a subtask of j: within the memory quota of
+// j's tenant, and, for a tenant's job, holding a slot of the gate, since
+// instantiation runs guest code (_initialize) and a job that restarts in a
+// loop instantiates again each time.
+func (w *Worker) instance(j *jobRun, mod *host.Module, label string) (*host.Instance, error) {
+	var opts []host.InstanceOption
+	if j.memPages > 0 {
+		opts = append(opts, host.WithMemoryLimit(j.memPages))
+	}
+	if j.tenant == "" {
+		return mod.NewInstance(j.ctx, label, opts...)
+	}
+	rel, err := w.gate().Acquire(j.ctx, j.tenant)
+	if err != nil {
+		return nil, fmt.Errorf("tenant %s: waiting for a guest call slot to instantiate %s: %w", j.tenant, label, err)
+	}
+	defer rel()
+	return mod.NewInstance(j.ctx, label, opts...)
 }
 
 // releaseConn closes the job's own connection.
@@ -489,7 +526,8 @@ func (w *Worker) deploy(d transport.Deployment) error {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	j := &jobRun{id: d.JobID, attempt: d.Attempt, plan: plan, graph: g, ctx: ctx, cancel: cancel,
-		done: make(chan struct{}), restartable: d.Restartable, tenant: d.Tenant, stateBytes: d.StateBytes}
+		done: make(chan struct{}), restartable: d.Restartable, tenant: d.Tenant, stateBytes: d.StateBytes,
+		memPages: uint32(d.MemoryLimitMiB) * 16, weight: d.Weight}
 	if err := w.dataConn(j, d); err != nil {
 		cancel()
 		return err
@@ -926,7 +964,7 @@ func (w *Worker) newTask(j *jobRun, mod *host.Module, c *job.Chain, sub int, cha
 				op = o
 			} else {
 				if inst == nil {
-					in, err := mod.NewInstance(j.ctx, t.label)
+					in, err := w.instance(j, mod, t.label)
 					if err != nil {
 						return fail(fmt.Errorf("subtask %s: %w", t.label, err))
 					}
@@ -934,6 +972,10 @@ func (w *Worker) newTask(j *jobRun, mod *host.Module, c *job.Chain, sub int, cha
 					t.closers = append(t.closers, func() error { return in.Close(context.Background()) })
 				}
 				op = inst.Operator()
+				if j.tenant != "" {
+					// A tenant's guest calls take their share of the cores.
+					op = NewFairOperator(j.ctx, w.gate(), j.tenant, float64(j.weight), op)
+				}
 			}
 			s := &stage{vertex: v, op: op}
 			s.coll.nOut = len(v.Outputs)

@@ -1,0 +1,5 @@
+//go:build !race
+
+package fairshare
+
+const raceEnabled = false
