@@ -56,9 +56,10 @@ func (s *slot) Open(spec operator.Spec, svc operator.Services) error {
 		s.outputs = []string{"main"}
 	}
 	s.svc = svc
-	s.who = spec.VertexID
+	// The plan is the module's: its names are guest text too.
+	s.who = EscapeGuestText([]byte(spec.VertexID), 256, false)
 	if spec.Operator != "" && spec.Operator != spec.VertexID {
-		s.who += " (" + spec.Operator + ")"
+		s.who += " (" + EscapeGuestText([]byte(spec.Operator), 256, false) + ")"
 	}
 	if i.owner == nil {
 		i.owner = s

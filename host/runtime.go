@@ -7,6 +7,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -242,9 +244,20 @@ func (r *Runtime) release(ctx context.Context, c *compiled) {
 	}
 }
 
+// memoryOverLimit is wazero's error for a module whose minimum memory is
+// above the runtime's limit.
+var memoryOverLimit = regexp.MustCompile(`section memory: min (\d+) pages \(.*\) over limit of \d+ pages`)
+
 func (r *Runtime) compile(ctx context.Context, name string, wasm []byte) (wazero.CompiledModule, []byte, error) {
 	cm, err := r.rt.CompileModule(ctx, wasm)
 	if err != nil {
+		if m := memoryOverLimit.FindStringSubmatch(err.Error()); m != nil {
+			// A valid module that asks for more memory than this worker
+			// gives an instance.
+			pages, _ := strconv.Atoi(m[1])
+			return nil, nil, &ValidationError{Module: name, Reason: fmt.Sprintf("its memory starts at %s, above this runtime's memory limit of %s (--memory-limit)",
+				pagesText(uint32(pages)), pagesText(r.limit)), Err: err}
+		}
 		// wazero's decoder quotes names from the module.
 		return nil, nil, &ValidationError{Module: name, Reason: "invalid or truncated WebAssembly module: " +
 			EscapeGuestText([]byte(err.Error()), maxGuestMessage, false), Err: err}

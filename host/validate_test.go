@@ -240,7 +240,7 @@ func validationCases() []validationCase {
 		}, "", "imports memory env.mem"),
 		watCase("memory over the limit", map[string]string{
 			abi.ExportMemory: `(memory (export "memory") 300)`,
-		}, "", "invalid or truncated WebAssembly module", "over limit of 256 pages"),
+		}, "", "its memory starts at 19200 KiB (300 pages), above this runtime's memory limit of 16 MiB (256 pages) (--memory-limit)"),
 		watCase("_initialize traps", nil, `(func (export "_initialize") unreachable)`,
 			"instantiating: _initialize", "unreachable"),
 		watCase("plan out of bounds", nil, `(func (export "wstream_plan") (result i64) (i64.const 0x00fffff000000010))`,

@@ -406,3 +406,27 @@ func BenchmarkNestedConfig(b *testing.B) {
 		})
 	}
 }
+
+// Names reach terminals and logs: control and formatting characters in
+// them are refused, quoted in the error.
+func TestNamesHoldNoControlCharacters(t *testing.T) {
+	for _, c := range []struct{ name, field string }{
+		{`"operator":"\u001b[2Jsplit"`, `vertices[1] ("op").operator`},
+		{`"operator":"split\u202e"`, `vertices[1] ("op").operator`},
+		{`"operator":"split","outputs":["main","\r\u0007late"]`, `vertices[1] ("op").outputs[1]`},
+	} {
+		plan := `{"name":"p","vertices":[{"id":"src","kind":"source","connector":"gen"},{"id":"op","kind":"operator",` + c.name +
+			`},{"id":"sink","kind":"sink","connector":"discard"}],"edges":[{"from":"src","to":"op"},{"from":"op","to":"sink"}]}`
+		p, err := Parse([]byte(plan))
+		if err == nil {
+			err = p.Validate()
+		}
+		if err == nil || !strings.Contains(err.Error(), c.field) || !strings.Contains(err.Error(), "control or formatting character") {
+			t.Errorf("%s: %v", c.name, err)
+			continue
+		}
+		if strings.ContainsAny(err.Error(), "\x1b\r\a\u202e") {
+			t.Errorf("%s: the error holds the raw character: %q", c.name, err)
+		}
+	}
+}

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/wstream/wstream/abi"
 	"github.com/wstream/wstream/connector"
@@ -25,6 +27,26 @@ func checkID(path, s string, most int) error {
 		c := s[i]
 		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '-') {
 			return errorf(path, "%q may only hold letters, digits, '_' and '-'", s)
+		}
+	}
+	return nil
+}
+
+// checkName checks a name of the plan (kind, operator, connector, output,
+// partition): within most bytes, valid UTF-8, and free of control and
+// formatting characters, since names reach error messages, logs and
+// terminals (an escape sequence in an operator's name would be sent to
+// them).
+func checkName(path, s string, most int) error {
+	if err := checkLen(path, "MaxNameBytes", s, most); err != nil {
+		return err
+	}
+	if !utf8.ValidString(s) {
+		return errorf(path, "%s is not valid UTF-8", quote(s))
+	}
+	for _, r := range s {
+		if unicode.IsControl(r) || unicode.Is(unicode.Cf, r) {
+			return errorf(path, "%s holds the control or formatting character %U", quote(s), r)
 		}
 	}
 	return nil
@@ -192,7 +214,7 @@ func (l Limits) validateVertex(p *Plan, i int, index map[string]int) error {
 	}
 	index[v.ID] = i
 	for _, f := range []struct{ field, value string }{{"kind", v.Kind}, {"operator", v.Operator}, {"connector", v.Connector}} {
-		if err := checkLen(path+"."+f.field, "MaxNameBytes", f.value, l.MaxNameBytes); err != nil {
+		if err := checkName(path+"."+f.field, f.value, l.MaxNameBytes); err != nil {
 			return err
 		}
 	}
@@ -233,7 +255,7 @@ func (l Limits) validateVertex(p *Plan, i int, index map[string]int) error {
 		if name == "" {
 			return &Error{Path: opath, Message: "missing"}
 		}
-		if err := checkLen(opath, "MaxNameBytes", name, l.MaxNameBytes); err != nil {
+		if err := checkName(opath, name, l.MaxNameBytes); err != nil {
 			return err
 		}
 		if len(name) > operator.MaxNameSize {
@@ -306,7 +328,7 @@ func (l Limits) validateEdge(p *Plan, i int, index map[string]int) error {
 		}
 	}
 	for _, f := range []struct{ field, value string }{{"output", e.Output}, {"partition", e.Partition}} {
-		if err := checkLen(path+"."+f.field, "MaxNameBytes", f.value, l.MaxNameBytes); err != nil {
+		if err := checkName(path+"."+f.field, f.value, l.MaxNameBytes); err != nil {
 			return err
 		}
 	}
