@@ -374,6 +374,9 @@ func (c *Coordinator) onTaskStatus(m *nats.Msg) {
 		end = lifecycle.TaskFinished
 	case transport.TaskFailed:
 		end = lifecycle.TaskFailed
+		if st.AfterPeer {
+			end = lifecycle.TaskFailedAfterPeer
+		}
 	case transport.TaskCanceled:
 		end = lifecycle.TaskCanceled
 	default:

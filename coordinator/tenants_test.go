@@ -62,4 +62,3 @@ func TestTenantPlanChecks(t *testing.T) {
 		}
 	}
 }
-

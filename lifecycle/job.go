@@ -58,6 +58,10 @@ const (
 	TaskFinished TaskEnd = iota + 1
 	TaskFailed
 	TaskCanceled
+	// TaskFailedAfterPeer is a failure that another subtask's caused (its
+	// channel to the failed subtask closed): it fails the attempt, but a
+	// root cause reported later replaces it as the attempt's cause.
+	TaskFailedAfterPeer
 )
 
 func (e TaskEnd) String() string {
@@ -68,6 +72,8 @@ func (e TaskEnd) String() string {
 		return "failed"
 	case TaskCanceled:
 		return "canceled"
+	case TaskFailedAfterPeer:
+		return "failed after a peer"
 	}
 	return fmt.Sprintf("TaskEnd(%d)", int(e))
 }
@@ -195,8 +201,11 @@ type attempt struct {
 	// missing counts, per worker, the heartbeats in a row that did not
 	// list the attempt although subtasks there never reported.
 	missing map[string]int
-	// failure is the attempt's first failure.
-	failure string
+	// failure is the attempt's first failure (its root cause, when a
+	// subtask that failed only because another did reported first);
+	// secondary says it is such a consequence.
+	failure   string
+	secondary bool
 	// cancelSent: every worker of the attempt was told to cancel it.
 	cancelSent bool
 	slots      bool // its slots are held
@@ -503,11 +512,15 @@ func (j *Job) TaskEnded(now int64, n int, worker string, end TaskEnd, reason str
 	switch end {
 	case TaskFinished:
 		a.finished++
-	case TaskFailed:
+	case TaskFailed, TaskFailedAfterPeer:
 		if reason == "" {
 			reason = fmt.Sprintf("a subtask on worker %s failed", worker)
 		}
-		j.fail(reason)
+		if end == TaskFailedAfterPeer {
+			j.failAfterPeer(reason)
+		} else {
+			j.fail(reason)
+		}
 	}
 	j.settle()
 	return nil
@@ -723,6 +736,13 @@ func (j *Job) doomed() bool {
 // §6.1). A job being cancelled stays CANCELLING.
 func (j *Job) fail(reason string) {
 	if j.a.failure != "" {
+		if j.a.secondary && !j.state.Terminal() {
+			// The root cause arrived after a consequence of it.
+			j.a.failure, j.a.secondary = reason, false
+			if j.state == Restarting {
+				j.cause = reason
+			}
+		}
 		return
 	}
 	j.a.failure = reason
@@ -737,6 +757,15 @@ func (j *Job) fail(reason string) {
 		return
 	}
 	j.setState(Failing)
+}
+
+// failAfterPeer is fail for a consequence of another subtask's failure.
+func (j *Job) failAfterPeer(reason string) {
+	if j.a.failure != "" {
+		return
+	}
+	j.fail(reason)
+	j.a.secondary = true
 }
 
 // settle carries out what the attempt's state asks for once it is

@@ -23,7 +23,7 @@ import (
 //	placed now= attempt= tasks=w1:2,w2:1
 //	deployed now= attempt=
 //	deploy-failed now= attempt= reason=(...) [took=w1,w2]
-//	task now= attempt= worker= end=finished|failed|canceled [reason=(...)]
+//	task now= attempt= worker= end=finished|failed|failed-after-peer|canceled [reason=(...)]
 //	lost now= worker= [reason=(...)]
 //	heartbeat now= worker= [attempts=1,2]
 //	fail now= attempt= reason=(...)
@@ -106,6 +106,8 @@ func TestLifecycle(t *testing.T) {
 					end = TaskFailed
 				case "canceled":
 					end = TaskCanceled
+				case "failed-after-peer":
+					end = TaskFailedAfterPeer
 				default:
 					d.Fatalf(t, "bad end %q", e)
 				}

@@ -275,6 +275,9 @@ type TaskStatus struct {
 	State   string          `json:"state"`
 	Error   string          `json:"error,omitempty"`
 	Metrics []VertexMetrics `json:"metrics,omitempty"`
+	// AfterPeer: the subtask failed because a channel to another subtask
+	// closed, a consequence of that one's failure (not a root cause).
+	AfterPeer bool `json:"afterPeer,omitempty"`
 }
 
 // Job states.

@@ -1228,6 +1228,7 @@ func (w *Worker) report(j *jobRun, t *task, err error) {
 	default:
 		st.State = transport.TaskFailed
 		st.Error = err.Error()
+		st.AfterPeer = errors.Is(err, transport.ErrClosed)
 		j.failed.Store(true)
 		// Stop the job's other local subtasks at once; the coordinator also
 		// cancels them everywhere.
