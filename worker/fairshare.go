@@ -29,6 +29,8 @@ type FairOperator struct {
 	ctx    context.Context
 	tenant string
 	leave  sync.Once
+	mu     sync.Mutex
+	stop   func() bool // unregisters the leave at ctx's end
 }
 
 var _ operator.Operator = (*FairOperator)(nil)
@@ -45,7 +47,11 @@ func NewFairOperator(ctx context.Context, g *fairshare.Gate, tenant string, weig
 			_ = g.SetWeight(tenant, min(max(weight, fairshare.MinWeight), fairshare.MaxWeight))
 		}
 		g.Join(tenant)
-		context.AfterFunc(ctx, f.Leave)
+		// Under mu: ctx may be done already, and Leave, running at once,
+		// must find stop set.
+		f.mu.Lock()
+		f.stop = context.AfterFunc(ctx, f.Leave)
+		f.mu.Unlock()
 	}
 	return f
 }
@@ -56,7 +62,15 @@ func (f *FairOperator) Leave() {
 	if f.gate == nil {
 		return
 	}
-	f.leave.Do(func() { f.gate.Leave(f.tenant) })
+	f.leave.Do(func() {
+		f.mu.Lock()
+		stop := f.stop
+		f.mu.Unlock()
+		// A wrapper left before its job ends (an operator closed early)
+		// does not keep a callback on the job's context.
+		stop()
+		f.gate.Leave(f.tenant)
+	})
 }
 
 // Unwrap returns the wrapped operator.
@@ -148,14 +162,14 @@ func (f *FairOperator) Close(out operator.Collector) error {
 // instantiation runs the guest's start function (_initialize), guest code
 // like any call, and a job that fails and restarts in a loop instantiates
 // again each time. With a nil gate it is mod.NewInstance.
-func NewFairInstance(ctx context.Context, g *fairshare.Gate, tenant string, mod *host.Module, label string) (*host.Instance, error) {
+func NewFairInstance(ctx context.Context, g *fairshare.Gate, tenant string, mod *host.Module, label string, opts ...host.InstanceOption) (*host.Instance, error) {
 	if g == nil {
-		return mod.NewInstance(ctx, label)
+		return mod.NewInstance(ctx, label, opts...)
 	}
 	rel, err := g.Acquire(ctx, tenant)
 	if err != nil {
 		return nil, fmt.Errorf("tenant %q: waiting for a guest call slot to instantiate %s: %w", tenant, label, err)
 	}
 	defer rel()
-	return mod.NewInstance(ctx, label)
+	return mod.NewInstance(ctx, label, opts...)
 }
