@@ -239,8 +239,8 @@ const (
 )
 
 // tenantRestart makes a tenant's restart strategy back off: a delay of at
-// least TenantMinRestartDelay, and an unlimited fixed-delay strategy
-// becomes an exponential backoff up to TenantMaxRestartDelay.
+// least TenantMinRestartDelay, and a strategy with unlimited attempts
+// becomes an exponential backoff up to at least TenantMaxRestartDelay.
 func tenantRestart(plan *job.Plan) {
 	r := plan.Restart
 	if r == nil || r.Strategy == "" || r.Strategy == job.RestartNone {
@@ -249,9 +249,11 @@ func tenantRestart(plan *job.Plan) {
 	if r.Delay < TenantMinRestartDelay.Milliseconds() {
 		r.Delay = TenantMinRestartDelay.Milliseconds()
 	}
-	if r.Strategy == job.RestartFixedDelay && r.Attempts == 0 {
+	if r.Attempts == 0 {
+		// Restarting for ever backs off to minutes, whatever the plan
+		// says: its cap could otherwise equal its first delay.
 		r.Strategy = job.RestartExponential
-		r.MaxDelay = max(r.Delay, TenantMaxRestartDelay.Milliseconds())
+		r.MaxDelay = max(r.MaxDelay, r.Delay, TenantMaxRestartDelay.Milliseconds())
 	}
 	if r.Strategy == job.RestartExponential {
 		if r.MaxDelay == 0 || r.MaxDelay < r.Delay {

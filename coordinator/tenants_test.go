@@ -17,6 +17,8 @@ func TestTenantRestartBacksOff(t *testing.T) {
 		{job.RestartSettings{Strategy: job.RestartFixedDelay, Attempts: 3, Delay: 10}, job.RestartSettings{Strategy: job.RestartFixedDelay, Attempts: 3, Delay: 1000}},
 		{job.RestartSettings{Strategy: job.RestartFixedDelay, Attempts: 3, Delay: 5000}, job.RestartSettings{Strategy: job.RestartFixedDelay, Attempts: 3, Delay: 5000}},
 		{job.RestartSettings{Strategy: job.RestartExponential, Delay: 1, MaxDelay: 2, Multiplier: 1}, job.RestartSettings{Strategy: job.RestartExponential, Delay: 1000, MaxDelay: 300000, Multiplier: 1.5}},
+		{job.RestartSettings{Strategy: job.RestartExponential, Delay: 1000, MaxDelay: 1000}, job.RestartSettings{Strategy: job.RestartExponential, Delay: 1000, MaxDelay: 300000}},
+		{job.RestartSettings{Strategy: job.RestartExponential, Attempts: 5, Delay: 1000, MaxDelay: 1000}, job.RestartSettings{Strategy: job.RestartExponential, Attempts: 5, Delay: 1000, MaxDelay: 1000}},
 		{job.RestartSettings{Strategy: job.RestartNone}, job.RestartSettings{Strategy: job.RestartNone}},
 	} {
 		p := &job.Plan{Restart: &c.in}

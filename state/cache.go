@@ -46,9 +46,14 @@ const noSlot = -1
 // cache's memory is bounded by its capacity times this; larger values are
 // read from Pebble each time. maxRetainedValue bounds the buffer a free
 // entry keeps for reuse.
+// maxCleanBytes bounds the key and value bytes of the clean entries a
+// cache keeps after a flush: with large values, capacity times
+// maxCachedValue would be a GiB per subtask, which a tenant's guest could
+// make the host hold. maxRetainedValue bounds the buffer a free entry keeps.
 const (
 	maxCachedValue   = 64 << 10
-	maxRetainedValue = maxCachedValue
+	maxRetainedValue = 4 << 10
+	maxCleanBytes    = 16 << 20
 )
 
 func newHotCache(capacity int) *hotCache {
@@ -208,6 +213,18 @@ func (c *hotCache) flushed() {
 	c.dirty = c.dirty[:0]
 	for c.live > c.capacity {
 		c.evict(c.tail)
+	}
+	// Walk from the most recently used: once the byte budget is spent,
+	// the rest goes.
+	n := 0
+	for idx := c.head; idx != noSlot; {
+		e := &c.entries[idx]
+		next := e.next
+		n += cap(e.key) + cap(e.val)
+		if n > maxCleanBytes {
+			c.evict(idx)
+		}
+		idx = next
 	}
 }
 

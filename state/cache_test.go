@@ -144,3 +144,37 @@ func TestHotCacheSteadyStateDoesNotAllocate(t *testing.T) {
 		t.Fatalf("%v allocations per operation, want 0", n)
 	}
 }
+
+// Clean entries are bounded in bytes as well as in number: large values
+// beyond maxCleanBytes go at the flush, the most recently used stay.
+func TestHotCacheBoundsCleanBytes(t *testing.T) {
+	c := newHotCache(4096)
+	val := make([]byte, 60<<10)
+	const n = 1000 // about 60 MB of values
+	for i := range n {
+		k := cacheKey(i)
+		idx := c.insert(k, c.hash(k))
+		c.entries[idx].val = append(c.entries[idx].val[:0], val...)
+		c.entries[idx].present = true
+		c.markDirty(idx)
+	}
+	c.flushed()
+	held := 0
+	for idx := c.head; idx != noSlot; idx = c.entries[idx].next {
+		held += cap(c.entries[idx].key) + cap(c.entries[idx].val)
+	}
+	if held > maxCleanBytes || c.live == 0 {
+		t.Fatalf("clean entries hold %d bytes in %d entries, want at most %d and some", held, c.live, maxCleanBytes)
+	}
+	last := cacheKey(n - 1)
+	if c.lookup(last, c.hash(last)) == noSlot {
+		t.Fatal("the most recently written entry was evicted")
+	}
+	retained := 0
+	for _, idx := range c.free {
+		retained += cap(c.entries[idx].val)
+	}
+	if retained > len(c.free)*maxRetainedValue {
+		t.Fatalf("free entries retain %d bytes", retained)
+	}
+}
