@@ -6,7 +6,7 @@ BIN      := bin/wstream
 EXAMPLES := wordcount mapfilter window testops
 WASM     := $(EXAMPLES:%=examples/wasm/build/%.wasm)
 
-.PHONY: all setup build examples examples-all wordcount test test-matrix bench clean
+.PHONY: all setup build examples examples-all wordcount test test-matrix fuzz fuzz-short bench clean
 
 all: build examples
 
@@ -35,6 +35,33 @@ wordcount: setup build examples
 test: setup
 	$(GO) vet ./...
 	$(GO) test -count=1 -timeout 20m ./...
+	@$(MAKE) --no-print-directory fuzz-short
+
+# Every fuzz target, as package.Target. go test takes one -fuzz target per
+# run, so each gets a run of its own (fuzz-run-package.Target); plain go
+# test runs their seed corpora (testdata/fuzz included) as tests.
+FUZZ_TARGETS := \
+	abi.FuzzDecode job.FuzzParse \
+	checkpoint.FuzzReadMetadata checkpoint.FuzzVerifyMetadata checkpoint.FuzzOpenStored checkpoint.FuzzLocation \
+	state.FuzzScanCanonical state.FuzzCanonicalRecords state.FuzzDecodeKey \
+	connector.FuzzGenOffset connector.FuzzFileOffset connector.FuzzJetStreamOffset connector.FuzzRescaleOffsets \
+	host.FuzzHostFunctions
+FUZZ_RUNS := $(addprefix fuzz-run-,$(FUZZ_TARGETS))
+FUZZTIME  ?= 5m
+# Runs at a time: two keep fuzz-short's 14 targets under 2 minutes.
+FUZZJOBS  ?= 2
+
+# fuzz runs every target for FUZZTIME; fuzz-short, which make test runs,
+# for 10 s each. A failing input is saved in the package's testdata/fuzz.
+fuzz: setup
+	@$(MAKE) --no-print-directory -j$(FUZZJOBS) --output-sync=target $(FUZZ_RUNS)
+
+fuzz-short:
+	@$(MAKE) --no-print-directory fuzz FUZZTIME=10s
+
+.PHONY: $(FUZZ_RUNS)
+$(FUZZ_RUNS): fuzz-run-%:
+	$(GO) test -run '^$$' -fuzz '^$(subst .,,$(suffix $*))$$' -fuzztime $(FUZZTIME) ./$(basename $*)/
 
 # The long forms of two randomized suites (make test runs short ones): the
 # exact-count matrix (every checkpoint mode × parallelism 1–4 × the Go, C and

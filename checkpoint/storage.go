@@ -41,6 +41,13 @@ const SharedDir = "shared"
 // presence marks the checkpoint complete.
 const MetadataName = "_metadata"
 
+// maxZstdWindow bounds the window of the zstd frames the readers accept.
+// A decoder allocates the window a frame's header declares as it starts
+// the frame, so without a bound a few stored bytes could make each reader
+// allocate 512 MiB. The writers (SetCompression's levels, and the
+// canonical savepoint streams) declare at most 8 MiB.
+const maxZstdWindow = 8 << 20
+
 // copyWorkers bounds the goroutines of one CopyDir, Verify or Restore.
 const copyWorkers = 4
 
@@ -536,32 +543,9 @@ func (s *Storage) WriteMetadata(m *Metadata) error {
 	if err := s.checkIncomplete(m.ID); err != nil {
 		return fmt.Errorf("checkpoint: write metadata: %w", err)
 	}
-	if m.Kind != KindCheckpoint && m.Kind != KindSavepoint {
-		return fmt.Errorf("checkpoint: write metadata of checkpoint %d: unknown kind %s", m.ID, m.Kind)
-	}
-	if len(m.Plan) > 0 {
-		var plan bytes.Buffer
-		if err := json.Compact(&plan, m.Plan); err != nil {
-			return fmt.Errorf("checkpoint: write metadata of checkpoint %d: plan is not JSON: %w", m.ID, err)
-		}
-		m.Plan = plan.Bytes()
-	}
-	m.Format = MetadataFormat
-	m.Version = 1
-	for _, h := range m.handles() {
-		if h.Shared || h.Compressed || h.RawSize != 0 || h.Name != "" {
-			m.Version = 2
-			break
-		}
-	}
-	sum, err := m.checksum()
+	data, err := encodeMetadata(m)
 	if err != nil {
-		return fmt.Errorf("checkpoint: encode metadata of checkpoint %d: %w", m.ID, err)
-	}
-	m.Checksum = sum
-	data, err := json.Marshal(m)
-	if err != nil {
-		return fmt.Errorf("checkpoint: encode metadata of checkpoint %d: %w", m.ID, err)
+		return err
 	}
 	if s.obj != nil {
 		// Every file was stored before this: the _metadata object, stored
@@ -600,10 +584,43 @@ func (s *Storage) WriteMetadata(m *Metadata) error {
 	return err
 }
 
+// encodeMetadata sets m's Format, Version and Checksum (and compacts
+// m.Plan) and returns the content of its _metadata file.
+func encodeMetadata(m *Metadata) ([]byte, error) {
+	if m.Kind != KindCheckpoint && m.Kind != KindSavepoint {
+		return nil, fmt.Errorf("checkpoint: write metadata of checkpoint %d: unknown kind %s", m.ID, m.Kind)
+	}
+	if len(m.Plan) > 0 {
+		var plan bytes.Buffer
+		if err := json.Compact(&plan, m.Plan); err != nil {
+			return nil, fmt.Errorf("checkpoint: write metadata of checkpoint %d: plan is not JSON: %w", m.ID, err)
+		}
+		m.Plan = plan.Bytes()
+	}
+	m.Format = MetadataFormat
+	m.Version = 1
+	for _, h := range m.handles() {
+		if h.Shared || h.Compressed || h.RawSize != 0 || h.Name != "" {
+			m.Version = 2
+			break
+		}
+	}
+	sum, err := m.checksum()
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint: encode metadata of checkpoint %d: %w", m.ID, err)
+	}
+	m.Checksum = sum
+	data, err := json.Marshal(m)
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint: encode metadata of checkpoint %d: %w", m.ID, err)
+	}
+	return data, nil
+}
+
 // ReadMetadata reads and checks the metadata of checkpoint id. It refuses a
 // file of another format, of a version this wstream does not know, with a
-// checksum that does not match, or recording another checkpoint id; its
-// errors name the file.
+// checksum that does not match, or recording another checkpoint id or an
+// unknown kind; its errors name the file.
 func (s *Storage) ReadMetadata(id int64) (*Metadata, error) {
 	var name string
 	var data []byte
@@ -618,6 +635,12 @@ func (s *Storage) ReadMetadata(id int64) (*Metadata, error) {
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint: read metadata: %w", err)
 	}
+	return decodeMetadata(name, id, data)
+}
+
+// decodeMetadata decodes and checks data, the _metadata file name of
+// checkpoint id, as ReadMetadata describes.
+func decodeMetadata(name string, id int64, data []byte) (*Metadata, error) {
 	// Format and version first: a newer version may have fields this one
 	// does not know.
 	var head struct {
@@ -654,6 +677,11 @@ func (s *Storage) ReadMetadata(id int64) (*Metadata, error) {
 	}
 	if m.ID != id {
 		return nil, fmt.Errorf("checkpoint: %s records checkpoint %d, not %d: %w", name, m.ID, id, ErrCorrupt)
+	}
+	// WriteMetadata writes no other kind; readers would take one for a
+	// checkpoint.
+	if m.Kind != KindCheckpoint && m.Kind != KindSavepoint {
+		return nil, fmt.Errorf("checkpoint: %s records the unknown kind %d: %w", name, uint8(m.Kind), ErrCorrupt)
 	}
 	return &m, nil
 }
@@ -873,7 +901,7 @@ func (r *rawReader) Read(p []byte) (int, error) {
 		return 0, r.err
 	}
 	if r.dec == nil {
-		dec, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1))
+		dec, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxWindow(maxZstdWindow))
 		if err == nil {
 			err = dec.Reset(r.hr)
 		}
@@ -1365,7 +1393,8 @@ func (s *Storage) inspectShared(rel, target, rawSum string) (FileHandle, int, er
 	compressed := false
 	var magic [4]byte
 	if n, _ := io.ReadFull(in, magic[:]); n == 4 && bytes.Equal(magic[:], []byte{0x28, 0xb5, 0x2f, 0xfd}) {
-		dec, err := zstd.NewReader(io.MultiReader(bytes.NewReader(magic[:]), in), zstd.WithDecoderConcurrency(1))
+		dec, err := zstd.NewReader(io.MultiReader(bytes.NewReader(magic[:]), in), zstd.WithDecoderConcurrency(1),
+			zstd.WithDecoderMaxWindow(maxZstdWindow))
 		if err == nil {
 			_, err = io.Copy(rc, dec)
 			dec.Close()

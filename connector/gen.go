@@ -334,6 +334,10 @@ func (g *genSource) Seek(offset []byte) error {
 		return fmt.Errorf("connector gen: seek: next record %d is not one of subtask %d of parallelism %d (index mod %d must be %d)",
 			o.Next, g.subtask, g.step, g.step, g.subtask)
 	}
+	// As for a rescaled offset: Next would overflow past the last index.
+	if o.Next > maxRescaleIndex {
+		return fmt.Errorf("connector gen: seek: next record %d is beyond the last index an offset may name (2^62)", o.Next)
+	}
 	if o.Next == g.subtask && o.MaxTs != abi.MinWatermark {
 		return fmt.Errorf("connector gen: seek: the offset is before the first record but has maximum timestamp %d", o.MaxTs)
 	}

@@ -207,8 +207,12 @@ func (s *slot) result(call string, st int32, err error) error {
 		return err
 	}
 	if i.failed {
+		msg := string(i.failMsg)
+		if msg == "" {
+			msg = "the guest called fail with an empty message"
+		}
 		return &GuestError{Operator: s.who, Subtask: s.spec.Subtask, Call: call, Status: st,
-			Message: string(i.failMsg), Err: ErrGuestFailed}
+			Message: msg, Err: ErrGuestFailed}
 	}
 	if st == abi.StatusOK {
 		return nil

@@ -185,6 +185,12 @@ const canonicalChunk = 256 << 10
 // limit (where it panics).
 const maxImportBatch = 3 << 30
 
+// maxCanonicalWindow bounds the zstd window a reader accepts. The decoder
+// allocates the window a frame's header declares as it starts the frame,
+// up to 512 MiB for a few bytes of header; the exporting encoder declares
+// at most 8 MiB at every level.
+const maxCanonicalWindow = 8 << 20
+
 // canonicalChunks is the number of raw-byte chunks in flight between the
 // iteration and the compressor.
 const canonicalChunks = 4
@@ -583,8 +589,10 @@ func (cr *canonicalReader) fill(n int) error {
 			cr.w -= cr.r
 			cr.r, cr.hashed = 0, 0
 		}
-		if n > len(cr.buf) {
-			nb := make([]byte, max(n, 2*len(cr.buf)))
+		if cr.w == len(cr.buf) {
+			// Full: at most double it. n comes from a length the stream
+			// claims; the buffer grows with the bytes that arrive.
+			nb := make([]byte, min(n, 2*len(cr.buf)))
 			copy(nb, cr.buf[:cr.w])
 			cr.buf = nb
 		}
@@ -613,7 +621,8 @@ func scanCanonical(r io.Reader, check func(CanonicalHeader) error, fn func(*Cano
 			return tr, err
 		}
 	}
-	dec, err := zstd.NewReader(r, zstd.WithDecoderConcurrency(min(runtime.GOMAXPROCS(0), 4)))
+	dec, err := zstd.NewReader(r, zstd.WithDecoderConcurrency(min(runtime.GOMAXPROCS(0), 4)),
+		zstd.WithDecoderMaxWindow(maxCanonicalWindow))
 	if err != nil {
 		return tr, fmt.Errorf("state: canonical stream: zstd decoder: %w", err)
 	}
