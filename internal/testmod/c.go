@@ -38,10 +38,16 @@ func CModule(tb testing.TB, dir string) string {
 // It compiles with clang (installed by scripts/setup.sh) and caches the
 // module by the content of its sources, the SDK and the flags, so a source
 // is compiled once until it changes.
-func BuildC(dir string) (string, error) {
+func BuildC(dir string) (string, error) { return BuildCFlags(dir) }
+
+// BuildCFlags is BuildC with extra clang flags, for variants of a module:
+// BuildCFlags(dir, "-DWSTREAM_UNBATCHED_STATE") builds it without the
+// SDK's state cache, as a module of ABI v1 without the batched imports.
+func BuildCFlags(dir string, extra ...string) (string, error) {
 	mu.Lock()
 	defer mu.Unlock()
-	key := "c:" + dir
+	flags := append(append([]string{}, CFlags...), extra...)
+	key := fmt.Sprintf("c:%s%q", dir, extra)
 	if p, ok := built[key]; ok {
 		return p, nil
 	}
@@ -72,12 +78,12 @@ func BuildC(dir string) (string, error) {
 	}
 	inputs = append(inputs, filepath.Join(sdk, "wstream.h"))
 	inputs = append(inputs, srcs...)
-	sum, err := contentKey(fmt.Sprintf("%q\n%s", CFlags, clang), inputs)
+	sum, err := contentKey(fmt.Sprintf("%q\n%s", flags, clang), inputs)
 	if err != nil {
 		return "", err
 	}
 	out, err := cachedBuild(dir, sum, func(wasm string) error {
-		args := append(append([]string{}, CFlags...), "-I", sdk, "-o", wasm)
+		args := append(append([]string{}, flags...), "-I", sdk, "-o", wasm)
 		args = append(args, srcs...)
 		cmd := exec.Command(clang, args...)
 		cmd.Dir = root

@@ -5,11 +5,14 @@ package testmod
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 )
@@ -38,25 +41,49 @@ func GoModule(tb testing.TB, pkg string) string {
 }
 
 // BuildGo is GoModule for callers without a testing.TB (benchmarks, tools).
-func BuildGo(pkg string) (string, error) {
+func BuildGo(pkg string) (string, error) { return BuildGoTags(pkg) }
+
+// BuildGoTags is BuildGo with build tags, for variants of a module:
+// BuildGoTags(pkg, "wstream_unbatched") builds it without the SDK's state
+// cache, as a module of ABI v1 without the batched imports.
+func BuildGoTags(pkg string, tags ...string) (string, error) {
 	mu.Lock()
 	defer mu.Unlock()
-	if p, ok := built[pkg]; ok {
+	key := pkg
+	if len(tags) > 0 {
+		key += "+" + strings.Join(tags, ",")
+	}
+	if p, ok := built[key]; ok {
 		return p, nil
 	}
 	dir, err := os.UserCacheDir()
 	if err != nil {
 		dir = os.TempDir()
 	}
-	out := filepath.Join(dir, "wstream-testmod", filepath.FromSlash(pkg)+".wasm")
+	// Per checkout (two checkouts' suites may run at once and build
+	// different SDKs), and written under a temporary name then renamed, so
+	// that a concurrent test process never deploys another's half-written
+	// or different module.
+	sum := sha256.Sum256([]byte(Root()))
+	out := filepath.Join(dir, "wstream-testmod", "go-"+hex.EncodeToString(sum[:6]), filepath.FromSlash(key)+".wasm")
 	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
 		return "", err
 	}
+	tmp, err := os.CreateTemp(filepath.Dir(out), "build-*.wasm")
+	if err != nil {
+		return "", err
+	}
+	tmp.Close()
+	defer os.Remove(tmp.Name())
 	goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
 	if _, err := os.Stat(goBin); err != nil {
 		goBin = "go"
 	}
-	cmd := exec.Command(goBin, "build", "-buildmode=c-shared", "-o", out, "./"+filepath.ToSlash(pkg))
+	args := []string{"build", "-buildmode=c-shared", "-o", tmp.Name()}
+	if len(tags) > 0 {
+		args = append(args, "-tags", strings.Join(tags, ","))
+	}
+	cmd := exec.Command(goBin, append(args, "./"+filepath.ToSlash(pkg))...)
 	cmd.Dir = Root()
 	cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm")
 	var stderr bytes.Buffer
@@ -64,7 +91,10 @@ func BuildGo(pkg string) (string, error) {
 	if err := cmd.Run(); err != nil {
 		return "", fmt.Errorf("go build %s: %v\n%s", pkg, err, stderr.String())
 	}
-	built[pkg] = out
+	if err := os.Rename(tmp.Name(), out); err != nil {
+		return "", err
+	}
+	built[key] = out
 	return out, nil
 }
 
