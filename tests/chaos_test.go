@@ -284,7 +284,30 @@ func runUntil(t *testing.T, dir string, args []string, kill func() bool) (int, s
 			}
 		case <-deadline:
 			_ = cmd.Process.Kill()
-			t.Fatalf("wstream %v did not finish within 3 minutes\n%s", args, stderr.String())
+			<-done
+			t.Fatalf("wstream %v did not finish within 3 minutes (%s)\n%s", args, progressOf(dir), stderr.String())
 		}
 	}
+}
+
+// progressOf summarizes the job records under dir: attempts and checkpoint
+// outcomes tell a livelock (failing before any checkpoint completes) from a
+// hang.
+func progressOf(dir string) string {
+	var out []string
+	recs, _ := filepath.Glob(filepath.Join(dir, "wstream-data", "jobs", "*", "job.json"))
+	for _, rec := range recs {
+		var r struct {
+			Attempt int    `json:"attempt"`
+			State   string `json:"state"`
+		}
+		if b, err := os.ReadFile(rec); err == nil {
+			_ = json.Unmarshal(b, &r)
+		}
+		h, _ := os.ReadFile(filepath.Join(filepath.Dir(rec), "checkpoints", "history.jsonl"))
+		out = append(out, fmt.Sprintf("%s: %s, attempt %d, %d checkpoints completed, %d aborted",
+			filepath.Base(filepath.Dir(rec)), r.State, r.Attempt,
+			bytes.Count(h, []byte(`"status":"completed"`)), bytes.Count(h, []byte(`"status":"aborted"`))))
+	}
+	return strings.Join(out, "; ")
 }

@@ -23,9 +23,12 @@ func init() {
 // time to align downstream.
 //
 // With "failAfterMs" [min, max] it also fails once a random time in that
-// range has passed since open: by a trap, or by exiting with probability
-// "exitShare". Failures spaced in time, rather than per record, keep the
-// number of failures of a run steady whatever its speed.
+// range has passed since open and a checkpoint has completed since open: by
+// a trap, or by exiting with probability "exitShare". Failures spaced in
+// time, rather than per record, keep the number of failures of a run steady
+// whatever its speed; waiting for a checkpoint makes every attempt move the
+// job forward, however slow a loaded machine makes restores and checkpoints
+// (without it a job failing every 400 ms never completes one again).
 type chaos struct {
 	cfg struct {
 		Trap        float64  `json:"trap"`
@@ -39,7 +42,21 @@ type chaos struct {
 	state    uint64
 	seen     int
 	deadline int64 // 0: no timed failure
+	// armed: a checkpoint completed since open, so the timed failure may
+	// fire.
+	armed bool
 }
+
+// chaos listens to checkpoints to learn when one completed.
+var _ wstream.CheckpointListener = (*chaos)(nil)
+
+func (o *chaos) CheckpointComplete(ctx *wstream.Context, id int64) error {
+	o.armed = true
+	return nil
+}
+
+func (o *chaos) PreBarrier(ctx *wstream.Context, id int64) error        { return nil }
+func (o *chaos) CheckpointAborted(ctx *wstream.Context, id int64) error { return nil }
 
 func (o *chaos) Open(ctx *wstream.Context) error {
 	if err := ctx.UnmarshalConfig(&o.cfg); err != nil {
@@ -66,7 +83,7 @@ func (o *chaos) next() float64 {
 }
 
 func (o *chaos) Process(ctx *wstream.Context, r wstream.Record) error {
-	if o.deadline > 0 && ctx.ProcessingTime() >= o.deadline {
+	if o.deadline > 0 && o.armed && ctx.ProcessingTime() >= o.deadline {
 		if o.next() < o.cfg.ExitShare {
 			fmt.Fprintf(os.Stderr, "testops chaos: the subtask dies at record %q\n", r.Value)
 			os.Exit(137)
