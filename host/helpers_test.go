@@ -33,6 +33,8 @@ const watImports = `
   (import "wstream" "processing_time" (func $processing_time (result i64)))
   (import "wstream" "log" (func $log (param i32 i32 i32)))
   (import "wstream" "fail" (func $fail (param i32 i32)))
+  (import "wstream" "state_get_many" (func $state_get_many (param i32 i32 i32 i32 i32) (result i32)))
+  (import "wstream" "state_write_batch" (func $state_write_batch (param i32 i32) (result i32)))
 `
 
 // allocWAT hands out one region at 64 KiB, growing memory to fit it, and

@@ -16,6 +16,7 @@ import (
 	"github.com/tetratelabs/wazero/sys"
 
 	"github.com/wstream/wstream/abi"
+	"github.com/wstream/wstream/host/instrument"
 	"github.com/wstream/wstream/operator"
 )
 
@@ -110,6 +111,9 @@ type callCtx struct {
 	ended    atomic.Int32 // ctxLive, ctxExpired or ctxCanceled
 	// unwatch stops watching the context the instance was created with.
 	unwatch func() bool
+	// stop is the instance's stop flag (instrument.StopExport), set once
+	// the context is done; nil when wazero's own checks stop the guest.
+	stop api.MutableGlobal
 }
 
 // States of callCtx.ended.
@@ -133,12 +137,31 @@ func (c *callCtx) init(i *Instance) {
 func (c *callCtx) expire() { c.end(ctxExpired) }
 
 // cancel runs when the instance's context is done: a call in progress
-// stops at its next loop iteration or function call (wazero's termination
-// checks), and later calls are refused.
+// stops at its next loop iteration or function call, and later calls are
+// refused.
 func (c *callCtx) cancel() { c.end(ctxCanceled) }
 
+// end makes the context done, at most once, and stops the guest.
+//
+// The stop flag is written here, on the timer's or the watched context's
+// goroutine, and read by the guest's compiled code on another thread without
+// synchronization. That is sound enough for its purpose: the write is a
+// plain store, made through wazero's API so that the race detector sees only
+// Go code, which is ordered; the guest reads the flag with a fresh load after
+// every call that may reach the host and each time it takes its slow path
+// (at least every instrument.Budget units of work, after a call into Go,
+// where the scheduler can run this goroutine even while the world stops),
+// and the hardware makes the store visible to such a load within a short
+// time. The flag carries no data and never goes back to 0, so no ordering
+// with other memory is needed: a guest that sees it traps, and failure tells
+// that trap from the guest's own by c.ended, which is atomic.
 func (c *callCtx) end(why int32) {
 	if c.ended.CompareAndSwap(ctxLive, why) {
+		// Before done closes: a host function that done wakes (WASI's
+		// sleep) returns to a guest that sees the flag at once.
+		if c.stop != nil {
+			c.stop.Set(1)
+		}
 		close(c.done)
 	}
 }
@@ -198,9 +221,10 @@ func instanceOf(ctx context.Context) *Instance {
 	return i
 }
 
-// instantiate creates an instance whose memory is bounded by memPages when
-// that is below the runtime's limit (0: the runtime's limit).
-func (r *Runtime) instantiate(ctx context.Context, cm wazero.CompiledModule, label string, lim Limits, memPages uint32) (*Instance, error) {
+// instantiate creates an instance of cc whose memory is bounded by memPages
+// when that is below the runtime's limit (0: the runtime's limit).
+func (r *Runtime) instantiate(ctx context.Context, cc code, label string, lim Limits, memPages uint32) (*Instance, error) {
+	cm := cc.cm
 	i := &Instance{r: r, label: label, limits: lim, q: lim.quotas(), timerDomain: -1, memPages: r.limit}
 	if memPages != 0 && memPages < r.limit {
 		i.memPages = memPages
@@ -218,9 +242,11 @@ func (r *Runtime) instantiate(ctx context.Context, cm wazero.CompiledModule, lab
 	i.iterFn = i.iterEntry
 	i.stdout.init(func(line string) { i.logLine(abi.LogInfo, line) }, false)
 	i.stderr.init(func(line string) { i.logLine(abi.LogWarn, line) }, true)
+	// The host calls _initialize itself, as a guest call under the call
+	// deadline, once the instance's stop flag is known.
 	cfg := wazero.NewModuleConfig().
 		WithName("").
-		WithStartFunctions(exportInitialize).
+		WithStartFunctions().
 		WithStdout(&i.stdout).
 		WithStderr(&i.stderr).
 		WithSysWalltime().
@@ -228,7 +254,9 @@ func (r *Runtime) instantiate(ctx context.Context, cm wazero.CompiledModule, lab
 		WithNanosleep(i.cc.sleep).
 		WithRandSource(rand.Reader)
 
-	// Instantiation honours the caller's ctx as well as the call deadline.
+	// Instantiation honours the caller's ctx as well as the call deadline:
+	// wazero runs the start function of a module that was not instrumented
+	// (an instrumented module's start function is exported instead).
 	ictx, cancel := context.WithTimeout(ctx, r.timeout)
 	mctx := context.WithValue(ictx, instanceKey{}, i)
 	if i.grow.limit != 0 {
@@ -236,7 +264,7 @@ func (r *Runtime) instantiate(ctx context.Context, cm wazero.CompiledModule, lab
 		// the instance's memory.
 		mctx = experimental.WithMemoryAllocator(mctx, &i.grow)
 	}
-	mod, err := r.rt.InstantiateModule(mctx, cm, cfg)
+	mod, err := cc.rt.InstantiateModule(mctx, cm, cfg)
 	expired := errors.Is(ictx.Err(), context.DeadlineExceeded)
 	cancel()
 	if err == nil && !expired && i.grow.over {
@@ -252,14 +280,20 @@ func (r *Runtime) instantiate(ctx context.Context, cm wazero.CompiledModule, lab
 		if mod != nil {
 			_ = mod.Close(context.Background())
 		}
-		call := "instantiate"
-		if _, ok := cm.ExportedFunctions()[exportInitialize]; ok {
-			call = exportInitialize
-		}
-		ge := i.failure(nil, call, err, expired)
+		ge := i.failure(nil, "instantiate", err, expired)
 		i.closed = true
 		i.cc.timer.Stop()
 		return nil, ge
+	}
+	if cc.stop {
+		g, ok := mod.ExportedGlobal(instrument.StopExport).(api.MutableGlobal)
+		if !ok {
+			_ = mod.Close(context.Background())
+			i.closed = true
+			i.cc.timer.Stop()
+			return nil, fmt.Errorf("host: instance %s: the instrumented module has no stop flag", label)
+		}
+		i.cc.stop = g
 	}
 	// Cancelling ctx (the job's) stops the instance even inside a call.
 	i.cc.unwatch = context.AfterFunc(ctx, i.cc.cancel)
@@ -273,6 +307,29 @@ func (r *Runtime) instantiate(ctx context.Context, cm wazero.CompiledModule, lab
 	i.fnPreBarrier = mod.ExportedFunction(abi.ExportPreBarrier)
 	i.fnCkptComplete = mod.ExportedFunction(abi.ExportCkptComplete)
 	i.fnCkptAborted = mod.ExportedFunction(abi.ExportCkptAborted)
+	// The start function, then the WASI reactor's initializer, as wazero
+	// would have run them inside InstantiateModule.
+	for _, start := range [...]struct{ export, call string }{
+		{instrument.StartExport, "start"},
+		{exportInitialize, exportInitialize},
+	} {
+		if start.export == instrument.StartExport && !cc.start {
+			continue
+		}
+		fn := mod.ExportedFunction(start.export)
+		if fn == nil {
+			continue
+		}
+		if _, err := i.call(nil, phaseIdle, nil, fn, start.call, 0); err != nil {
+			if i.broken == nil { // refused before running: failure closed nothing
+				_ = mod.Close(context.Background())
+			}
+			i.closed = true
+			i.cc.timer.Stop()
+			i.cc.unwatch()
+			return nil, err
+		}
+	}
 	return i, nil
 }
 
@@ -455,8 +512,9 @@ func (i *Instance) call(s *slot, ph phase, out operator.Collector, fn api.Functi
 }
 
 // failure turns a failed call into a GuestError and retires the instance:
-// after a trap the guest's own state cannot be trusted, and after a
-// deadline wazero has closed it already.
+// after a trap the guest's own state cannot be trusted, and a guest stopped
+// by a deadline or cancellation did not finish its call (wazero closed it
+// already when it was compiled with wazero's own checks).
 func (i *Instance) failure(s *slot, call string, err error, expired bool) *GuestError {
 	op, sub := i.who(s)
 	ge := &GuestError{Operator: op, Subtask: sub, Call: call, Err: err}

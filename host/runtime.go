@@ -19,6 +19,7 @@ import (
 	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
 
 	"github.com/wstream/wstream/abi"
+	"github.com/wstream/wstream/host/instrument"
 )
 
 // Defaults and bounds of Config.
@@ -41,11 +42,15 @@ type Config struct {
 	// NewInstance's WithMemoryLimit lowers it per instance.
 	MemoryLimitPages uint32
 	// CallTimeout is the deadline of every guest call (including
-	// _initialize); DefaultCallTimeout when 0. A negative CallTimeout turns
-	// deadlines off: wazero then compiles guests without the termination
-	// checks that a deadline needs (a call into Go at every loop iteration,
-	// which makes loop-heavy guests several times slower), so a guest that
-	// never returns blocks its subtask. Only for trusted modules.
+	// _initialize); DefaultCallTimeout when 0. Deadlines and cancellation
+	// stop a running guest through a stop flag that Compile adds to the
+	// module (package instrument): the guest counts its loop iterations and
+	// calls in registers and, every instrument.Budget units of work, calls
+	// into Go and checks the flag, which costs a few percent at most. A
+	// negative CallTimeout turns deadlines off: guests then run unmodified,
+	// and a guest that never returns blocks its subtask even when its
+	// context is cancelled, and holds its thread so that garbage collections
+	// wait for it. Only for trusted modules.
 	CallTimeout time.Duration
 	// Log receives guest log calls made outside an operator's callback,
 	// guest stdout and stderr line by line, and host diagnostics. nil
@@ -67,10 +72,21 @@ type Runtime struct {
 	rt       wazero.Runtime
 	cache    wazero.CompilationCache
 	provided map[string]map[string]api.FunctionDefinition
+	// deadlines is false when CallTimeout turned them off.
+	deadlines bool
+	// rc configures rt: wazero's own termination checks off, since
+	// instrumented modules stop through their flag.
+	rc wazero.RuntimeConfig
 
 	mu      sync.Mutex
 	closed  bool
 	modules map[string]*compiled // by digest, shared by Modules of identical bytes
+	// legacy runs, with wazero's termination checks (a call into Go at
+	// every loop iteration), the modules that package instrument cannot
+	// rewrite. Created on first use.
+	legacy wazero.Runtime
+	// noInstrument makes every module take the legacy runtime (tests).
+	noInstrument bool
 }
 
 // NewRuntime creates a runtime: one per worker.
@@ -82,43 +98,77 @@ func NewRuntime(ctx context.Context, c Config) (*Runtime, error) {
 	case r.limit > MaxMemoryLimitPages:
 		return nil, fmt.Errorf("host: MemoryLimitPages %d exceeds the WebAssembly maximum of %d pages (4 GiB)", r.limit, MaxMemoryLimitPages)
 	}
-	deadlines := true
+	r.deadlines = true
 	switch {
 	case r.timeout == 0:
 		r.timeout = DefaultCallTimeout
 	case r.timeout < 0:
 		// Timers still run (they cost nothing per guest instruction) but
-		// can never fire in practice; without termination checks they could
-		// not stop the guest anyway.
-		deadlines = false
+		// can never fire in practice; without a stop flag they could not
+		// stop the guest anyway.
+		r.deadlines = false
 		r.timeout = noDeadline
 	}
-	rc := wazero.NewRuntimeConfig().
+	// Guests are stopped through the flag that package instrument adds, not
+	// by wazero, whose checks call into Go at every loop iteration.
+	r.rc = wazero.NewRuntimeConfig().
 		WithMemoryLimitPages(r.limit).
-		WithCloseOnContextDone(deadlines)
+		WithCloseOnContextDone(false)
 	if c.CacheDir != "" {
 		cache, err := wazero.NewCompilationCacheWithDir(c.CacheDir)
 		if err != nil {
 			return nil, fmt.Errorf("host: compilation cache in %s: %w", c.CacheDir, err)
 		}
 		r.cache = cache
-		rc = rc.WithCompilationCache(cache)
+		r.rc = r.rc.WithCompilationCache(cache)
 	}
-	r.rt = wazero.NewRuntimeWithConfig(ctx, rc)
-	hostMod, err := instantiateHostModule(ctx, r.rt)
-	if err != nil {
+	var err error
+	if r.rt, err = r.newRuntime(ctx, r.rc); err != nil {
 		_ = r.Close(ctx)
-		return nil, fmt.Errorf("host: instantiating the %s host module: %w", abi.ImportModule, err)
-	}
-	if _, err := wasi_snapshot_preview1.Instantiate(ctx, r.rt); err != nil {
-		_ = r.Close(ctx)
-		return nil, fmt.Errorf("host: instantiating %s: %w", wasiModuleName, err)
-	}
-	r.provided = map[string]map[string]api.FunctionDefinition{
-		abi.ImportModule: hostMod.ExportedFunctionDefinitions(),
-		wasiModuleName:   r.rt.Module(wasiModuleName).ExportedFunctionDefinitions(),
+		return nil, err
 	}
 	return r, nil
+}
+
+// newRuntime creates a wazero runtime with the host modules, and fills
+// r.provided on the first call.
+func (r *Runtime) newRuntime(ctx context.Context, rc wazero.RuntimeConfig) (wazero.Runtime, error) {
+	rt := wazero.NewRuntimeWithConfig(ctx, rc)
+	hostMod, err := instantiateHostModule(ctx, rt)
+	if err != nil {
+		_ = rt.Close(ctx)
+		return nil, fmt.Errorf("host: instantiating the %s host module: %w", abi.ImportModule, err)
+	}
+	if _, err := wasi_snapshot_preview1.Instantiate(ctx, rt); err != nil {
+		_ = rt.Close(ctx)
+		return nil, fmt.Errorf("host: instantiating %s: %w", wasiModuleName, err)
+	}
+	if r.provided == nil {
+		r.provided = map[string]map[string]api.FunctionDefinition{
+			abi.ImportModule: hostMod.ExportedFunctionDefinitions(),
+			wasiModuleName:   rt.Module(wasiModuleName).ExportedFunctionDefinitions(),
+		}
+	}
+	return rt, nil
+}
+
+// legacyRuntime returns the runtime for modules that cannot be
+// instrumented, creating it on first use. It shares the compilation cache:
+// wazero keys compiled code by its termination checks too.
+func (r *Runtime) legacyRuntime(ctx context.Context) (wazero.Runtime, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return nil, ErrRuntimeClosed
+	}
+	if r.legacy == nil {
+		rt, err := r.newRuntime(ctx, r.rc.WithCloseOnContextDone(true))
+		if err != nil {
+			return nil, err
+		}
+		r.legacy = rt
+	}
+	return r.legacy, nil
 }
 
 // Close closes every module and instance of the runtime and the
@@ -131,10 +181,14 @@ func (r *Runtime) Close(ctx context.Context) error {
 	}
 	r.closed = true
 	r.modules = map[string]*compiled{}
+	legacy := r.legacy
 	r.mu.Unlock()
 	var errs []error
 	if r.rt != nil {
 		errs = append(errs, r.rt.Close(ctx))
+	}
+	if legacy != nil {
+		errs = append(errs, legacy.Close(ctx))
 	}
 	if r.cache != nil {
 		errs = append(errs, r.cache.Close(ctx))
@@ -155,12 +209,24 @@ func (r *Runtime) log(level int32, operator string, subtask int, msg string) {
 // the same bytes: wazero keys compiled code by content, so closing one of
 // two separate compilations would break the other.
 type compiled struct {
-	ready  chan struct{} // closed when cm, plan and err are set
-	cm     wazero.CompiledModule
+	ready chan struct{} // closed when code, plan and err are set
+	code
 	plan   []byte
 	err    error
-	digest string
-	refs   int // guarded by Runtime.mu
+	digest string // of the module as given to Compile, not as instrumented
+	refs   int    // guarded by Runtime.mu
+}
+
+// code is compiled code and how its instances are stopped.
+type code struct {
+	cm wazero.CompiledModule
+	rt wazero.Runtime // the runtime that compiled cm, which instantiates it
+	// stop: cm was instrumented, and instances are stopped by setting their
+	// instrument.StopExport global; otherwise wazero stops them.
+	stop bool
+	// start: the module's start function is exported as
+	// instrument.StartExport, to be called after instantiation.
+	start bool
 }
 
 // Module is a validated, compiled operator module.
@@ -204,7 +270,7 @@ func (r *Runtime) Compile(ctx context.Context, name string, wasm []byte) (*Modul
 	r.modules[digest] = c
 	r.mu.Unlock()
 
-	c.cm, c.plan, c.err = r.compile(ctx, name, wasm)
+	c.code, c.plan, c.err = r.compile(ctx, name, wasm)
 	if c.err != nil {
 		r.mu.Lock()
 		if r.modules[digest] == c {
@@ -248,20 +314,24 @@ func (r *Runtime) release(ctx context.Context, c *compiled) {
 // above the runtime's limit.
 var memoryOverLimit = regexp.MustCompile(`section memory: min (\d+) pages \(.*\) over limit of \d+ pages`)
 
-func (r *Runtime) compile(ctx context.Context, name string, wasm []byte) (wazero.CompiledModule, []byte, error) {
-	cm, err := r.rt.CompileModule(ctx, wasm)
+func (r *Runtime) compile(ctx context.Context, name string, wasm []byte) (code, []byte, error) {
+	cc, err := r.compileCode(ctx, name, wasm)
 	if err != nil {
 		if m := memoryOverLimit.FindStringSubmatch(err.Error()); m != nil {
 			// A valid module that asks for more memory than this worker
 			// gives an instance.
 			pages, _ := strconv.Atoi(m[1])
-			return nil, nil, &ValidationError{Module: name, Reason: fmt.Sprintf("its memory starts at %s, above this runtime's memory limit of %s (--memory-limit)",
+			return code{}, nil, &ValidationError{Module: name, Reason: fmt.Sprintf("its memory starts at %s, above this runtime's memory limit of %s (--memory-limit)",
 				pagesText(uint32(pages)), pagesText(r.limit)), Err: err}
 		}
+		if errors.Is(err, ErrRuntimeClosed) {
+			return code{}, nil, err
+		}
 		// wazero's decoder quotes names from the module.
-		return nil, nil, &ValidationError{Module: name, Reason: "invalid or truncated WebAssembly module: " +
+		return code{}, nil, &ValidationError{Module: name, Reason: "invalid or truncated WebAssembly module: " +
 			EscapeGuestText([]byte(err.Error()), maxGuestMessage, false), Err: err}
 	}
+	cm := cc.cm
 	problems := checkExports(cm)
 	if p := checkNames(wasm); p != "" {
 		problems = append(problems, p)
@@ -269,9 +339,9 @@ func (r *Runtime) compile(ctx context.Context, name string, wasm []byte) (wazero
 	problems = append(problems, checkImports(cm, r.provided)...)
 	if len(problems) > 0 {
 		_ = cm.Close(ctx)
-		return nil, nil, &ValidationError{Module: name, Reason: strings.Join(problems, "; ")}
+		return code{}, nil, &ValidationError{Module: name, Reason: strings.Join(problems, "; ")}
 	}
-	plan, err := r.probe(ctx, name, cm)
+	plan, err := r.probe(ctx, name, cc)
 	if err == nil && plan == nil {
 		var sec []byte
 		if sec, err = customSection(wasm, abi.PlanSection); err != nil {
@@ -285,15 +355,51 @@ func (r *Runtime) compile(ctx context.Context, name string, wasm []byte) (wazero
 	}
 	if err != nil {
 		_ = cm.Close(ctx)
-		return nil, nil, err
+		return code{}, nil, err
 	}
-	return cm, plan, nil
+	return cc, plan, nil
+}
+
+// compileCode compiles the module, instrumented with a stop flag when
+// deadlines are on. A module that package instrument cannot rewrite, or
+// whose rewrite wazero refuses, is compiled as it is by the legacy runtime
+// instead: slower with deadlines, but never unstoppable; an invalid module
+// fails there with wazero's error about the bytes given.
+func (r *Runtime) compileCode(ctx context.Context, name string, wasm []byte) (code, error) {
+	if !r.deadlines {
+		cm, err := r.rt.CompileModule(ctx, wasm)
+		return code{cm: cm, rt: r.rt}, err
+	}
+	why := errors.New("instrumentation disabled")
+	if !r.noInstrument {
+		// The rewrite is deterministic, so wazero's cache, keyed by the
+		// bytes it compiles, finds the instrumented code again.
+		res, err := instrument.Instrument(wasm)
+		if err == nil {
+			cm, cerr := r.rt.CompileModule(ctx, res.Wasm)
+			if cerr == nil {
+				return code{cm: cm, rt: r.rt, stop: true, start: res.Start}, nil
+			}
+			err = cerr
+		}
+		why = err
+	}
+	legacy, err := r.legacyRuntime(ctx)
+	if err != nil {
+		return code{}, err
+	}
+	cm, err := legacy.CompileModule(ctx, wasm)
+	if err == nil && !r.noInstrument {
+		r.log(abi.LogWarn, name, -1, "host: the module cannot take a stop flag ("+
+			EscapeGuestText([]byte(why.Error()), 512, false)+"): deadlines will slow its loops down")
+	}
+	return code{cm: cm, rt: legacy}, err
 }
 
 // probe runs one short-lived instance to check wstream_abi_version and to
 // read the plan from wstream_plan when the module exports it.
-func (r *Runtime) probe(ctx context.Context, name string, cm wazero.CompiledModule) ([]byte, error) {
-	inst, err := r.instantiate(ctx, cm, name, r.limits, 0)
+func (r *Runtime) probe(ctx context.Context, name string, cc code) ([]byte, error) {
+	inst, err := r.instantiate(ctx, cc, name, r.limits, 0)
 	if err != nil {
 		var ge *GuestError
 		if errors.As(err, &ge) {
@@ -363,9 +469,11 @@ func (m *Module) Close(ctx context.Context) error {
 // errors and logs until an operator is opened ("vertex/subtask").
 //
 // ctx bounds the instance's life, not only its instantiation: once ctx is
-// done, a guest call in progress is stopped (within one loop iteration or
-// function call of the guest) and fails with ErrCanceled, and later calls
-// are refused. Pass the job's context, not a short-lived one.
+// done, a guest call in progress is stopped (within instrument.Budget loop
+// iterations or function calls of the guest, typically under a millisecond,
+// or at once when wazero's own checks serve a module that cannot be
+// instrumented) and fails with ErrCanceled, and later calls are refused.
+// Pass the job's context, not a short-lived one.
 //
 // Options override the runtime's Config.Limits (WithLimits) and lower its
 // memory limit (WithMemoryLimit) for this instance.
@@ -383,5 +491,5 @@ func (m *Module) NewInstance(ctx context.Context, label string, opts ...Instance
 	for _, opt := range opts {
 		opt(&o)
 	}
-	return m.r.instantiate(ctx, m.c.cm, label, o.limits.over(m.r.cfg.Limits).resolve(), o.memoryPages)
+	return m.r.instantiate(ctx, m.c.code, label, o.limits.over(m.r.cfg.Limits).resolve(), o.memoryPages)
 }

@@ -50,6 +50,12 @@ int32_t ws_host_timer_delete(int32_t domain, const void *key, uint32_t key_len, 
 WS_IMPORT("current_watermark") int64_t ws_host_current_watermark(void);
 WS_IMPORT("processing_time") int64_t ws_host_processing_time(void);
 WS_IMPORT("log") void ws_host_log(int32_t level, const void *msg, uint32_t len);
+/* The batched state imports (abi/ABI.md, "Batched state access"). A module
+ * built with WSTREAM_UNBATCHED_STATE never calls them, and the linker then
+ * leaves them out: it runs on hosts that lack them. */
+WS_IMPORT("state_get_many")
+int32_t ws_host_state_get_many(int32_t h, const void *req, uint32_t req_len, void *out, uint32_t out_cap);
+WS_IMPORT("state_write_batch") int32_t ws_host_state_write_batch(const void *batch, uint32_t len);
 WS_IMPORT("fail") void ws_host_fail(const void *msg, uint32_t len);
 
 /* ---- Freestanding support ---------------------------------------------- */
@@ -543,6 +549,47 @@ typedef struct iter_scratch {
 	uint32_t after_cap;
 } iter_scratch;
 
+/* ---- State cache: types ------------------------------------------------- */
+
+/* Memory for the cache, bump-allocated in blocks that never move during a
+ * callback, so that what the cache hands out (and the host was given the
+ * address of) stays where it is. */
+typedef struct sc_block {
+	struct sc_block *prev;
+	uint32_t cap, used;
+} sc_block;
+
+#define SC_GROUPS 8
+
+/* A group caches state h at namespace ns for the keys of records [start,
+ * start + n) of the callback's batch: req holds the state_get_many
+ * requests, one per record, res the host's results (and values after
+ * them). The result of record i's request names the request of the first
+ * record with the same key, whose result is that key's entry: the cache
+ * rewrites it on put and delete, with SC_DIRTY in its first field. */
+typedef struct sc_group {
+	int32_t h;
+	uint32_t ns_len;
+	const uint8_t *ns;
+	uint32_t start, n;
+	const uint8_t *req;
+	uint8_t *res;
+	int slow; /* creating it failed: (h, ns) goes to the host at once */
+} sc_group;
+
+typedef struct state_cache {
+	sc_group g[SC_GROUPS];
+	uint32_t ng;
+	uint32_t last;   /* the group of the last access, + 1; 0 for none */
+	uint32_t *dirty; /* group << 17 | request index, in the order first written */
+	uint32_t ndirty, dirty_cap;
+	sc_block *block; /* the newest block; older ones hang off prev */
+	uint8_t *list;   /* write lists for the host */
+	uint32_t list_cap;
+	uint32_t room; /* value bytes per request a group's results leave room for */
+	int err;       /* a write-back that failed before the end of the callback */
+} state_cache;
+
 struct ws_ctx {
 	const ws_operator *op;
 	void *data;
@@ -564,6 +611,14 @@ struct ws_ctx {
 
 	iter_scratch *iters;
 	uint32_t niters, depth;
+
+	/* The batch of the callback in progress, from the current record (or
+	 * timer) on, and that record's index: what the state cache reads ahead.
+	 * bp is 0 outside process and on_timer. */
+	const uint8_t *bp, *be;
+	uint32_t bleft, rec;
+
+	state_cache sc;
 };
 
 enum { STATE_VALUE = 1, STATE_MAP = 2 };
@@ -1239,14 +1294,305 @@ static int unregistered(const char *what) {
 	return WS_BAD_HANDLE;
 }
 
-/* state_read reads (current key, ns) of handle h into the context's read
- * buffer, growing it when the host reports a larger value. */
-static int state_read(ws_ctx *c, int32_t h, const char *name, const void *ns, uint32_t ns_len, const uint8_t **val,
-                      uint32_t *len) {
-	*val = 0;
-	*len = 0;
-	if (h < 0)
-		return unregistered("get state");
+/* ---- State cache ----------------------------------------------------------
+ *
+ * Two host calls per record add up, so state does not cross the ABI per get
+ * and put (abi/ABI.md, "How the SDKs use them"). In process and on_timer,
+ * the first access to a state at a namespace reads it for the keys of the
+ * next SC_CHUNK records from the current one on, in one state_get_many
+ * whose requests point at the keys in the batch; the host's results are the
+ * cache, which later accesses index by record, without hashing or
+ * comparing keys. Writes change the results and mark them dirty; dirty
+ * entries go back in state_write_batch calls before a map iteration and
+ * when the callback ends. Building with WSTREAM_UNBATCHED_STATE turns the
+ * cache off: every state call then crosses the ABI at once, and the module
+ * does not import the batched functions.
+ */
+#ifdef WSTREAM_UNBATCHED_STATE
+#define SC_ENABLED 0
+#else
+#define SC_ENABLED 1
+#endif
+
+#define SC_MAX_KEY (64u << 10)   /* the ABI's key and namespace limit */
+#define SC_MAX_VALUE (16u << 20) /* the ABI's value limit */
+#define SC_MAX_LIST 65536u       /* entries of a state_get_many or state_write_batch */
+/* Records a group reads ahead. The host reads them all, then writes back
+ * those written: a few at a time, its state lookups stay in its caches. */
+#ifndef SC_CHUNK
+#define SC_CHUNK 256u
+#endif
+#define SC_FIRST_BLOCK (16u << 10)
+#define SC_KEEP_BLOCK (1u << 20) /* a larger block is freed after the callback */
+#define SC_FIRST_ROOM 16u
+#define SC_MAX_ROOM 4096u
+#define SC_DIRTY 0x80000000u
+#define REQUEST_SIZE 16u
+#define RESULT_SIZE 12u
+#define WRITE_SIZE 28u
+
+static __attribute__((noinline)) uint8_t *sc_new_block(state_cache *sc, uint32_t n) {
+	uint64_t cap = sc->block ? (uint64_t)sc->block->cap * 2 : SC_FIRST_BLOCK;
+	if (cap < n)
+		cap = n;
+	if (cap > ((uint64_t)1 << 31))
+		return 0;
+	sc_block *b = ws_malloc(sizeof *b + (size_t)cap);
+	if (!b)
+		return 0;
+	b->prev = sc->block;
+	b->cap = (uint32_t)cap;
+	b->used = 0;
+	sc->block = b;
+	return (uint8_t *)(b + 1);
+}
+
+/* sc_room returns n free bytes without taking them (sc_take does). */
+static inline uint8_t *sc_room(state_cache *sc, uint32_t n) {
+	sc_block *b = sc->block;
+	if (b && b->cap - b->used >= n)
+		return (uint8_t *)(b + 1) + b->used;
+	return sc_new_block(sc, n);
+}
+
+static inline void sc_take(state_cache *sc, uint32_t n) { sc->block->used += n; }
+
+static inline uint8_t *sc_alloc(state_cache *sc, uint32_t n) {
+	uint8_t *p = sc_room(sc, n);
+	if (p)
+		sc_take(sc, n);
+	return p;
+}
+
+static inline uint32_t addr(const void *p) { return (uint32_t)(uintptr_t)p; }
+
+/* sc_reset empties the cache after a callback, keeping its memory for the
+ * next one (but no more than SC_KEEP_BLOCK of blocks). */
+static void sc_reset(state_cache *sc) {
+	sc->err = 0;
+	sc->ng = 0;
+	sc->last = 0;
+	sc->ndirty = 0;
+	sc_block *b = sc->block;
+	if (b) {
+		for (sc_block *p = b->prev; p;) {
+			sc_block *q = p->prev;
+			ws_free(p);
+			p = q;
+		}
+		b->prev = 0;
+		b->used = 0;
+		if (b->cap > SC_KEEP_BLOCK) {
+			ws_free(b);
+			sc->block = 0;
+		}
+	}
+	if (sc->list_cap > SC_KEEP_BLOCK) {
+		ws_free(sc->list);
+		sc->list = 0;
+		sc->list_cap = 0;
+	}
+}
+
+static void sc_free(state_cache *sc) {
+	sc_reset(sc);
+	ws_free(sc->block);
+	ws_free(sc->dirty);
+	ws_free(sc->list);
+}
+
+/* same compares n bytes; the short namespaces of the common case without
+ * a loop. */
+static inline int same(const uint8_t *a, const uint8_t *b, uint32_t n) {
+	if (n <= 8) {
+		if (n >= 4)
+			return le32(a) == le32(b) && le32(a + n - 4) == le32(b + n - 4);
+		return n == 0 || (a[0] == b[0] && a[n / 2] == b[n / 2] && a[n - 1] == b[n - 1]);
+	}
+	if (n <= 16)
+		return le64(a) == le64(b) && le64(a + n - 8) == le64(b + n - 8);
+	return memcmp(a, b, n) == 0;
+}
+
+static inline int sc_same_ns(const sc_group *g, const uint8_t *ns, uint32_t nl) {
+	return g->ns_len == nl && same(g->ns, ns, nl);
+}
+
+/* sc_open makes g the group of (h, ns) for the next SC_CHUNK records from
+ * the current one on, read with one state_get_many. A group that cannot be
+ * read is slow: its accesses go to the host at once, which reports what
+ * went wrong. */
+static sc_group *sc_open(ws_ctx *c, sc_group *g, int32_t h, const uint8_t *ns, uint32_t nl) {
+	state_cache *sc = &c->sc;
+	*g = (sc_group){h, nl, 0, c->rec, 0, 0, 0, 1};
+	uint32_t n = c->bleft < SC_CHUNK ? c->bleft : SC_CHUNK;
+	uint8_t *nsc = sc_alloc(sc, nl);
+	uint8_t *req = sc_alloc(sc, REQUEST_SIZE * n);
+	if ((!nsc && nl) || !req) {
+		g->h = -1; /* out of memory: matches no access, which go to the host */
+		return g;
+	}
+	copy(nsc, ns, nl);
+	g->ns = nsc;
+	const uint8_t *p = c->bp, *e = c->be;
+	uint32_t k = 0;
+	/* Unrolled: a loop iteration costs a termination check under a deadline. */
+#pragma clang loop unroll_count(4)
+	for (; k < n; k++) {
+		/* Records past the current one are not checked yet: stop at a
+		 * malformed one, which process reports when it gets there. */
+		uint32_t left = (uint32_t)(e - p);
+		if (left < RECORD_HEADER)
+			break;
+		uint32_t kl = le32(p + 12), vl = le32(p + 16);
+		if ((uint64_t)kl + vl > left - RECORD_HEADER)
+			break;
+		uint8_t *r = req + REQUEST_SIZE * k;
+		put32(r, addr(p + RECORD_HEADER));
+		put32(r + 4, kl);
+		put32(r + 8, addr(nsc));
+		put32(r + 12, nl);
+		p += RECORD_HEADER + kl + vl;
+	}
+	if (!sc->room)
+		sc->room = SC_FIRST_ROOM;
+	uint64_t cap = (uint64_t)k * (RESULT_SIZE + sc->room);
+	uint8_t *res = cap < ((uint64_t)1 << 31) ? sc_room(sc, (uint32_t)cap) : 0;
+	if (!res)
+		return g;
+	int32_t need = ws_host_state_get_many(h, req, REQUEST_SIZE * k, res, (uint32_t)cap);
+	if (need < 0)
+		return g;
+	sc_take(sc, (uint32_t)cap);
+	if ((uint32_t)need > cap && k) {
+		/* Values were left out, to be read one by one: leave more room
+		 * next time. */
+		uint32_t per = ((uint32_t)need - RESULT_SIZE * k) / k + 1;
+		sc->room = per < SC_MAX_ROOM ? per : SC_MAX_ROOM;
+	}
+	g->n = k;
+	g->req = req;
+	g->res = res;
+	g->slow = 0;
+	return g;
+}
+
+static int sc_flush(ws_ctx *c);
+
+/* sc_group_for returns the group that caches (h, ns) for the current
+ * record, creating it when there is room; 0 when the access must go to
+ * the host at once. */
+static sc_group *sc_group_for(ws_ctx *c, int32_t h, const uint8_t *ns, uint32_t nl) {
+	state_cache *sc = &c->sc;
+	if (sc->last) {
+		sc_group *g = &sc->g[sc->last - 1];
+		if (g->h == h && c->rec - g->start < g->n && sc_same_ns(g, ns, nl))
+			return g;
+	}
+	if (!c->bp)
+		return 0;
+	for (uint32_t i = 0; i < sc->ng; i++) {
+		sc_group *g = &sc->g[i];
+		if (g->h != h || !sc_same_ns(g, ns, nl))
+			continue;
+		if (g->slow)
+			return 0;
+		if (c->rec - g->start >= g->n) {
+			/* Past its records: the group moves on to the next ones. Its
+			 * writes go back first, so that the host's answers include
+			 * them. */
+			int st = sc_flush(c);
+			if (st < 0 && !sc->err)
+				sc->err = st;
+			if (sc_open(c, g, h, ns, nl)->slow)
+				return 0;
+		}
+		sc->last = i + 1;
+		return g;
+	}
+	if (sc->ng == SC_GROUPS)
+		return 0;
+	sc_group *g = sc_open(c, &sc->g[sc->ng++], h, ns, nl);
+	if (g->slow)
+		return 0;
+	sc->last = sc->ng;
+	return g;
+}
+
+/* sc_entry returns the result that is the current record's entry in g. */
+static inline uint8_t *sc_entry(const ws_ctx *c, const sc_group *g) {
+	uint32_t f = le32(g->res + RESULT_SIZE * (c->rec - g->start)) & ~SC_DIRTY;
+	return g->res + RESULT_SIZE * f;
+}
+
+static const char *state_name(ws_ctx *c, int32_t h) {
+	for (uint32_t i = 0; i < c->nstates; i++)
+		if (c->states[i].h == h)
+			return c->states[i].name;
+	return 0;
+}
+
+static int sc_write_back(ws_ctx *c, uint32_t len, int32_t h, int one) {
+	int32_t st = ws_host_state_write_batch(c->sc.list, len);
+	if (st < 0)
+		return call_error("write back state", one ? state_name(c, h) : 0, st);
+	return WS_OK;
+}
+
+/* sc_flush writes the dirty entries back to the host, in state_write_batch
+ * calls of at most SC_MAX_LIST writes. */
+static int sc_flush(ws_ctx *c) {
+	if (!SC_ENABLED)
+		return WS_OK; /* and the module does not import state_write_batch */
+	state_cache *sc = &c->sc;
+	uint32_t nd = sc->ndirty;
+	sc->ndirty = 0;
+	if (!nd)
+		return WS_OK;
+	uint32_t per = nd < SC_MAX_LIST ? nd : SC_MAX_LIST;
+	if (WRITE_SIZE * per > sc->list_cap) {
+		uint8_t *l = ws_malloc(WRITE_SIZE * per);
+		if (!l) {
+			set_error("write back state: out of memory for %u writes", per);
+			return WS_LIMIT;
+		}
+		ws_free(sc->list);
+		sc->list = l;
+		sc->list_cap = WRITE_SIZE * per;
+	}
+	int32_t h = sc->g[sc->dirty[0] >> 17].h;
+	int one = 1;
+	uint32_t k = 0;
+#pragma clang loop unroll_count(4)
+	for (uint32_t d = 0; d < nd; d++) {
+		if (k == SC_MAX_LIST) {
+			int st = sc_write_back(c, WRITE_SIZE * k, h, one);
+			if (st < 0)
+				return st;
+			k = 0;
+		}
+		const sc_group *g = &sc->g[sc->dirty[d] >> 17];
+		uint32_t f = sc->dirty[d] & 0x1ffffu;
+		uint8_t *r = g->res + RESULT_SIZE * f;
+		const uint8_t *q = g->req + REQUEST_SIZE * f;
+		uint8_t *w = sc->list + WRITE_SIZE * k++;
+		put32(r, f); /* clean again */
+		put32(w, (uint32_t)g->h);
+		copy8(w + 4, q);     /* key_ptr, key_len */
+		copy8(w + 12, q + 8); /* ns_ptr, ns_len */
+		put32(w + 20, le32(r + 8));
+		put32(w + 24, le32(r + 4)); /* vlen; -1 (NOT_FOUND) deletes */
+		one &= g->h == h;
+	}
+	return sc_write_back(c, WRITE_SIZE * k, h, one);
+}
+
+/* ---- State: reads and writes ------------------------------------------- */
+
+/* read_direct reads (current key, ns) of handle h with state_get into the
+ * context's read buffer, growing it when the host reports a larger value. */
+static int read_direct(ws_ctx *c, int32_t h, const char *name, const void *ns, uint32_t ns_len, const uint8_t **val,
+                       uint32_t *len) {
 	for (int attempt = 0;; attempt++) {
 		int32_t n = ws_host_state_get(h, c->key, c->key_len, ns, ns_len, c->get_buf, c->get_cap);
 		if (n == WS_NOT_FOUND)
@@ -1276,6 +1622,91 @@ static int state_read(ws_ctx *c, int32_t h, const char *name, const void *ns, ui
 	}
 }
 
+/* state_read reads (current key, ns) of handle h: from the cache, or with
+ * state_get for what the cache lacks. */
+static int state_read(ws_ctx *c, int32_t h, const char *name, const void *ns, uint32_t ns_len, const uint8_t **val,
+                      uint32_t *len) {
+	*val = 0;
+	*len = 0;
+	if (h < 0)
+		return unregistered("get state");
+	sc_group *g = SC_ENABLED ? sc_group_for(c, h, ns, ns_len) : 0;
+	if (!g)
+		return read_direct(c, h, name, ns, ns_len, val, len);
+	uint8_t *r = sc_entry(c, g);
+	int32_t vlen = (int32_t)le32(r + 4);
+	uint32_t vptr = le32(r + 8);
+	if (vlen >= 0 && vptr) {
+		*val = (const uint8_t *)(uintptr_t)vptr;
+		*len = (uint32_t)vlen;
+		return 1;
+	}
+	if (vlen == WS_NOT_FOUND)
+		return 0;
+	/* A value left out of the results, or a status: state_get reads the
+	 * one, reports the other. */
+	int found = read_direct(c, h, name, ns, ns_len, val, len);
+	if (found <= 0)
+		return found;
+	uint8_t *v = sc_alloc(&c->sc, *len);
+	if (!v && *len)
+		return found; /* valid until the next read: what read_direct promises */
+	copy(v, *val, *len);
+	put32(r + 4, *len);
+	put32(r + 8, addr(v));
+	*val = v;
+	return 1;
+}
+
+/* state_write records a put (del 0) or a delete in the cache, for the
+ * write-back, or makes it at once when the cache does not hold the entry;
+ * sizes over the ABI's limits are refused at once. */
+static int state_write(ws_ctx *c, int32_t h, const char *what, const char *name, const void *ns, uint32_t ns_len,
+                       const void *val, uint32_t len, int del) {
+	if (h < 0)
+		return unregistered(what);
+	sc_group *g = 0;
+	if (SC_ENABLED) {
+		if (c->key_len > SC_MAX_KEY || ns_len > SC_MAX_KEY || (!del && len > SC_MAX_VALUE))
+			return call_error(what, name, WS_LIMIT);
+		g = sc_group_for(c, h, ns, ns_len);
+	}
+	if (!g) {
+		int32_t st = del ? ws_host_state_delete(h, c->key, c->key_len, ns, ns_len)
+		                 : ws_host_state_put(h, c->key, c->key_len, ns, ns_len, val, len);
+		return st < 0 ? call_error(what, name, st) : WS_OK;
+	}
+	state_cache *sc = &c->sc;
+	uint8_t *r = sc_entry(c, g);
+	uint8_t *v = 0;
+	if (!del) {
+		v = sc_alloc(sc, len);
+		if (!v) {
+			set_error("%s \"%s\": out of memory for %u bytes", what, name, len);
+			return WS_LIMIT;
+		}
+		copy(v, val, len);
+	}
+	uint32_t first = le32(r);
+	if (!(first & SC_DIRTY)) {
+		if (sc->ndirty == sc->dirty_cap) {
+			uint32_t cap = sc->dirty_cap ? 2 * sc->dirty_cap : 256;
+			uint32_t *d = ws_realloc(sc->dirty, (size_t)cap * sizeof *d);
+			if (!d) {
+				set_error("%s \"%s\": out of memory", what, name);
+				return WS_LIMIT;
+			}
+			sc->dirty = d;
+			sc->dirty_cap = cap;
+		}
+		sc->dirty[sc->ndirty++] = (uint32_t)(g - sc->g) << 17 | first;
+		put32(r, first | SC_DIRTY);
+	}
+	put32(r + 4, del ? (uint32_t)WS_NOT_FOUND : len);
+	put32(r + 8, del ? 0 : addr(v));
+	return WS_OK;
+}
+
 int ws_value_get_ns(ws_ctx *ctx, ws_value_state s, const void *ns, uint32_t ns_len, const uint8_t **val,
                     uint32_t *len) {
 	return state_read(ctx, s.h, s.name, ns, ns_len, val, len);
@@ -1286,10 +1717,7 @@ int ws_value_get(ws_ctx *ctx, ws_value_state s, const uint8_t **val, uint32_t *l
 }
 
 int ws_value_put_ns(ws_ctx *ctx, ws_value_state s, const void *ns, uint32_t ns_len, const void *val, uint32_t len) {
-	if (s.h < 0)
-		return unregistered("put value state");
-	int32_t st = ws_host_state_put(s.h, ctx->key, ctx->key_len, ns, ns_len, val, len);
-	return st < 0 ? call_error("put value state", s.name, st) : WS_OK;
+	return state_write(ctx, s.h, "put value state", s.name, ns, ns_len, val, len, 0);
 }
 
 int ws_value_put(ws_ctx *ctx, ws_value_state s, const void *val, uint32_t len) {
@@ -1297,10 +1725,7 @@ int ws_value_put(ws_ctx *ctx, ws_value_state s, const void *val, uint32_t len) {
 }
 
 int ws_value_delete_ns(ws_ctx *ctx, ws_value_state s, const void *ns, uint32_t ns_len) {
-	if (s.h < 0)
-		return unregistered("delete value state");
-	int32_t st = ws_host_state_delete(s.h, ctx->key, ctx->key_len, ns, ns_len);
-	return st < 0 ? call_error("delete value state", s.name, st) : WS_OK;
+	return state_write(ctx, s.h, "delete value state", s.name, ns, ns_len, 0, 0, 1);
 }
 
 int ws_value_delete(ws_ctx *ctx, ws_value_state s) { return ws_value_delete_ns(ctx, s, 0, 0); }
@@ -1336,17 +1761,11 @@ int ws_map_get(ws_ctx *ctx, ws_map_state m, const void *k, uint32_t k_len, const
 }
 
 int ws_map_put(ws_ctx *ctx, ws_map_state m, const void *k, uint32_t k_len, const void *val, uint32_t len) {
-	if (m.h < 0)
-		return unregistered("put map state");
-	int32_t st = ws_host_state_put(m.h, ctx->key, ctx->key_len, k, k_len, val, len);
-	return st < 0 ? call_error("put map state", m.name, st) : WS_OK;
+	return state_write(ctx, m.h, "put map state", m.name, k, k_len, val, len, 0);
 }
 
 int ws_map_delete(ws_ctx *ctx, ws_map_state m, const void *k, uint32_t k_len) {
-	if (m.h < 0)
-		return unregistered("delete map state");
-	int32_t st = ws_host_state_delete(m.h, ctx->key, ctx->key_len, k, k_len);
-	return st < 0 ? call_error("delete map state", m.name, st) : WS_OK;
+	return state_write(ctx, m.h, "delete map state", m.name, k, k_len, 0, 0, 1);
 }
 
 static int malformed_page(const char *name, const char *what) {
@@ -1418,6 +1837,10 @@ static int range_run(ws_ctx *c, iter_scratch *sc, ws_map_state m, const void *pr
 int ws_map_range(ws_ctx *ctx, ws_map_state m, const void *prefix, uint32_t prefix_len, ws_map_fn fn, void *arg) {
 	if (m.h < 0)
 		return unregistered("iterate map state");
+	/* The host iterates its own state: hand it the cached writes first. */
+	int fs = sc_flush(ctx);
+	if (fs < 0)
+		return fs;
 	/* Each nesting depth pages through its own buffers, kept for later. */
 	if (ctx->depth == ctx->niters) {
 		iter_scratch *it = ws_realloc(ctx->iters, (ctx->niters + 1) * sizeof *it);
@@ -1483,6 +1906,7 @@ int ws_delete_processing_timer(ws_ctx *ctx, int64_t ts, const void *ns, uint32_t
 static void begin(ws_ctx *c) {
 	c->key = 0;
 	c->key_len = 0;
+	c->bp = 0;
 	c->wm_valid = 0;
 	reset_out();
 	M.emit_err = 0;
@@ -1551,8 +1975,17 @@ static int32_t fail_callback(ws_ctx *c, const char *phase, int rc, const what *w
 static int32_t end(ws_ctx *c, const char *phase, int rc, const what *w) {
 	c->key = 0;
 	c->key_len = 0;
+	c->bp = 0;
+	/* The cached writes reach the host whether the callback succeeds or
+	 * fails, as the unbatched calls would have. */
+	int fs = sc_flush(c);
+	if (fs == 0)
+		fs = c->sc.err;
+	sc_reset(&c->sc);
 	if (rc != 0)
 		return fail_callback(c, phase, rc, w, M.err);
+	if (fs < 0)
+		return fail_callback(c, phase, fs, 0, M.err);
 	if (flush() < 0)
 		return fail_callback(c, phase, M.emit_err, 0, M.emit_msg);
 	return WS_OK;
@@ -1590,6 +2023,9 @@ static int32_t bad_batch(ws_ctx *c, const char *kind, const char *problem, uint3
 	reset_out();
 	c->key = 0;
 	c->key_len = 0;
+	c->bp = 0;
+	sc_flush(c);
+	sc_reset(&c->sc);
 	if (off == 0)
 		host_failf("operator \"%s\": %s batch from the host: malformed batch: %u bytes is %s", c->name, kind, index,
 		           problem);
@@ -1603,6 +2039,9 @@ static int32_t trailing(ws_ctx *c, const char *kind, uint32_t extra, uint32_t co
 	reset_out();
 	c->key = 0;
 	c->key_len = 0;
+	c->bp = 0;
+	sc_flush(c);
+	sc_reset(&c->sc);
 	host_failf("operator \"%s\": %s batch from the host: malformed batch: %u trailing bytes after %u records", c->name,
 	           kind, extra, count);
 	return WS_BAD_ARGUMENT;
@@ -1648,6 +2087,7 @@ static void free_ctx(ws_ctx *c) {
 		ws_free(c->iters[i].after);
 	}
 	ws_free(c->iters);
+	sc_free(&c->sc);
 	ws_free(c->states);
 	ws_free(c->get_buf);
 	ws_free(c->config);
@@ -1750,6 +2190,7 @@ WS_EXPORT("wstream_process") int32_t wstream_process(int32_t op, uint32_t ptr, i
 	int (*process)(ws_ctx *, const ws_record *) = c->op->process;
 	const uint8_t *p = b + BATCH_HEADER, *e = b + len;
 	uint32_t count = le32(b);
+	c->be = e;
 	if (count > 0 && !process) {
 		set_error("%u records arrived but the operator has no process callback", count);
 		return end(c, "process", WS_GUEST_ERROR, 0);
@@ -1773,6 +2214,9 @@ WS_EXPORT("wstream_process") int32_t wstream_process(int32_t op, uint32_t ptr, i
 		r.value_len = vl;
 		c->key = r.key;
 		c->key_len = kl;
+		c->bp = p;
+		c->bleft = count - i;
+		c->rec = i;
 		int rc = process(c, &r);
 		if (__builtin_expect(rc != 0, 0)) {
 			what w = {1, i, count, 0, 0, r.key, kl};
@@ -1801,6 +2245,7 @@ WS_EXPORT("wstream_on_timer") int32_t wstream_on_timer(int32_t op, uint32_t ptr,
 		return end(c, "on_timer", WS_GUEST_ERROR, 0);
 	}
 	const uint8_t *p = b + BATCH_HEADER, *e = b + len;
+	c->be = e;
 	ws_timer t;
 	for (uint32_t i = 0; i < count; i++) {
 		uint32_t left = (uint32_t)(e - p);
@@ -1817,6 +2262,9 @@ WS_EXPORT("wstream_on_timer") int32_t wstream_on_timer(int32_t op, uint32_t ptr,
 		t.ns_len = vl;
 		c->key = t.key;
 		c->key_len = kl;
+		c->bp = p;
+		c->bleft = count - i;
+		c->rec = i;
 		int rc = c->op->on_timer(c, &t);
 		if (rc != 0) {
 			what w = {2, i, count, t.domain, t.ts, t.key, kl};

@@ -226,8 +226,12 @@ int ws_map_state_get(ws_ctx *ctx, const char *name, ws_map_state *out);
 
 /* Value state of the current key: one value per namespace (the plain calls
  * use the empty namespace). ws_value_get stores a pointer to the value in
- * *val, valid until the next state read of this operator, and returns 1, or
- * 0 when there is none. Integers are 8 bytes little-endian, like the Go
+ * *val, valid until the callback returns, and returns 1, or 0 when there is
+ * none. In process and on_timer state is cached for the callback and
+ * written back to the host when it ends (abi/ABI.md, "How the SDKs use
+ * them"): a put the host refuses then fails the callback, naming the state;
+ * a key or namespace over 64 KiB or a value over 16 MiB fails at once with
+ * WS_LIMIT. Integers are 8 bytes little-endian, like the Go
  * SDK's PutInt64: ws_value_get_int64 fails with WS_BAD_ARGUMENT on a value of
  * another size and stores 0 when there is none. Deleting an absent value is
  * not an error. */

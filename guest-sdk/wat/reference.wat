@@ -35,6 +35,9 @@
   (import "wstream" "processing_time" (func $processing_time (result i64)))
   (import "wstream" "log" (func $log (param i32 i32 i32)))                                     ;; level ptr len
   (import "wstream" "fail" (func $fail (param i32 i32)))                                       ;; ptr len
+  ;; Optional, batched (README.md, "Batched state"): lists of (ptr, len) pairs.
+  (import "wstream" "state_get_many" (func $state_get_many (param i32 i32 i32 i32 i32) (result i32)))  ;; h req req_len out out_cap -> size needed
+  (import "wstream" "state_write_batch" (func $state_write_batch (param i32 i32) (result i32)))        ;; writes writes_len
 
   ;; ----------------------------------------------------------------- memory
   ;; 0x0400 message buffer (1 KiB)      0x0800 scratch for digits and int64s

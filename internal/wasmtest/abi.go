@@ -49,7 +49,15 @@ var (
 		abi.ImportProcTime:      {nil, types(i64)},
 		abi.ImportLog:           {types(i32, i32, i32), nil},
 		abi.ImportFail:          {types(i32, i32), nil},
+		ImportStateGetMany:      {types(i32, i32, i32, i32, i32), types(i32)},
+		ImportStateWriteBatch:   {types(i32, i32), types(i32)},
 	}
+)
+
+// The optional batched state imports of abi/ABI.md ("Batched state access").
+const (
+	ImportStateGetMany    = "state_get_many"
+	ImportStateWriteBatch = "state_write_batch"
 )
 
 // CheckExports checks the exports of compiled against abi/ABI.md: each

@@ -122,6 +122,9 @@ func (l Lang) CheckConformance(t *testing.T) {
 		{key: "k3", cmd: "timer proc 7000", reply: "ok"},
 		{key: "k3", cmd: "untimer proc 7000", reply: "ok"},
 		{key: "k3", cmd: "timer event 9223372036854775807", reply: "ok"},
+		// a timer that counts in state written by the call that set it
+		{key: "k6", cmd: "inc n", reply: "=1"},
+		{key: "k6", cmd: "tinc n 60", reply: "ok"},
 		// watermark, processing time, log, config, hooks
 		{key: "k", cmd: "wm", reply: "wm=-9223372036854775808"},
 		{key: "k", cmd: "ptime", reply: "ptime ok"},
@@ -194,7 +197,11 @@ func (l Lang) CheckConformance(t *testing.T) {
 		h.Advance(0, 150)
 		h.MustProcess(0, Rec("k", "wm", 7))
 	}
-	same("watermark 150", "0 k2=fired event 50 ns=t@50", "0 k1=fired event 100 ns=t@100", "0 k=wm=150@7")
+	same("watermark 150", "0 k2=fired event 50 ns=t@50", "0 k6=fired event 60 ns=inc:n =2@60", "0 k1=fired event 100 ns=t@100", "0 k=wm=150@7")
+	for _, h := range []*Host{m, g} {
+		h.MustProcess(0, Rec("k6", "inc n", 8))
+	}
+	same("inc after the timer's", "0 k6==3@8")
 	for _, h := range []*Host{m, g} {
 		st, err := h.Fire(0, abi.TimeProcessing, 8000)
 		h.MustOK("processing-time timers", st, err)
@@ -219,6 +226,73 @@ func (l Lang) CheckConformance(t *testing.T) {
 		"0 k=pre=-9223372036854775808 complete=7 aborted=8@10", "0 =close@0")
 }
 
+// CheckConformanceBatchedState runs many state commands over two keys in
+// one call, as the SDKs' per-callback state cache sees them: every read
+// sees the writes before it in the call, an iteration sees them, a timer
+// set in the call reads them when it fires, and the host holds them when
+// the call returns.
+func (l Lang) CheckConformanceBatchedState(t *testing.T) {
+	t.Helper()
+	big := strings.Repeat("abcdefghijklmnopqrstuvwxyz", 20000/26+1)[:20000]
+	steps := []struct{ key, cmd, reply string }{
+		{"k7", "put a x1", "ok"},
+		{"k7", "get a", "=x1"},
+		{"k8", "inc n", "=1"},
+		{"k7", "inc n", "=1"},
+		{"k8", "inc n", "=2"},
+		{"k7", "del a", "ok"},
+		{"k7", "get a", "missing"},
+		{"k7", "put a x2", "ok"},
+		{"k8", "get a", "missing"},
+		{"k7", "get a", "=x2"},
+		{"k7", "mput m q 1", "ok"},
+		{"k7", "mput m r 2", "ok"},
+		{"k7", "mscan m -", "n=2 first=q last=r"},
+		{"k7", "mdel m q", "ok"},
+		{"k7", "mscan m -", "n=1 first=r last=r"},
+		{"k7", "mget m q", "missing"},
+		{"k8", "tinc n 80", "ok"},
+		{"k8", "inc n", "=3"},
+		{"k7", "big big 20000", "ok 20000"}, // more than the room for values in state_get_many's results
+		{"k7", "get big", "=" + big},
+		{"k7", "get b", "missing"},
+	}
+	var in []abi.Record
+	var want []string
+	for _, s := range steps {
+		in = append(in, Rec(s.key, s.cmd, 11))
+		want = append(want, fmt.Sprintf("0 %s=%s@11", s.key, s.reply))
+	}
+	m, g := l.ConformHost(t, "conformance"), l.ConformHost(t, "go/conformance")
+	for _, h := range []*Host{m, g} {
+		h.MustProcess(0, in...)
+		WantRecords(t, h.Module.Name()+": one batch", h.Take(), want...)
+		wantState := map[StateKey]string{
+			{h.States["a"], "k7", ""}:   "x2",
+			{h.States["n"], "k7", ""}:   "\x01\x00\x00\x00\x00\x00\x00\x00",
+			{h.States["n"], "k8", ""}:   "\x03\x00\x00\x00\x00\x00\x00\x00",
+			{h.States["m"], "k7", "r"}:  "2",
+			{h.States["big"], "k7", ""}: big,
+		}
+		if len(h.State) != len(wantState) {
+			t.Errorf("%s: the host holds %d entries after the call, want %d", h.Module.Name(), len(h.State), len(wantState))
+		}
+		for k, v := range wantState {
+			if string(h.State[k]) != v {
+				t.Errorf("%s: the host holds %.40q for %+v after the call, want %.40q", h.Module.Name(), h.State[k], k, v)
+			}
+		}
+		h.Advance(0, 100)
+		WantRecords(t, h.Module.Name()+": the timer set in the batch", h.Take(), "0 k8=fired event 80 ns=inc:n =4@80")
+		h.MustProcess(0, Rec("k8", "inc n", 12), Rec("k7", "inc n", 12))
+		WantRecords(t, h.Module.Name()+": after the timer", h.Take(), "0 k8==5@12", "0 k7==2@12")
+	}
+	if !l.NoStateCache && (m.GetCalls > 2 || m.PutCalls != 0 || m.DeleteCalls != 0 || m.GetManyCalls == 0 || m.WriteBatchCalls == 0) {
+		t.Errorf("%s: %d state_get, %d state_put, %d state_delete, %d state_get_many and %d state_write_batch calls; want the SDK's cache to batch them",
+			l.Name, m.GetCalls, m.PutCalls, m.DeleteCalls, m.GetManyCalls, m.WriteBatchCalls)
+	}
+}
+
 // CheckConformanceBatch checks that replies come in input order, after the
 // records a command emits, for many commands and records in one call, with
 // the output flushed early past 64 KiB.
@@ -241,6 +315,18 @@ func (l Lang) CheckConformanceBatch(t *testing.T) {
 	WantRecords(t, "batch 5000 and 300 inc", h.Take(), want...)
 	if h.Batches < 2 {
 		t.Errorf("%d emit_batch calls for over 64 KiB of output, want the early flushes too", h.Batches)
+	}
+	// The SDKs read the counters of a batch in a few state_get_many calls
+	// and write them back in a few state_write_batch calls; the WAT module
+	// makes one of each per inc.
+	calls := fmt.Sprintf("%d state_get, %d state_put, %d state_get_many, %d state_write_batch calls",
+		h.GetCalls, h.PutCalls, h.GetManyCalls, h.WriteBatchCalls)
+	if l.NoStateCache {
+		if h.GetManyCalls != 300 || h.WriteBatchCalls != 300 {
+			t.Errorf("300 inc: %s; want 300 of the batched ones", calls)
+		}
+	} else if h.GetCalls != 0 || h.PutCalls != 0 || h.GetManyCalls == 0 || h.GetManyCalls > 3 || h.WriteBatchCalls == 0 || h.WriteBatchCalls > 3 {
+		t.Errorf("300 inc: %s; want a few batched ones only", calls)
 	}
 }
 

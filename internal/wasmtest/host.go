@@ -57,6 +57,11 @@ type Host struct {
 	Failures  []string            // wstream_fail messages
 	Logs      []LogLine           // wstream_log calls
 
+	// Calls of the per-entry and the batched state functions: a guest
+	// SDK that batches makes few of the first kind.
+	GetCalls, PutCalls, DeleteCalls int
+	GetManyCalls, WriteBatchCalls   int
+
 	// The module's exports.
 	AllocFn, OpenFn, ProcessFn, OnTimerFn, CloseFn, PlanFn api.Function
 

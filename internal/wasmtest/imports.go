@@ -104,6 +104,7 @@ func (h *Host) hostModule() wazero.HostModuleBuilder {
 		status(s, hd)
 	})
 	fn(abi.ImportStateGet, func(m api.Module, s []uint64) {
+		h.GetCalls++
 		k, _ := bytesAt(s, 1)
 		ns, _ := bytesAt(s, 3)
 		v, ok := h.State[StateKey{api.DecodeI32(s[0]), string(k), string(ns)}]
@@ -118,6 +119,7 @@ func (h *Host) hostModule() wazero.HostModuleBuilder {
 		status(s, int32(len(v)))
 	})
 	fn(abi.ImportStatePut, func(_ api.Module, s []uint64) {
+		h.PutCalls++
 		k, _ := bytesAt(s, 1)
 		ns, _ := bytesAt(s, 3)
 		v, _ := bytesAt(s, 5)
@@ -125,6 +127,7 @@ func (h *Host) hostModule() wazero.HostModuleBuilder {
 		status(s, abi.StatusOK)
 	})
 	fn(abi.ImportStateDelete, func(_ api.Module, s []uint64) {
+		h.DeleteCalls++
 		k, _ := bytesAt(s, 1)
 		ns, _ := bytesAt(s, 3)
 		delete(h.State, StateKey{api.DecodeI32(s[0]), string(k), string(ns)})
@@ -163,6 +166,110 @@ func (h *Host) hostModule() wazero.HostModuleBuilder {
 		}
 		m.Memory().Write(api.DecodeU32(s[7]), page)
 		status(s, int32(len(page)))
+	})
+	// pairAt reads the (ptr, len) pairs at b[at:at+16] of a list entry.
+	pairAt := func(b []byte, at int) (k, ns []byte, ok bool) {
+		k, ok1 := h.Read(binary.LittleEndian.Uint32(b[at:]), binary.LittleEndian.Uint32(b[at+4:]))
+		ns, ok2 := h.Read(binary.LittleEndian.Uint32(b[at+8:]), binary.LittleEndian.Uint32(b[at+12:]))
+		return k, ns, ok1 && ok2
+	}
+	fn(ImportStateGetMany, func(m api.Module, s []uint64) {
+		h.GetManyCalls++
+		req, ok1 := bytesAt(s, 1)
+		out, ok2 := bytesAt(s, 3)
+		if !ok1 || !ok2 {
+			status(s, abi.StatusBadPointer)
+			return
+		}
+		if len(req)%16 != 0 {
+			status(s, abi.StatusBadArgument)
+			return
+		}
+		n := len(req) / 16
+		if n > 1<<16 || 12*n > len(out) {
+			status(s, abi.StatusLimit)
+			return
+		}
+		hd, outPtr := api.DecodeI32(s[0]), api.DecodeU32(s[3])
+		// Read every request before writing: out may overlap them.
+		res := make([]byte, 12*n)
+		var vals []byte
+		firsts := map[StateKey]int{}
+		need := 12 * n
+		for j := range n {
+			k, ns, ok := pairAt(req, 16*j)
+			if !ok {
+				status(s, abi.StatusBadPointer)
+				return
+			}
+			sk := StateKey{hd, string(k), string(ns)}
+			r := res[12*j:]
+			if f, ok := firsts[sk]; ok {
+				binary.LittleEndian.PutUint32(r, uint32(f))
+				copy(r[4:12], res[12*f+4:12*f+12])
+				continue
+			}
+			firsts[sk] = j
+			binary.LittleEndian.PutUint32(r, uint32(j))
+			v, found := h.State[sk]
+			if !found {
+				binary.LittleEndian.PutUint32(r[4:], uint32(api.EncodeI32(abi.StatusNotFound)))
+				continue
+			}
+			binary.LittleEndian.PutUint32(r[4:], uint32(len(v)))
+			if 12*n+len(vals)+len(v) <= len(out) {
+				binary.LittleEndian.PutUint32(r[8:], outPtr+uint32(12*n+len(vals)))
+				vals = append(vals, v...)
+			}
+			need += len(v)
+		}
+		m.Memory().Write(outPtr, append(res, vals...))
+		status(s, int32(need))
+	})
+	fn(ImportStateWriteBatch, func(_ api.Module, s []uint64) {
+		h.WriteBatchCalls++
+		b, ok := bytesAt(s, 0)
+		if !ok {
+			status(s, abi.StatusBadPointer)
+			return
+		}
+		if len(b)%28 != 0 {
+			status(s, abi.StatusBadArgument)
+			return
+		}
+		type write struct {
+			k   StateKey
+			v   []byte
+			del bool
+		}
+		var ws []write
+		for ; len(b) > 0; b = b[28:] {
+			k, ns, ok := pairAt(b, 4)
+			vl := int32(binary.LittleEndian.Uint32(b[24:]))
+			w := write{k: StateKey{int32(binary.LittleEndian.Uint32(b)), string(k), string(ns)}, del: vl == -1}
+			switch {
+			case vl < -1:
+				status(s, abi.StatusBadArgument)
+				return
+			case !w.del:
+				v, okv := h.Read(binary.LittleEndian.Uint32(b[20:]), uint32(vl))
+				ok = ok && okv
+				w.v = bytes.Clone(v)
+			}
+			if !ok {
+				status(s, abi.StatusBadPointer)
+				return
+			}
+			ws = append(ws, w)
+		}
+		for _, w := range ws {
+			if w.del {
+				delete(h.State, w.k)
+			} else {
+				h.State[w.k] = w.v
+			}
+		}
+		status(s, abi.StatusOK)
 	})
 	timer := func(register bool) func(api.Module, []uint64) {
 		return func(_ api.Module, s []uint64) {

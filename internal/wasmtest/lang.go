@@ -21,6 +21,10 @@ type Lang struct {
 	// WASI says the language's own modules are WASI reactors, as Go's are;
 	// the others import nothing but the wstream module.
 	WASI bool
+	// NoStateCache says the language's conformance module reads and writes
+	// state entry by entry, without an SDK's per-callback state cache
+	// (abi/ABI.md, "How the SDKs use them"): WAT's.
+	NoStateCache bool
 }
 
 // Module returns the bytes of the module name (see Lang).

@@ -1,6 +1,7 @@
 package conformance_test
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -9,10 +10,13 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/wstream/wstream/abi"
 	"github.com/wstream/wstream/host"
 	"github.com/wstream/wstream/internal/testmod"
+	"github.com/wstream/wstream/operator"
+	"github.com/wstream/wstream/state"
 )
 
 // capability is one row of the README's conformance table: a group of
@@ -93,6 +97,27 @@ func valueState(t *testing.T, m *langModule) {
 		t.Fatal(err)
 	}
 	h.expect("k3", "inc n", fmt.Sprintf("=%d", 1<<40+1))
+
+	// Many commands on two keys in one call, as the SDKs' state caches see
+	// them: each read sees the writes before it in the call, and the host
+	// holds the last ones when the call returns.
+	recs, err := h.process(5, "k5", "put a x1", "k5", "get a", "k6", "inc n", "k5", "inc n", "k6", "inc n",
+		"k5", "del a", "k5", "get a", "k5", "put a x2", "k6", "get a", "k5", "get a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantRecords(t, "one call", recs, "0|5|k5|ok", "0|5|k5|=x1", "0|5|k6|=1", "0|5|k5|=1", "0|5|k6|=2",
+		"0|5|k5|ok", "0|5|k5|missing", "0|5|k5|ok", "0|5|k6|missing", "0|5|k5|=x2")
+	ha, err := h.svc.RegisterState("a", abi.StateValue)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, err := h.svc.StateGet(ha, []byte("k5"), nil, nil); err != nil || string(v) != "x2" {
+		t.Errorf("state a of k5 after the call: %q, %v; want x2", v, err)
+	}
+	if v, err := h.svc.StateGet(hn, []byte("k6"), nil, nil); err != nil || len(v) != 8 || binary.LittleEndian.Uint64(v) != 2 {
+		t.Errorf("state n of k6 after the call: % x, %v; want 2", v, err)
+	}
 }
 
 func largeValues(t *testing.T, m *langModule) {
@@ -135,6 +160,14 @@ func mapState(t *testing.T, m *langModule) {
 		"mscan m -", "n=1 first=y last=y",
 	)
 	h.expect("k2", "mscan p -", "n=0", "mget p k0042", "missing")
+	// An iteration sees the writes made before it in the same call.
+	recs, err := h.process(6, "k9", "mput m q 1", "k9", "mput m r 2", "k9", "mscan m -", "k9", "mdel m q", "k9", "mscan m -",
+		"k9", "mget m q")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantRecords(t, "map state in one call", recs, "0|6|k9|ok", "0|6|k9|ok", "0|6|k9|n=2 first=q last=r", "0|6|k9|ok",
+		"0|6|k9|n=1 first=r last=r", "0|6|k9|missing")
 	// The entries are the host's map entries: namespace = map key.
 	hp, err := h.svc.RegisterState("p", abi.StateMap)
 	if err != nil {
@@ -200,7 +233,11 @@ func timers(t *testing.T, m *langModule) {
 	wantRecords(t, "watermark 150", h.advance(150),
 		"0|50|k2|fired event 50 ns=t",
 		"0|100|k1|fired event 100 ns=t")
-	wantRecords(t, "watermark 1000", h.advance(1000), "0|300|k2|fired event 300 ns=t")
+	// A timer set by the call that wrote the state it counts in reads the
+	// write when it fires, and its own write is read back after it.
+	h.expect("k4", "inc n", "=1", "tinc n 500", "ok")
+	wantRecords(t, "watermark 1000", h.advance(1000), "0|300|k2|fired event 300 ns=t", "0|500|k4|fired event 500 ns=inc:n =2")
+	h.expect("k4", "inc n", "=3")
 	wantRecords(t, "the end of input", h.advance(math.MaxInt64))
 
 	h.expect("k3", "timer proc 5000", "ok", "timer proc 7000", "ok", "timer event 5000", "ok")
@@ -261,6 +298,70 @@ func hooks(t *testing.T, m *langModule) {
 	}
 	wantRecords(t, "pre_barrier 9", out.recs, "0|0||pre 9")
 	h.expect("k", "hooks", "pre=9 complete=7 aborted=8")
+
+	// Counts written in one call are in a checkpoint taken after it; a
+	// restore, at the same parallelism or at two, counts on from them.
+	h = mustOpen(t, m)
+	var in []string
+	for i := range 20 {
+		k := fmt.Sprintf("c%d", i)
+		in = append(in, k, "inc n", k, "inc n")
+	}
+	if _, err := h.process(3, in...); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.op.PreBarrier(11, &collector{}); err != nil {
+		t.Fatalf("pre_barrier: %v", err)
+	}
+	ckpt := filepath.Join(t.TempDir(), "checkpoint")
+	if err := h.store.Checkpoint(ckpt); err != nil {
+		t.Fatal(err)
+	}
+	for _, par := range []int{1, 2} {
+		seen := 0
+		for sub := range par {
+			r := restore(t, m, ckpt, sub, par)
+			for i := range 20 {
+				k := fmt.Sprintf("c%d", i)
+				if r.store.KeyGroups().Contains(abi.KeyGroup([]byte(k), maxPar)) {
+					r.expect(k, "inc n", "=3")
+					seen++
+				}
+			}
+		}
+		if seen != 20 {
+			t.Errorf("parallelism %d: %d keys restored, want 20", par, seen)
+		}
+	}
+}
+
+// restore opens the conform operator as subtask sub of par over a copy of
+// the checkpoint in dir, keeping the key groups of that subtask, as a job
+// restored from a checkpoint (at another parallelism: rescaled) does.
+func restore(t *testing.T, m *langModule, dir string, sub, par int) *opHarness {
+	t.Helper()
+	cp := filepath.Join(t.TempDir(), "state")
+	if err := os.CopyFS(cp, os.DirFS(dir)); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	inst, err := m.mod.NewInstance(ctx, fmt.Sprintf("%s/conform/%d", m.lang, sub))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = inst.Close(ctx) })
+	store, err := state.Open(state.Options{Dir: cp, MaxParallelism: maxPar, KeyGroups: abi.RangeForSubtask(sub, par, maxPar)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = store.Close() })
+	h := &opHarness{t: t, m: m, inst: inst, op: inst.Operator(), store: store,
+		svc: &services{VertexState: store.Vertex(vertexID, true), wm: abi.MinWatermark, now: time.Now().UnixMilli()}}
+	if err := h.op.Open(operator.Spec{VertexID: vertexID, Operator: "conform", Config: []byte(config),
+		Outputs: []string{"out", "side"}, Subtask: sub, Parallel: par, MaxParallelism: maxPar, Keyed: true}, h.svc); err != nil {
+		t.Fatalf("open after the restore: %v", err)
+	}
+	return h
 }
 
 func failures(t *testing.T, m *langModule) {

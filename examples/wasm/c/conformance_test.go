@@ -22,3 +22,8 @@ func TestConformanceBatch(t *testing.T) { lang.CheckConformanceBatch(t) }
 // with GUEST_ERROR and the same message as the Go module's, naming the
 // record, and emits nothing.
 func TestConformanceFailures(t *testing.T) { lang.CheckConformanceFailures(t) }
+
+// TestConformanceBatchedState checks state read and written many times in
+// one call, through the SDK's per-callback state cache: reads see earlier
+// writes, an iteration and a timer see them, and the host holds them.
+func TestConformanceBatchedState(t *testing.T) { lang.CheckConformanceBatchedState(t) }

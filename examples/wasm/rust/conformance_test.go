@@ -29,3 +29,8 @@ func TestConformanceBatch(t *testing.T) { lang.CheckConformanceBatch(t) }
 func TestConformanceFailures(t *testing.T) {
 	lang.CheckConformanceFailures(t, wasmtest.ConformFailure{Cmd: "\xffbad\u00a0", Want: `unknown command "\xffbad\u00a0"`})
 }
+
+// TestConformanceBatchedState checks state read and written many times in
+// one call, through the SDK's per-callback state cache: reads see earlier
+// writes, an iteration and a timer see them, and the host holds them.
+func TestConformanceBatchedState(t *testing.T) { lang.CheckConformanceBatchedState(t) }

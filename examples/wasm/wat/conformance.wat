@@ -6,6 +6,10 @@
 ;; value states "a", "b", "n", "big" and map states "m", "p" are registered
 ;; in open, in that order (state can only be registered there); commands
 ;; are split on single spaces and must have their exact number of tokens.
+;; Counters (inc, and the timers of tinc) read and write through the
+;; batched state imports, state_get_many and state_write_batch, one entry
+;; per call: a module without an SDK may use them so (abi/ABI.md, "Batched
+;; state access").
 ;; Assemble it with
 ;;
 ;;     wat2wasm -o conformance.wasm examples/wasm/wat/conformance.wat
@@ -27,11 +31,14 @@
   (import "wstream" "processing_time" (func $processing_time (result i64)))
   (import "wstream" "log" (func $log (param i32 i32 i32)))
   (import "wstream" "fail" (func $fail (param i32 i32)))
+  (import "wstream" "state_get_many" (func $state_get_many (param i32 i32 i32 i32 i32) (result i32)))
+  (import "wstream" "state_write_batch" (func $state_write_batch (param i32 i32) (result i32)))
 
   ;; ----------------------------------------------------------------- memory
   ;; 0x0400 message buffer (1 KiB)      0x0800 scratch for digits and int64s
   ;; 0x0880 growable buffer descriptors 0x0900 the command's tokens
   ;; 0x1000 slot table (64 x 64 bytes)  0x2000 constant strings, NUL-ended
+  ;; 0x5000 the lists of the batched state calls, and a tinc namespace
   ;; 0x10000 heap: the argument arena, the output buffer and the growable
   ;; buffers (bump allocated)
   (memory (export "memory") 2)
@@ -147,6 +154,7 @@
   (data (i32.const 0x3310) "config\00")
   (data (i32.const 0x3320) "hooks\00")
   (data (i32.const 0x3330) "fail\00")
+  (data (i32.const 0x3340) "tinc\00")
   ;; Replies and their pieces.
   (data (i32.const 0x3400) "ok\00")
   (data (i32.const 0x3440) "missing\00")
@@ -198,6 +206,8 @@
   (data (i32.const 0x3f80) "delete timer at \00")
   (data (i32.const 0x3fc0) ": no page holds the first entry\00")
   (data (i32.const 0x4000) "t\00")
+  (data (i32.const 0x4010) "inc:\00")
+  (data (i32.const 0x4020) " =\00")
 
   ;; The integer parse_int parsed; the slot of the callback in progress; the
   ;; record being handled (key and timestamp, for replies); whether a
@@ -881,32 +891,80 @@
     (call $reply_found (local.get $st))
     (i32.const 0))
 
-  ;; inc S: an int64 counter, 8 bytes little-endian, absent = 0
-  (func $cmd_inc (result i32)
-    (local $h i32) (local $st i32) (local $n i64)
-    (if (local.tee $st (call $args (i32.const 2))) (then (return (local.get $st))))
-    (if (i32.lt_s (local.tee $h (call $value_h (i32.const 1))) (i32.const 0)) (then (return (local.get $h))))
-    (local.set $st (call $get (local.get $h) (i32.const 0) (i32.const 0)))
-    (if (i32.lt_s (local.get $st) (i32.const -1)) (then (return (local.get $st))))
-    (if (i32.ge_s (local.get $st) (i32.const 0))
+  ;; count adds 1 to the int64 counter (8 bytes little-endian, absent = 0)
+  ;; of value state h for key [key, key+kl), empty namespace, named by token
+  ;; 1, and leaves the new count in $parsed; 0 or GUEST_ERROR. It reads and
+  ;; writes with the batched state calls, one entry each:
+  ;;   0x5000 request: key_ptr key_len ns_ptr ns_len
+  ;;   0x5010 out: result first:u32 vlen:i32 vptr:u32, then the value (64 bytes)
+  ;;   0x5050 write: h key_ptr key_len ns_ptr ns_len val_ptr val_len
+  ;;   0x5070 the new count
+  (func $count (param $h i32) (param $key i32) (param $kl i32) (result i32)
+    (local $st i32) (local $vl i32) (local $n i64)
+    (i32.store (i32.const 0x5000) (local.get $key))
+    (i32.store (i32.const 0x5004) (local.get $kl))
+    (i64.store (i32.const 0x5008) (i64.const 0))
+    (local.set $st (call $state_get_many (local.get $h) (i32.const 0x5000) (i32.const 16) (i32.const 0x5010) (i32.const 64)))
+    (if (i32.lt_s (local.get $st) (i32.const 0)) (then (return (call $err_state (i32.const 0x3e00) (local.get $st)))))
+    (local.set $vl (i32.load (i32.const 0x5014)))
+    (if (i32.lt_s (local.get $vl) (i32.const -1)) (then (return (call $err_state (i32.const 0x3e00) (local.get $vl)))))
+    (if (i32.ge_s (local.get $vl) (i32.const 0))
       (then
-        (if (i32.ne (local.get $st) (i32.const 8))
+        (if (i32.ne (local.get $vl) (i32.const 8))
           (then
             (call $err_begin)
             (call $msg_cstr (i32.const 0x3d00))
             (call $msg_quote (call $tp (i32.const 1)) (call $tl (i32.const 1)))
             (call $msg_cstr (i32.const 0x3d40))
-            (call $msg_i64 (i64.extend_i32_u (local.get $st)))
+            (call $msg_i64 (i64.extend_i32_u (local.get $vl)))
             (call $msg_cstr (i32.const 0x3d80))
             (return (call $err_end))))
-        (local.set $n (i64.load (i32.load (i32.const 0x890))))))
+        ;; 8 bytes always fit in the 52 left after the result.
+        (local.set $n (i64.load (i32.load (i32.const 0x5018))))))
     (local.set $n (i64.add (local.get $n) (i64.const 1)))
-    (i64.store (i32.const 0x820) (local.get $n))
-    (local.set $st (call $state_put (local.get $h) (global.get $rkey) (global.get $rklen) (i32.const 0) (i32.const 0)
-                                    (i32.const 0x820) (i32.const 8)))
+    (i64.store (i32.const 0x5070) (local.get $n))
+    (i32.store (i32.const 0x5050) (local.get $h))
+    (i32.store (i32.const 0x5054) (local.get $key))
+    (i32.store (i32.const 0x5058) (local.get $kl))
+    (i64.store (i32.const 0x505c) (i64.const 0))
+    (i32.store (i32.const 0x5064) (i32.const 0x5070))
+    (i32.store (i32.const 0x5068) (i32.const 8))
+    (local.set $st (call $state_write_batch (i32.const 0x5050) (i32.const 28)))
     (if (i32.lt_s (local.get $st) (i32.const 0)) (then (return (call $err_state (i32.const 0x3dc0) (local.get $st)))))
+    (global.set $parsed (local.get $n))
+    (i32.const 0))
+
+  ;; inc S: an int64 counter
+  (func $cmd_inc (result i32)
+    (local $h i32) (local $st i32)
+    (if (local.tee $st (call $args (i32.const 2))) (then (return (local.get $st))))
+    (if (i32.lt_s (local.tee $h (call $value_h (i32.const 1))) (i32.const 0)) (then (return (local.get $h))))
+    (if (local.tee $st (call $count (local.get $h) (global.get $rkey) (global.get $rklen))) (then (return (local.get $st))))
     (call $buf_cstr (i32.const 0x880) (i32.const 0x3480))
-    (call $buf_i64 (i32.const 0x880) (local.get $n))
+    (call $buf_i64 (i32.const 0x880) (global.get $parsed))
+    (i32.const 0))
+
+  ;; tinc S TS: an event-time timer at TS, namespace "inc:S", whose firing
+  ;; counts in value state S (wstream_on_timer); the namespace is built at
+  ;; 0x5100.
+  (func $cmd_tinc (result i32)
+    (local $st i32)
+    (if (local.tee $st (call $args (i32.const 3))) (then (return (local.get $st))))
+    (if (i32.lt_s (call $value_h (i32.const 1)) (i32.const 0)) (then (return (i32.const -11))))
+    (if (local.tee $st (call $number (i32.const 2))) (then (return (local.get $st))))
+    (i32.store (i32.const 0x5100) (i32.load (i32.const 0x4010)))
+    (memory.copy (i32.const 0x5104) (call $tp (i32.const 1)) (call $tl (i32.const 1)))
+    (local.set $st (call $timer_register (i32.const 0) (global.get $rkey) (global.get $rklen) (i32.const 0x5100)
+                                         (i32.add (i32.const 4) (call $tl (i32.const 1))) (global.get $parsed)))
+    (if (i32.lt_s (local.get $st) (i32.const 0))
+      (then
+        (call $err_begin)
+        (call $msg_cstr (i32.const 0x3f40))
+        (call $msg_i64 (global.get $parsed))
+        (call $msg_cstr (i32.const 0x2640))
+        (call $msg_status (local.get $st))
+        (return (call $err_end))))
+    (call $reply_ok)
     (i32.const 0))
 
   ;; big S N: store N bytes 'a' + i % 26, read them back, compare
@@ -1178,6 +1236,7 @@
     (if (call $tok_is (i32.const 0) (i32.const 0x32b0)) (then (return (call $cmd_batch))))
     (if (call $tok_is (i32.const 0) (i32.const 0x32c0)) (then (return (call $cmd_timer (i32.const 0)))))
     (if (call $tok_is (i32.const 0) (i32.const 0x32d0)) (then (return (call $cmd_timer (i32.const 1)))))
+    (if (call $tok_is (i32.const 0) (i32.const 0x3340)) (then (return (call $cmd_tinc))))
     (if (call $tok_is (i32.const 0) (i32.const 0x32e0))                    ;; wm
       (then
         (call $buf_cstr (i32.const 0x880) (i32.const 0x3640))
@@ -1342,7 +1401,8 @@
     (call $finish))
 
   ;; wstream_on_timer emits "fired event TS ns=NS" (or proc) for each timer,
-  ;; with the timer's key and time.
+  ;; with the timer's key and time. A timer of tinc (namespace "inc:S")
+  ;; first counts in value state S, and the reply ends with " =N".
   (func (export "wstream_on_timer") (param $op i32) (param $ptr i32) (param $len i32) (result i32)
     (local $st i32) (local $n i32) (local $i i32) (local $p i32) (local $key i32) (local $kl i32) (local $nl i32)
     (if (local.tee $st (call $enter (local.get $op) (i32.const 0x2280) (i32.const 0x2c40))) (then (return (local.get $st))))
@@ -1365,6 +1425,18 @@
         (call $buf_i64 (i32.const 0x880) (i64.load offset=4 (local.get $p)))
         (call $buf_cstr (i32.const 0x880) (i32.const 0x3880))
         (call $buf_add (i32.const 0x880) (i32.add (local.get $key) (local.get $kl)) (local.get $nl))
+        (if (i32.ge_u (local.get $nl) (i32.const 4))
+          (then
+            (if (i32.eq (i32.load (i32.add (local.get $key) (local.get $kl))) (i32.load (i32.const 0x4010)))
+              (then
+                ;; The state's name, after "inc:", as token 1 for value_h
+                ;; and the messages.
+                (i32.store (i32.const 0x908) (i32.add (i32.add (local.get $key) (local.get $kl)) (i32.const 4)))
+                (i32.store (i32.const 0x90c) (i32.sub (local.get $nl) (i32.const 4)))
+                (if (i32.lt_s (local.tee $st (call $value_h (i32.const 1))) (i32.const 0)) (then (return (local.get $st))))
+                (if (local.tee $st (call $count (local.get $st) (local.get $key) (local.get $kl))) (then (return (local.get $st))))
+                (call $buf_cstr (i32.const 0x880) (i32.const 0x4020))
+                (call $buf_i64 (i32.const 0x880) (global.get $parsed))))))
         (if (global.get $oom) (then (return (call $err_oom))))
         (if (local.tee $st (call $emit (i32.const 0) (i64.load offset=4 (local.get $p)) (local.get $key) (local.get $kl)
                                        (i32.load (i32.const 0x880)) (i32.load offset=8 (i32.const 0x880))))

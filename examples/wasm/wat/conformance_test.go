@@ -156,3 +156,12 @@ func TestConformanceBadStatus(t *testing.T) {
 		t.Fatalf("put after a failed open: %v", wasmtest.Format(out))
 	}
 }
+
+// TestConformanceBatch checks replies in input order for many commands in
+// one call, and that inc goes through the batched state imports.
+func TestConformanceBatch(t *testing.T) { lang.CheckConformanceBatch(t) }
+
+// TestConformanceBatchedState checks state read and written many times in
+// one call: reads see earlier writes, an iteration and a timer see them,
+// and the host holds them.
+func TestConformanceBatchedState(t *testing.T) { lang.CheckConformanceBatchedState(t) }

@@ -25,7 +25,7 @@ func watFile(name string) string {
 
 // lang assembles "NAME" from watFile(NAME) and builds "go/NAME" as the Go
 // module in examples/wasm/go/NAME.
-var lang = wasmtest.Lang{Name: "WAT", Build: func(tb testing.TB, name string) []byte {
+var lang = wasmtest.Lang{Name: "WAT", NoStateCache: true, Build: func(tb testing.TB, name string) []byte {
 	tb.Helper()
 	return wasmtest.WATModule(tb, watFile(name))
 }}

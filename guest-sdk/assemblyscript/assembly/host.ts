@@ -35,6 +35,14 @@ export declare function hostTimerRegister(domain: i32, keyPtr: usize, keyLen: i3
 @external("wstream", "timer_delete")
 export declare function hostTimerDelete(domain: i32, keyPtr: usize, keyLen: i32, nsPtr: usize, nsLen: i32, ts: i64): i32;
 
+// The optional batched state functions (abi/ABI.md, "Batched state
+// access"): lists of (ptr, len) pairs into this module's memory.
+@external("wstream", "state_get_many")
+export declare function hostStateGetMany(h: i32, reqPtr: usize, reqLen: i32, outPtr: usize, outCap: i32): i32;
+
+@external("wstream", "state_write_batch")
+export declare function hostStateWriteBatch(ptr: usize, len: i32): i32;
+
 @external("wstream", "current_watermark")
 export declare function hostCurrentWatermark(): i64;
 

@@ -11,6 +11,7 @@ import {
   OK, NOT_FOUND, BAD_POINTER, BAD_HANDLE, BAD_ARGUMENT, LIMIT, UNKNOWN_OPERATOR, GUEST_ERROR, statusText,
 } from "./status";
 import { Bytes, copyBytes, quote, quoteRaw, quoteString, str } from "./bytes";
+import { StateCache, ENTRY_NONE, ENTRY_VALUE, ENTRY_ABSENT, ENTRY_UNKNOWN, MAX_KEY, MAX_VALUE } from "./cache";
 import { lookupMember, decodeString, kindName, KIND_NONE, KIND_NULL, KIND_BOOL, KIND_NUMBER, KIND_STRING } from "./json";
 
 /** The ABI version this SDK implements (the wstream_abi_version export). */
@@ -329,6 +330,8 @@ export class Context {
   states: Map<string, StateInfo> = new Map();
   record: Record = new Record();
   timer: Timer = new Timer();
+  /** State cached for the hook in progress (cache.ts). */
+  cache: StateCache = new StateCache();
 
   constructor(name: string, config: Uint8Array, op: Operator) {
     this.operatorName = name;
@@ -638,14 +641,37 @@ function domainName(d: i32): string {
 // The read buffer of state_get, grown to the largest value read.
 let getBuf: usize = 0;
 let getCap: i32 = 0;
+// Where stateRead left the value: getBuf or the state cache's memory.
+let readPtr: usize = 0;
 
-// stateRead reads entry (h, current key, ns) into getBuf and returns its
-// length, -1 when absent, or -2 after recording an error on c.
+// stateRead reads entry (h, current key, ns), from the state cache or
+// with state_get, and returns its length with the value at readPtr, -1
+// when absent, or -2 after recording an error on c.
 function stateRead(c: Context, h: i32, what: string, name: string, np: usize, nl: i32): i32 {
   if (h < 0) {
     c.fail(what + " " + quoteString(name) + ": the state was not registered");
     return -2;
   }
+  const cache = c.cache;
+  let e = ENTRY_NONE;
+  if (c.keyLen <= MAX_KEY && nl <= MAX_KEY) e = cache.find(h, np, nl);
+  if (e == ENTRY_VALUE) {
+    readPtr = cache.valuePtr;
+    return cache.valueLen;
+  }
+  if (e == ENTRY_ABSENT) return -1;
+  const n = stateReadDirect(c, h, what, name, np, nl);
+  readPtr = getBuf;
+  if (n >= 0 && e == ENTRY_UNKNOWN) {
+    cache.keep(getBuf, n);
+    readPtr = cache.valuePtr;
+  }
+  return n;
+}
+
+// stateReadDirect reads entry (h, current key, ns) with state_get into
+// getBuf, like stateRead.
+function stateReadDirect(c: Context, h: i32, what: string, name: string, np: usize, nl: i32): i32 {
   if (getBuf == 0) {
     getBuf = heap.alloc(<usize>INITIAL_GET_BUF);
     getCap = INITIAL_GET_BUF;
@@ -668,7 +694,7 @@ function stateRead(c: Context, h: i32, what: string, name: string, np: usize, nl
 function readBytes(c: Context, h: i32, what: string, name: string, np: usize, nl: i32): Uint8Array | null {
   const n = stateRead(c, h, what, name, np, nl);
   if (n < 0) return null;
-  return copyBytes(getBuf, n);
+  return copyBytes(readPtr, n);
 }
 
 function readI64(c: Context, h: i32, what: string, kind: string, name: string, np: usize, nl: i32, dflt: i64): i64 {
@@ -679,7 +705,19 @@ function readI64(c: Context, h: i32, what: string, kind: string, name: string, n
       statusText(BAD_ARGUMENT));
     return dflt;
   }
-  return load<i64>(getBuf);
+  return load<i64>(readPtr);
+}
+
+// cacheWrite records a put of the vl bytes at vp (a delete for vl < 0) in
+// the state cache and returns 1; 0, after recording an error on c, for a
+// size over the ABI's limits; -1 when the write must go to the host at
+// once.
+function cacheWrite(c: Context, h: i32, what: string, name: string, np: usize, nl: i32, vp: usize, vl: i32): i32 {
+  if (c.keyLen > MAX_KEY || nl > MAX_KEY || vl > MAX_VALUE) {
+    c.fail(what + " " + quoteString(name) + ": " + statusText(LIMIT));
+    return 0;
+  }
+  return c.cache.put(h, np, nl, vp, vl) ? 1 : -1;
 }
 
 function writeRaw(c: Context, h: i32, what: string, name: string, np: usize, nl: i32, vp: usize, vl: i32): bool {
@@ -687,6 +725,8 @@ function writeRaw(c: Context, h: i32, what: string, name: string, np: usize, nl:
     c.fail(what + " " + quoteString(name) + ": the state was not registered");
     return false;
   }
+  const cw = cacheWrite(c, h, what, name, np, nl, vp, vl);
+  if (cw >= 0) return cw > 0;
   const st = hostStatePut(h, c.keyPtr, c.keyLen, np, nl, vp, vl);
   if (st < 0) {
     c.fail(what + " " + quoteString(name) + ": " + statusText(st));
@@ -700,6 +740,8 @@ function deleteRaw(c: Context, h: i32, what: string, name: string, np: usize, nl
     c.fail(what + " " + quoteString(name) + ": the state was not registered");
     return false;
   }
+  const cw = cacheWrite(c, h, what, name, np, nl, 0, -1);
+  if (cw >= 0) return cw > 0;
   const st = hostStateDelete(h, c.keyPtr, c.keyLen, np, nl);
   if (st < 0) {
     c.fail(what + " " + quoteString(name) + ": " + statusText(st));
@@ -745,7 +787,7 @@ export class ValueState {
   getString(): string | null {
     const n = stateRead(this.c, this.h, "get value state", this.name, this.np, this.nl);
     if (n < 0) return null;
-    return String.UTF8.decodeUnsafe(getBuf, <usize>n);
+    return String.UTF8.decodeUnsafe(readPtr, <usize>n);
   }
 
   /** The value as an int64 (8 bytes little-endian), dflt when there is none. */
@@ -758,6 +800,12 @@ export class ValueState {
     if (this.h < 0) {
       this.c.fail("get value state " + quoteString(this.name) + ": the state was not registered");
       return false;
+    }
+    const c = this.c;
+    if (c.keyLen <= MAX_KEY && this.nl <= MAX_KEY) {
+      const e = c.cache.find(this.h, this.np, this.nl);
+      if (e == ENTRY_VALUE) return true;
+      if (e == ENTRY_ABSENT) return false;
     }
     const st = hostStateGet(this.h, this.c.keyPtr, this.c.keyLen, this.np, this.nl, 0, 0);
     if (st == NOT_FOUND) return false;
@@ -801,7 +849,7 @@ export class MapState {
   getString<K>(k: K): string | null {
     const n = stateRead(this.c, this.h, "get map state", this.name, argPtr<K>(k, 0), argLen<K>(k));
     if (n < 0) return null;
-    return String.UTF8.decodeUnsafe(getBuf, <usize>n);
+    return String.UTF8.decodeUnsafe(readPtr, <usize>n);
   }
 
   getI64<K>(k: K, dflt: i64 = 0): i64 {
@@ -891,6 +939,8 @@ export class MapIterator {
 
   // fetch loads the next page after the last key returned; false at the end.
   private fetch(): bool {
+    // The host iterates its own state: hand it the cached writes first.
+    if (!flushState(this.c)) return false;
     if (this.pos > 0) {
       // Continue after the last map key returned, copied out of the page
       // the next call overwrites.
@@ -1000,6 +1050,34 @@ function noSlot(exportName: string, op: i32): i32 {
   return BAD_HANDLE;
 }
 
+// flushState hands the cached state writes to the host; false, after
+// recording an error on c, when the host refuses one.
+function flushState(c: Context): bool {
+  const st = c.cache.flush();
+  if (st < 0) {
+    c.fail(writeBackError(c, st, c.cache.errHandle));
+    return false;
+  }
+  return true;
+}
+
+function writeBackError(c: Context, st: i32, h: i32): string {
+  const names = c.states.keys();
+  for (let i = 0; i < names.length; i++) {
+    if (h >= 0 && c.states.get(names[i]).h == h) return "write back state " + quoteString(names[i]) + ": " + statusText(st);
+  }
+  return "write back state: " + statusText(st);
+}
+
+// endState writes the cached writes back and empties the cache at the end
+// of a hook, whether it succeeds or fails, as the unbatched calls would
+// have.
+function endState(c: Context): void {
+  const failed = c.err !== null;
+  if (flushState(c) && !failed && c.cache.err != 0) c.fail(writeBackError(c, c.cache.err, -1));
+  c.cache.reset();
+}
+
 function begin(c: Context): void {
   c.keyPtr = 0;
   c.keyLen = 0;
@@ -1019,9 +1097,12 @@ function failCallback(c: Context, phase: string, what: string, msg: string): i32
 // finish ends a hook: it reports an error, or else hands the buffered
 // output to the host.
 function finish(c: Context, phase: string, what: string): i32 {
+  const failed = c.err !== null;
+  endState(c);
   c.keyPtr = 0;
   c.keyLen = 0;
-  if (c.err !== null) return failCallback(c, phase, what, c.err!);
+  if (failed) return failCallback(c, phase, what, c.err!);
+  if (c.err !== null) return failCallback(c, phase, "", c.err!);
   flush(c);
   if (c.err !== null) return failCallback(c, phase, "", c.err!);
   return OK;
@@ -1067,6 +1148,7 @@ export function abiOpen(op: i32, namePtr: usize, nameLen: i32, cfgPtr: usize, cf
 }
 
 function badBatch(c: Context, kind: string, problem: string, index: u32, off: u32): i32 {
+  endState(c);
   resetOut();
   c.keyPtr = 0;
   c.keyLen = 0;
@@ -1106,6 +1188,11 @@ function runBatch(exportName: string, op: i32, ptr: usize, len: i32, timers: boo
     const vp = kp + <usize>kl;
     c.keyPtr = kp;
     c.keyLen = <i32>kl;
+    const cache = c.cache;
+    cache.bp = p;
+    cache.be = e;
+    cache.left = count - i;
+    cache.rec = i;
     if (timers) {
       const t = c.timer;
       t.set(<i32>port, ts, kp, <i32>kl, vp, <i32>vl);
@@ -1126,6 +1213,7 @@ function runBatch(exportName: string, op: i32, ptr: usize, len: i32, timers: boo
     p = vp + <usize>vl;
   }
   if (p != e) {
+    endState(c);
     resetOut();
     c.keyPtr = 0;
     c.keyLen = 0;

@@ -43,6 +43,8 @@ type Context struct {
 	iters  []*iterScratch
 	depth  int
 	num    [8]byte // PutInt64's encoding; a field so it never escapes per call
+
+	sc stateCache
 }
 
 type stateInfo struct {

@@ -43,7 +43,9 @@
 // input batch in place), OnTimer per fired timer, the checkpoint hooks, and
 // Close after the input ended. Slices handed to an operator (Record, Timer,
 // values read from state) alias SDK or host buffers and are valid only during
-// the call, or until the next state read: copy what must outlive them.
+// the call: copy what must outlive them. State is cached for the duration of
+// a callback and written back to the host when it ends (abi/ABI.md, "How
+// the SDKs use them").
 //
 // # Output
 //

@@ -5,6 +5,7 @@ package wstream
 import (
 	"bytes"
 	"encoding/binary"
+	"hash/maphash"
 	"os"
 	"sort"
 	"strings"
@@ -30,6 +31,9 @@ type fakeHost struct {
 
 	// Call counters and forced answers.
 	wmCalls, getCalls, iterCalls, outputCalls int
+	getManyCalls, writeBatchCalls, putCalls   int
+	resBuf, valBuf                            []byte
+	firsts                                    map[uint64]int
 	force                                     map[string]int32 // import name -> status to return
 	fixedGet                                  []byte           // when set, state_get answers it without a lookup
 	discard                                   bool             // count emit_batch records instead of keeping them
@@ -150,6 +154,7 @@ func (f *fakeHost) stateGet(h int32, key, ns, out []byte) int32 {
 }
 
 func (f *fakeHost) statePut(h int32, key, ns, value []byte) int32 {
+	f.putCalls++
 	if st, ok := f.forced(abi.ImportStatePut); ok {
 		return st
 	}
@@ -194,6 +199,106 @@ func (f *fakeHost) stateIter(h int32, key, prefix, after []byte, hasAfter bool, 
 		n += size
 	}
 	return int32(n)
+}
+
+var fakeSeed = maphash.MakeSeed()
+
+// pairs reads the (ptr, len) pairs at b[at:at+16] of a list entry.
+func pairs(b []byte, at int) (k, ns []byte, ok bool) {
+	k, ok1 := resolve(binary.LittleEndian.Uint32(b[at:]), binary.LittleEndian.Uint32(b[at+4:]))
+	ns, ok2 := resolve(binary.LittleEndian.Uint32(b[at+8:]), binary.LittleEndian.Uint32(b[at+12:]))
+	return k, ns, ok1 && ok2
+}
+
+func (f *fakeHost) stateGetMany(h int32, req, out []byte) int32 {
+	f.getManyCalls++
+	if st, ok := f.forced("state_get_many"); ok {
+		return st
+	}
+	if len(req)%16 != 0 {
+		return abi.StatusBadArgument
+	}
+	n := len(req) / 16
+	if 12*n > len(out) {
+		return abi.StatusLimit
+	}
+	outAddr := addr(out)
+	// Buffers and the table of first requests are reused, so that the
+	// fake host allocates nothing in TestNoAllocations.
+	res := append(f.resBuf[:0], make([]byte, 12*n)...)
+	vals := f.valBuf[:0]
+	if f.firsts == nil {
+		f.firsts = map[uint64]int{}
+	}
+	clear(f.firsts)
+	need := 12 * n
+	for j := range n {
+		k, ns, ok := pairs(req, 16*j)
+		if !ok {
+			return abi.StatusBadPointer
+		}
+		hash := maphash.Bytes(fakeSeed, k)*31 ^ maphash.Bytes(fakeSeed, ns)
+		r := res[12*j:]
+		if first, ok := f.firsts[hash]; ok {
+			if fk, fns, _ := pairs(req, 16*first); string(fk) == string(k) && string(fns) == string(ns) {
+				binary.LittleEndian.PutUint32(r, uint32(first))
+				copy(r[4:12], res[12*first+4:12*first+12])
+				continue
+			}
+		}
+		f.firsts[hash] = j
+		binary.LittleEndian.PutUint32(r, uint32(j))
+		v, found := f.fixedGet, f.fixedGet != nil
+		if !found {
+			v, found = f.state[fakeKey{h, string(k), string(ns)}]
+		}
+		if !found {
+			binary.LittleEndian.PutUint32(r[4:], 0xffffffff) // NOT_FOUND
+			continue
+		}
+		binary.LittleEndian.PutUint32(r[4:], uint32(len(v)))
+		if 12*n+len(vals)+len(v) <= len(out) {
+			binary.LittleEndian.PutUint32(r[8:], outAddr+uint32(12*n+len(vals)))
+			vals = append(vals, v...)
+		}
+		need += len(v)
+	}
+	copy(out, res)
+	copy(out[12*n:], vals)
+	f.resBuf, f.valBuf = res, vals
+	return int32(need)
+}
+
+func (f *fakeHost) stateWriteBatch(b []byte) int32 {
+	f.writeBatchCalls++
+	if len(b)%28 != 0 {
+		return abi.StatusBadArgument
+	}
+	for ; len(b) > 0; b = b[28:] {
+		h := int32(binary.LittleEndian.Uint32(b))
+		k, ns, ok := pairs(b, 4)
+		if !ok {
+			return abi.StatusBadPointer
+		}
+		vl := int32(binary.LittleEndian.Uint32(b[24:]))
+		var st int32
+		switch {
+		case vl == -1:
+			st = f.stateDelete(h, k, ns)
+		case vl < -1:
+			return abi.StatusBadArgument
+		default:
+			v, ok := resolve(binary.LittleEndian.Uint32(b[20:]), uint32(vl))
+			if !ok {
+				return abi.StatusBadPointer
+			}
+			st = f.statePut(h, k, ns, v)
+		}
+		if st < 0 {
+			return st
+		}
+	}
+	return abi.StatusOK
 }
 
 func (f *fakeHost) timerRegister(domain int32, key, ns []byte, ts int64) int32 {

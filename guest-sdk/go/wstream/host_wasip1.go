@@ -50,6 +50,14 @@ func importTimerRegister(domain int32, key unsafe.Pointer, keyLen uint32, ns uns
 //go:noescape
 func importTimerDelete(domain int32, key unsafe.Pointer, keyLen uint32, ns unsafe.Pointer, nsLen uint32, ts int64) int32
 
+//go:wasmimport wstream state_get_many
+//go:noescape
+func importStateGetMany(h int32, req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outCap uint32) int32
+
+//go:wasmimport wstream state_write_batch
+//go:noescape
+func importStateWriteBatch(batch unsafe.Pointer, n uint32) int32
+
 //go:wasmimport wstream current_watermark
 func importWatermark() int64
 
@@ -63,6 +71,14 @@ func importLog(level int32, msg string)
 func importFail(msg string)
 
 func ptr(b []byte) unsafe.Pointer { return unsafe.Pointer(unsafe.SliceData(b)) }
+
+// addr is the address of b in linear memory, for the (ptr, len) pairs of
+// the batched state lists. The cache keeps every slice it passes alive
+// until the host is done with it.
+func addr(b []byte) uint32 { return uint32(uintptr(ptr(b))) }
+
+// resetAddrs forgets what addr handed out: nothing to do in wasm.
+func resetAddrs() {}
 
 func hostEmit(port uint32, ts int64, key, value []byte) int32 {
 	return importEmit(port, ts, ptr(key), uint32(len(key)), ptr(value), uint32(len(value)))
@@ -93,6 +109,12 @@ func hostStateIter(h int32, key, prefix, after []byte, hasAfter bool, out []byte
 	}
 	return importStateIter(h, ptr(key), uint32(len(key)), ptr(prefix), uint32(len(prefix)), ptr(after), afterLen, ptr(out), uint32(len(out)))
 }
+
+func hostStateGetMany(h int32, req, out []byte) int32 {
+	return importStateGetMany(h, ptr(req), uint32(len(req)), ptr(out), uint32(len(out)))
+}
+
+func hostStateWriteBatch(b []byte) int32 { return importStateWriteBatch(ptr(b), uint32(len(b))) }
 
 func hostTimerRegister(domain int32, key, ns []byte, ts int64) int32 {
 	return importTimerRegister(domain, ptr(key), uint32(len(key)), ptr(ns), uint32(len(ns)), ts)

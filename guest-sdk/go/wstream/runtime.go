@@ -154,6 +154,7 @@ func (m *module) process(op int32, batch []byte) (status int32) {
 		e := k + int(vl)
 		key := d[abi.RecordHeaderSize:k:k]
 		ctx.key = key
+		ctx.sc.batch, ctx.sc.left, ctx.sc.rec = d, it.left, it.i
 		err = proc.Process(ctx, Record{Key: key, Value: d[k:e:e], Timestamp: int64(binary.LittleEndian.Uint64(d[4:])), Input: int(binary.LittleEndian.Uint32(d))})
 		if err != nil {
 			return m.fail(s, "process", fmt.Errorf("record %d of %d (key %s): %w", it.i, abi.Count(batch), abbreviate(key), err))
@@ -187,7 +188,11 @@ func (m *module) onTimer(op int32, batch []byte) (status int32) {
 	}
 	m.begin(s)
 	var rec abi.Record
-	for it.next(&rec) {
+	for {
+		s.ctx.sc.batch, s.ctx.sc.left, s.ctx.sc.rec = it.b[it.off:], it.left, it.i
+		if !it.next(&rec) {
+			break
+		}
 		s.ctx.key = rec.Key
 		err = th.OnTimer(s.ctx, Timer{Domain: TimeDomain(rec.Port), Timestamp: rec.Timestamp, Key: rec.Key, Namespace: rec.Value})
 		if err != nil {
@@ -262,8 +267,14 @@ func (m *module) begin(s *slot) {
 // to the host.
 func (m *module) end(s *slot, phase string, err error) int32 {
 	s.ctx.key = nil
+	// The cached writes reach the host whether the callback succeeds or
+	// fails, as the unbatched calls would have.
+	serr := s.ctx.endState()
 	if err != nil {
 		return m.fail(s, phase, err)
+	}
+	if serr != nil {
+		return m.fail(s, phase, serr)
 	}
 	if err := m.flush(); err != nil {
 		return m.fail(s, phase, err)
@@ -341,6 +352,7 @@ func (m *module) flush() error {
 func (m *module) fail(s *slot, phase string, err error) int32 {
 	m.resetOut()
 	s.ctx.key = nil
+	_ = s.ctx.endState()
 	hostFail(fmt.Sprintf("operator %q: %s: %v", s.ctx.name, phase, err))
 	return abi.StatusGuestError
 }
@@ -358,6 +370,7 @@ func (m *module) recoverInto(s *slot, phase string, status *int32) {
 }
 
 func (m *module) badBatch(s *slot, what string, err error) int32 {
+	_ = s.ctx.endState()
 	hostFail(fmt.Sprintf("operator %q: %s batch from the host: %v", s.ctx.name, what, err))
 	return abi.StatusBadArgument
 }

@@ -12,8 +12,9 @@ import (
 // namespace is empty; Namespace returns a view on another one (for example a
 // window), without allocating.
 //
-// Slices returned by Get stay valid until the next state read on the same
-// Context: copy them to keep them. Integers are stored as 8 bytes
+// Slices returned by Get stay valid until the callback returns: copy them
+// to keep them. State is cached for the duration of a callback and written
+// back to the host when it ends (abi/ABI.md, "How the SDKs use them"). Integers are stored as 8 bytes
 // little-endian, like every integer of the ABI.
 type ValueState struct {
 	c    *Context
@@ -24,8 +25,8 @@ type ValueState struct {
 
 // MapState is a sorted map per current key: map keys are state namespaces,
 // so Range visits them in byte order. Get it from Context.MapState in Open.
-// Slices returned by Get and passed to Range's callback stay valid until the
-// next state read on the same Context.
+// Slices returned by Get stay valid until the callback returns; those passed
+// to Range's callback, during the callback.
 type MapState struct {
 	c    *Context
 	h    int32
@@ -101,6 +102,26 @@ func (s ValueState) Get() ([]byte, bool, error) {
 // GetInt64 returns the value as an int64 (8 bytes little-endian), and false
 // when there is none.
 func (s ValueState) GetInt64() (int64, bool, error) {
+	// The cache's answer with as few calls as may be: under a call
+	// deadline every Go call in wasm costs a termination check.
+	if c := s.c; c != nil && batchedState {
+		if g := c.sc.hit(s.h, s.ns); g != nil {
+			r, _ := g.entry(c.sc.rec)
+			switch vlen := int32(binary.LittleEndian.Uint32(r[4:])); vlen {
+			case 8:
+				if p := binary.LittleEndian.Uint32(r[8:]); p != 0 {
+					if off := int(p - g.resBase); off < len(g.res)-7 {
+						return int64(binary.LittleEndian.Uint64(g.res[off:])), true, nil
+					}
+					if v := c.sc.bytesAt(g, p, 8); v != nil {
+						return int64(binary.LittleEndian.Uint64(v)), true, nil
+					}
+				}
+			case abi.StatusNotFound:
+				return 0, false, nil
+			}
+		}
+	}
 	v, ok, err := s.Get()
 	if !ok || err != nil {
 		return 0, ok, err
@@ -111,24 +132,45 @@ func (s ValueState) GetInt64() (int64, bool, error) {
 	return int64(binary.LittleEndian.Uint64(v)), true, nil
 }
 
-// Put stores v for the current key and namespace. v is copied.
+// Put stores v for the current key and namespace. v is copied. A key or
+// namespace over 64 KiB or a value over 16 MiB fails with ErrLimit; a
+// refusal by the host (a limit lowered for the job, a key of another
+// subtask) fails the callback when the write reaches the host, at its end.
 func (s ValueState) Put(v []byte) error {
 	if s.c == nil {
 		return errUnregistered
 	}
-	if st := hostStatePut(s.h, s.c.key, s.ns, v); st < 0 {
-		return callErr("put value state", s.name, st)
-	}
-	return nil
+	return s.c.write(s.h, "put value state", s.name, s.ns, v, false)
 }
 
 // PutInt64 stores v as 8 bytes little-endian.
 func (s ValueState) PutInt64(v int64) error {
-	if s.c == nil {
+	c := s.c
+	if c == nil {
 		return errUnregistered
 	}
-	binary.LittleEndian.PutUint64(s.c.num[:], uint64(v))
-	return s.Put(s.c.num[:])
+	if batchedState && len(c.key) <= maxStateKey {
+		if g := c.sc.hit(s.h, s.ns); g != nil {
+			// put, for 8 bytes, with as few calls as may be (GetInt64).
+			sc := &c.sc
+			r, f := g.entry(sc.rec)
+			if first := binary.LittleEndian.Uint32(r); first&dirtyBit == 0 {
+				binary.LittleEndian.PutUint32(r, first|dirtyBit)
+				sc.dirty = append(sc.dirty, uint32(g.index)<<17|f)
+			}
+			if len(sc.mem)-sc.used < 8 {
+				sc.grow(8)
+			}
+			at := sc.used
+			sc.used += 8
+			binary.LittleEndian.PutUint64(sc.mem[at:], uint64(v))
+			binary.LittleEndian.PutUint32(r[4:], 8)
+			binary.LittleEndian.PutUint32(r[8:], sc.memBase+uint32(at))
+			return nil
+		}
+	}
+	binary.LittleEndian.PutUint64(c.num[:], uint64(v))
+	return s.Put(c.num[:])
 }
 
 // Delete removes the value of the current key and namespace; removing an
@@ -137,10 +179,7 @@ func (s ValueState) Delete() error {
 	if s.c == nil {
 		return errUnregistered
 	}
-	if st := hostStateDelete(s.h, s.c.key, s.ns); st < 0 {
-		return callErr("delete value state", s.name, st)
-	}
-	return nil
+	return s.c.write(s.h, "delete value state", s.name, s.ns, nil, true)
 }
 
 // Name is the state's name.
@@ -160,10 +199,7 @@ func (s MapState) Put(k, v []byte) error {
 	if s.c == nil {
 		return errUnregistered
 	}
-	if st := hostStatePut(s.h, s.c.key, k, v); st < 0 {
-		return callErr("put map state", s.name, st)
-	}
-	return nil
+	return s.c.write(s.h, "put map state", s.name, k, v, false)
 }
 
 // Delete removes map key k of the current key; removing an absent entry is
@@ -172,10 +208,7 @@ func (s MapState) Delete(k []byte) error {
 	if s.c == nil {
 		return errUnregistered
 	}
-	if st := hostStateDelete(s.h, s.c.key, k); st < 0 {
-		return callErr("delete map state", s.name, st)
-	}
-	return nil
+	return s.c.write(s.h, "delete map state", s.name, k, nil, true)
 }
 
 // Range calls fn for every entry of the current key whose map key starts
@@ -188,6 +221,10 @@ func (s MapState) Range(prefix []byte, fn func(k, v []byte) bool) error {
 		return errUnregistered
 	}
 	c := s.c
+	// The host iterates its own state: hand it the cached writes first.
+	if err := c.flushState(); err != nil {
+		return err
+	}
 	// Range may nest (fn may call Range): each depth pages through its own
 	// buffers, which are kept for the next Range at that depth.
 	if c.depth == len(c.iters) {
@@ -259,9 +296,10 @@ func (sc *iterScratch) run(h int32, name string, key, prefix []byte, fn func(k, 
 	}
 }
 
-// get reads (current key, ns) of handle h into the Context's reusable read
-// buffer, growing it when the host reports a larger value.
-func (c *Context) get(h int32, name string, ns []byte) ([]byte, bool, error) {
+// getDirect reads (current key, ns) of handle h with state_get into the
+// Context's reusable read buffer, growing it when the host reports a
+// larger value.
+func (c *Context) getDirect(h int32, name string, ns []byte) ([]byte, bool, error) {
 	for attempt := 0; ; attempt++ {
 		buf := c.getBuf[:cap(c.getBuf)]
 		n := hostStateGet(h, c.key, ns, buf)

@@ -1,6 +1,7 @@
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 
+use crate::cache::StateCache;
 use crate::json::Json;
 use crate::state::{self, MapState, ValueState};
 use crate::text::{abbreviate, quote};
@@ -43,6 +44,8 @@ pub struct Context {
     out: Vec<u8>,
     out_count: u32,
     emit_err: Option<Error>,
+    /// State cached for the callback in progress (cache.rs).
+    pub(crate) cache: RefCell<StateCache>,
 }
 
 impl Context {
@@ -60,6 +63,32 @@ impl Context {
             out,
             out_count: 0,
             emit_err: None,
+            cache: RefCell::new(StateCache::default()),
+        }
+    }
+
+    /// Hands the cached state writes to the host.
+    pub(crate) fn flush_state(&self) -> Result<()> {
+        let res = self.cache.borrow_mut().flush();
+        res.map_err(|(st, h)| self.write_back_error(st, h))
+    }
+
+    /// Writes the cached state writes back and empties the cache, at the
+    /// end of a callback.
+    pub(crate) fn end_state(&self) -> Result<()> {
+        let mut res = self.flush_state();
+        let mut cache = self.cache.borrow_mut();
+        if let (Ok(()), Some((st, h))) = (&res, cache.err) {
+            res = Err(self.write_back_error(st, h));
+        }
+        cache.reset();
+        res
+    }
+
+    fn write_back_error(&self, st: i32, h: Option<i32>) -> Error {
+        match h.and_then(|h| self.states.iter().find(|s| s.handle == h)) {
+            Some(s) => Error::host(st, format_args!("write back state {}", quote(s.name.as_bytes()))),
+            None => Error::host(st, format_args!("write back state")),
         }
     }
 

@@ -47,6 +47,8 @@ mod imports {
         ) -> i32;
         pub fn timer_register(domain: i32, key: *const u8, key_len: i32, ns: *const u8, ns_len: i32, ts: i64) -> i32;
         pub fn timer_delete(domain: i32, key: *const u8, key_len: i32, ns: *const u8, ns_len: i32, ts: i64) -> i32;
+        pub fn state_get_many(h: i32, req: *const u8, req_len: i32, out: *mut u8, out_cap: i32) -> i32;
+        pub fn state_write_batch(ptr: *const u8, len: i32) -> i32;
         pub fn current_watermark() -> i64;
         pub fn processing_time() -> i64;
         pub fn log(level: i32, ptr: *const u8, len: i32);
@@ -176,6 +178,32 @@ pub fn state_iter(h: i32, key: &[u8], prefix: &[u8], after: Option<&[u8]>, out: 
     #[cfg(not(target_arch = "wasm32"))]
     {
         let _ = (h, len(key), len(prefix), after_ptr, after_len, out, cap);
+        NO_HOST
+    }
+}
+
+/// state_get_many over the req_len bytes of requests at req, into the cap
+/// bytes at out.
+pub fn state_get_many(h: i32, req: *const u8, req_len: usize, out: *mut u8, cap: usize) -> i32 {
+    #[cfg(target_arch = "wasm32")]
+    unsafe {
+        imports::state_get_many(h, req, req_len as i32, out, cap as i32)
+    }
+    #[cfg(not(target_arch = "wasm32"))]
+    {
+        let _ = (h, req, req_len, out, cap);
+        NO_HOST
+    }
+}
+
+pub fn state_write_batch(writes: &[u8]) -> i32 {
+    #[cfg(target_arch = "wasm32")]
+    unsafe {
+        imports::state_write_batch(writes.as_ptr(), len(writes))
+    }
+    #[cfg(not(target_arch = "wasm32"))]
+    {
+        let _ = len(writes);
         NO_HOST
     }
 }

@@ -71,7 +71,14 @@
 //! reaches its time, with the same key and namespace. Integers in state are
 //! 8 bytes little-endian ([`ValueState::get_i64`]), like every other SDK's,
 //! so that savepoints move between languages.
+//!
+//! State is cached for the duration of a callback: in `process` and
+//! `on_timer` it is read for a batch's keys in one host call and written
+//! back in another when the callback ends, or before a map cursor fetches a
+//! page (abi/ABI.md, "How the SDKs use them"). A write the host refuses
+//! there fails the callback.
 
+mod cache;
 mod context;
 mod host;
 pub mod json;

@@ -161,12 +161,19 @@ fn enter(ctx: &mut Context, phase: &'static str) {
 /// end finishes a callback: it reports an error, or else hands the
 /// buffered output to the host and reports an output error.
 fn end(ctx: &mut Context, phase: &'static str, res: Result<()>, what: Where) -> i32 {
-    let res = match res {
-        Err(e) => {
+    // The cached state writes reach the host whether the callback succeeds
+    // or fails, as the unbatched calls would have.
+    let state = ctx.end_state();
+    let res = match (res, state) {
+        (Err(e), _) => {
             ctx.drop_output();
             Err((e, what))
         }
-        Ok(()) => ctx.finish_output().map_err(|e| (e, Where::Nothing)),
+        (Ok(()), Err(e)) => {
+            ctx.drop_output();
+            Err((e, Where::Nothing))
+        }
+        (Ok(()), Ok(())) => ctx.finish_output().map_err(|e| (e, Where::Nothing)),
     };
     ctx.set_key(&[]);
     let cur = current();
@@ -300,6 +307,7 @@ pub fn open(factories: &[Factory], op: i32, name_ptr: i32, name_len: i32, cfg_pt
 }
 
 fn bad_batch(ctx: &mut Context, kind: &str, problem: &str) -> i32 {
+    let _ = ctx.end_state();
     ctx.drop_output();
     ctx.set_key(&[]);
     current().name = None;
@@ -353,11 +361,13 @@ pub fn process(op: i32, ptr: i32, len: i32) -> i32 {
     let count = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
     let mut off = BATCH_HEADER;
     for i in 0..count {
+        let at = off;
         let (input, timestamp, key, value) = match next_entry(b, &mut off, i) {
             Ok(e) => e,
             Err(problem) => return bad_batch(&mut s.ctx, "input", &problem),
         };
         s.ctx.set_key(key);
+        s.ctx.cache.get_mut().set_record(&b[at..], count - i, i);
         let what = Where::Record { index: i, count, key: key.as_ptr(), key_len: key.len() };
         current().what = what;
         let r = Record { key, value, timestamp, input };
@@ -400,6 +410,7 @@ pub fn on_timer(op: i32, ptr: i32, len: i32) -> i32 {
             }
         };
         s.ctx.set_key(key);
+        s.ctx.cache.get_mut().set_record(&b[at..], count - i, i);
         let what = Where::Timer { domain, ts: timestamp, key: key.as_ptr(), key_len: key.len() };
         current().what = what;
         let t = Timer { domain, timestamp, key, namespace };

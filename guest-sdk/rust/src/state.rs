@@ -1,5 +1,6 @@
 use std::rc::Rc;
 
+use crate::cache::{Cached, MAX_KEY, MAX_VALUE};
 use crate::context::Context;
 use crate::text::quote;
 use crate::{host, Error, Result, Status};
@@ -100,23 +101,23 @@ impl Namespaced<'_> {
     }
 
     pub fn get_into(&self, ctx: &Context, buf: &mut Vec<u8>) -> Result<bool> {
-        get_into(self.h, "value", self.name, ctx.raw_key(), self.ns, buf)
+        get_into(self.h, "value", self.name, ctx, self.ns, buf)
     }
 
     pub fn get_i64(&self, ctx: &Context) -> Result<Option<i64>> {
-        get_i64(self.h, "value", self.name, ctx.raw_key(), self.ns)
+        get_i64(self.h, "value", self.name, ctx, self.ns)
     }
 
     pub fn put(&self, ctx: &Context, v: &[u8]) -> Result<()> {
-        put(self.h, "value", self.name, ctx.raw_key(), self.ns, v)
+        put(self.h, "value", self.name, ctx, self.ns, v)
     }
 
     pub fn put_i64(&self, ctx: &Context, v: i64) -> Result<()> {
-        put(self.h, "value", self.name, ctx.raw_key(), self.ns, &v.to_le_bytes())
+        put(self.h, "value", self.name, ctx, self.ns, &v.to_le_bytes())
     }
 
     pub fn delete(&self, ctx: &Context) -> Result<()> {
-        delete(self.h, "value", self.name, ctx.raw_key(), self.ns)
+        delete(self.h, "value", self.name, ctx, self.ns)
     }
 }
 
@@ -146,25 +147,25 @@ impl MapState {
 
     /// Reads entry k into buf, like [`ValueState::get_into`].
     pub fn get_into(&self, ctx: &Context, k: &[u8], buf: &mut Vec<u8>) -> Result<bool> {
-        get_into(self.h, "map", &self.name, ctx.raw_key(), k, buf)
+        get_into(self.h, "map", &self.name, ctx, k, buf)
     }
 
     /// Entry k as an int64, 8 bytes little-endian.
     pub fn get_i64(&self, ctx: &Context, k: &[u8]) -> Result<Option<i64>> {
-        get_i64(self.h, "map", &self.name, ctx.raw_key(), k)
+        get_i64(self.h, "map", &self.name, ctx, k)
     }
 
     pub fn put(&self, ctx: &Context, k: &[u8], v: &[u8]) -> Result<()> {
-        put(self.h, "map", &self.name, ctx.raw_key(), k, v)
+        put(self.h, "map", &self.name, ctx, k, v)
     }
 
     pub fn put_i64(&self, ctx: &Context, k: &[u8], v: i64) -> Result<()> {
-        put(self.h, "map", &self.name, ctx.raw_key(), k, &v.to_le_bytes())
+        put(self.h, "map", &self.name, ctx, k, &v.to_le_bytes())
     }
 
     /// Deletes entry k; deleting an absent entry is fine.
     pub fn delete(&self, ctx: &Context, k: &[u8]) -> Result<()> {
-        delete(self.h, "map", &self.name, ctx.raw_key(), k)
+        delete(self.h, "map", &self.name, ctx, k)
     }
 
     /// A cursor over the entries of the current key whose map key starts
@@ -229,6 +230,9 @@ impl MapIter {
             if self.done {
                 return Ok(None);
             }
+            // The host iterates its own state: hand it the cached writes
+            // first.
+            ctx.flush_state()?;
             self.fetch(ctx.raw_key())?;
         }
         let p = &self.page[self.pos..];
@@ -312,7 +316,45 @@ impl MapIter {
     }
 }
 
-fn get_into(h: i32, kind: &str, name: &str, key: &[u8], ns: &[u8], buf: &mut Vec<u8>) -> Result<bool> {
+/// cached looks (h, current key, ns) up in the state cache: Some(found)
+/// when it answered into buf, None when state_get must read it; found
+/// values are then kept with keep.
+fn cached(ctx: &Context, h: i32, ns: &[u8], buf: &mut Vec<u8>) -> core::result::Result<bool, Option<usize>> {
+    if ctx.raw_key().len() > MAX_KEY || ns.len() > MAX_KEY {
+        return Err(None);
+    }
+    match ctx.cache.borrow_mut().get(h, ns) {
+        Some((Cached::Value(p, n), _)) => {
+            buf.clear();
+            // SAFETY: the cache's value lies in memory it keeps until the
+            // callback returns.
+            buf.extend_from_slice(unsafe { std::slice::from_raw_parts(p, n) });
+            Ok(true)
+        }
+        Some((Cached::Absent, _)) => {
+            buf.clear();
+            Ok(false)
+        }
+        Some((Cached::Unknown, j)) => Err(Some(j)),
+        None => Err(None),
+    }
+}
+
+fn get_into(h: i32, kind: &str, name: &str, ctx: &Context, ns: &[u8], buf: &mut Vec<u8>) -> Result<bool> {
+    match cached(ctx, h, ns, buf) {
+        Ok(found) => Ok(found),
+        Err(group) => {
+            let found = get_direct(h, kind, name, ctx.raw_key(), ns, buf)?;
+            if let (true, Some(j)) = (found, group) {
+                ctx.cache.borrow_mut().keep(j, buf);
+            }
+            Ok(found)
+        }
+    }
+}
+
+/// get_direct reads (key, ns) of h with state_get into buf.
+fn get_direct(h: i32, kind: &str, name: &str, key: &[u8], ns: &[u8], buf: &mut Vec<u8>) -> Result<bool> {
     buf.clear();
     if buf.capacity() < FIRST_GET {
         buf.reserve_exact(FIRST_GET);
@@ -360,36 +402,81 @@ fn get_into(h: i32, kind: &str, name: &str, key: &[u8], ns: &[u8], buf: &mut Vec
     }
 }
 
-fn get_i64(h: i32, kind: &str, name: &str, key: &[u8], ns: &[u8]) -> Result<Option<i64>> {
+fn get_i64(h: i32, kind: &str, name: &str, ctx: &Context, ns: &[u8]) -> Result<Option<i64>> {
+    if ctx.raw_key().len() <= MAX_KEY && ns.len() <= MAX_KEY {
+        let got = ctx.cache.borrow_mut().get(h, ns);
+        match got {
+            // SAFETY: the cache's value lies in memory it keeps until the
+            // callback returns.
+            Some((Cached::Value(p, 8), _)) => return Ok(Some(i64::from_le_bytes(unsafe { *(p as *const [u8; 8]) }))),
+            Some((Cached::Value(_, n), _)) => return Err(not_i64(kind, name, n as i32)),
+            Some((Cached::Absent, _)) => return Ok(None),
+            Some((Cached::Unknown, j)) => {
+                let v = get_i64_direct(h, kind, name, ctx.raw_key(), ns)?;
+                if let Some(v) = v {
+                    ctx.cache.borrow_mut().keep(j, &v.to_le_bytes());
+                }
+                return Ok(v);
+            }
+            None => {}
+        }
+    }
+    get_i64_direct(h, kind, name, ctx.raw_key(), ns)
+}
+
+fn not_i64(kind: &str, name: &str, n: i32) -> Error {
+    Error::with_status(
+        Status::BadArgument,
+        format!(
+            "{} state {} holds {} bytes, not an 8-byte int64: {}",
+            kind,
+            quote(name.as_bytes()),
+            n,
+            Status::BadArgument.text()
+        ),
+    )
+}
+
+fn get_i64_direct(h: i32, kind: &str, name: &str, key: &[u8], ns: &[u8]) -> Result<Option<i64>> {
     let mut b = [0u8; 8];
     let n = host::state_get(h, key, ns, b.as_mut_ptr(), b.len());
     match n {
         NOT_FOUND => Ok(None),
         8 => Ok(Some(i64::from_le_bytes(b))),
         n if n < 0 => Err(Error::host(n, format_args!("get {} state {}", kind, quote(name.as_bytes())))),
-        n => Err(Error::with_status(
-            Status::BadArgument,
-            format!(
-                "{} state {} holds {} bytes, not an 8-byte int64: {}",
-                kind,
-                quote(name.as_bytes()),
-                n,
-                Status::BadArgument.text()
-            ),
-        )),
+        n => Err(not_i64(kind, name, n)),
     }
 }
 
-fn put(h: i32, kind: &str, name: &str, key: &[u8], ns: &[u8], v: &[u8]) -> Result<()> {
-    let st = host::state_put(h, key, ns, v);
+/// write records a put (Some) or a delete (None) in the state cache; false
+/// when the cache does not hold the entry and the write must go to the
+/// host at once.
+fn write(h: i32, kind: &str, verb: &str, name: &str, ctx: &Context, ns: &[u8], v: Option<&[u8]>) -> Result<bool> {
+    if ctx.raw_key().len() > MAX_KEY || ns.len() > MAX_KEY || v.map_or(false, |v| v.len() > MAX_VALUE) {
+        return Err(Error::host(LIMIT, format_args!("{} {} state {}", verb, kind, quote(name.as_bytes()))));
+    }
+    let res = ctx.cache.borrow_mut().put(h, ns, v);
+    res.map_err(|()| {
+        Error::with_status(Status::Limit, format!("{} {} state {}: out of memory", verb, kind, quote(name.as_bytes())))
+    })
+}
+
+fn put(h: i32, kind: &str, name: &str, ctx: &Context, ns: &[u8], v: &[u8]) -> Result<()> {
+    if write(h, kind, "put", name, ctx, ns, Some(v))? {
+        return Ok(());
+    }
+    let st = host::state_put(h, ctx.raw_key(), ns, v);
     if st < 0 {
         return Err(Error::host(st, format_args!("put {} state {}", kind, quote(name.as_bytes()))));
     }
     Ok(())
 }
 
-fn delete(h: i32, kind: &str, name: &str, key: &[u8], ns: &[u8]) -> Result<()> {
-    let st = host::state_delete(h, key, ns);
+fn delete(h: i32, kind: &str, name: &str, ctx: &Context, ns: &[u8]) -> Result<()> {
+    if write(h, kind, "delete", name, ctx, ns, None)? {
+        return Ok(());
+    }
+    let st = host::state_delete(h, ctx.raw_key(), ns);
     if st < 0 {
         return Err(Error::host(st, format_args!("delete {} state {}", kind, quote(name.as_bytes()))));
     }

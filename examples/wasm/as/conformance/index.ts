@@ -98,6 +98,15 @@ class Conform extends Operator {
       if (!s.putI64(n)) return null;
       return reply.byte(0x3d).i64(n);
     }
+    if (name == "tinc") {
+      const t = args(ctx, cmd, 3);
+      if (t === null) return null;
+      if (this.value(ctx, t[1]) === null) return null;
+      const ts = number(ctx, t[2]);
+      if (ts == BAD_NUMBER) return null;
+      ctx.registerEventTimer(ts, this.val.reset().string("inc:").bytes(t[1]));
+      return reply.string(ok);
+    }
     if (name == "big") {
       const t = args(ctx, cmd, 3);
       if (t === null) return null;
@@ -240,6 +249,17 @@ class Conform extends Operator {
   onTimer(ctx: Context, t: Timer): void {
     const v = this.reply.reset().string("fired ").string(t.domain == PROCESSING_TIME ? "proc" : "event")
       .byte(0x20).i64(t.timestamp).string(" ns=").raw(t.namespacePtr, t.namespaceLength);
+    // A timer of tinc counts in its value state.
+    const ns = t.namespace;
+    if (ns.byteLength >= 4 && str(ns.subarray(0, 4)) == "inc:") {
+      const s = this.value(ctx, ns.subarray(4));
+      if (s === null) return;
+      let n = s.getI64();
+      if (ctx.failed) return;
+      n++;
+      if (!s.putI64(n)) return;
+      v.string(" =").i64(n);
+    }
     ctx.emit(t.key, v, t.timestamp);
   }
 

@@ -369,6 +369,21 @@ static int cmd_timer(ws_ctx *ctx, const ws_record *r, tok verb) {
 	return ok(ctx, r, ws_timer_delete(ctx, domain, ts, "t", 1));
 }
 
+/* tinc S TS: an event-time timer at TS whose namespace "inc:S" makes
+ * on_timer count in value state S. */
+static int cmd_tinc(ws_ctx *ctx, conform *c, const ws_record *r) {
+	tok t[MAX_TOKENS];
+	ws_value_state s;
+	int64_t ts;
+	int st;
+	if ((st = args(ctx, r, t, 3)) < 0 || (st = value_state(ctx, c, t[1], &s)) < 0 || (st = number(ctx, t[2], &ts)) < 0)
+		return st;
+	uint8_t ns[4 + 16];
+	memcpy(ns, "inc:", 4);
+	memcpy(ns + 4, t[1].p, t[1].n); /* a state name: at most 3 bytes */
+	return ok(ctx, r, ws_register_event_timer(ctx, ts, ns, 4 + t[1].n));
+}
+
 static int conform_process(ws_ctx *ctx, const ws_record *r) {
 	conform *c = ws_data(ctx);
 	tok verb = {r->value, 0};
@@ -393,6 +408,8 @@ static int conform_process(ws_ctx *ctx, const ws_record *r) {
 	}
 	if (is(verb, "timer") || is(verb, "untimer"))
 		return cmd_timer(ctx, r, verb);
+	if (is(verb, "tinc"))
+		return cmd_tinc(ctx, c, r);
 	if (is(verb, "wm")) {
 		reply_int(ctx, r, "wm=", ws_watermark(ctx));
 		return 0;
@@ -434,10 +451,29 @@ static int conform_on_timer(ws_ctx *ctx, const ws_timer *t) {
 	char b[64];
 	uint32_t n = ws_format(b, sizeof b, "fired %s %lld ns=", t->domain == WS_PROCESSING_TIME ? "proc" : "event",
 	                       (long long)t->ts);
-	uint8_t *out = ws_emit_reserve(ctx, 0, t->key, t->key_len, n + t->ns_len, t->ts);
+	/* A timer of tinc counts in its value state. */
+	char count[2 + WS_INT64_DIGITS];
+	uint32_t cn = 0;
+	if (t->ns_len >= 4 && memcmp(t->ns, "inc:", 4) == 0) {
+		conform *c = ws_data(ctx);
+		ws_value_state s;
+		int64_t i;
+		int st;
+		if ((st = value_state(ctx, c, (tok){t->ns + 4, t->ns_len - 4}, &s)) < 0 ||
+		    (st = ws_value_get_int64(ctx, s, &i)) < 0)
+			return st;
+		i = (int64_t)((uint64_t)i + 1);
+		if ((st = ws_value_put_int64(ctx, s, i)) < 0)
+			return st;
+		count[0] = ' ';
+		count[1] = '=';
+		cn = 2 + ws_format_int64(count + 2, i);
+	}
+	uint8_t *out = ws_emit_reserve(ctx, 0, t->key, t->key_len, n + t->ns_len + cn, t->ts);
 	if (out) {
 		memcpy(out, b, n);
 		memcpy(out + n, t->ns, t->ns_len);
+		memcpy(out + n + t->ns_len, count, cn);
 	}
 	return 0;
 }

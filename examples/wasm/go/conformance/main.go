@@ -156,6 +156,16 @@ func (c *conform) run(ctx *wstream.Context, r wstream.Record) ([]byte, error) {
 			return nil, err
 		}
 		return strconv.AppendInt([]byte("="), n, 10), nil
+	case "tinc":
+		t, _, err := c.valueArgs(cmd, 3)
+		if err != nil {
+			return nil, err
+		}
+		ts, err := number(t[2])
+		if err != nil {
+			return nil, err
+		}
+		return ok, ctx.RegisterEventTimer(ts, append([]byte("inc:"), t[1]...))
 	case "big":
 		t, s, err := c.valueArgs(cmd, 3)
 		if err != nil {
@@ -338,7 +348,24 @@ func (c *conform) OnTimer(ctx *wstream.Context, t wstream.Timer) error {
 	if t.Domain == wstream.ProcessingTime {
 		d = "proc"
 	}
-	ctx.Emit(t.Key, fmt.Appendf(nil, "fired %s %d ns=%s", d, t.Timestamp, t.Namespace), t.Timestamp)
+	reply := fmt.Appendf(nil, "fired %s %d ns=%s", d, t.Timestamp, t.Namespace)
+	// A timer of tinc counts in its value state.
+	if name, ok := bytes.CutPrefix(t.Namespace, []byte("inc:")); ok {
+		s, err := c.value(name)
+		if err != nil {
+			return err
+		}
+		n, _, err := s.GetInt64()
+		if err != nil {
+			return err
+		}
+		n++
+		if err := s.PutInt64(n); err != nil {
+			return err
+		}
+		reply = strconv.AppendInt(append(reply, " ="...), n, 10)
+	}
+	ctx.Emit(t.Key, reply, t.Timestamp)
 	return nil
 }
 

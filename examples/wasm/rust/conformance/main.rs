@@ -87,6 +87,15 @@ impl Conform {
                 reply.push(b'=');
                 append_i64(reply, n);
             }
+            b"tinc" => {
+                let t = args(cmd, 3)?;
+                self.value(t[1])?;
+                let ts = number(t[2])?;
+                let mut ns = b"inc:".to_vec();
+                ns.extend_from_slice(t[1]);
+                ctx.register_event_timer(ts, &ns)?;
+                reply.extend_from_slice(OK);
+            }
             b"big" => {
                 let t = args(cmd, 3)?;
                 let s = self.value(t[1])?;
@@ -278,6 +287,14 @@ impl Operator for Conform {
         append_i64(&mut v, t.timestamp);
         v.extend_from_slice(b" ns=");
         v.extend_from_slice(t.namespace);
+        // A timer of tinc counts in its value state.
+        if let Some(name) = t.namespace.strip_prefix(b"inc:") {
+            let s = self.value(name)?;
+            let n = s.get_i64(ctx)?.unwrap_or(0).wrapping_add(1);
+            s.put_i64(ctx, n)?;
+            v.extend_from_slice(b" =");
+            append_i64(&mut v, n);
+        }
         ctx.emit(t.key, &v, t.timestamp);
         Ok(())
     }

@@ -1,0 +1,878 @@
+// Package instrument rewrites a WebAssembly module so that its host can stop
+// it at any time, and so that it never keeps the Go runtime waiting, without
+// compiler support and at a small fraction of the cost of wazero's
+// WithCloseOnContextDone, which calls into Go at every loop iteration.
+//
+// Compiled guest code cannot be preempted by the Go scheduler: a guest that
+// runs without calling into Go holds its thread, and a garbage collection's
+// stop-the-world waits until it does (wazero's per-iteration call exists for
+// that as much as for the deadline). A stop flag alone is therefore not
+// enough: the timer that would set it cannot run while the world is
+// stopping, and a looping guest would hang the process. So the rewrite gives
+// the module a budget of work and a slow path:
+//
+//   - Every loop header adds the loop's weight to a per-call counter kept in
+//     a new local (a register: no memory access), and takes the slow path
+//     when it passes Budget.
+//   - Every exit from a function with loops (return, a branch out of the
+//     function, the final end, a tail call) subtracts that counter and the
+//     function's own weight from a budget kept in a new global, and takes the
+//     slow path when the budget runs out; so does the entry of every function
+//     that calls a module function without passing a loop header first, and
+//     of every large function, and every bulk memory or table instruction
+//     (fill, copy, init), charged by the size it was given.
+//   - The slow path, a new function, refills the budget, calls into Go with
+//     memory.grow 0 (wazero serves memory.grow in Go, where the scheduler can
+//     preempt the goroutine; growing by 0 pages changes nothing), then traps
+//     with unreachable when the stop flag, a new mutable i32 global exported
+//     as StopExport, is set.
+//   - After every call that may reach the host (a call to an imported
+//     function, an indirect call), the module traps when the flag is set:
+//     host functions run in Go, where the world can stop, but they may take
+//     long or block (WASI's sleep returns early when the host stops the
+//     guest, which then stops at once).
+//
+// A weight is one unit plus one per 64 bytes of code (a loop's whole body, a
+// function's body), and a bulk instruction weighs one unit per 256 bytes or
+// elements, so the work between two slow paths is about Budget units
+// whatever the shape of the code: a long loop, nested loops in nested calls
+// (the counts of returning calls reach the global budget), recursion, tail
+// calls, loops of bulk instructions. A host that sets the flag
+// (api.MutableGlobal.Set) stops the guest at its next slow path or host
+// call, and can tell that trap from the guest's own by the flag it set.
+// Counts lost to exceptions unwinding a call are not charged. The module
+// must have a memory (operator modules export one).
+//
+// Control flow is structured, so inserting instructions moves no branch
+// target: only the size of each function body and of the code section
+// change. Nothing is renumbered: the new type, function, globals and local
+// come after every existing one (imports first), so the "name" section stays
+// valid and stack traces keep naming functions. Custom sections holding code
+// offsets (DWARF, source maps, branch hints, relocations) would be wrong
+// after the rewrite and are dropped.
+//
+// A start section would run the module's start function inside
+// instantiation, before the host holds the instance and its flag, so it is
+// removed and the function exported as StartExport instead: the host calls
+// it right after instantiating, as wasm would have.
+//
+// The rewrite is deterministic: the same input always gives the same bytes,
+// so a compilation cache keyed by content keeps working. Instrument refuses
+// with an *Error whatever it cannot decode exactly (an unknown opcode or
+// section, a type that is not a function type, a malformed encoding); the
+// host then runs the module without it.
+package instrument
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Names of the exports Instrument adds. The colon keeps them out of the
+// identifiers that compilers export.
+const (
+	// StopExport is the mutable i32 global that stops the module when
+	// non-zero.
+	StopExport = "wstream:stop"
+	// StartExport is the module's start function, exported when the module
+	// had a start section (Result.Start).
+	StartExport = "wstream:start"
+)
+
+// Budget is the work, in units, between two slow paths: a unit is a loop
+// iteration or a function call, plus one per 64 bytes of code. The slow path
+// costs a call into Go (tens of nanoseconds) and runs about every 50 µs in the
+// tightest loop, a negligible cost, and within a few milliseconds in the
+// worst case.
+const Budget = 1 << 16
+
+// A unit is also the work of 1<<unitShift bytes of code, or of a bulk
+// memory or table instruction over 1<<bulkShift bytes or elements.
+const (
+	unitShift = 6
+	bulkShift = 8
+)
+
+// bigFunction is the weight from which a function without loops or calls
+// is charged on entry: smaller ones run in less time than a few units.
+const bigFunction = 16
+
+// Result is an instrumented module.
+type Result struct {
+	// Wasm is the instrumented module.
+	Wasm []byte
+	// Start reports that the module had a start section: its function is
+	// now exported as StartExport, and the host must call it once after
+	// instantiation, before anything else.
+	Start bool
+	// Stop and Budget are the indices of the stop flag and budget globals;
+	// Slow is the index of the slow path function.
+	Stop, Budget, Slow uint32
+	// Loops, Entries and Exits count the checks inserted at loop headers,
+	// at function entries and at function exits; Calls those after calls
+	// that may reach the host, Bulk the bulk memory and table instructions
+	// charged.
+	Loops, Entries, Exits, Calls, Bulk int
+	// Dropped lists the custom sections removed, in module order.
+	Dropped []string
+}
+
+// Error is a module that Instrument cannot rewrite.
+type Error struct {
+	Offset int    // byte offset in the module
+	Reason string // what is wrong there
+}
+
+func (e *Error) Error() string {
+	return fmt.Sprintf("instrument: at offset %#x: %s", e.Offset, e.Reason)
+}
+
+// Section ids.
+const (
+	secCustom    = 0
+	secType      = 1
+	secImport    = 2
+	secFunction  = 3
+	secTable     = 4
+	secMemory    = 5
+	secGlobal    = 6
+	secExport    = 7
+	secStart     = 8
+	secElement   = 9
+	secCode      = 10
+	secData      = 11
+	secDataCount = 12
+	secTag       = 13
+)
+
+// sectionRank orders known sections as the binary format requires them
+// (the tag section goes between memory and global, data count between
+// element and code); 0 for unknown ids.
+func sectionRank(id byte) int {
+	switch id {
+	case secType, secImport, secFunction, secTable, secMemory, secGlobal, secExport, secStart, secElement, secCode, secData:
+		return int(id) * 2
+	case secTag:
+		return secMemory*2 + 1
+	case secDataCount:
+		return secElement*2 + 1
+	}
+	return 0
+}
+
+// dropCustom reports whether a custom section refers to code offsets, which
+// the rewrite changes.
+func dropCustom(name string) bool {
+	return strings.HasPrefix(name, ".debug_") || // DWARF
+		name == "external_debug_info" || // DWARF in another file
+		name == "sourceMappingURL" ||
+		strings.HasPrefix(name, "metadata.code.") || // branch hints
+		strings.HasPrefix(name, "reloc.") || name == "linking" // object files
+}
+
+// section is one section of the input.
+type section struct {
+	id          byte
+	headerStart int
+	start, end  int // payload, as offsets in the module
+	name        string
+}
+
+// Kinds of check.
+const (
+	checkEntry      = iota
+	checkLoop       // after a loop's header
+	checkExit       // before what leaves the function
+	checkCall       // after a call that may reach the host
+	checkBulkSize   // before a bulk memory or table instruction
+	checkBulkCharge // after it
+)
+
+// point is a check to insert before m.b[off].
+type point struct {
+	off    int
+	kind   uint8
+	weight uint32
+}
+
+// module is the state of one rewrite.
+type module struct {
+	b             []byte
+	types         []uint32 // parameter count per type
+	funcTypes     []uint32 // type per defined function
+	funcImports   uint32
+	globalImports uint32
+	globals       uint32 // defined
+	memories      uint32 // imported and defined
+	exports       uint32
+	exportNames   map[string]bool
+	start         int64 // start function index, -1 when none
+	res           Result
+
+	points []point // reused per function body
+	open   []int   // per open block: its loop's index in points, or -1
+	body   []byte  // reused per function body
+	local  uint32  // the counter local of the body being rewritten
+	size   uint32  // the local holding a bulk instruction's size
+	fnW    uint32  // the weight of the body being rewritten
+}
+
+// Instrument returns the instrumented form of the module wasm.
+func Instrument(wasm []byte) (*Result, error) {
+	m := &module{b: wasm, start: -1}
+	secs, err := m.sections()
+	if err != nil {
+		return nil, err
+	}
+	haveCode := false
+	for i := range secs {
+		s := &secs[i]
+		r := m.reader(s.start, s.end)
+		switch s.id {
+		case secType:
+			m.typeList(r)
+		case secImport:
+			m.imports(r)
+		case secFunction:
+			n := r.count(1)
+			m.funcTypes = make([]uint32, n)
+			for j := range m.funcTypes {
+				m.funcTypes[j] = r.u32()
+				if r.err == nil && m.funcTypes[j] >= uint32(len(m.types)) {
+					r.fail(0, "function %d has type %d, past the type section", j, m.funcTypes[j])
+				}
+			}
+			r.done("function section")
+		case secMemory:
+			m.memories += r.u32()
+		case secGlobal:
+			m.globals = r.u32()
+		case secExport:
+			m.exportList(r)
+		case secStart:
+			m.start = int64(r.u32())
+			r.done("start section")
+		case secCode:
+			haveCode = true
+			if n := r.u32(); r.err == nil && n != uint32(len(m.funcTypes)) {
+				r.fail(0, "%d function bodies for %d functions", n, len(m.funcTypes))
+			}
+		}
+		if r.err != nil {
+			return nil, r.err
+		}
+	}
+	if m.memories == 0 {
+		return nil, &Error{Reason: "the module has no memory, which the slow path's memory.grow needs"}
+	}
+	if !haveCode && len(m.funcTypes) != 0 {
+		return nil, &Error{Reason: fmt.Sprintf("%d functions without a code section", len(m.funcTypes))}
+	}
+	m.res.Stop = m.globalImports + m.globals
+	m.res.Budget = m.res.Stop + 1
+	m.res.Slow = m.funcImports + uint32(len(m.funcTypes))
+	if m.res.Budget < m.globals || m.res.Slow < m.funcImports || uint64(len(m.types)) >= 1<<32-1 {
+		return nil, &Error{Reason: "index space full"}
+	}
+	for _, name := range []string{StopExport, StartExport} {
+		if m.exportNames[name] {
+			return nil, &Error{Reason: fmt.Sprintf("the module already exports %q", name)}
+		}
+	}
+	m.res.Start = m.start >= 0
+
+	out := make([]byte, 0, len(wasm)+len(wasm)/8+256)
+	out = append(out, wasm[:8]...)
+	done := map[byte]bool{}
+	// Sections that the rewrite may have to create, in module order.
+	added := []byte{secType, secFunction, secGlobal, secExport, secCode}
+	emit := func(id byte, s *section) error {
+		var err error
+		switch id {
+		case secType:
+			out = m.appendTypes(out, s)
+		case secFunction:
+			out = m.appendFunctions(out, s)
+		case secGlobal:
+			out = m.appendGlobals(out, s)
+		case secExport:
+			out = m.appendExports(out, s)
+		case secCode:
+			out, err = m.appendCode(out, s)
+		}
+		done[id] = true
+		return err
+	}
+	for i := range secs {
+		s := &secs[i]
+		if s.id != secCustom {
+			for _, id := range added {
+				if !done[id] && sectionRank(id) < sectionRank(s.id) {
+					if err := emit(id, nil); err != nil {
+						return nil, err
+					}
+				}
+			}
+		}
+		switch s.id {
+		case secCustom:
+			if dropCustom(s.name) {
+				m.res.Dropped = append(m.res.Dropped, s.name)
+				continue
+			}
+			out = append(out, wasm[s.headerStart:s.end]...)
+		case secType, secFunction, secGlobal, secExport, secCode:
+			if err := emit(s.id, s); err != nil {
+				return nil, err
+			}
+		case secStart:
+			// Exported instead (Result.Start).
+		default:
+			out = append(out, wasm[s.headerStart:s.end]...)
+		}
+	}
+	for _, id := range added {
+		if !done[id] {
+			if err := emit(id, nil); err != nil {
+				return nil, err
+			}
+		}
+	}
+	m.res.Wasm = out
+	return &m.res, nil
+}
+
+// sections splits the module into its sections, checking their order.
+func (m *module) sections() ([]section, error) {
+	b := m.b
+	if len(b) < 8 || string(b[:4]) != "\x00asm" {
+		return nil, &Error{Reason: "not a WebAssembly module"}
+	}
+	if b[4] != 1 || b[5] != 0 || b[6] != 0 || b[7] != 0 {
+		return nil, &Error{Offset: 4, Reason: "unsupported binary version"}
+	}
+	var secs []section
+	last := 0
+	r := m.reader(8, len(b))
+	for r.off < len(b) && r.err == nil {
+		hdr := r.off
+		id := r.byte()
+		size := r.u32()
+		if r.err != nil {
+			break
+		}
+		if uint64(size) > uint64(len(b)-r.off) {
+			return nil, &Error{Offset: hdr, Reason: fmt.Sprintf("section %d of %d bytes overruns the module", id, size)}
+		}
+		s := section{id: id, headerStart: hdr, start: r.off, end: r.off + int(size)}
+		if id == secCustom {
+			cr := m.reader(s.start, s.end)
+			s.name = string(cr.name())
+			if cr.err != nil {
+				return nil, cr.err
+			}
+		} else {
+			rk := sectionRank(id)
+			if rk == 0 {
+				return nil, &Error{Offset: hdr, Reason: fmt.Sprintf("unknown section id %d", id)}
+			}
+			if rk <= last {
+				return nil, &Error{Offset: hdr, Reason: fmt.Sprintf("section %d out of order or repeated", id)}
+			}
+			last = rk
+		}
+		secs = append(secs, s)
+		r.off = s.end
+	}
+	if r.err != nil {
+		return nil, r.err
+	}
+	return secs, nil
+}
+
+func (m *module) reader(start, end int) *reader {
+	return &reader{b: m.b[:end], off: start}
+}
+
+// typeList reads the parameter count of every type, refusing types other
+// than function types (the GC proposal's), which would make the type index
+// of an appended type harder to tell.
+func (m *module) typeList(r *reader) {
+	n := r.count(1)
+	m.types = make([]uint32, 0, n)
+	for i := uint32(0); i < n && r.err == nil; i++ {
+		if form := r.byte(); form != 0x60 && r.err == nil {
+			r.fail(-1, "type %d is not a function type (form %#x)", i, form)
+			break
+		}
+		params := r.count(1)
+		for j := uint32(0); j < params && r.err == nil; j++ {
+			r.valType()
+		}
+		results := r.count(1)
+		for j := uint32(0); j < results && r.err == nil; j++ {
+			r.valType()
+		}
+		m.types = append(m.types, params)
+	}
+	r.done("type section")
+}
+
+// imports counts the imported functions and globals.
+func (m *module) imports(r *reader) {
+	n := r.count(4)
+	for i := uint32(0); i < n && r.err == nil; i++ {
+		r.name()
+		r.name()
+		switch kind := r.byte(); kind {
+		case 0x00: // function: type index
+			r.u32()
+			m.funcImports++
+		case 0x01: // table: reference type, limits
+			r.valType()
+			r.limits()
+		case 0x02: // memory
+			r.limits()
+			m.memories++
+		case 0x03: // global: value type, mutability
+			r.valType()
+			if mut := r.byte(); mut > 1 && r.err == nil {
+				r.fail(-1, "global mutability %#x", mut)
+			}
+			m.globalImports++
+		case 0x04: // tag: attribute, type index
+			r.byte()
+			r.u32()
+		default:
+			if r.err == nil {
+				r.fail(-1, "unknown import kind %#x", kind)
+			}
+		}
+	}
+	r.done("import section")
+}
+
+// exportList reads the export names.
+func (m *module) exportList(r *reader) {
+	m.exports = r.count(3)
+	m.exportNames = make(map[string]bool, m.exports)
+	for i := uint32(0); i < m.exports && r.err == nil; i++ {
+		m.exportNames[string(r.name())] = true
+		r.byte()
+		r.u32()
+	}
+	r.done("export section")
+}
+
+// appendVector appends section id made of the vector of section s (nil:
+// none), which holds n elements, followed by the elements in extra.
+func (m *module) appendVector(out []byte, id byte, s *section, n uint32, extra []byte) []byte {
+	var rest []byte
+	if s != nil {
+		r := m.reader(s.start, s.end)
+		r.u32()
+		rest = m.b[r.off:s.end]
+	}
+	var tmp [5]byte
+	count := appendU32(tmp[:0], n)
+	out = append(out, id)
+	out = appendU32(out, uint32(len(count)+len(rest)+len(extra)))
+	out = append(out, count...)
+	out = append(out, rest...)
+	return append(out, extra...)
+}
+
+// appendTypes adds the slow path's type, () -> (), last.
+func (m *module) appendTypes(out []byte, s *section) []byte {
+	return m.appendVector(out, secType, s, uint32(len(m.types))+1, []byte{0x60, 0x00, 0x00})
+}
+
+// appendFunctions adds the slow path function last.
+func (m *module) appendFunctions(out []byte, s *section) []byte {
+	return m.appendVector(out, secFunction, s, uint32(len(m.funcTypes))+1, appendU32(nil, uint32(len(m.types))))
+}
+
+// appendGlobals adds the stop flag, an i32 initialized to 0, and the
+// budget, an i32 initialized to Budget, both mutable, last.
+func (m *module) appendGlobals(out []byte, s *section) []byte {
+	g := []byte{0x7f, 0x01, 0x41, 0x00, 0x0b, 0x7f, 0x01, 0x41}
+	g = appendS32(g, Budget)
+	g = append(g, 0x0b)
+	return m.appendVector(out, secGlobal, s, m.globals+2, g)
+}
+
+// appendExports adds the stop flag, and the start function if any, last.
+func (m *module) appendExports(out []byte, s *section) []byte {
+	added := appendName(nil, StopExport)
+	added = append(added, 0x03)
+	added = appendU32(added, m.res.Stop)
+	n := m.exports + 1
+	if m.start >= 0 {
+		added = appendName(added, StartExport)
+		added = append(added, 0x00)
+		added = appendU32(added, uint32(m.start))
+		n++
+	}
+	return m.appendVector(out, secExport, s, n, added)
+}
+
+// slowBody is the slow path: refill the budget, call into Go, trap if the
+// host set the stop flag.
+func (m *module) slowBody() []byte {
+	b := []byte{0x00, 0x41} // no locals; i32.const Budget
+	b = appendS32(b, Budget)
+	b = append(b, 0x24) // global.set $budget
+	b = appendU32(b, m.res.Budget)
+	b = append(b, 0x41, 0x00, 0x40, 0x00, 0x1a, 0x23) // memory.grow 0; drop; global.get $stop
+	b = appendU32(b, m.res.Stop)
+	return append(b, 0x04, 0x40, 0x00, 0x0b, 0x0b) // if unreachable end; end
+}
+
+// appendCode appends the code section s (nil: none) with the checks
+// inserted and the slow path added last.
+func (m *module) appendCode(out []byte, s *section) ([]byte, error) {
+	// The section's size is known only once every body is rewritten:
+	// write it after the bodies and move them.
+	out = append(out, secCode)
+	sizeAt := len(out)
+	out = appendU32(out, uint32(len(m.funcTypes))+1)
+	if s != nil {
+		r := m.reader(s.start, s.end)
+		r.u32()
+		for i := range m.funcTypes {
+			size := r.u32()
+			if r.err != nil {
+				return nil, r.err
+			}
+			if uint64(size) > uint64(s.end-r.off) {
+				return nil, &Error{Offset: r.off, Reason: fmt.Sprintf("body of function %d overruns the code section", int(m.funcImports)+i)}
+			}
+			body, err := m.rewrite(r.off, r.off+int(size), uint32(i))
+			if err != nil {
+				return nil, err
+			}
+			out = appendU32(out, uint32(len(body)))
+			out = append(out, body...)
+			r.off += int(size)
+		}
+		if r.off != s.end {
+			return nil, &Error{Offset: r.off, Reason: "bytes after the last function body"}
+		}
+	}
+	slow := m.slowBody()
+	out = appendU32(out, uint32(len(slow)))
+	out = append(out, slow...)
+	body := len(out) - sizeAt
+	size := appendU32(nil, uint32(body))
+	out = append(out, size...)
+	copy(out[sizeAt+len(size):], out[sizeAt:sizeAt+body])
+	copy(out[sizeAt:], size)
+	return out, nil
+}
+
+// rewrite returns the body of defined function i, m.b[start:end], with its
+// checks.
+func (m *module) rewrite(start, end int, i uint32) ([]byte, error) {
+	fn := m.funcImports + i
+	r := m.reader(start, end)
+	nl := r.count(2)
+	locals := uint64(m.types[m.funcTypes[i]])
+	for j := uint32(0); j < nl && r.err == nil; j++ {
+		locals += uint64(r.u32())
+		r.valType()
+	}
+	if r.err != nil {
+		return nil, r.err
+	}
+	if locals >= 1<<32-1 {
+		return nil, &Error{Offset: start, Reason: fmt.Sprintf("function %d has too many locals", fn)}
+	}
+	declEnd := r.off
+	m.local = uint32(locals)
+	m.fnW = weight(end - declEnd)
+	entry, loops, bulk, err := m.scan(r, fn)
+	if err != nil {
+		return nil, err
+	}
+	points := m.points
+	if !loops {
+		// Without loops nothing exits with a count to charge.
+		k := 0
+		for _, p := range points {
+			if p.kind != checkExit {
+				points[k] = p
+				k++
+			}
+		}
+		points = points[:k]
+	}
+	if !entry {
+		points = points[1:]
+	}
+
+	b := m.body[:0]
+	extra := uint32(0) // i32 locals: the counter, then the size
+	if loops {
+		extra++
+	}
+	m.size = m.local + extra
+	if bulk {
+		extra++
+	}
+	if extra > 0 {
+		if uint64(m.local)+uint64(extra) >= 1<<32-1 {
+			return nil, &Error{Offset: start, Reason: fmt.Sprintf("function %d has too many locals", fn)}
+		}
+		b = appendU32(b, nl+1)
+		_, k := uleb32(m.b[start:declEnd])
+		b = append(b, m.b[start+k:declEnd]...)
+		b = append(b, byte(extra), 0x7f)
+	} else {
+		b = append(b, m.b[start:declEnd]...)
+	}
+	at := declEnd
+	for _, p := range points {
+		b = append(b, m.b[at:p.off]...)
+		b = m.appendCheck(b, p)
+		at = p.off
+	}
+	b = append(b, m.b[at:end]...)
+	m.body = b
+	return b, nil
+}
+
+// scan decodes a function body from its first instruction and records in
+// m.points where checks go: first a provisional entry check, then the
+// others in code order. It reports whether the entry check is needed, and
+// whether the function has loops and bulk instructions.
+func (m *module) scan(r *reader, fn uint32) (entry, loops, bulk bool, err error) {
+	end := len(r.b)
+	m.points = append(m.points[:0], point{off: r.off, kind: checkEntry})
+	m.open = append(m.open[:0], -1) // the function's own block
+	prefix := true                  // in straight-line code from the entry
+	reached := false                // a loop header in that code
+	calls := false                  // calls a module function
+	for r.err == nil {
+		if r.off >= end {
+			r.fail(0, "function %d: body ends inside a block", fn)
+			break
+		}
+		at := r.off
+		op := r.b[r.off]
+		r.off++
+		if isExit(op) {
+			m.points = append(m.points, point{off: at, kind: checkExit})
+		}
+		r.target = uint32(len(m.open) - 1) // the function's label, for br_table
+		idx := r.instr(op)
+		if prefix {
+			switch {
+			case op == opLoop:
+				reached, prefix = true, false
+			case op == opCall && idx < m.funcImports, op == opBlock, op == opEnd && len(m.open) > 1:
+			case !straight[op]:
+				prefix = false
+			}
+		}
+		switch op {
+		case opLoop:
+			loops = true
+			m.open = append(m.open, len(m.points))
+			m.points = append(m.points, point{off: r.off, kind: checkLoop})
+		case opBlock, opIf, opTry, opTryTable:
+			m.open = append(m.open, -1)
+		case opEnd, opDelegate: // delegate ends a legacy try block
+			if op == opDelegate && len(m.open) == 1 {
+				r.fail(-1, "function %d: delegate outside a try block", fn)
+				break
+			}
+			if k := m.open[len(m.open)-1]; k >= 0 {
+				// The loop's weight covers its whole body.
+				m.points[k].weight = weight(at - m.points[k].off)
+			}
+			m.open = m.open[:len(m.open)-1]
+			if len(m.open) == 0 && op == opEnd {
+				m.points = append(m.points, point{off: at, kind: checkExit})
+			}
+		case opCall, opReturnCall:
+			// Imported functions are the host's: they cannot call back.
+			calls = calls || idx >= m.funcImports
+			if op == opCall && idx < m.funcImports {
+				m.points = append(m.points, point{off: r.off, kind: checkCall})
+			}
+		case opCallIndirect, opReturnCallIndirect, opCallRef, opReturnCallRef:
+			calls = true
+			if op == opCallIndirect || op == opCallRef {
+				m.points = append(m.points, point{off: r.off, kind: checkCall})
+			}
+		case prefixMisc:
+			if s := r.sub; s == 8 || s == 10 || s == 11 || s == 12 || s == 14 || s == 17 {
+				// memory.init, memory.copy, memory.fill, table.init,
+				// table.copy, table.fill: their size is on top of the stack.
+				bulk = true
+				m.points = append(m.points, point{off: at, kind: checkBulkSize}, point{off: r.off, kind: checkBulkCharge})
+			}
+		case opBr, opBrIf, opBrOnNull, opBrOnNonNull:
+			if idx == uint32(len(m.open)-1) {
+				m.points = append(m.points, point{off: at, kind: checkExit})
+			}
+		case opBrTable:
+			if r.hit {
+				m.points = append(m.points, point{off: at, kind: checkExit})
+			}
+		}
+		if len(m.open) == 0 && r.err == nil {
+			if r.off != end {
+				r.fail(0, "function %d: %d bytes after the end of its body", fn, end-r.off)
+			}
+			break
+		}
+	}
+	if r.err != nil {
+		return false, false, false, r.err
+	}
+	entry = !reached && (calls || m.fnW >= bigFunction)
+	return entry, loops, bulk, nil
+}
+
+// isExit reports whether op ends the function's activation, always or
+// when its label is the function's (checked by the caller).
+func isExit(op byte) bool {
+	return op == opReturn || op == opReturnCall || op == opReturnCallIndirect || op == opReturnCallRef
+}
+
+// appendCheck appends the check of p.
+func (m *module) appendCheck(b []byte, p point) []byte {
+	switch p.kind {
+	case checkEntry:
+		m.res.Entries++
+		// budget -= 1+fnW; if budget < 0: slow
+		b = m.appendGlobal(b, 0x23)
+		b = append(b, 0x41)
+		b = appendS32(b, int32(1+m.fnW))
+		b = append(b, 0x6b) // i32.sub
+		b = m.appendGlobal(b, 0x24)
+		b = m.appendGlobal(b, 0x23)
+		b = append(b, 0x41, 0x00, 0x4e) // i32.const 0; i32.ge_s
+		return m.appendSlowElse(b, false)
+	case checkLoop:
+		m.res.Loops++
+		// n += 1+loop weight; if n > Budget: n = 0, slow
+		b = m.appendLocal(b, 0x20)
+		b = append(b, 0x41)
+		b = appendS32(b, int32(1+p.weight))
+		b = append(b, 0x6a) // i32.add
+		b = m.appendLocal(b, 0x22)
+		b = append(b, 0x41)
+		b = appendS32(b, Budget)
+		b = append(b, 0x4d) // i32.le_u
+		return m.appendSlowElse(b, true)
+	case checkCall:
+		m.res.Calls++
+		// if stop: unreachable
+		b = append(b, 0x23)
+		b = appendU32(b, m.res.Stop)
+		return append(b, 0x45, 0x04, 0x40, 0x05, 0x00, opEnd) // i32.eqz; if else unreachable end
+	case checkBulkSize:
+		m.res.Bulk++
+		return appendU32(append(b, 0x22), m.size) // local.tee $size
+	case checkBulkCharge:
+		// budget -= size>>bulkShift; if budget < 0: slow
+		b = m.appendGlobal(b, 0x23)
+		b = appendU32(append(b, 0x20), m.size)
+		b = append(b, 0x41, bulkShift, 0x76, 0x6b) // i32.const; i32.shr_u; i32.sub
+		b = m.appendGlobal(b, 0x24)
+		b = m.appendGlobal(b, 0x23)
+		b = append(b, 0x41, 0x00, 0x4e) // i32.const 0; i32.ge_s
+		return m.appendSlowElse(b, false)
+	default:
+		m.res.Exits++
+		// budget -= n + fnW; n = 0; if budget < 0: slow
+		b = m.appendGlobal(b, 0x23)
+		b = m.appendLocal(b, 0x20)
+		b = append(b, 0x6b) // i32.sub
+		if m.fnW > 0 {
+			b = append(b, 0x41)
+			b = appendS32(b, int32(m.fnW))
+			b = append(b, 0x6b)
+		}
+		b = m.appendGlobal(b, 0x24)
+		b = append(b, 0x41, 0x00) // n = 0: a br_if not taken goes on
+		b = m.appendLocal(b, 0x21)
+		b = m.appendGlobal(b, 0x23)
+		b = append(b, 0x41, 0x00, 0x4e) // i32.const 0; i32.ge_s
+		return m.appendSlowElse(b, false)
+	}
+}
+
+// appendSlowElse appends: if else [n = 0] call $slow end. The slow path
+// goes in the else branch, which wazero lays out after the then branch:
+// an empty then branch lets the usual case fall through, about a cycle
+// faster per loop iteration than a taken jump over the slow path.
+func (m *module) appendSlowElse(b []byte, reset bool) []byte {
+	b = append(b, 0x04, 0x40, 0x05) // if else
+	if reset {
+		b = append(b, 0x41, 0x00)
+		b = m.appendLocal(b, 0x21)
+	}
+	b = append(b, opCall)
+	b = appendU32(b, m.res.Slow)
+	return append(b, opEnd)
+}
+
+func (m *module) appendGlobal(b []byte, op byte) []byte {
+	return appendU32(append(b, op), m.res.Budget)
+}
+
+func (m *module) appendLocal(b []byte, op byte) []byte {
+	return appendU32(append(b, op), m.local)
+}
+
+// weight is the weight of n bytes of code, at most Budget.
+func weight(n int) uint32 {
+	return uint32(min(n>>unitShift, Budget))
+}
+
+// straight lists the one-byte opcodes that neither transfer control nor
+// call: code made of them (and of blocks) runs from its start to its end.
+var straight = func() (s [256]bool) {
+	for op := range s {
+		s[op] = true
+	}
+	for _, op := range []byte{0x00, opBlock, opLoop, opIf, 0x05, opTry, 0x07, 0x08, 0x09, 0x0a, opEnd,
+		opBr, opBrIf, opBrTable, opReturn, opCall, opCallIndirect, opReturnCall, opReturnCallIndirect, opCallRef,
+		opReturnCallRef, opDelegate, 0x19, opTryTable, opBrOnNull, opBrOnNonNull} {
+		s[op] = false
+	}
+	return s
+}()
+
+func appendU32(b []byte, v uint32) []byte {
+	for v >= 0x80 {
+		b = append(b, byte(v)|0x80)
+		v >>= 7
+	}
+	return append(b, byte(v))
+}
+
+func appendS32(b []byte, v int32) []byte {
+	for {
+		c := byte(v & 0x7f)
+		v >>= 7
+		if (v == 0 && c&0x40 == 0) || (v == -1 && c&0x40 != 0) {
+			return append(b, c)
+		}
+		b = append(b, c|0x80)
+	}
+}
+
+func appendName(b []byte, s string) []byte {
+	return append(appendU32(b, uint32(len(s))), s...)
+}
+
+// uleb32 decodes a valid unsigned LEB128 number at the start of b.
+func uleb32(b []byte) (uint32, int) {
+	r := reader{b: b}
+	v := r.u32()
+	return v, r.off
+}

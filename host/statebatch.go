@@ -1,0 +1,354 @@
+package host
+
+import (
+	"context"
+	"encoding/binary"
+	"hash/maphash"
+	"math"
+	"sync"
+
+	"github.com/tetratelabs/wazero/api"
+
+	"github.com/wstream/wstream/abi"
+	"github.com/wstream/wstream/operator"
+)
+
+// The batched state functions of abi/ABI.md ("Batched state access"):
+// optional imports that read or write many state entries in one host call.
+// A module that does not import them sees no difference.
+const (
+	ImportStateGetMany    = "state_get_many"
+	ImportStateWriteBatch = "state_write_batch"
+)
+
+// MaxStateBatchEntries bounds the requests of one state_get_many and the
+// writes of one state_write_batch (LIMIT beyond). The host cannot stop a
+// guest inside a host function, so one call must stay short whatever the
+// guest passes.
+const MaxStateBatchEntries = 1 << 16
+
+// Encodings (abi/ABI.md): lists of fixed-size entries whose (ptr, len)
+// pairs point into guest memory.
+//
+//	request := key_ptr:u32 key_len:u32 ns_ptr:u32 ns_len:u32
+//	result  := first:u32 vlen:i32 vptr:u32
+//	write   := h:i32 key_ptr:u32 key_len:u32 ns_ptr:u32 ns_len:u32 val_ptr:u32 val_len:i32
+const (
+	requestSize = 16
+	resultSize  = 12
+	writeSize   = 28
+	writeDelete = -1
+)
+
+// getMany is what one state_get_many call builds before it writes the
+// guest's out: the results, the values copied, and the table that finds
+// repeated (key, namespace) pairs. Calls borrow one from getManyPool, so
+// Instance needs no field for it.
+type getMany struct {
+	res    []byte
+	vals   []byte
+	slots  []uint32 // open addressing: request index + 1
+	hashes []uint64 // per request
+	seed   maphash.Seed
+}
+
+var getManyPool = sync.Pool{New: func() any { return &getMany{seed: maphash.MakeSeed()} }}
+
+// maxKeptGetMany bounds the buffers a pooled getMany keeps.
+const maxKeptGetMany = 1 << 20
+
+// hostStateGetMany is state_get_many(h i32, req_ptr i32, req_len i32,
+// out_ptr i32, out_cap i32) -> i32: one result per request, in request
+// order, then the values that fit, into out; it returns the size out needs
+// to hold every value. Requests for a (key, namespace) already requested
+// repeat the first one's result, with its index.
+var hostStateGetMany = api.GoModuleFunc(func(ctx context.Context, mod api.Module, stack []uint64) {
+	i, s := callback(ctx)
+	if s == nil {
+		setStatus(stack, abi.StatusNotInCallback)
+		return
+	}
+	mem := mod.Memory()
+	req, ok := i.read(mem, ImportStateGetMany, "requests", stack[1], stack[2])
+	if !ok {
+		setStatus(stack, abi.StatusBadPointer)
+		return
+	}
+	out, ok := i.read(mem, ImportStateGetMany, "out", stack[3], stack[4])
+	if !ok {
+		setStatus(stack, abi.StatusBadPointer)
+		return
+	}
+	if len(req)%requestSize != 0 {
+		setStatus(stack, abi.StatusBadArgument)
+		return
+	}
+	n := len(req) / requestSize
+	if n > MaxStateBatchEntries || resultSize*n > len(out) {
+		setStatus(stack, abi.StatusLimit)
+		return
+	}
+	g := getManyPool.Get().(*getMany)
+	defer g.release()
+	st, need := g.run(i, s, mem, int32(uint32(stack[0])), req, uint32(stack[3]), len(out))
+	if st != abi.StatusOK {
+		setStatus(stack, st)
+		return
+	}
+	// Every request and the bytes it points to were read: out may overlap
+	// them.
+	copy(out, g.res)
+	copy(out[len(g.res):], g.vals)
+	setStatus(stack, int32(min(need, math.MaxInt32)))
+})
+
+// run answers the n requests of req into g.res and g.vals, for an out
+// buffer at outPtr of outCap bytes. It returns the call's status and the
+// size out needs for every value.
+func (g *getMany) run(i *Instance, s *slot, mem api.Memory, h int32, req []byte, outPtr uint32, outCap int) (int32, int) {
+	n := len(req) / requestSize
+	g.res = g.res[:0]
+	g.vals = g.vals[:0]
+	g.hashes = g.hashes[:0]
+	size := 1
+	for size < 2*n {
+		size *= 2
+	}
+	if cap(g.slots) < size {
+		g.slots = make([]uint32, size)
+	}
+	g.slots = g.slots[:size]
+	clear(g.slots)
+	mask := uint32(size - 1)
+	base := resultSize * n // values start after the results
+	need := base
+	all := memBytes(mem)
+	for j := range n {
+		r := req[j*requestSize:]
+		key, ns, ok := pairIn(all, r)
+		if !ok {
+			i.badPair(mem, r, ImportStateGetMany, "request")
+			return abi.StatusBadPointer, 0
+		}
+		hash := g.hash(key, ns)
+		g.hashes = append(g.hashes, hash)
+		slot := uint32(hash) & mask
+		first := -1
+		for ; g.slots[slot] != 0; slot = (slot + 1) & mask {
+			k := int(g.slots[slot] - 1)
+			if g.hashes[k] != hash {
+				continue
+			}
+			kk, kn, _ := pairIn(all, req[k*requestSize:])
+			if string(kk) == string(key) && string(kn) == string(ns) {
+				first = k
+				break
+			}
+		}
+		if first >= 0 {
+			f := g.res[first*resultSize:]
+			g.res = binary.LittleEndian.AppendUint32(g.res, uint32(first))
+			g.res = append(g.res, f[4:resultSize]...)
+			continue
+		}
+		g.slots[slot] = uint32(j + 1)
+		vlen, vptr := int32(0), uint32(0)
+		if i.keyTooLong(key, ns) {
+			vlen = abi.StatusLimit
+		} else {
+			start := len(g.vals)
+			v, err := s.svc.StateGet(h, key, ns, g.vals[start:])
+			switch {
+			case err == nil:
+				vlen = int32(len(v))
+				// Values are packed in request order; one that does not fit
+				// is left out (only its size is told), a later one may fit.
+				if base+start+len(v) <= outCap {
+					vptr = outPtr + uint32(base+start)
+					g.vals = append(g.vals, v...)
+				}
+				need += len(v)
+			default:
+				st := operator.Status(err)
+				if st != abi.StatusNotFound && st != abi.StatusKeyGroup && st != abi.StatusLimit {
+					// The same for every request: the call's status.
+					return i.status(err), 0
+				}
+				vlen = st
+			}
+		}
+		g.res = binary.LittleEndian.AppendUint32(g.res, uint32(j))
+		g.res = binary.LittleEndian.AppendUint32(g.res, uint32(vlen))
+		g.res = binary.LittleEndian.AppendUint32(g.res, vptr)
+	}
+	return abi.StatusOK, need
+}
+
+func (g *getMany) release() {
+	if cap(g.vals) > maxKeptGetMany || cap(g.res) > maxKeptGetMany || cap(g.slots) > maxKeptGetMany {
+		return
+	}
+	getManyPool.Put(g)
+}
+
+// hash hashes a (key, namespace) pair to find repeated requests: short
+// keys, the common case, without maphash's call.
+func (g *getMany) hash(key, ns []byte) uint64 {
+	h := uint64(len(key))<<32 | uint64(len(ns))
+	if len(key) <= 16 && len(ns) <= 16 {
+		return mix(mix(mix(mix(h, word(key)), word2(key)), word(ns)), word2(ns))
+	}
+	return mix(h, maphash.Bytes(g.seed, key)) ^ maphash.Bytes(g.seed, ns)
+}
+
+func mix(h, w uint64) uint64 {
+	h = (h ^ w) * 0x9E3779B97F4A7C15
+	return h ^ h>>29
+}
+
+// word and word2 read up to 16 bytes as two words, some bytes twice; with
+// the length mixed in, they tell different strings apart as well as a
+// full hash.
+func word(b []byte) uint64 {
+	switch n := len(b); {
+	case n >= 8:
+		return binary.LittleEndian.Uint64(b)
+	case n >= 4:
+		return uint64(binary.LittleEndian.Uint32(b)) | uint64(binary.LittleEndian.Uint32(b[n-4:]))<<32
+	case n > 0:
+		return uint64(b[0]) | uint64(b[n/2])<<8 | uint64(b[n-1])<<16
+	}
+	return 0
+}
+
+func word2(b []byte) uint64 {
+	if n := len(b); n > 8 {
+		return binary.LittleEndian.Uint64(b[n-8:])
+	}
+	return 0
+}
+
+// memBytes is the whole of guest memory: host functions slice lists of
+// (ptr, len) pairs out of it without a call per pair. The guest does not
+// run, so memory cannot grow, while a host function uses it.
+func memBytes(mem api.Memory) []byte {
+	b, _ := mem.Read(0, mem.Size())
+	return b
+}
+
+// span is view on memBytes.
+func span(all []byte, p, n uint32) ([]byte, bool) {
+	if n == 0 {
+		return nil, true
+	}
+	if uint64(p)+uint64(n) > uint64(len(all)) || int32(n) < 0 {
+		return nil, false
+	}
+	return all[p : p+n : p+n], true
+}
+
+// pairIn reads the (key, namespace) pairs at b[:16] of a list entry.
+func pairIn(all, b []byte) (key, ns []byte, ok bool) {
+	key, ok1 := span(all, binary.LittleEndian.Uint32(b), binary.LittleEndian.Uint32(b[4:]))
+	ns, ok2 := span(all, binary.LittleEndian.Uint32(b[8:]), binary.LittleEndian.Uint32(b[12:]))
+	return key, ns, ok1 && ok2
+}
+
+// badPair logs the warning about the pair of b[:16] that lies outside
+// guest memory, naming function fn and the list entry what.
+func (i *Instance) badPair(mem api.Memory, b []byte, fn, what string) {
+	if _, ok := i.read(mem, fn, what+" key", uint64(binary.LittleEndian.Uint32(b)), uint64(binary.LittleEndian.Uint32(b[4:]))); ok {
+		i.read(mem, fn, what+" namespace", uint64(binary.LittleEndian.Uint32(b[8:])), uint64(binary.LittleEndian.Uint32(b[12:])))
+	}
+}
+
+// hostStateWriteBatch is state_write_batch(batch_ptr i32, batch_len i32) ->
+// i32: a list of puts and deletes, applied in order as state_put and
+// state_delete would apply them. A list that is malformed, too long or
+// points outside guest memory applies nothing; otherwise the first write
+// that fails stops the call with its status, the writes before it applied.
+var hostStateWriteBatch = api.GoModuleFunc(func(ctx context.Context, mod api.Module, stack []uint64) {
+	i, s := callback(ctx)
+	if s == nil {
+		setStatus(stack, abi.StatusNotInCallback)
+		return
+	}
+	mem := mod.Memory()
+	b, ok := i.read(mem, ImportStateWriteBatch, "batch", stack[0], stack[1])
+	if !ok {
+		setStatus(stack, abi.StatusBadPointer)
+		return
+	}
+	all := memBytes(mem)
+	if st := i.checkWriteBatch(mem, all, b); st != abi.StatusOK {
+		setStatus(stack, st)
+		return
+	}
+	for ; len(b) > 0; b = b[writeSize:] {
+		h := int32(binary.LittleEndian.Uint32(b))
+		key, ns, _ := pairIn(all, b[4:])
+		vp, vl := binary.LittleEndian.Uint32(b[20:]), int32(binary.LittleEndian.Uint32(b[24:]))
+		var err error
+		if vl == writeDelete {
+			if i.keyTooLong(key, ns) {
+				setStatus(stack, abi.StatusLimit)
+				return
+			}
+			i.chargeState(len(key) + len(ns))
+			err = s.svc.StateDelete(h, key, ns)
+		} else {
+			val, _ := span(all, vp, uint32(vl))
+			if len(val) > i.q.valueBytes || i.keyTooLong(key, ns) {
+				setStatus(stack, abi.StatusLimit)
+				return
+			}
+			i.chargeState(len(key) + len(ns) + len(val))
+			err = s.svc.StatePut(h, key, ns, val)
+		}
+		if err != nil {
+			setStatus(stack, i.status(err))
+			return
+		}
+	}
+	setStatus(stack, abi.StatusOK)
+})
+
+// checkWriteBatch checks a state_write_batch list before anything is
+// written: BAD_ARGUMENT for a length that is not a whole number of writes
+// or a val_len below -1, LIMIT past MaxStateBatchEntries writes,
+// BAD_POINTER for a pair outside guest memory.
+func (i *Instance) checkWriteBatch(mem api.Memory, all, b []byte) int32 {
+	if len(b)%writeSize != 0 {
+		return abi.StatusBadArgument
+	}
+	if len(b)/writeSize > MaxStateBatchEntries {
+		return abi.StatusLimit
+	}
+	// BAD_ARGUMENT before BAD_POINTER, whichever write has which: the first
+	// BAD_POINTER is logged only once the list is known to be well formed.
+	bad := -1
+	for w, j := b, 0; len(w) > 0; w, j = w[writeSize:], j+1 {
+		vp, vl := binary.LittleEndian.Uint32(w[20:]), int32(binary.LittleEndian.Uint32(w[24:]))
+		if vl < writeDelete {
+			return abi.StatusBadArgument
+		}
+		if bad >= 0 {
+			continue
+		}
+		if _, _, ok := pairIn(all, w[4:]); !ok {
+			bad = j
+		} else if _, ok := span(all, vp, uint32(vl)); vl != writeDelete && !ok {
+			bad = j
+		}
+	}
+	if bad >= 0 {
+		w := b[writeSize*bad:]
+		if _, _, ok := pairIn(all, w[4:]); !ok {
+			i.badPair(mem, w[4:], ImportStateWriteBatch, "write")
+		} else {
+			i.read(mem, ImportStateWriteBatch, "write value", uint64(binary.LittleEndian.Uint32(w[20:])), uint64(binary.LittleEndian.Uint32(w[24:])))
+		}
+		return abi.StatusBadPointer
+	}
+	return abi.StatusOK
+}
