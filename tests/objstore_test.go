@@ -110,4 +110,33 @@ func TestSavepointInObjectStore(t *testing.T) {
 	if dirs, _ := filepath.Glob(filepath.Join(dir, "wstream-data", "savepoints", "*")); len(dirs) > 0 {
 		t.Fatalf("savepoint directories on the filesystem: %v", dirs)
 	}
+
+	// inspect reads the savepoint through a server on the data directory
+	// that holds the object store.
+	data := filepath.Join(dir, "wstream-data")
+	srv := startEdge(t, dir, "server", "--data", data, "--listen", "127.0.0.1:0")
+	srv.until(t, "server URL", false, func() bool {
+		_, err := os.Stat(filepath.Join(data, "nats.url"))
+		return err == nil
+	})
+	r = runCLI(t, dir, "inspect", "--verify", "--data", data, sp)
+	if r.code != 0 || !strings.Contains(r.stdout, "savepoint") || !strings.Contains(r.stdout, "key groups") {
+		t.Fatalf("inspect %s: exit %d\n%s\n%s", sp, r.code, r.stdout, r.stderr)
+	}
+	if dirs, _ := filepath.Glob(filepath.Join(dir, "nats-obj*")); len(dirs) > 0 {
+		t.Fatalf("inspect created %v", dirs)
+	}
+}
+
+// TestInspectMissing: inspecting a directory that does not exist says so,
+// and creates nothing.
+func TestInspectMissing(t *testing.T) {
+	dir := t.TempDir()
+	r := runCLI(t, dir, "inspect", "no-such-savepoint")
+	if r.code == 0 || !strings.Contains(r.stderr, "no-such-savepoint") || !strings.Contains(r.stderr, "no such file or directory") {
+		t.Fatalf("exit %d\n%s", r.code, r.stderr)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "no-such-savepoint")); err == nil {
+		t.Fatal("inspect created the directory it was asked to read")
+	}
 }

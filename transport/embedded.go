@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -58,13 +60,63 @@ func StartEmbedded(o EmbeddedOptions) (*server.Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("starting embedded NATS server: %w", err)
 	}
+	// The server reports why it cannot start (a busy port, a store it
+	// cannot write) only through its logger, which NoLog leaves unset.
+	errs := &startErrors{fatal: make(chan struct{})}
+	s.SetLoggerV2(errs, false, false, false)
 	go s.Start()
-	if !s.ReadyForConnections(10 * time.Second) {
-		s.Shutdown()
-		return nil, fmt.Errorf("embedded NATS server not ready after 10s (store %s)", o.StoreDir)
+	deadline := time.Now().Add(10 * time.Second)
+	for !s.ReadyForConnections(50 * time.Millisecond) {
+		select {
+		case <-errs.fatal:
+			s.Shutdown()
+			return nil, fmt.Errorf("embedded NATS server: %s", errs.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			s.Shutdown()
+			if e := errs.String(); e != "" {
+				return nil, fmt.Errorf("embedded NATS server not ready after 10s (store %s): %s", o.StoreDir, e)
+			}
+			return nil, fmt.Errorf("embedded NATS server not ready after 10s (store %s)", o.StoreDir)
+		}
 	}
 	return s, nil
 }
+
+// startErrors is the embedded server's logger while it starts: it keeps
+// the errors, and closes fatal on a fatal one (the server then never
+// becomes ready). Other levels are dropped, as NoLog would.
+type startErrors struct {
+	mu    sync.Mutex
+	msgs  []string
+	fatal chan struct{}
+	once  sync.Once
+}
+
+func (e *startErrors) add(format string, v []any) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if len(e.msgs) < 8 {
+		e.msgs = append(e.msgs, fmt.Sprintf(format, v...))
+	}
+}
+
+func (e *startErrors) String() string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return strings.Join(e.msgs, "; ")
+}
+
+func (e *startErrors) Fatalf(format string, v ...any) {
+	e.add(format, v)
+	e.once.Do(func() { close(e.fatal) })
+}
+func (e *startErrors) Errorf(format string, v ...any) { e.add(format, v) }
+func (e *startErrors) Noticef(string, ...any)         {}
+func (e *startErrors) Warnf(string, ...any)           {}
+func (e *startErrors) Debugf(string, ...any)          {}
+func (e *startErrors) Tracef(string, ...any)          {}
 
 // ConnectInProcess connects to an embedded server without a socket.
 // Extra options (credentials) come last.

@@ -256,31 +256,64 @@ func inspectCommand() *cli.Command {
 		Usage:     "print what a savepoint or checkpoint holds",
 		ArgsUsage: "DIR",
 		Description: `DIR is a savepoint directory, a job's checkpoint directory
-(DATA/jobs/JOB/checkpoints: its newest complete checkpoint), or one chk-* directory.
+(DATA/jobs/JOB/checkpoints: its newest complete checkpoint), or one chk-* directory;
+or the same in a JetStream object store, nats-obj://BUCKET/PREFIX[/chk-N], read
+through the cluster at --nats (or the deploy running on --data).
 Prints the subtasks with their key-group ranges, state files, state names with
 entries and bytes (canonical savepoints), source offsets and in-flight data.
 --verify checks every file's size and SHA-256, and reads every canonical file to
 its checksum.`,
-		Flags: []cli.Flag{&cli.BoolFlag{Name: "verify", Usage: "check every checksum"}},
+		Flags: []cli.Flag{&cli.BoolFlag{Name: "verify", Usage: "check every checksum"}, natsFlag, dataFlag},
 		Action: func(c *cli.Context) error {
 			if c.NArg() != 1 {
 				return usageError{fmt.Errorf("inspect: want one DIR argument, got %d", c.NArg())}
 			}
-			return inspect(c.App.Writer, c.Args().First(), c.Bool("verify"))
+			dir := c.Args().First()
+			var nc *nats.Conn
+			if checkpoint.IsObjectLocation(dir) {
+				e, err := clientEngine(c)
+				if err != nil {
+					return fmt.Errorf("inspect %s: an object-store location is read through a cluster: %w", dir, err)
+				}
+				defer e.Close(context.Background())
+				nc = e.Conn()
+			}
+			return inspect(c.App.Writer, dir, c.Bool("verify"), nc)
 		},
 	}
 }
 
-// openSnapshotDir finds the checkpoint a directory names.
-func openSnapshotDir(dir string) (*checkpoint.Storage, *checkpoint.Metadata, error) {
-	root, id := dir, int64(0)
-	if base := filepath.Base(dir); len(base) > 4 && base[:4] == "chk-" {
-		root = filepath.Dir(dir)
+// openSnapshotDir finds the checkpoint a directory or object-store
+// location names: a storage root (its newest complete checkpoint) or one
+// chk-* in it. nc reaches the object store of a nats-obj:// location; a
+// local directory must exist (inspecting never creates one).
+func openSnapshotDir(dir string, nc *nats.Conn) (*checkpoint.Storage, *checkpoint.Metadata, error) {
+	root, base := filepath.Dir(dir), filepath.Base(dir)
+	object := checkpoint.IsObjectLocation(dir)
+	if object {
+		// A URL: filepath would collapse the slashes of nats-obj://.
+		trimmed := strings.TrimRight(dir, "/")
+		i := strings.LastIndex(trimmed, "/")
+		root, base = trimmed[:i], trimmed[i+1:]
+	}
+	id := int64(0)
+	if len(base) > 4 && base[:4] == "chk-" {
 		if _, err := fmt.Sscanf(base, "chk-%d", &id); err != nil {
 			return nil, nil, fmt.Errorf("%s: not a checkpoint directory name", dir)
 		}
+	} else {
+		root = dir
 	}
-	st, err := checkpoint.OpenStorage(root)
+	if !object {
+		fi, err := os.Stat(root)
+		if err != nil {
+			return nil, nil, err
+		}
+		if !fi.IsDir() {
+			return nil, nil, fmt.Errorf("%s is not a directory", root)
+		}
+	}
+	st, err := checkpoint.OpenStorageAt(root, nc)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -301,8 +334,8 @@ func openSnapshotDir(dir string) (*checkpoint.Storage, *checkpoint.Metadata, err
 	return st, m, nil
 }
 
-func inspect(w io.Writer, dir string, verify bool) error {
-	st, m, err := openSnapshotDir(dir)
+func inspect(w io.Writer, dir string, verify bool, nc *nats.Conn) error {
+	st, m, err := openSnapshotDir(dir, nc)
 	if err != nil {
 		return err
 	}
