@@ -58,7 +58,7 @@ type Instance struct {
 	q      quotas
 
 	memPages uint32     // the memory limit in force, in pages
-	grow     memLimiter // enforces memPages when it is below the runtime's
+	grow     memLimiter // backs the memory and enforces memPages
 
 	// Accounting of the call in progress, reset by call.
 	inputs      int   // records or timers passed to it; 0 when it has none
@@ -223,12 +223,16 @@ func instanceOf(ctx context.Context) *Instance {
 
 // instantiate creates an instance of cc whose memory is bounded by memPages
 // when that is below the runtime's limit (0: the runtime's limit).
-func (r *Runtime) instantiate(ctx context.Context, cc code, label string, lim Limits, memPages uint32) (*Instance, error) {
+func (r *Runtime) instantiate(ctx context.Context, cc code, label string, lim Limits, memPages uint32) (_ *Instance, err error) {
 	cm := cc.cm
 	i := &Instance{r: r, label: label, limits: lim, q: lim.quotas(), timerDomain: -1, memPages: r.limit}
+	defer func() {
+		if err != nil {
+			i.grow.release()
+		}
+	}()
 	if memPages != 0 && memPages < r.limit {
 		i.memPages = memPages
-		i.grow.limit = uint64(memPages) * pageSize
 		// Validation admits one memory, defined and exported by the module.
 		for _, d := range cm.ExportedMemories() {
 			if d.Min() > memPages {
@@ -259,11 +263,10 @@ func (r *Runtime) instantiate(ctx context.Context, cc code, label string, lim Li
 	// (an instrumented module's start function is exported instead).
 	ictx, cancel := context.WithTimeout(ctx, r.timeout)
 	mctx := context.WithValue(ictx, instanceKey{}, i)
-	if i.grow.limit != 0 {
-		// wazero reads the allocator from the context once, when it creates
-		// the instance's memory.
-		mctx = experimental.WithMemoryAllocator(mctx, &i.grow)
-	}
+	// wazero reads the allocator from the context once, when it creates
+	// the instance's memory.
+	i.grow.limit = uint64(i.memPages) * pageSize
+	mctx = experimental.WithMemoryAllocator(mctx, &i.grow)
 	mod, err := cc.rt.InstantiateModule(mctx, cm, cfg)
 	expired := errors.Is(ictx.Err(), context.DeadlineExceeded)
 	cancel()
@@ -409,7 +412,9 @@ func (i *Instance) Close(ctx context.Context) error {
 	i.stderr.flush()
 	i.logs.flush(i, nil)
 	i.dropFunctions()
-	if err := i.api.Close(ctx); err != nil {
+	err := i.api.Close(ctx)
+	i.grow.release()
+	if err != nil {
 		return fmt.Errorf("host: closing instance %s: %w", i.label, err)
 	}
 	return nil

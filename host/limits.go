@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"math"
 
-	"github.com/tetratelabs/wazero/experimental"
-
 	"github.com/wstream/wstream/operator"
 )
 
@@ -222,70 +220,6 @@ func WithMemoryLimit(pages uint32) InstanceOption {
 // that failed, after the instance's limit refused a memory.grow, and by
 // the GuestError of a call whose arguments exceed the memory limit.
 var ErrMemoryLimit = errors.New("host: guest memory limit reached")
-
-// memLimiter backs the linear memory of an instance with a WithMemoryLimit
-// below the runtime's limit. wazero calls Reallocate from memory.grow
-// (compiled code exits to Go for it) and uses the returned buffer directly,
-// so loads and stores cost the same as with wazero's own buffer. It serves
-// one instance, used from one goroutine at a time.
-type memLimiter struct {
-	limit uint64 // bytes; 0 when the runtime's limit applies
-	buf   []byte
-	// refused is the size in pages of the last growth refused during the
-	// call in progress (Instance.call resets it), or 0.
-	refused uint32
-	// over is set when the module's initial memory exceeded limit.
-	// Instantiation checks the declared minimum first; this catches what
-	// that check could miss, since wazero cannot take a refusal there.
-	over bool
-	used bool // the initial allocation was made
-}
-
-var (
-	_ experimental.MemoryAllocator = (*memLimiter)(nil)
-	_ experimental.LinearMemory    = (*memLimiter)(nil)
-)
-
-// Allocate implements experimental.MemoryAllocator: the limiter is its own
-// single LinearMemory.
-func (m *memLimiter) Allocate(capacity, _ uint64) experimental.LinearMemory {
-	m.buf = make([]byte, 0, min(capacity, m.limit))
-	return m
-}
-
-// Reallocate implements experimental.LinearMemory. Returning nil makes
-// memory.grow return -1.
-func (m *memLimiter) Reallocate(size uint64) []byte {
-	first := !m.used
-	m.used = true
-	if size > m.limit {
-		if first {
-			// wazero slices the initial buffer to the minimum without a nil
-			// check, so a refusal would panic in the host: serve it, and let
-			// instantiate reject the instance.
-			m.over = true
-			m.buf = make([]byte, size)
-			return m.buf
-		}
-		m.refused = uint32((size + pageSize - 1) / pageSize)
-		return nil
-	}
-	if size <= uint64(cap(m.buf)) {
-		// Memory never shrinks, so the capacity past the old length was
-		// never exposed to the guest and is still zero.
-		m.buf = m.buf[:size]
-		return m.buf
-	}
-	// Grow geometrically, so that a guest growing a page at a time is not
-	// copied at every step, but never reserve past the limit.
-	nb := make([]byte, size, min(max(size, 2*uint64(cap(m.buf))), m.limit))
-	copy(nb, m.buf)
-	m.buf = nb
-	return m.buf
-}
-
-// Free implements experimental.LinearMemory.
-func (m *memLimiter) Free() { m.buf = nil }
 
 // pageSize is the WebAssembly page size.
 const pageSize = 65536

@@ -314,40 +314,60 @@ func TestMemoryLimitArena(t *testing.T) {
 	}
 }
 
-// TestMemoryLimiter pins the LinearMemory behind WithMemoryLimit: growth
-// keeps contents and zeroes new bytes, never reserves past the limit, and
-// refuses growth past it; an initial size past the limit is served (wazero
-// cannot take nil there) and flagged.
+// TestMemoryLimiter pins the LinearMemory behind every instance, in a
+// reservation and, where nothing was reserved, in a Go slice: growth keeps
+// contents and zeroes new bytes, never reserves past the limit, and refuses
+// growth past it; an initial size past the limit is served (wazero cannot
+// take nil there) and flagged.
 func TestMemoryLimiter(t *testing.T) {
-	m := &memLimiter{limit: 4 * pageSize}
-	mem := m.Allocate(pageSize, 8*pageSize)
-	b := mem.Reallocate(pageSize)
-	if len(b) != pageSize || m.over {
-		t.Fatalf("initial: %d bytes, over %v", len(b), m.over)
-	}
-	copy(b, "abc")
-	for size := uint64(2 * pageSize); size <= 4*pageSize; size += pageSize {
-		nb := mem.Reallocate(size)
-		if uint64(len(nb)) != size || uint64(cap(nb)) > m.limit {
-			t.Fatalf("grown to %d: len %d cap %d", size, len(nb), cap(nb))
-		}
-		if !bytes.HasPrefix(nb, []byte("abc")) || !allZero(nb[size-pageSize:]) {
-			t.Fatalf("grown to %d: contents lost or new page not zero", size)
-		}
-		nb[size-1] = 1
-		b = nb
-	}
-	if nb := mem.Reallocate(5 * pageSize); nb != nil || m.refused != 5 {
-		t.Fatalf("past the limit: %d bytes, refused %d", len(nb), m.refused)
-	}
-	if b[4*pageSize-1] != 1 {
-		t.Error("a refused growth changed memory")
-	}
-	mem.Free()
+	for _, c := range []struct {
+		name string
+		most uint64 // what wazero says the memory may grow to
+	}{
+		{"reserved", 8 * pageSize},
+		{"slice", 0}, // nothing to reserve
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			m := &memLimiter{limit: 4 * pageSize}
+			mem := m.Allocate(pageSize, c.most)
+			b := mem.Reallocate(pageSize)
+			if len(b) != pageSize || m.over {
+				t.Fatalf("initial: %d bytes, over %v", len(b), m.over)
+			}
+			copy(b, "abc")
+			for size := uint64(2 * pageSize); size <= 4*pageSize; size += pageSize {
+				nb := mem.Reallocate(size)
+				if uint64(len(nb)) != size || uint64(cap(nb)) > m.limit {
+					t.Fatalf("grown to %d: len %d cap %d", size, len(nb), cap(nb))
+				}
+				if !bytes.HasPrefix(nb, []byte("abc")) || !allZero(nb[size-pageSize:]) {
+					t.Fatalf("grown to %d: contents lost or new page not zero", size)
+				}
+				if m.res != nil && &nb[0] != &b[0] {
+					t.Fatalf("grown to %d: a reserved memory moved", size)
+				}
+				nb[size-1] = 1
+				b = nb
+			}
+			if nb := mem.Reallocate(5 * pageSize); nb != nil || m.refused != 5 {
+				t.Fatalf("past the limit: %d bytes, refused %d", len(nb), m.refused)
+			}
+			if b[4*pageSize-1] != 1 {
+				t.Error("a refused growth changed memory")
+			}
+			mem.Free()
+			if b[0] != 'a' {
+				t.Error("Free released the reservation")
+			}
+			m.release()
+			m.release()
 
-	o := &memLimiter{limit: pageSize}
-	if b := o.Allocate(2*pageSize, 2*pageSize).Reallocate(2 * pageSize); len(b) != 2*pageSize || !o.over {
-		t.Errorf("initial size past the limit: %d bytes, over %v", len(b), o.over)
+			o := &memLimiter{limit: pageSize}
+			if b := o.Allocate(2*pageSize, c.most).Reallocate(2 * pageSize); len(b) != 2*pageSize || !o.over {
+				t.Errorf("initial size past the limit: %d bytes, over %v", len(b), o.over)
+			}
+			o.release()
+		})
 	}
 }
 

@@ -56,12 +56,17 @@ const (
 	maxCleanBytes    = 16 << 20
 )
 
+// startEntries is what the slot table is sized for at first. It doubles as
+// entries arrive (insert), so a subtask that sees few keys does not hold a
+// table for the whole capacity: 128 KiB per subtask at the default.
+const startEntries = 64
+
 func newHotCache(capacity int) *hotCache {
 	if capacity < 1 {
 		capacity = 1
 	}
 	c := &hotCache{seed: maphash.MakeSeed(), capacity: capacity, head: noSlot, tail: noSlot}
-	c.resize(tableSizeFor(capacity))
+	c.resize(tableSizeFor(min(capacity, startEntries)))
 	return c
 }
 

@@ -61,7 +61,7 @@ func TestHotCacheKeepsDirtyEntriesUntilFlushed(t *testing.T) {
 // deletion, table growth and entry recycling.
 func TestHotCacheAgainstModel(t *testing.T) {
 	r := rand.New(rand.NewPCG(7, 11))
-	for _, capacity := range []int{1, 7, 64} {
+	for _, capacity := range []int{1, 7, 64, 300} {
 		c := newHotCache(capacity)
 		model := map[string]string{} // what the cache holds: key → value
 		dirty := map[string]bool{}
@@ -112,6 +112,28 @@ func TestHotCacheAgainstModel(t *testing.T) {
 			if c.live > capacity && c.live > len(dirty) {
 				t.Fatalf("cap %d step %d: %d live entries with %d dirty exceed capacity", capacity, step, c.live, len(dirty))
 			}
+		}
+	}
+}
+
+// The slot table starts small and grows with the entries, at most half
+// full, so that a subtask with few keys holds little.
+func TestHotCacheTableGrowsWithEntries(t *testing.T) {
+	c := newHotCache(DefaultCacheEntries)
+	if n := len(c.slots); n > 2*startEntries {
+		t.Fatalf("a new cache has %d slots, want at most %d", n, 2*startEntries)
+	}
+	for i := range DefaultCacheEntries {
+		k := cacheKey(i)
+		c.insert(k, c.hash(k))
+		if 2*c.live > len(c.slots) {
+			t.Fatalf("%d entries in %d slots", c.live, len(c.slots))
+		}
+	}
+	for i := range DefaultCacheEntries {
+		k := cacheKey(i)
+		if c.lookup(k, c.hash(k)) == noSlot {
+			t.Fatalf("key %d lost as the table grew", i)
 		}
 	}
 }

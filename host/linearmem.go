@@ -1,0 +1,144 @@
+package host
+
+import (
+	"runtime"
+
+	"github.com/tetratelabs/wazero/experimental"
+)
+
+// memLimiter backs the linear memory of an instance and enforces its memory
+// limit. wazero calls Allocate when it creates the memory and Reallocate for
+// its initial size and from memory.grow (compiled code exits to Go for it),
+// and uses the returned buffer directly, so loads and stores cost the same
+// as with wazero's own buffer.
+//
+// The buffer lies in a reservation of address space as large as the memory
+// may grow (the limit, or the module's declared maximum when lower), made
+// readable and writable up to the memory's size: growing never moves or
+// copies the memory, and a page costs resident memory only once the guest
+// touches it. wazero's own buffer is a Go slice, which every growth copies,
+// and whose pages Go zeroes (with the capacity rounded past them) whenever
+// it reuses memory: a module's whole memory was resident, although a C or
+// Rust guest touches a few hundred KiB of its 1 MiB stack and data. Where
+// nothing can be reserved, the buffer is a Go slice.
+//
+// The reservation is released by release, from Instance.Close, or, for an
+// instance dropped without Close, once the Instance is collected (no call
+// can be running in its memory then); never by Free, which wazero also
+// calls from Runtime.Close, whatever the instance's goroutine is doing.
+//
+// It serves one instance, used from one goroutine at a time.
+type memLimiter struct {
+	limit   uint64 // bytes
+	buf     []byte
+	res     *reservation // nil when buf is a Go slice
+	cleanup runtime.Cleanup
+	// refused is the size in pages of the last growth refused during the
+	// call in progress (Instance.call resets it), or 0.
+	refused uint32
+	// over is set when the module's initial memory exceeded limit.
+	// Instantiation checks the declared minimum first; this catches what
+	// that check could miss, since wazero cannot take a refusal there.
+	over bool
+	used bool // the initial allocation was made
+}
+
+var (
+	_ experimental.MemoryAllocator = (*memLimiter)(nil)
+	_ experimental.LinearMemory    = (*memLimiter)(nil)
+)
+
+// Allocate implements experimental.MemoryAllocator: the limiter is its own
+// single LinearMemory.
+func (m *memLimiter) Allocate(capacity, most uint64) experimental.LinearMemory {
+	if r, err := reserve(min(most, m.limit)); err == nil {
+		m.res = r
+		m.cleanup = runtime.AddCleanup(m, (*reservation).release, r)
+		return m
+	}
+	m.buf = make([]byte, 0, min(capacity, m.limit))
+	return m
+}
+
+// Reallocate implements experimental.LinearMemory. Returning nil makes
+// memory.grow return -1.
+func (m *memLimiter) Reallocate(size uint64) []byte {
+	first := !m.used
+	m.used = true
+	if size > m.limit {
+		if first {
+			// wazero slices the initial buffer to the minimum without a nil
+			// check, so a refusal would panic in the host: serve it, and let
+			// instantiate reject the instance.
+			m.over = true
+			m.release()
+			m.buf = make([]byte, size)
+			return m.buf
+		}
+		m.refused = uint32((size + pageSize - 1) / pageSize)
+		return nil
+	}
+	if m.res != nil {
+		if err := m.res.commit(size); err == nil {
+			m.buf = m.res.mem[:size:size]
+			return m.buf
+		}
+		if !first {
+			return nil // out of memory: memory.grow fails as it would in wazero
+		}
+		m.release()
+	}
+	if size <= uint64(cap(m.buf)) {
+		// Memory never shrinks, so the capacity past the old length was
+		// never exposed to the guest and is still zero.
+		m.buf = m.buf[:size]
+		return m.buf
+	}
+	// Grow geometrically, so that a guest growing a page at a time is not
+	// copied at every step, but never reserve past the limit.
+	nb := make([]byte, size, min(max(size, 2*uint64(cap(m.buf))), m.limit))
+	copy(nb, m.buf)
+	m.buf = nb
+	return m.buf
+}
+
+// Free implements experimental.LinearMemory. It keeps the reservation: see
+// memLimiter.
+func (m *memLimiter) Free() { m.buf = nil }
+
+// release unmaps the reservation. The memory must not be used after it.
+func (m *memLimiter) release() {
+	if m.res == nil {
+		return
+	}
+	m.cleanup.Stop()
+	m.res.release()
+	m.res, m.buf = nil, nil
+}
+
+// reservation is a range of address space of which the first committed
+// bytes are readable and writable; the rest faults.
+type reservation struct {
+	mem       []byte
+	committed uint64
+}
+
+// commit makes the first n bytes readable and writable. Pages that no one
+// has written to read as zero and take no memory.
+func (r *reservation) commit(n uint64) error {
+	if n <= r.committed {
+		return nil
+	}
+	if err := protect(r.mem[r.committed:n]); err != nil {
+		return err
+	}
+	r.committed = n
+	return nil
+}
+
+func (r *reservation) release() {
+	if r.mem != nil {
+		unmap(r.mem)
+		r.mem = nil
+	}
+}
