@@ -51,8 +51,13 @@ type Options struct {
 	WorkerID string
 	Slots    int
 	Host     host.Config
-	Stdout   io.Writer
-	Logf     func(format string, args ...any)
+	// Runtime, when set, is the wazero runtime of the in-process workers
+	// instead of one created from Host (HostConfig); the engine does not
+	// close it. Given the runtime that validated a deployment (Prepare),
+	// the workers run the module as it was compiled and probed there.
+	Runtime *host.Runtime
+	Stdout  io.Writer
+	Logf    func(format string, args ...any)
 	// NoCoordinator skips starting a coordinator (a cluster has one).
 	NoCoordinator bool
 	// HeartbeatInterval is how often the in-process workers heartbeat, and
@@ -97,11 +102,14 @@ type Engine struct {
 	nc      *nats.Conn
 	sys     *nats.Conn // the system account's (tenants)
 	rt      *host.Runtime
+	ownsRT  bool
 	coord   *coordinator.Coordinator
 	workers []*worker.Worker
 	// conns are the workers' own connections (several workers).
 	conns   []*nats.Conn
 	urlFile string
+	// unlock lets go of the data directory (lockDataDir).
+	unlock func()
 }
 
 // URLFile is where an embedded server that listens writes its client URL.
@@ -131,16 +139,17 @@ func Start(ctx context.Context, o Options) (e *Engine, err error) {
 	if err := os.MkdirAll(o.DataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("data directory: %w", err)
 	}
-	if o.Host.CacheDir == "" {
-		o.Host.CacheDir = filepath.Join(o.DataDir, "cache", "wazero")
-	}
-	if o.Host.Log == nil {
-		logf := o.Logf
-		o.Host.Log = func(level int32, op string, subtask int, msg string) {
-			logf("%s/%d: %s", op, subtask, msg)
+	// The directory is the engine's own when it holds a NATS store, job
+	// records or state: a client of a cluster (deploy --nats) keeps only
+	// the compilation cache there, which many may share.
+	var unlock func()
+	if o.NATSURL == "" || !o.NoCoordinator || (o.Workers > 0 && !o.NoWorkers) {
+		if unlock, err = lockDataDir(o.DataDir); err != nil {
+			return nil, err
 		}
 	}
-	e = &Engine{opts: o}
+	o.Host = HostConfig(o)
+	e = &Engine{opts: o, unlock: unlock}
 	// The error returns below say "return nil, err", which clears e before
 	// this runs: close what was started through a copy.
 	started := e
@@ -229,9 +238,14 @@ func Start(ctx context.Context, o Options) (e *Engine, err error) {
 		}
 		tenantConnect = func(name string, c tenant.Creds) (*nats.Conn, error) { return dial(name, c.Option()) }
 	}
-	e.rt, err = host.NewRuntime(ctx, o.Host)
-	if err != nil {
-		return nil, err
+	if o.Runtime != nil {
+		e.rt = o.Runtime
+	} else {
+		e.rt, err = host.NewRuntime(ctx, o.Host)
+		if err != nil {
+			return nil, err
+		}
+		e.ownsRT = true
 	}
 	if !o.NoCoordinator {
 		e.coord, err = coordinator.New(coordinator.Config{NATS: e.nc, Logf: o.Logf, DataDir: o.DataDir,
@@ -280,6 +294,26 @@ func Start(ctx context.Context, o Options) (e *Engine, err error) {
 		}
 	}
 	return e, nil
+}
+
+// HostConfig is o.Host with the engine's defaults filled in: the
+// compilation cache under the data directory, and guest logs through
+// o.Logf. A Runtime given to Start is created from it.
+func HostConfig(o Options) host.Config {
+	hc := o.Host
+	if o.DataDir == "" {
+		o.DataDir = "wstream-data"
+	}
+	if hc.CacheDir == "" {
+		hc.CacheDir = filepath.Join(o.DataDir, "cache", "wazero")
+	}
+	if hc.Log == nil && o.Logf != nil {
+		logf := o.Logf
+		hc.Log = func(level int32, op string, subtask int, msg string) {
+			logf("%s/%d: %s", op, subtask, msg)
+		}
+	}
+	return hc
 }
 
 // workerID is the id of in-process worker i.
@@ -344,10 +378,10 @@ func (e *Engine) Close(ctx context.Context) error {
 		e.coord.Close()
 		e.coord = nil
 	}
-	if e.rt != nil {
+	if e.rt != nil && e.ownsRT {
 		errs = append(errs, e.rt.Close(ctx))
-		e.rt = nil
 	}
+	e.rt = nil
 	if e.nc != nil {
 		e.nc.Close()
 		e.nc = nil
@@ -364,6 +398,11 @@ func (e *Engine) Close(ctx context.Context) error {
 		e.srv.WaitForShutdown()
 		e.srv = nil
 	}
+	// Last: everything that used the directory is closed.
+	if e.unlock != nil {
+		e.unlock()
+		e.unlock = nil
+	}
 	return errors.Join(errs...)
 }
 
@@ -379,10 +418,17 @@ type Deployment struct {
 	Resume       string
 	ModuleDigest string
 	// FromSavepoint starts the job from the savepoint in this directory.
-	FromSavepoint         string
+	FromSavepoint string
+	// Suspended is the job this one continues from the savepoint it was
+	// suspended with (PrepareResume), or "".
+	Suspended             string
 	AllowNonRestoredState bool
 	// Tenant runs the job as this tenant (the admin only).
 	Tenant string
+	// module is the module as Prepare compiled it, held until the job is
+	// submitted: a worker sharing the runtime then finds it compiled and
+	// does not compile or probe it again.
+	module *host.Module
 }
 
 // PrepareResume prepares the continuation of a job recorded in the data
@@ -396,7 +442,7 @@ func PrepareResume(dataDir, id string) (*Deployment, error) {
 		}
 		var open []string
 		for _, r := range recs {
-			if r.State == transport.JobRunning {
+			if resumable(dataDir, r) {
 				open = append(open, r.JobID)
 			}
 		}
@@ -412,6 +458,9 @@ func PrepareResume(dataDir, id string) (*Deployment, error) {
 	rec, err := coordinator.ReadRecord(dataDir, id)
 	if err != nil {
 		return nil, err
+	}
+	if rec.State == transport.JobStopped {
+		return prepareSuspended(dataDir, rec)
 	}
 	if rec.State != transport.JobRunning {
 		return nil, fmt.Errorf("--resume: job %s has %s", id, rec.State)
@@ -453,9 +502,14 @@ func Prepare(ctx context.Context, rt *host.Runtime, o PrepareOptions) (*Deployme
 			return nil, err
 		}
 		modPlan = mod.Plan()
-		_ = mod.Close(ctx)
-		d.Wasm = wasm
+		d.Wasm, d.module = wasm, mod
 	}
+	ok := false
+	defer func() {
+		if !ok && d.module != nil {
+			_ = d.module.Close(ctx)
+		}
+	}()
 	var plan *job.Plan
 	var err error
 	switch {
@@ -499,11 +553,15 @@ func Prepare(ctx context.Context, rt *host.Runtime, o PrepareOptions) (*Deployme
 		d.Name = plan.Name
 	}
 	d.Plan, d.Graph = plan, g
+	ok = true
 	return d, nil
 }
 
 // Submit stores the module and submits the job; it returns the job id.
 func (e *Engine) Submit(ctx context.Context, d *Deployment) (string, error) {
+	// The coordinator answers once the first attempt is deployed, and its
+	// workers hold the module from then on.
+	defer d.release(ctx)
 	req := transport.SubmitRequest{Name: d.Name, Plan: d.Plan.JSON(), ModuleName: d.ModuleName, Resume: d.Resume,
 		ModuleDigest: d.ModuleDigest, FromSavepoint: d.FromSavepoint, AllowNonRestoredState: d.AllowNonRestoredState,
 		Tenant: d.Tenant}
@@ -515,6 +573,14 @@ func (e *Engine) Submit(ctx context.Context, d *Deployment) (string, error) {
 		req.ModuleDigest = digest
 	}
 	return coordinator.Submit(ctx, e.nc, req)
+}
+
+// release lets go of the module Prepare compiled.
+func (d *Deployment) release(ctx context.Context) {
+	if d.module != nil {
+		_ = d.module.Close(ctx)
+		d.module = nil
+	}
 }
 
 // Run submits d and waits for its end. When ctx is done first the job is

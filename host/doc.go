@@ -13,10 +13,14 @@
 //     wazero's decoder and validator, every required export and its
 //     signature, every import, and wstream_abi_version (which takes one
 //     short-lived instantiation, also used to read the plan). Identical bytes
-//     compiled twice share one compiled module.
+//     compiled twice share one compiled module, which Compiled also finds
+//     by its digest.
 //  3. NewInstance instantiates a Module for one subtask (running _initialize
 //     when exported). Instance.Operator hands out operator slots 0, 1, 2…
-//     that share the instance, as chained operators of one subtask do.
+//     that share the instance, as chained operators of one subtask do. Its
+//     linear memory lies in a reservation of address space as large as its
+//     memory limit: growing never copies it, and only the pages the guest
+//     touches take memory (memLimiter).
 //  4. Every guest call runs under a per-instance context whose deadline is
 //     re-armed per call without allocating, and which is also done when the
 //     context given to NewInstance (the job's) is. When it fires, wazero

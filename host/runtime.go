@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"regexp"
 	"strconv"
 	"strings"
@@ -285,6 +286,28 @@ func (r *Runtime) Compile(ctx context.Context, name string, wasm []byte) (*Modul
 	return &Module{r: r, c: c, name: name}, nil
 }
 
+// Compiled returns the module with digest when a Module of the runtime
+// holds it compiled, as Compile of its bytes under name would, without
+// needing the bytes; nil otherwise.
+func (r *Runtime) Compiled(digest, name string) *Module {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	c := r.modules[digest]
+	if r.closed || c == nil {
+		return nil
+	}
+	select {
+	case <-c.ready:
+	default:
+		return nil // still compiling
+	}
+	if c.err != nil {
+		return nil
+	}
+	c.refs++
+	return &Module{r: r, c: c, name: name}
+}
+
 // renamed returns err as seen by a Compile of the same bytes under another
 // name.
 func renamed(err error, name string) error {
@@ -326,6 +349,13 @@ func (r *Runtime) compile(ctx context.Context, name string, wasm []byte) (code, 
 		}
 		if errors.Is(err, ErrRuntimeClosed) {
 			return code{}, nil, err
+		}
+		// The module compiled, but its code could not be written to the
+		// compilation cache (a full disk, a read-only directory): the
+		// module is not at fault.
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			return code{}, nil, fmt.Errorf("host: module %s: writing the compilation cache: %w", name, err)
 		}
 		// wazero's decoder quotes names from the module.
 		return code{}, nil, &ValidationError{Module: name, Reason: "invalid or truncated WebAssembly module: " +

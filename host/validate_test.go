@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -466,5 +467,30 @@ func TestRuntimeClosed(t *testing.T) {
 	}
 	if _, err := m.NewInstance(context.Background(), "x"); !errors.Is(err, ErrRuntimeClosed) {
 		t.Errorf("NewInstance after Close: got %v", err)
+	}
+}
+
+// TestCompilationCacheUnwritable: a module whose code cannot be written to
+// the compilation cache is not called invalid.
+func TestCompilationCacheUnwritable(t *testing.T) {
+	dir := t.TempDir()
+	r := newTestRuntime(t, Config{CacheDir: dir})
+	// wazero writes below a directory per version, created with the cache:
+	// a file in its place makes every write fail, even for root.
+	entries, err := os.ReadDir(dir)
+	if err != nil || len(entries) != 1 || !entries[0].IsDir() {
+		t.Fatalf("cache directory %s: %v %v", dir, entries, err)
+	}
+	sub := filepath.Join(dir, entries[0].Name())
+	if err := os.RemoveAll(sub); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(sub, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err = r.Compile(context.Background(), "fine.wasm", testmod.WAT(t, moduleWAT(nil, "")))
+	var ve *ValidationError
+	if err == nil || errors.As(err, &ve) || !strings.Contains(err.Error(), "writing the compilation cache") || !strings.Contains(err.Error(), "fine.wasm") {
+		t.Fatalf("compiling with an unwritable cache: %v", err)
 	}
 }

@@ -44,8 +44,11 @@
 // snapshot, writes all of them (and the timer changes) as one Pebble batch.
 // Durability comes from checkpoints: the store runs without a write-ahead
 // log (a snapshot flushes the memtable first, and Close flushes it, so a
-// store reopened after Close sees every write). StateGet reads the cache first; entries read from
-// Pebble, including absent ones, stay cached in a bounded LRU of hot keys.
+// store reopened after Close sees every write). Creating a store syncs
+// nothing (createfs.go): a store's directory is never reopened after a
+// crash, and its first flush syncs what creating it wrote. StateGet reads
+// the cache first; entries read from Pebble, including absent ones, stay
+// cached in a bounded LRU of hot keys.
 // StateIter flushes first when the iterated key has unflushed writes and
 // then reads Pebble, so it sees every earlier put and delete.
 //

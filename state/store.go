@@ -8,6 +8,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/bloom"
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/wstream/wstream/abi"
 )
 
@@ -66,6 +67,9 @@ type Options struct {
 	// eventListener, when set, receives Pebble's events (tests use it to
 	// wait for compactions).
 	eventListener *pebble.EventListener
+	// fs, when set, is the filesystem under the store (tests count its
+	// syncs); vfs.Default otherwise.
+	fs vfs.FS
 }
 
 // Store is the keyed state of one subtask: one Pebble instance, a write-back
@@ -208,7 +212,14 @@ func Open(o Options) (*Store, error) {
 	if o.eventListener != nil {
 		po.EventListener = o.eventListener
 	}
+	base := o.fs
+	if base == nil {
+		base = vfs.Default
+	}
+	fs := newCreateFS(base, o.Dir)
+	po.FS = fs
 	db, err := pebble.Open(o.Dir, po)
+	fs.opened()
 	if err != nil {
 		return nil, fmt.Errorf("state: open pebble in %s: %w", o.Dir, err)
 	}

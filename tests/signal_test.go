@@ -2,9 +2,14 @@ package tests
 
 import (
 	"bytes"
+	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -29,9 +34,10 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-// TestUnboundedJobStopsOnInterrupt runs an unbounded job, waits until its
-// output flows, interrupts it as Ctrl-C would, and expects a clean stop: exit
-// 0, a summary, and output that ends with whole lines.
+// TestUnboundedJobStopsOnInterrupt runs an unbounded job that does not
+// checkpoint, waits until its output flows, interrupts it as Ctrl-C would,
+// and expects it canceled: exit 130 (128 + SIGINT), a summary, and output
+// that ends with whole lines.
 func TestUnboundedJobStopsOnInterrupt(t *testing.T) {
 	mod := module(t, "mapfilter")
 	dir := t.TempDir()
@@ -70,8 +76,8 @@ func TestUnboundedJobStopsOnInterrupt(t *testing.T) {
 	}
 	select {
 	case err := <-done:
-		if err != nil {
-			t.Fatalf("interrupted job exited with %v\n%s", err, stderr.String())
+		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 130 {
+			t.Fatalf("interrupted job exited with %v, want exit status 130\n%s", err, stderr.String())
 		}
 	case <-time.After(time.Minute):
 		_ = cmd.Process.Kill()
@@ -90,5 +96,90 @@ func TestUnboundedJobStopsOnInterrupt(t *testing.T) {
 		if !ok || v != strings.ToUpper(v) || !strings.HasPrefix(v, strings.ToUpper(k)+" ") {
 			t.Fatalf("unexpected line %q", l)
 		}
+	}
+}
+
+// TestInterruptSuspends interrupts a checkpointed keyed job (SIGTERM, as a
+// service manager stops it) while it runs at full speed: it stops with a
+// savepoint and exits 3, and deploy --resume continues it to the end. The
+// committed output is checked against what exactly-once means for a
+// running count, computed here from the input: every key's counts are 1..n
+// once each, and the counts add up to the records of the input.
+func TestInterruptSuspends(t *testing.T) {
+	mod := module(t, "testops")
+	dir := t.TempDir()
+	const n = 200000
+	writePlan(t, dir, fmt.Sprintf(`{"name":"suspend","parallelism":2,
+ "checkpoint":{"interval":200},
+ "vertices":[
+  {"id":"source","kind":"source","connector":"gen","config":{"count":%d,"keys":60,"rate":40000}},
+  {"id":"count","kind":"operator","operator":"runcount"},
+  {"id":"sink","kind":"sink","connector":"file","config":{"path":"out"}}],
+ "edges":[
+  {"from":"source","to":"count","partition":"key"},
+  {"from":"count","to":"sink","partition":"rebalance"}]}`, n))
+	p := startEdge(t, dir, "deploy", "--plan", "plan.json", mod)
+	p.until(t, "committed output", false, func() bool { return len(partFiles(t, dir)) >= 2 })
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.wait(t, time.Minute); code != 3 || !strings.Contains(p.stderr.String(), "suspended with a savepoint") {
+		t.Fatalf("deploy after SIGTERM: exit %d, want 3 (suspended)\n%s", code, p.stderr.String())
+	}
+	m := regexp.MustCompile(`job (\S+) suspended`).FindStringSubmatch(p.stderr.String())
+	if m == nil {
+		t.Fatalf("no job id in\n%s", p.stderr.String())
+	}
+	// Its checkpoint history, as JSON: checkpoints, then the savepoint.
+	r := runCLI(t, dir, "checkpoints", "-o", "json", m[1])
+	var hist struct {
+		Job     string `json:"job"`
+		History []struct {
+			Kind   int    `json:"kind"`
+			Status string `json:"status"`
+		} `json:"history"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &hist); r.code != 0 || err != nil || hist.Job != m[1] || len(hist.History) < 2 {
+		t.Fatalf("checkpoints -o json: exit %d, %v\n%s%s", r.code, err, r.stdout, r.stderr)
+	}
+	if last := hist.History[len(hist.History)-1]; last.Status != "completed" {
+		t.Fatalf("the suspension's savepoint is %+v", last)
+	}
+	if r := runCLI(t, dir, "checkpoints", "-o", "yaml", m[1]); r.code != 2 || !strings.Contains(r.stderr, "table and json") {
+		t.Fatalf("checkpoints -o yaml: exit %d\n%s", r.code, r.stderr)
+	}
+	before := len(committed(t, filepath.Join(dir, "out")))
+	if before == 0 || before >= n {
+		t.Fatalf("%d of %d records committed at the suspension: the job was not interrupted mid-way", before, n)
+	}
+	r = runCLI(t, dir, "deploy", "--resume", "-")
+	if r.code != 0 || !strings.Contains(r.stderr, "suspended with") {
+		t.Fatalf("deploy --resume: exit %d\n%s", r.code, r.stderr)
+	}
+	counts := map[string][]int{}
+	for _, l := range committed(t, filepath.Join(dir, "out")) {
+		k, v, ok := strings.Cut(l, "\t")
+		c, err := strconv.Atoi(v)
+		if !ok || err != nil {
+			t.Fatalf("line %q", l)
+		}
+		counts[k] = append(counts[k], c)
+	}
+	total := 0
+	for k, cs := range counts {
+		sort.Ints(cs)
+		for i, c := range cs {
+			if c != i+1 {
+				t.Fatalf("key %s: counts %v… are not 1..%d once each: a record was lost or counted twice across the suspension", k, cs[:min(len(cs), i+3)], len(cs))
+			}
+		}
+		total += len(cs)
+	}
+	if total != n {
+		t.Fatalf("%d records counted, want %d", total, n)
+	}
+	// A suspended job resumes once.
+	if r := runCLI(t, dir, "deploy", "--resume", "-"); r.code == 0 {
+		t.Fatalf("a second --resume ran:\n%s", r.stderr)
 	}
 }

@@ -1,8 +1,10 @@
 // Package worker runs subtasks. A Worker registers with the coordinator over
 // NATS, receives deployments, fetches the job's module from the JetStream
-// object store, and runs each assigned subtask on its own goroutine: a chain
-// of vertices (a source or an input gate, operators in wazero sandboxes or
-// native Go, then a sink or output channels).
+// object store (unless its runtime holds it compiled already), and runs each
+// assigned subtask on its own goroutine: a chain of vertices (a source or an
+// input gate, operators in wazero sandboxes or native Go, then a sink or
+// output channels). A deployment builds its subtasks (module instances,
+// keyed state stores) in parallel.
 //
 // A subtask's loop, per input message:
 //

@@ -336,6 +336,13 @@ func (w *Worker) module(ctx context.Context, js jetstream.JetStream, tenant, dig
 	w.mu.Lock()
 	mod, ok := w.modules[digest]
 	w.mu.Unlock()
+	if !ok {
+		// Compiled already for the runtime's other users (the embedded
+		// engine's validation of this job): no need to fetch it.
+		if m := w.rt.Compiled(digest, name); m != nil {
+			mod, ok = w.keep(ctx, digest, m), true
+		}
+	}
 	if ok && tenant == "" {
 		return mod, nil
 	}
@@ -363,14 +370,20 @@ func (w *Worker) module(ctx context.Context, js jetstream.JetStream, tenant, dig
 		_ = mod.Close(ctx)
 		return nil, fmt.Errorf("module %s: store returned digest %s, want %s", name, mod.Digest(), digest)
 	}
+	return w.keep(ctx, digest, mod), nil
+}
+
+// keep adds mod to the worker's modules, unless a deployment added one of
+// the same digest meanwhile; it returns the one kept.
+func (w *Worker) keep(ctx context.Context, digest string, mod *host.Module) *host.Module {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if prev, ok := w.modules[digest]; ok {
 		_ = mod.Close(ctx)
-		return prev, nil
+		return prev
 	}
 	w.modules[digest] = mod
-	return mod, nil
+	return mod
 }
 
 // jobRun is the part of one job that runs on this worker.
@@ -748,20 +761,45 @@ func (w *Worker) wire(j *jobRun, mod *host.Module, refs []transport.TaskRef) (ta
 			return j.exch.NewOutput(e.Index, up, down)
 		},
 	}
-	defer func() {
+	// The subtasks are built in parallel: instantiating a module (the
+	// guest's _initialize) and opening keyed state take milliseconds each,
+	// and a deployment is not done until every subtask is built. Only the
+	// channels are shared between them.
+	var mu sync.Mutex
+	shared := channels{
+		in: func(e *job.ChainEdge, up, down int) (transport.InputChannel, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			return cs.in(e, up, down)
+		},
+		out: func(e *job.ChainEdge, up, down int) (transport.OutputChannel, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			return cs.out(e, up, down)
+		},
+	}
+	tasks = make([]*task, len(refs))
+	errs := make([]error, len(refs))
+	var wg sync.WaitGroup
+	for i, r := range refs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			tasks[i], errs[i] = w.newTask(j, mod, g.Chains[r.Chain], r.Subtask, shared)
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
 		if err != nil {
 			for _, t := range tasks {
-				_ = t.close()
+				if t != nil {
+					_ = t.close()
+				}
 			}
-			tasks = nil
+			// The first in deployment order, as when they were built one
+			// by one.
+			return nil, err
 		}
-	}()
-	for _, r := range refs {
-		t, err := w.newTask(j, mod, g.Chains[r.Chain], r.Subtask, cs)
-		if err != nil {
-			return tasks, err
-		}
-		tasks = append(tasks, t)
 	}
 	return tasks, nil
 }
@@ -1197,15 +1235,15 @@ func (w *Worker) runTask(j *jobRun, t *task) {
 		j.failed.Store(true)
 	}
 	if t.sink != nil {
-		// The input did not end. A job stopped on request flushes what its
-		// sinks hold; a failed job's sinks abort, so a file sink never leaves
-		// a file that looks complete. A transactional sink's files are what
-		// recovery (after a restart, or a resumed run) commits or removes,
-		// so they stay as they are.
+		// The input did not end. A job stopped with a savepoint flushes
+		// what its sinks hold; a failed or canceled job's sinks abort, so a
+		// file sink never leaves a file that looks complete. A
+		// transactional sink's files are what recovery (after a restart, or
+		// a resumed run) commits or removes, so they stay as they are.
 		switch {
 		case t.sinkTxn:
 			releaseSink(t.sink)
-		case j.failed.Load():
+		case j.failed.Load() || (err != nil && !errors.Is(err, errStopped)):
 			abortSink(t.sink)
 		default:
 			_ = t.sink.Close()

@@ -23,8 +23,12 @@ func listCommand() *cli.Command {
 		Description: "Each job's state is one of Flink's: CREATED, RUNNING, FAILING, RESTARTING, CANCELLING,\n" +
 			"CANCELED, FINISHED, FAILED, SUSPENDED. ATTEMPT counts from 0; RESTARTS are those its restart\n" +
 			"strategy made; the last column says why the latest restart happened, or why the job failed.",
-		Flags: []cli.Flag{natsFlag, dataFlag},
+		Flags: []cli.Flag{natsFlag, dataFlag, outputFlag},
 		Action: func(c *cli.Context) error {
+			asJSON, err := jsonOutput(c)
+			if err != nil {
+				return err
+			}
 			e, err := clientEngine(c)
 			if err != nil {
 				return err
@@ -33,6 +37,9 @@ func listCommand() *cli.Command {
 			jobs, err := coordinator.List(c.Context, e.Conn())
 			if err != nil {
 				return err
+			}
+			if asJSON {
+				return writeJSON(c.App.Writer, orEmpty(jobs))
 			}
 			return printJobs(c.App.Writer, jobs)
 		},

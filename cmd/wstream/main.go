@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/debug"
 	"runtime/pprof"
 	"strconv"
 	"strings"
@@ -41,7 +42,11 @@ func main() {
 
 func run(args []string, stdout, stderr io.Writer) int {
 	app := newApp(stdout, stderr)
+	notFound = nil
 	err := app.Run(args)
+	if err == nil {
+		err = notFound
+	}
 	if err == nil {
 		return 0
 	}
@@ -61,7 +66,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 }
 
 func newApp(stdout, stderr io.Writer) *cli.App {
-	return &cli.App{
+	// --version only: -v is --verbose, in every command and before them.
+	cli.VersionFlag = &cli.BoolFlag{Name: "version", Usage: "print the version"}
+	app := &cli.App{
 		Name:      "wstream",
 		Usage:     "run stream operators compiled to WebAssembly",
 		Version:   version,
@@ -75,8 +82,10 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 		OnUsageError: func(c *cli.Context, err error, _ bool) error {
 			return usageError{fmt.Errorf("%s: %w (see --help)", c.Command.FullName(), err)}
 		},
+		CommandNotFound: commandNotFound,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "cpuprofile", Usage: "write a Go CPU profile of the command to `FILE`"},
+			verboseFlag,
 		},
 		Before: func(c *cli.Context) error {
 			path := c.String("cpuprofile")
@@ -116,12 +125,42 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 				Name:  "version",
 				Usage: "print the version and ABI version",
 				Action: func(c *cli.Context) error {
-					fmt.Fprintf(c.App.Writer, "wstream %s (ABI v%d)\n", version, abi.Version)
+					fmt.Fprintf(c.App.Writer, "wstream %s (ABI v%d)%s\n", version, abi.Version, commit())
 					return nil
 				},
 			},
 		}),
 	}
+	tidyDefaults(app.Commands)
+	return app
+}
+
+// commit is the VCS revision the binary was built from, as go build
+// records it, or "".
+func commit() string {
+	info, ok := debug.ReadBuildInfo()
+	if !ok {
+		return ""
+	}
+	rev, dirty := "", false
+	for _, s := range info.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			dirty = s.Value == "true"
+		}
+	}
+	if rev == "" {
+		return ""
+	}
+	if len(rev) > 12 {
+		rev = rev[:12]
+	}
+	if dirty {
+		rev += ", modified"
+	}
+	return " commit " + rev
 }
 
 var natsFlag = &cli.StringFlag{
@@ -141,7 +180,7 @@ var verboseFlag = &cli.BoolFlag{Name: "verbose", Aliases: []string{"v"}, Usage: 
 func hostFlags() []cli.Flag {
 	flags := []cli.Flag{
 		&cli.IntFlag{Name: "memory-limit", Usage: "memory limit of one operator instance, in MiB", Value: 64},
-		&cli.DurationFlag{Name: "call-timeout", Usage: "deadline of one guest call; an operator exceeding it fails the job. 0 turns deadlines off: loop-heavy guests run several times faster, but a guest that never returns hangs its subtask (trusted modules only)", Value: 10 * time.Second},
+		&cli.DurationFlag{Name: "call-timeout", Usage: "deadline of one guest call; an operator exceeding it fails the job. 0 turns deadlines off, which saves little (deadlines cost a few percent at most) and lets a guest that never returns hang its subtask (trusted modules only)", Value: 10 * time.Second},
 	}
 	for _, q := range guestQuotas {
 		flags = append(flags, &cli.IntFlag{Name: q.flag, Usage: q.usage + " (-1: no bound, for trusted modules)", Value: q.def})
@@ -193,8 +232,19 @@ func hostConfig(c *cli.Context) (host.Config, error) {
 	return host.Config{MemoryLimitPages: uint32(mib * 16), CallTimeout: timeout, Limits: lim}, nil
 }
 
+// verbose reports -v given to the command or before it (wstream -v deploy):
+// a command's own -v flag would otherwise hide the top-level one.
+func verbose(c *cli.Context) bool {
+	for _, x := range c.Lineage() {
+		if x.Bool("verbose") {
+			return true
+		}
+	}
+	return false
+}
+
 func logf(c *cli.Context) func(string, ...any) {
-	if !c.Bool("verbose") {
+	if !verbose(c) {
 		return nil
 	}
 	w := c.App.ErrWriter
@@ -229,7 +279,7 @@ func deployCommand() *cli.Command {
 		&cli.BoolFlag{Name: "local-recovery", Usage: "keep each subtask's last completed snapshot on its worker and restore from it after a restart there"},
 		&cli.StringFlag{Name: "savepoint-format", Usage: "canonical (default: independent of the state backend's files) or native (copies of the Pebble files: faster)"},
 		&cli.StringFlag{Name: "checkpoint-storage", Usage: "where checkpoints go: nats-obj://BUCKET[/PREFIX] for a JetStream object store on the cluster's NATS server (no shared filesystem needed); default the data directory"},
-		&cli.IntFlag{Name: "compression", Usage: "zstd level of uploaded checkpoint files: 0 off, 1 fastest (default) … 4 best"},
+		&cli.IntFlag{Name: "compression", Usage: "zstd level of uploaded checkpoint files: 0 off, 1 fastest … 4 best", DefaultText: "the plan's, else 1"},
 		&cli.StringFlag{Name: "restart", Usage: "restart strategy of a failed job: none, fixed-delay or exponential-backoff"},
 		&cli.IntFlag{Name: "restart-attempts", Usage: "most restarts before the job fails for good (0: unlimited)"},
 		&cli.DurationFlag{Name: "restart-delay", Usage: "delay before a restart (the first one, for exponential backoff)"},
@@ -286,8 +336,12 @@ then stops cleanly. Exits non-zero when the job fails.`,
 }
 
 func deploy(c *cli.Context, hc host.Config, ov job.Overrides) error {
-	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
-	defer stop()
+	// Ctrl-C and SIGTERM: see interrupts. Before the job runs, they cancel.
+	ctx, cancel := context.WithCancel(c.Context)
+	defer cancel()
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigs)
 	out, errw := c.App.Writer, c.App.ErrWriter
 
 	opts := engine.Options{DataDir: c.String("data"), NATSURL: c.String("nats"), Host: hc, Stdout: out, Logf: logf(c)}
@@ -324,7 +378,7 @@ func deploy(c *cli.Context, hc host.Config, ov job.Overrides) error {
 		}
 		reportResumePoint(errw, opts.DataDir, d)
 	} else {
-		rt, err := host.NewRuntime(ctx, withCache(hc, opts.DataDir))
+		rt, err := host.NewRuntime(ctx, engine.HostConfig(opts))
 		if err != nil {
 			return err
 		}
@@ -335,7 +389,14 @@ func deploy(c *cli.Context, hc host.Config, ov job.Overrides) error {
 			Name:       c.String("name"),
 			Settings:   func(p *job.Plan) { applySettingFlags(c, p) },
 		})
-		_ = rt.Close(ctx)
+		if err != nil || opts.NATSURL != "" {
+			_ = rt.Close(ctx)
+		} else {
+			// The in-process worker runs the module as validation compiled
+			// it: compiled and probed once.
+			opts.Runtime = rt
+			defer rt.Close(context.Background())
+		}
 		if err != nil {
 			return err
 		}
@@ -358,27 +419,55 @@ func deploy(c *cli.Context, hc host.Config, ov job.Overrides) error {
 		}
 		d.Tenant = t
 	}
+	select {
+	case sig := <-sigs:
+		return cli.Exit(fmt.Sprintf("interrupted (%s) before the job started", sig), exitSignal(sig))
+	default:
+	}
 	e, err := engine.Start(ctx, opts)
 	if err != nil {
 		return err
 	}
 	defer e.Close(context.Background())
+	ir := &interrupts{errw: errw, conn: e.Conn(), cancel: cancel, checkpoints: d.Plan.Checkpoint.Enabled(), started: make(chan string, 1)}
+	go ir.watch(ctx, sigs)
 	stopProgress := showRestoreProgress(errw, opts.DataDir, d)
 	defer stopProgress()
 	res, err := e.Run(ctx, d, func(id string) {
+		ir.started <- id
+		if d.Suspended != "" {
+			if err := engine.MarkResumed(opts.DataDir, d.Suspended, id); err != nil {
+				fmt.Fprintf(errw, "wstream: %v\n", err)
+			}
+		}
 		if !c.Bool("quiet") {
 			fmt.Fprintf(errw, "job %s running (%d subtasks)\n", id, countSubtasks(d.Graph))
 		}
 	})
 	stopProgress()
 	if err != nil {
+		if sig := ir.signal(); sig != nil {
+			return cli.Exit(fmt.Sprintf("interrupted (%s): %v", sig, err), exitSignal(sig))
+		}
 		return err
 	}
 	if !c.Bool("quiet") {
 		printSummary(errw, d.Plan, res)
 	}
-	if res.State == transport.JobFailed {
+	switch res.State {
+	case transport.JobFailed:
 		return cli.Exit(fmt.Sprintf("job %s failed: %s", res.JobID, res.Error), 1)
+	case transport.JobStopped:
+		if sp := ir.suspendedAt(); sp != "" {
+			if err := engine.MarkSuspended(opts.DataDir, res.JobID, sp); err != nil {
+				return err
+			}
+			return cli.Exit(fmt.Sprintf("job %s suspended with a savepoint in %s; continue it with: wstream deploy --resume %s", res.JobID, sp, res.JobID), exitSuspended)
+		}
+	case transport.JobCanceled:
+		if sig := ir.signal(); sig != nil {
+			return cli.Exit(fmt.Sprintf("job %s canceled (%s); nothing it had not committed was kept", res.JobID, sig), exitSignal(sig))
+		}
 	}
 	return nil
 }
@@ -386,6 +475,10 @@ func deploy(c *cli.Context, hc host.Config, ov job.Overrides) error {
 // reportResumePoint tells the user which checkpoint a resumed job starts
 // from, and why newer ones cannot be used.
 func reportResumePoint(w io.Writer, dataDir string, d *engine.Deployment) {
+	if d.Suspended != "" {
+		fmt.Fprintf(w, "resuming job %s from the savepoint it was suspended with, %s\n", d.Suspended, d.FromSavepoint)
+		return
+	}
 	if !d.Plan.Checkpoint.Enabled() {
 		fmt.Fprintf(w, "job %s does not checkpoint: it starts over\n", d.Resume)
 		return
@@ -483,13 +576,6 @@ func applySettingFlags(c *cli.Context, p *job.Plan) {
 		getR().MaxDelay = ms("restart-max-delay")
 	}
 	p.Restart = r
-}
-
-func withCache(hc host.Config, dataDir string) host.Config {
-	if hc.CacheDir == "" {
-		hc.CacheDir = dataDir + "/cache/wazero"
-	}
-	return hc
 }
 
 func countSubtasks(g *job.Graph) int {
@@ -681,8 +767,12 @@ func checkpointsCommand() *cli.Command {
 JOB is omitted): id, status, duration, state size, persisted in-flight bytes,
 and the slowest subtask's alignment, sync and async times; then the
 checkpoints retained on disk.`,
-		Flags: []cli.Flag{dataFlag},
+		Flags: []cli.Flag{dataFlag, outputFlag},
 		Action: func(c *cli.Context) error {
+			asJSON, err := jsonOutput(c)
+			if err != nil {
+				return err
+			}
 			dir := c.String("data")
 			id := c.Args().First()
 			if id == "" {
@@ -710,7 +800,22 @@ checkpoints retained on disk.`,
 			if err != nil {
 				return err
 			}
+			st, err := checkpoint.OpenStorage(coordinator.CheckpointRoot(dir, id))
+			if err != nil {
+				return err
+			}
+			ids, err := st.Completed()
+			if err != nil {
+				return err
+			}
 			w := c.App.Writer
+			if asJSON {
+				return writeJSON(w, struct {
+					Job      string                     `json:"job"`
+					History  []coordinator.HistoryEntry `json:"history"`
+					Retained []int64                    `json:"retained"`
+				}{id, orEmpty(hist), orEmpty(ids)})
+			}
 			fmt.Fprintf(w, "%-6s %-11s %-9s %-10s %-10s %-10s %-10s %-10s %-10s %-10s %s\n",
 				"ID", "KIND", "STATUS", "DURATION", "SIZE", "UPLOADED", "IN-FLIGHT", "ALIGNMENT", "SYNC", "ASYNC", "ATTEMPT")
 			for _, e := range hist {
@@ -728,14 +833,6 @@ checkpoints retained on disk.`,
 					fmt.Fprintf(w, "  (%s)", e.Reason)
 				}
 				fmt.Fprintln(w)
-			}
-			st, err := checkpoint.OpenStorage(coordinator.CheckpointRoot(dir, id))
-			if err != nil {
-				return err
-			}
-			ids, err := st.Completed()
-			if err != nil {
-				return err
 			}
 			fmt.Fprintf(w, "retained: %v (* = unaligned)\n", ids)
 			return nil

@@ -56,6 +56,14 @@
 // removed and the function exported as StartExport instead: the host calls
 // it right after instantiating, as wasm would have.
 //
+// Instantiation applies data segments one by one, and Go's linker ends a
+// segment at every run of more than 8 zero bytes (tens of thousands of
+// segments). So the rewrite also joins consecutive segments separated by
+// at most 64 zero bytes, filling the zeros in, where that writes the same
+// memory: active segments of a memory the module defines (fresh memory is
+// zero), no segment writing into a gap, and nothing naming segments by
+// index (data count section, data names).
+//
 // The rewrite is deterministic: the same input always gives the same bytes,
 // so a compilation cache keyed by content keeps working. Instrument refuses
 // with an *Error whatever it cannot decode exactly (an unknown opcode or
@@ -115,6 +123,9 @@ type Result struct {
 	Loops, Entries, Exits, Calls, Bulk int
 	// Dropped lists the custom sections removed, in module order.
 	Dropped []string
+	// DataJoined is the number of data segments that joining them across
+	// short runs of zeros removed.
+	DataJoined int
 }
 
 // Error is a module that Instrument cannot rewrite.
@@ -204,6 +215,9 @@ type module struct {
 	globalImports uint32
 	globals       uint32 // defined
 	memories      uint32 // imported and defined
+	memImports    uint32
+	dataCount     bool // the module has a data count section
+	dataNames     bool // its name section names data segments
 	exports       uint32
 	exportNames   map[string]bool
 	start         int64 // start function index, -1 when none
@@ -252,6 +266,14 @@ func Instrument(wasm []byte) (*Result, error) {
 		case secStart:
 			m.start = int64(r.u32())
 			r.done("start section")
+		case secDataCount:
+			m.dataCount = true
+		case secCustom:
+			if s.name == "name" {
+				// A reader of its own: a malformed name section is not
+				// the rewrite's concern.
+				m.dataNames = hasDataNames(m.reader(s.start, s.end))
+			}
 		case secCode:
 			haveCode = true
 			if n := r.u32(); r.err == nil && n != uint32(len(m.funcTypes)) {
@@ -327,6 +349,8 @@ func Instrument(wasm []byte) (*Result, error) {
 			}
 		case secStart:
 			// Exported instead (Result.Start).
+		case secData:
+			out = m.appendData(out, s)
 		default:
 			out = append(out, wasm[s.headerStart:s.end]...)
 		}
@@ -434,6 +458,7 @@ func (m *module) imports(r *reader) {
 		case 0x02: // memory
 			r.limits()
 			m.memories++
+			m.memImports++
 		case 0x03: // global: value type, mutability
 			r.valType()
 			if mut := r.byte(); mut > 1 && r.err == nil {

@@ -1,0 +1,132 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/wstream/wstream/transport"
+)
+
+// Exit statuses of a deploy that a signal ended.
+const (
+	// exitSuspended: the job stopped with a savepoint and can be resumed
+	// (deploy --resume).
+	exitSuspended = 3
+)
+
+// exitSignal is the status of a command a signal ended, as shells report
+// it: 128 + the signal's number.
+func exitSignal(sig os.Signal) int {
+	if s, ok := sig.(syscall.Signal); ok {
+		return 128 + int(s)
+	}
+	return 1
+}
+
+// interrupts handles Ctrl-C and SIGTERM during a deploy as a service
+// manager expects. The first suspends a job that checkpoints: it stops with
+// a savepoint, its sinks commit up to it, and deploy --resume continues it
+// from there. A job that does not checkpoint is canceled, as is a job whose
+// savepoint fails, and any job at the second signal; a canceled job keeps
+// nothing it had not committed (its sinks abort).
+type interrupts struct {
+	errw        io.Writer
+	conn        *nats.Conn
+	cancel      context.CancelFunc
+	checkpoints bool
+	started     chan string // the job's id, once submitted
+
+	pending sync.WaitGroup // a suspend in flight
+
+	mu  sync.Mutex
+	sig os.Signal
+	sp  string // the savepoint a suspended job stopped at
+}
+
+func (ir *interrupts) watch(ctx context.Context, sigs <-chan os.Signal) {
+	var id string
+	for n := 0; ; n++ {
+		var sig os.Signal
+		select {
+		case <-ctx.Done():
+			return
+		case id = <-ir.started:
+			n--
+			continue
+		case sig = <-sigs:
+		}
+		ir.mu.Lock()
+		ir.sig = sig
+		ir.mu.Unlock()
+		if n > 0 || id == "" || !ir.checkpoints {
+			if n == 0 && id != "" {
+				fmt.Fprintf(ir.errw, "wstream: %s: canceling job %s, which does not checkpoint\n", sig, id)
+			}
+			ir.cancel()
+			continue
+		}
+		fmt.Fprintf(ir.errw, "wstream: %s: suspending job %s with a savepoint (again to cancel it)\n", sig, id)
+		ir.pending.Add(1)
+		go func() {
+			defer ir.pending.Done()
+			ir.suspend(ctx, id)
+		}()
+	}
+}
+
+// suspend stops job id with a savepoint, and cancels it when that fails.
+func (ir *interrupts) suspend(ctx context.Context, id string) {
+	b, _ := json.Marshal(transport.SavepointRequest{JobID: id, Stop: true})
+	msg, err := ir.conn.RequestWithContext(ctx, transport.SubjectSavepoint, b)
+	if ctx.Err() != nil {
+		return
+	}
+	var r transport.SavepointReply
+	if err == nil {
+		err = json.Unmarshal(msg.Data, &r)
+	}
+	if err == nil && r.Error != "" {
+		err = fmt.Errorf("%s", r.Error)
+	}
+	if err != nil {
+		fmt.Fprintf(ir.errw, "wstream: the savepoint of job %s failed (%v): canceling it\n", id, err)
+		ir.cancel()
+		return
+	}
+	ir.mu.Lock()
+	ir.sp = r.Dir
+	ir.mu.Unlock()
+}
+
+// signal is the last signal received, or nil.
+func (ir *interrupts) signal() os.Signal {
+	ir.mu.Lock()
+	defer ir.mu.Unlock()
+	return ir.sig
+}
+
+// suspendedAt is the savepoint the job was suspended with, or "": it waits
+// for the answer to a suspension in flight (the job may end before it
+// arrives).
+func (ir *interrupts) suspendedAt() string {
+	answered := make(chan struct{})
+	go func() {
+		ir.pending.Wait()
+		close(answered)
+	}()
+	select {
+	case <-answered:
+	case <-time.After(time.Minute):
+	}
+	ir.mu.Lock()
+	defer ir.mu.Unlock()
+	return ir.sp
+}
