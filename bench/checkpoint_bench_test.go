@@ -21,14 +21,7 @@ import (
 func BenchmarkCheckpointOverhead(b *testing.B) {
 	_, cMod := buildModules(b, "wordcount")
 	const n = 12_000_000 // a few seconds per run, so several 1 s checkpoints
-	plan := func(ckpt string) string {
-		return fmt.Sprintf(`{"name":"overhead","parallelism":2,%s
- "vertices":[
-  {"id":"source","kind":"source","connector":"gen","config":{"count":%d,"keys":10000,"words":1,"seed":1},"parallelism":1},
-  {"id":"count","kind":"operator","operator":"count"},
-  {"id":"sink","kind":"sink","connector":"discard"}],
- "edges":[{"from":"source","to":"count","partition":"key"},{"from":"count","to":"sink"}]}`, ckpt, n)
-	}
+	plan := func(ckpt string) string { return overheadPlan(ckpt, n) }
 	b.Run("none", func(b *testing.B) { runJob(b, jobRun{module: cMod, plan: plan(""), records: n}) })
 	b.Run("1s", func(b *testing.B) {
 		runJob(b, jobRun{module: cMod, plan: plan(`"checkpoint":{"interval":1000},`), records: n, report: func(b *testing.B, h []coordinator.HistoryEntry) {
@@ -41,6 +34,18 @@ func BenchmarkCheckpointOverhead(b *testing.B) {
 			b.ReportMetric(float64(completed)/float64(b.N), "checkpoints/op")
 		}})
 	})
+}
+
+// overheadPlan is the keyed count of the checkpoint overhead benchmarks: n
+// records, C guest, with the checkpoint settings ckpt (a JSON member and a
+// comma, or "").
+func overheadPlan(ckpt string, n int) string {
+	return fmt.Sprintf(`{"name":"overhead","parallelism":2,%s
+ "vertices":[
+  {"id":"source","kind":"source","connector":"gen","config":{"count":%d,"keys":10000,"words":1,"seed":1},"parallelism":1},
+  {"id":"count","kind":"operator","operator":"count"},
+  {"id":"sink","kind":"sink","connector":"discard"}],
+ "edges":[{"from":"source","to":"count","partition":"key"},{"from":"count","to":"sink"}]}`, ckpt, n)
 }
 
 // BenchmarkUnalignedVsAligned backs up both input channels of a subtask

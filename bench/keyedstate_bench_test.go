@@ -119,19 +119,25 @@ func keyedStateRun(b *testing.B, newOp func(b *testing.B) operator.Operator) {
 		}
 	}
 	pass() // every key exists, and its timer: the steady state
-	// The operator runs on this thread: its CPU time, unlike the wall
-	// time, does not count what other processes take of the machine.
+	timePasses(b, pass, &records)
+}
+
+// timePasses runs pass b.N times on this goroutine's thread and reports
+// wall and thread CPU time per record, counted in *records by pass. The
+// thread's CPU time, unlike the wall time, does not count what other
+// processes take of the machine.
+func timePasses(b *testing.B, pass func(), records *int) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	records = 0
+	*records = 0
 	cpu0 := threadCPU()
 	b.ResetTimer()
 	for range b.N {
 		pass()
 	}
 	b.StopTimer()
-	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(records), "ns/record")
-	b.ReportMetric(float64(threadCPU()-cpu0)/float64(records), "cpu-ns/record")
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(*records), "ns/record")
+	b.ReportMetric(float64(threadCPU()-cpu0)/float64(*records), "cpu-ns/record")
 }
 
 // wasmOp returns a new operator slot of the module build returns, in an

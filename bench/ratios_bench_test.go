@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -27,14 +26,7 @@ func BenchmarkRatios(b *testing.B) {
 	goStateless, cStateless := buildModules(b, "mapfilter")
 	goKeyed, cKeyed := buildModules(b, "wordcount")
 	const ckptRecords = 12_000_000 // several 1 s checkpoints per run
-	ckptPlan := func(ckpt string) string {
-		return fmt.Sprintf(`{"name":"overhead","parallelism":2,%s
- "vertices":[
-  {"id":"source","kind":"source","connector":"gen","config":{"count":%d,"keys":10000,"words":1,"seed":1},"parallelism":1},
-  {"id":"count","kind":"operator","operator":"count"},
-  {"id":"sink","kind":"sink","connector":"discard"}],
- "edges":[{"from":"source","to":"count","partition":"key"},{"from":"count","to":"sink"}]}`, ckpt, ckptRecords)
-	}
+	ckptPlan := func(ckpt string) string { return overheadPlan(ckpt, ckptRecords) }
 	noDeadline := host.Config{CallTimeout: -1}
 	configs := []pairedRun{
 		{name: "stateless-native", run: jobRun{module: goStateless, plan: statelessPlan("go:"), records: records}},

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"runtime"
 	"testing"
 
 	"github.com/wstream/wstream/abi"
@@ -100,17 +99,7 @@ func statelessOpsRun(b *testing.B, newOp func(b *testing.B, name string) operato
 	if out.n == 0 || out.n == records {
 		b.Fatalf("filter kept %d of %d records: the input does not exercise it", out.n, records)
 	}
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	records = 0
-	cpu0 := threadCPU()
-	b.ResetTimer()
-	for range b.N {
-		pass()
-	}
-	b.StopTimer()
-	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(records), "ns/record")
-	b.ReportMetric(float64(threadCPU()-cpu0)/float64(records), "cpu-ns/record")
+	timePasses(b, pass, &records)
 }
 
 // moduleOps returns operators of the module at path, each in an instance

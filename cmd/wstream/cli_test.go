@@ -59,3 +59,13 @@ func TestOneDefaultPerFlag(t *testing.T) {
 		t.Fatalf("deploy --help lost the defaults written in usage texts:\n%s", out)
 	}
 }
+
+// TestDataFromEnvironment: WSTREAM_DATA stands for --data.
+func TestDataFromEnvironment(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("WSTREAM_DATA", dir)
+	code, _, errw := runArgs("checkpoints")
+	if code != 1 || !strings.Contains(errw, "no job in "+dir) {
+		t.Fatalf("checkpoints with WSTREAM_DATA=%s: exit %d\n%s", dir, code, errw)
+	}
+}

@@ -166,13 +166,14 @@ func commit() string {
 var natsFlag = &cli.StringFlag{
 	Name:    "nats",
 	Usage:   "NATS server URL of a wstream cluster; without it deploy runs on an embedded server",
-	EnvVars: []string{"WSTREAM_NATS"},
+	EnvVars: []string{"WSTREAM_NATS", "NATS_URL"},
 }
 
 var dataFlag = &cli.StringFlag{
-	Name:  "data",
-	Usage: "data directory for state, caches and the embedded NATS store",
-	Value: "wstream-data",
+	Name:    "data",
+	Usage:   "data directory for state, caches and the embedded NATS store",
+	Value:   "wstream-data",
+	EnvVars: []string{"WSTREAM_DATA"},
 }
 
 var verboseFlag = &cli.BoolFlag{Name: "verbose", Aliases: []string{"v"}, Usage: "log what the runtime does (and guest log lines) to stderr"}
