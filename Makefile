@@ -80,7 +80,7 @@ test-matrix: setup
 BENCHOUT    ?= bench.out
 BENCHROUNDS ?= 5
 bench: setup
-	@echo "make bench: about 10 minutes; raw output in $(BENCHOUT)"
+	@echo "make bench: a few minutes; raw output in $(BENCHOUT)"
 	@$(GO) test -run '^$$' -bench '^BenchmarkRatios$$' -benchtime $(BENCHROUNDS)x -timeout 60m ./bench/ > $(BENCHOUT) || { cat $(BENCHOUT); exit 1; }
 	@$(GO) test -run '^$$' -bench '^BenchmarkStart$$' -benchtime 3x -timeout 30m ./bench/ >> $(BENCHOUT) || { cat $(BENCHOUT); exit 1; }
 	@$(GO) test -run '^$$' -bench '^BenchmarkMemoryPerInstance$$' -benchtime 1x -timeout 30m ./bench/ >> $(BENCHOUT) || { cat $(BENCHOUT); exit 1; }

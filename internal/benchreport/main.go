@@ -40,6 +40,13 @@ var targets = []target{
 	{"BenchmarkRatios", "keyed-c-deadline/nodeadline", true, 0.9, "keyed count, C guest, deadline on / off"},
 	{"BenchmarkRatios", "keyed-go-deadline/nodeadline", true, 0.9, "keyed count, Go guest, deadline on / off"},
 	{"BenchmarkRatios", "checkpoints-1s/none", true, 0.97, "keyed count, 1 s checkpoints / none"},
+	{"BenchmarkStart/go", "warm-job-ms", false, 100, "warm deploy to first record, Go wordcount (ms)"},
+	{"BenchmarkStart/go", "warm/cold", false, 0.05, "warm / cold start, Go wordcount"},
+	{"BenchmarkStart/c", "warm/cold", false, 0.05, "warm / cold start, C wordcount"},
+	{"BenchmarkMemoryPerInstance/c", "MiB/instance", false, 1.5, "RSS per added instance, C (MiB)"},
+	{"BenchmarkMemoryPerInstance/rust", "MiB/instance", false, 1.5, "RSS per added instance, Rust (MiB)"},
+	{"BenchmarkMemoryPerInstance/wat", "MiB/instance", false, 1.5, "RSS per added instance, WAT (MiB)"},
+	{"BenchmarkMemoryPerInstance/go", "MiB/instance", false, 4, "RSS per added instance, Go (MiB)"},
 }
 
 // line matches a benchmark result: name, iterations, then value-unit pairs.
