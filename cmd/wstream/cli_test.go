@@ -69,3 +69,27 @@ func TestDataFromEnvironment(t *testing.T) {
 		t.Fatalf("checkpoints with WSTREAM_DATA=%s: exit %d\n%s", dir, code, errw)
 	}
 }
+
+// TestFlagsAfterArguments: flags after a command's arguments are read as
+// flags, with their values.
+func TestFlagsAfterArguments(t *testing.T) {
+	app := newApp(&bytes.Buffer{}, &bytes.Buffer{})
+	for _, c := range []struct{ in, want string }{
+		{"wstream deploy m.wasm --dry-run -p 3", "wstream deploy --dry-run -p 3 m.wasm"},
+		{"wstream -v deploy m.wasm --plan p.json", "wstream -v deploy --plan p.json m.wasm"},
+		{"wstream deploy --plan=p.json m.wasm -q", "wstream deploy --plan=p.json -q m.wasm"},
+		{"wstream savepoint JOB DIR --nats u", "wstream savepoint --nats u JOB DIR"},
+		{"wstream inspect DIR -- -odd", "wstream inspect DIR -- -odd"},
+		{"wstream deploy --resume -", "wstream deploy --resume -"},
+		{"wstream nosuch a -b", "wstream nosuch a -b"},
+	} {
+		got := strings.Join(flagsFirst(app, strings.Fields(c.in)), " ")
+		if got != c.want {
+			t.Errorf("%s\n got %s\nwant %s", c.in, got, c.want)
+		}
+	}
+	code, out, errw := runArgs("deploy", "no-such.wasm", "--dry-run")
+	if code != 1 || !strings.Contains(errw, "no-such.wasm") || strings.Contains(errw, "got 2") {
+		t.Fatalf("deploy MODULE --dry-run: exit %d\n%s%s", code, out, errw)
+	}
+}

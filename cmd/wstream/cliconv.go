@@ -118,3 +118,90 @@ func orEmpty[T any](s []T) []T {
 	}
 	return s
 }
+
+// flagsFirst moves the flags of a command line that come after its
+// arguments in front of them (wstream deploy job.wasm -p 4 is wstream
+// deploy -p 4 job.wasm): urfave/cli stops reading flags at the first
+// argument and would take the rest as arguments. A flag's value is the next
+// word unless the flag is a boolean or written --flag=value; "--" ends the
+// flags, as usual.
+func flagsFirst(app *cli.App, args []string) []string {
+	if len(args) < 2 {
+		return args
+	}
+	out := []string{args[0]}
+	rest := args[1:]
+	// Global flags, then the command (and subcommand) names.
+	cmds := app.Commands
+	flags := app.Flags
+	found := false
+	for len(rest) > 0 {
+		w := rest[0]
+		if strings.HasPrefix(w, "-") {
+			n := flagWords(flags, w)
+			n = min(n, len(rest))
+			out = append(out, rest[:n]...)
+			rest = rest[n:]
+			continue
+		}
+		var cmd *cli.Command
+		for _, c := range cmds {
+			if c.HasName(w) {
+				cmd = c
+			}
+		}
+		if cmd == nil {
+			if !found {
+				return args // no command: urfave/cli reports it
+			}
+			break
+		}
+		found = true
+		out = append(out, w)
+		rest = rest[1:]
+		cmds, flags = cmd.Subcommands, cmd.Flags
+		if len(cmd.Subcommands) == 0 {
+			break
+		}
+	}
+	var flagArgs, positional []string
+	for len(rest) > 0 {
+		w := rest[0]
+		if w == "--" {
+			positional = append(positional, rest...)
+			break
+		}
+		if strings.HasPrefix(w, "-") && w != "-" {
+			n := min(flagWords(flags, w), len(rest))
+			flagArgs = append(flagArgs, rest[:n]...)
+			rest = rest[n:]
+			continue
+		}
+		positional = append(positional, w)
+		rest = rest[1:]
+	}
+	out = append(out, flagArgs...)
+	return append(out, positional...)
+}
+
+// flagWords is how many words the flag w takes from the command line: 1
+// for a boolean, a --flag=value or an unknown flag (urfave/cli reports
+// it), else 2.
+func flagWords(flags []cli.Flag, w string) int {
+	name := strings.TrimLeft(w, "-")
+	if strings.Contains(name, "=") {
+		return 1
+	}
+	for _, f := range flags {
+		for _, n := range f.Names() {
+			if n != name {
+				continue
+			}
+			if _, ok := f.(*cli.BoolFlag); ok {
+				return 1
+			}
+			return 2
+		}
+	}
+	return 1
+}

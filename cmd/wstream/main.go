@@ -43,7 +43,7 @@ func main() {
 func run(args []string, stdout, stderr io.Writer) int {
 	app := newApp(stdout, stderr)
 	notFound = nil
-	err := app.Run(args)
+	err := app.Run(flagsFirst(app, args))
 	if err == nil {
 		err = notFound
 	}
@@ -434,6 +434,8 @@ func deploy(c *cli.Context, hc host.Config, ov job.Overrides) error {
 	go ir.watch(ctx, sigs)
 	stopProgress := showRestoreProgress(errw, opts.DataDir, d)
 	defer stopProgress()
+	jp, stopJobProgress := startJobProgress(errw, e, d.Plan, c.Bool("quiet"))
+	defer stopJobProgress()
 	res, err := e.Run(ctx, d, func(id string) {
 		ir.started <- id
 		if d.Suspended != "" {
@@ -444,8 +446,10 @@ func deploy(c *cli.Context, hc host.Config, ov job.Overrides) error {
 		if !c.Bool("quiet") {
 			fmt.Fprintf(errw, "job %s running (%d subtasks)\n", id, countSubtasks(d.Graph))
 		}
+		jp.started(id) // after the line above: the bar starts below it
 	})
 	stopProgress()
+	stopJobProgress()
 	if err != nil {
 		if sig := ir.signal(); sig != nil {
 			return cli.Exit(fmt.Sprintf("interrupted (%s): %v", sig, err), exitSignal(sig))
