@@ -2,6 +2,7 @@ package tests
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -124,6 +125,17 @@ func testSavepointRescale(t *testing.T, format string) {
 	}
 	if r.code != 0 || !strings.Contains(r.stdout, "savepoint") || !strings.Contains(r.stdout, shows) || !strings.Contains(r.stdout, "verified") {
 		t.Fatalf("inspect: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	r = runCLI(t, dir, "inspect", "--verify", "-o", "json", moved)
+	var insp struct {
+		Metadata struct {
+			JobID string `json:"jobId"`
+			Tasks []any  `json:"tasks"`
+		} `json:"metadata"`
+		Verified *bool `json:"verified"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &insp); r.code != 0 || err != nil || insp.Metadata.JobID == "" || len(insp.Metadata.Tasks) == 0 || insp.Verified == nil || !*insp.Verified {
+		t.Fatalf("inspect -o json: exit %d, %v\n%s%s", r.code, err, r.stdout, r.stderr)
 	}
 	r = runCLI(t, dir, "deploy", "--plan", "plan.json", "-p", "2", "--from-savepoint", moved, mod)
 	if r.code != 0 {

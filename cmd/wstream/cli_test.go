@@ -5,6 +5,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/urfave/cli/v2"
 )
 
 func runArgs(args ...string) (int, string, string) {
@@ -91,5 +93,35 @@ func TestFlagsAfterArguments(t *testing.T) {
 	code, out, errw := runArgs("deploy", "no-such.wasm", "--dry-run")
 	if code != 1 || !strings.Contains(errw, "no-such.wasm") || strings.Contains(errw, "got 2") {
 		t.Fatalf("deploy MODULE --dry-run: exit %d\n%s%s", code, out, errw)
+	}
+}
+
+// TestFlagCategories: deploy's help groups its flags, and leaves none
+// outside a group.
+func TestFlagCategories(t *testing.T) {
+	_, out, _ := runArgs("deploy", "--help")
+	for _, cat := range []string{"Job and plan", "Where to start", "Checkpoints", "Restarts", "Sandbox limits", "Cluster and data", "Output"} {
+		if !strings.Contains(out, "   "+cat+"\n") {
+			t.Errorf("deploy --help has no %q group", cat)
+		}
+	}
+	app := newApp(&bytes.Buffer{}, &bytes.Buffer{})
+	for _, cmd := range app.Commands {
+		if cmd.Name != "deploy" {
+			continue
+		}
+		for _, f := range cmd.Flags {
+			if cf, ok := f.(cli.CategorizableFlag); !ok || cf.GetCategory() == "" {
+				t.Errorf("deploy flag --%s is in no group", f.Names()[0])
+			}
+		}
+	}
+}
+
+func TestHumanBytes(t *testing.T) {
+	for n, want := range map[int64]string{0: "0B", 1023: "1023B", 1024: "1.0KiB", 198394: "193.7KiB", 5 << 20: "5.0MiB", 3 << 40: "3.0TiB"} {
+		if got := humanBytes(n); got != want {
+			t.Errorf("humanBytes(%d) = %q, want %q", n, got, want)
+		}
 	}
 }

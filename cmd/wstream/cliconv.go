@@ -126,7 +126,8 @@ func orEmpty[T any](s []T) []T {
 // word unless the flag is a boolean or written --flag=value; "--" ends the
 // flags, as usual.
 func flagsFirst(app *cli.App, args []string) []string {
-	if len(args) < 2 {
+	// A completion request must stay last, where urfave/cli looks for it.
+	if len(args) < 2 || args[len(args)-1] == "--generate-bash-completion" {
 		return args
 	}
 	out := []string{args[0]}
@@ -204,4 +205,66 @@ func flagWords(flags []cli.Flag, w string) int {
 		}
 	}
 	return 1
+}
+
+// flagCategories groups the flags of help by what they are about: deploy
+// alone has fifty.
+var flagCategories = map[string][]string{
+	"Job and plan":   {"plan", "parallelism", "vertex-parallelism", "max-parallelism", "source", "sink", "name", "tenant", "dry-run"},
+	"Where to start": {"from-savepoint", "allow-non-restored-state", "resume"},
+	"Checkpoints": {"checkpoint-interval", "checkpoint-mode", "aligned-timeout", "checkpoint-timeout", "min-pause",
+		"max-concurrent-checkpoints", "tolerable-failures", "retain", "incremental", "local-recovery", "savepoint-format",
+		"checkpoint-storage", "compression"},
+	"Restarts": {"restart", "restart-attempts", "restart-delay", "restart-max-delay"},
+	"Cluster and data": {"nats", "nats-creds", "nats-nkey", "nats-user", "nats-password", "nats-token", "nats-tls-ca",
+		"nats-tls-cert", "nats-tls-key", "data", "workers", "listen", "auth-dir", "tenants", "worker-timeout", "id", "slots"},
+	"Output": {"quiet", "verbose", "output", "cpuprofile"},
+}
+
+// categorize sets the category of the flags of commands with many flags;
+// the sandbox's limits (hostFlags) form one of their own.
+func categorize(cmds []*cli.Command) {
+	of := map[string]string{}
+	for cat, names := range flagCategories {
+		for _, n := range names {
+			of[n] = cat
+		}
+	}
+	for _, f := range hostFlags() {
+		if _, ok := of[f.Names()[0]]; !ok {
+			of[f.Names()[0]] = "Sandbox limits"
+		}
+	}
+	for _, cmd := range cmds {
+		categorize(cmd.Subcommands)
+		if len(cmd.Flags) < 12 {
+			continue
+		}
+		for _, f := range cmd.Flags {
+			cat, ok := of[f.Names()[0]]
+			if !ok {
+				continue
+			}
+			if c := reflect.ValueOf(f).Elem().FieldByName("Category"); c.IsValid() && c.Kind() == reflect.String && c.String() == "" {
+				c.SetString(cat)
+			}
+		}
+	}
+}
+
+// humanBytes writes n bytes for people, in one word (tables are split on
+// spaces by scripts): 512B, 194.3KiB, 12.0MiB.
+func humanBytes(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%dB", n)
+	}
+	v, suffix := float64(n)/unit, "KiB"
+	for _, s := range []string{"MiB", "GiB", "TiB"} {
+		if v < unit {
+			break
+		}
+		v, suffix = v/unit, s
+	}
+	return fmt.Sprintf("%.1f%s", v, suffix)
 }

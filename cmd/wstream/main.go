@@ -82,7 +82,8 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 		OnUsageError: func(c *cli.Context, err error, _ bool) error {
 			return usageError{fmt.Errorf("%s: %w (see --help)", c.Command.FullName(), err)}
 		},
-		CommandNotFound: commandNotFound,
+		CommandNotFound:      commandNotFound,
+		EnableBashCompletion: true,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "cpuprofile", Usage: "write a Go CPU profile of the command to `FILE`"},
 			verboseFlag,
@@ -121,6 +122,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			stopCommand(),
 			inspectCommand(),
 			tenantCommand(),
+			completionCommand(),
 			{
 				Name:  "version",
 				Usage: "print the version and ABI version",
@@ -132,6 +134,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 		}),
 	}
 	tidyDefaults(app.Commands)
+	categorize(app.Commands)
 	return app
 }
 
@@ -278,7 +281,7 @@ func deployCommand() *cli.Command {
 		&cli.IntFlag{Name: "retain", Usage: "completed checkpoints to keep (default 1)"},
 		&cli.BoolFlag{Name: "incremental", Usage: "checkpoints upload only the state files that are new since the last one (--incremental=false: every file every time)", Value: true},
 		&cli.BoolFlag{Name: "local-recovery", Usage: "keep each subtask's last completed snapshot on its worker and restore from it after a restart there"},
-		&cli.StringFlag{Name: "savepoint-format", Usage: "canonical (default: independent of the state backend's files) or native (copies of the Pebble files: faster)"},
+		&cli.StringFlag{Name: "savepoint-format", Usage: "canonical (the default, independent of the state backend's files) or native (copies of the Pebble files: faster)"},
 		&cli.StringFlag{Name: "checkpoint-storage", Usage: "where checkpoints go: nats-obj://BUCKET[/PREFIX] for a JetStream object store on the cluster's NATS server (no shared filesystem needed); default the data directory"},
 		&cli.IntFlag{Name: "compression", Usage: "zstd level of uploaded checkpoint files: 0 off, 1 fastest … 4 best", DefaultText: "the plan's, else 1"},
 		&cli.StringFlag{Name: "restart", Usage: "restart strategy of a failed job: none, fixed-delay or exponential-backoff"},
@@ -296,8 +299,13 @@ func deployCommand() *cli.Command {
 		Description: `Validates the module and its plan, then runs the job. Without --nats it starts
 an embedded NATS JetStream server, a coordinator and a worker in this process and
 keeps everything under --data. A bounded job runs to the end and prints a summary
-(records in and out, duration) to stderr; an unbounded one runs until Ctrl-C and
-then stops cleanly. Exits non-zero when the job fails.`,
+(records in and out, duration) to stderr; an unbounded one runs until Ctrl-C.
+
+Ctrl-C or SIGTERM suspends a job that checkpoints: it stops with a savepoint,
+its sinks commit, and deploy exits 3; deploy --resume JOB continues it. A job
+that does not checkpoint, or any job at a second Ctrl-C, is canceled (exit
+128 + the signal) and keeps nothing it had not committed. Exit 1 when the job
+fails, 2 for bad usage.`,
 		Flags: append(flags, hostFlags()...),
 		Action: func(c *cli.Context) error {
 			if c.IsSet("resume") {
@@ -831,8 +839,8 @@ checkpoints retained on disk.`,
 				if e.Unaligned {
 					kind += "*"
 				}
-				fmt.Fprintf(w, "%-6d %-11s %-9s %-10s %-10d %-10d %-10d %-10s %-10s %-10s %d",
-					e.ID, kind, e.Status, e.Duration.Round(time.Millisecond), e.StateSize, e.Uploaded, e.InFlightBytes,
+				fmt.Fprintf(w, "%-6d %-11s %-9s %-10s %-10s %-10s %-10s %-10s %-10s %-10s %d",
+					e.ID, kind, e.Status, e.Duration.Round(time.Millisecond), humanBytes(e.StateSize), humanBytes(e.Uploaded), humanBytes(e.InFlightBytes),
 					e.Alignment.Round(time.Millisecond), e.Sync.Round(time.Millisecond), e.Async.Round(time.Millisecond), e.Attempt)
 				if e.Reason != "" {
 					fmt.Fprintf(w, "  (%s)", e.Reason)

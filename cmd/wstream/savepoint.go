@@ -263,10 +263,14 @@ Prints the subtasks with their key-group ranges, state files, state names with
 entries and bytes (canonical savepoints), source offsets and in-flight data.
 --verify checks every file's size and SHA-256, and reads every canonical file to
 its checksum.`,
-		Flags: []cli.Flag{&cli.BoolFlag{Name: "verify", Usage: "check every checksum"}, natsFlag, dataFlag},
+		Flags: []cli.Flag{&cli.BoolFlag{Name: "verify", Usage: "check every checksum"}, natsFlag, dataFlag, outputFlag},
 		Action: func(c *cli.Context) error {
 			if c.NArg() != 1 {
 				return usageError{fmt.Errorf("inspect: want one DIR argument, got %d", c.NArg())}
+			}
+			asJSON, err := jsonOutput(c)
+			if err != nil {
+				return err
 			}
 			dir := c.Args().First()
 			var nc *nats.Conn
@@ -278,7 +282,7 @@ its checksum.`,
 				defer e.Close(context.Background())
 				nc = e.Conn()
 			}
-			return inspect(c.App.Writer, dir, c.Bool("verify"), nc)
+			return inspect(c.App.Writer, dir, c.Bool("verify"), asJSON, nc)
 		},
 	}
 }
@@ -334,10 +338,13 @@ func openSnapshotDir(dir string, nc *nats.Conn) (*checkpoint.Storage, *checkpoin
 	return st, m, nil
 }
 
-func inspect(w io.Writer, dir string, verify bool, nc *nats.Conn) error {
+func inspect(w io.Writer, dir string, verify, asJSON bool, nc *nats.Conn) error {
 	st, m, err := openSnapshotDir(dir, nc)
 	if err != nil {
 		return err
+	}
+	if asJSON {
+		return inspectJSON(w, st, m, verify)
 	}
 	fmt.Fprintf(w, "%s %d of job %s\n", m.Kind, m.ID, m.JobID)
 	fmt.Fprintf(w, "  format %s v%d, created %s, max parallelism %d\n", m.Format, m.Version, time.UnixMilli(m.Done).UTC().Format(time.RFC3339), m.MaxParallelism)
@@ -495,4 +502,39 @@ func localOutcome(c *cli.Context, jobID, dir string, stop bool, asked time.Time)
 		return true, nil
 	}
 	return true, fmt.Errorf("job %s ended (%s) before its savepoint completed: no savepoint was taken", jobID, strings.ToLower(rec.State))
+}
+
+// inspectJSON writes the checkpoint's metadata as stored and, with verify,
+// the outcome of the checks; a failed check is also the command's error.
+func inspectJSON(w io.Writer, st *checkpoint.Storage, m *checkpoint.Metadata, verify bool) error {
+	out := struct {
+		Metadata     *checkpoint.Metadata `json:"metadata"`
+		Verified     *bool                `json:"verified,omitempty"`
+		Missing      []string             `json:"missing,omitempty"`
+		Unreferenced []string             `json:"unreferenced,omitempty"`
+	}{Metadata: m}
+	var failed error
+	if verify {
+		ok := true
+		if err := st.Verify(m); err != nil {
+			ok, failed = false, err
+			out.Missing = append(out.Missing, err.Error())
+		}
+		missing, unreferenced, err := st.Audit()
+		if err != nil {
+			return err
+		}
+		for _, e := range missing {
+			ok = false
+			out.Missing = append(out.Missing, e.Error())
+		}
+		if failed == nil && len(missing) > 0 {
+			failed = fmt.Errorf("%d referenced files are missing or damaged: %w", len(missing), errors.Join(missing...))
+		}
+		out.Verified, out.Unreferenced = &ok, unreferenced
+	}
+	if err := writeJSON(w, out); err != nil {
+		return err
+	}
+	return failed
 }
