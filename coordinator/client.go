@@ -110,3 +110,21 @@ func List(ctx context.Context, nc *nats.Conn) ([]transport.JobInfo, error) {
 	}
 	return r.Jobs, nil
 }
+
+// Workers returns the coordinator's workers (the admin's request).
+func Workers(ctx context.Context, nc *nats.Conn) ([]transport.WorkerRow, error) {
+	ctx, stop := context.WithTimeout(ctx, 10*time.Second)
+	defer stop()
+	msg, err := nc.RequestWithContext(ctx, transport.SubjectWorkers, nil)
+	if err != nil {
+		return nil, fmt.Errorf("listing workers: %w", err)
+	}
+	var r transport.WorkersReply
+	if err := json.Unmarshal(msg.Data, &r); err != nil {
+		return nil, fmt.Errorf("bad workers reply: %w", err)
+	}
+	if r.Error != "" {
+		return nil, errors.New(r.Error)
+	}
+	return r.Workers, nil
+}

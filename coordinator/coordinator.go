@@ -849,6 +849,24 @@ func (c *Coordinator) onList(m *nats.Msg, who caller) {
 	respond(m, out)
 }
 
+// onWorkers answers the admin with a row per registered worker; workers
+// are shared by every tenant, so a tenant is refused.
+func (c *Coordinator) onWorkers(m *nats.Msg, who caller) {
+	if !who.admin() {
+		respond(m, transport.WorkersReply{Error: "workers: only the cluster's admin sees its workers"})
+		return
+	}
+	c.mu.Lock()
+	out := transport.WorkersReply{Workers: []transport.WorkerRow{}}
+	for _, w := range c.workers {
+		out.Workers = append(out.Workers, transport.WorkerRow{ID: w.info.ID, Slots: w.info.Slots, Used: w.used,
+			LastSeen: w.lastSeen, Live: c.now().Sub(w.lastSeen) <= c.cfg.WorkerTimeout})
+	}
+	c.mu.Unlock()
+	sort.Slice(out.Workers, func(i, k int) bool { return out.Workers[i].ID < out.Workers[k].ID })
+	respond(m, out)
+}
+
 // Watch is a client helper: it returns the result of a job, which must
 // have been subscribed to with WatchJobs before the job was submitted.
 type Watch struct {

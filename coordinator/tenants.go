@@ -77,6 +77,7 @@ func (c *Coordinator) apiHandlers() map[string]handler {
 		"submit":    c.onSubmit,
 		"cancel":    c.onCancel,
 		"list":      c.onList,
+		"workers":   c.onWorkers,
 		"savepoint": c.onSavepoint,
 		"tenant":    c.onTenant,
 	}

@@ -1,6 +1,7 @@
 package tests
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -36,5 +37,21 @@ func TestDataDirOwner(t *testing.T) {
 	}
 	if first.exited() {
 		t.Fatalf("the first deploy ended: exit %d\n%s", first.code(), first.stderr.String())
+	}
+
+	// The running deploy's cluster has its one in-process worker, with
+	// the job's subtasks on it.
+	r := runCLI(t, dir, "workers", "-o", "json")
+	var ws []struct {
+		ID   string `json:"id"`
+		Used int    `json:"used"`
+		Live bool   `json:"live"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &ws); r.code != 0 || err != nil || len(ws) != 1 || !ws[0].Live || ws[0].Used == 0 {
+		t.Fatalf("workers -o json: exit %d, %v\n%s%s", r.code, err, r.stdout, r.stderr)
+	}
+	r = runCLI(t, dir, "workers")
+	if r.code != 0 || !strings.HasPrefix(r.stdout, "WORKER") || !strings.Contains(r.stdout, ws[0].ID) {
+		t.Fatalf("workers: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 }

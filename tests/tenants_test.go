@@ -105,6 +105,9 @@ func TestTenantsAreIsolated(t *testing.T) {
 	if r := bolt("tenant", "list"); r.code == 0 || !strings.Contains(r.stderr, "not authorized") {
 		t.Errorf("bolt listing tenants: exit %d\n%s", r.code, r.stderr)
 	}
+	if r := bolt("workers"); r.code == 0 || !strings.Contains(r.stderr, "only the cluster's admin") {
+		t.Errorf("bolt listing workers: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
 	// Requests made by hand: resuming acme's job, running acme's module by
 	// its digest, reaching acme's part of the api.
 	ask := func(subject string, req any) string {

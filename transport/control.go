@@ -16,6 +16,7 @@ const (
 	SubjectSubmit    = "wstream.coord.submit"
 	SubjectCancel    = "wstream.coord.cancel"
 	SubjectList      = "wstream.coord.list"
+	SubjectWorkers   = "wstream.coord.workers"
 	SubjectRegister  = "wstream.coord.register"
 	SubjectHeartbeat = "wstream.coord.heartbeat"
 )
@@ -123,6 +124,24 @@ type Reply struct {
 // WorkerInfo registers a worker (and is repeated as its heartbeat). A
 // heartbeat is a registration too: a coordinator that restarted learns its
 // workers from their heartbeats.
+// WorkerRow is one worker in a workers reply.
+type WorkerRow struct {
+	ID    string `json:"id"`
+	Slots int    `json:"slots"` // 0: unlimited
+	// Used counts the subtasks placed on the worker.
+	Used     int       `json:"used"`
+	LastSeen time.Time `json:"lastSeen"`
+	// Live is false once the worker has been silent longer than the
+	// coordinator's worker timeout (its jobs fail over).
+	Live bool `json:"live"`
+}
+
+// WorkersReply answers a workers request (the admin's only).
+type WorkersReply struct {
+	Workers []WorkerRow `json:"workers"`
+	Error   string      `json:"error,omitempty"`
+}
+
 type WorkerInfo struct {
 	ID    string `json:"id"`
 	Slots int    `json:"slots"`

@@ -97,3 +97,45 @@ func oneLine(s string, limit int) string {
 	}
 	return s
 }
+
+func workersCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "workers",
+		Usage: "list the workers of a cluster: slots, subtasks placed, last heartbeat",
+		Description: "The cluster's admin sees every worker registered with the coordinator; LIVE turns\n" +
+			"to no once a worker has been silent longer than the worker timeout (its jobs fail over).",
+		Flags: []cli.Flag{natsFlag, dataFlag, outputFlag},
+		Action: func(c *cli.Context) error {
+			asJSON, err := jsonOutput(c)
+			if err != nil {
+				return err
+			}
+			e, err := clientEngine(c)
+			if err != nil {
+				return err
+			}
+			defer e.Close(context.Background())
+			ws, err := coordinator.Workers(c.Context, e.Conn())
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return writeJSON(c.App.Writer, orEmpty(ws))
+			}
+			tw := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "WORKER\tSLOTS\tSUBTASKS\tLAST SEEN\tLIVE")
+			for _, w := range ws {
+				slots := "unlimited"
+				if w.Slots > 0 {
+					slots = fmt.Sprint(w.Slots)
+				}
+				live := "yes"
+				if !w.Live {
+					live = "no"
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%s ago\t%s\n", w.ID, slots, w.Used, time.Since(w.LastSeen).Round(100*time.Millisecond), live)
+			}
+			return tw.Flush()
+		},
+	}
+}

@@ -116,6 +116,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			serverCommand(),
 			workerCommand(),
 			listCommand(),
+			workersCommand(),
 			checkpointsCommand(),
 			cancelCommand(),
 			savepointCommand(),
