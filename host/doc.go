@@ -23,9 +23,11 @@
 //     touches take memory (memLimiter).
 //  4. Every guest call runs under a per-instance context whose deadline is
 //     re-armed per call without allocating, and which is also done when the
-//     context given to NewInstance (the job's) is. When it fires, wazero
-//     closes the instance; the call returns a GuestError and the instance
-//     stays unusable.
+//     context given to NewInstance (the job's) is. When it fires, the
+//     instance's stop flag is set (package instrument rewrote the module to
+//     check it) and the instance is closed; the call returns a GuestError
+//     and the instance stays unusable. A module the rewrite cannot decode
+//     is stopped by wazero's own checks instead.
 //  5. Limits bound what a guest makes the host do besides its memory and
 //     its deadline (abi/ABI.md, "Limits"): output and state written per
 //     call, pending and cascading timers, log lines, message sizes. A host

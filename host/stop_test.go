@@ -72,6 +72,32 @@ func spin(s *slot) <-chan error {
 	return errc
 }
 
+// cancelSpinning starts a spinning Process on an instance of m, cancels
+// the instance's context once the guest has logged (it is inside its loop)
+// and returns the slot and what Process returned. The instance is closed
+// when the test ends.
+func cancelSpinning(t *testing.T, m *Module) (*slot, error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	inst, err := m.NewInstance(ctx, "v1/3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = inst.Close(context.Background()) })
+	s := inst.Operator().(*slot)
+	started := make(chan struct{})
+	svc := newLeanServices()
+	svc.onLog = func(string) { close(started) }
+	if err := s.Open(testSpec(), svc); err != nil {
+		t.Fatal(err)
+	}
+	errc := spin(s)
+	<-started
+	cancel()
+	return s, wait(t, errc, "cancelling")
+}
+
 // wait returns the error from errc, failing t after 30 s.
 func wait(t *testing.T, errc <-chan error, what string) error {
 	t.Helper()
@@ -106,24 +132,7 @@ func TestStopShapes(t *testing.T) {
 			t.Run("cancel", func(t *testing.T) {
 				r := newTestRuntime(t, Config{CallTimeout: time.Hour})
 				m := compileWAT(t, r, mod)
-				ctx, cancel := context.WithCancel(context.Background())
-				defer cancel()
-				inst, err := m.NewInstance(ctx, "v1/3")
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer inst.Close(context.Background())
-				s := inst.Operator().(*slot)
-				started := make(chan struct{})
-				svc := newLeanServices()
-				svc.onLog = func(string) { close(started) }
-				if err := s.Open(testSpec(), svc); err != nil {
-					t.Fatal(err)
-				}
-				errc := spin(s)
-				<-started
-				cancel()
-				err = wait(t, errc, "cancelling")
+				s, err := cancelSpinning(t, m)
 				if ge := asGuestError(t, err); !errors.Is(err, ErrCanceled) || !strings.HasPrefix(ge.Message, "stopped: the instance's context was cancelled") {
 					t.Errorf("got %v", err)
 				}
@@ -180,24 +189,7 @@ func TestStopWhileSleeping(t *testing.T) {
     (loop $l (drop (call $poll (i32.const 0) (i32.const 100) (i32.const 1) (i32.const 200))) (br $l))
     (i32.const 0))`,
 	}, ""))
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	inst, err := m.NewInstance(ctx, "v1/3")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer inst.Close(context.Background())
-	s := inst.Operator().(*slot)
-	started := make(chan struct{})
-	svc := newLeanServices()
-	svc.onLog = func(string) { close(started) }
-	if err := s.Open(testSpec(), svc); err != nil {
-		t.Fatal(err)
-	}
-	errc := spin(s)
-	<-started
-	cancel()
-	if err := wait(t, errc, "cancelling"); !errors.Is(err, ErrCanceled) || !strings.Contains(err.Error(), "stopped: the instance's context was cancelled") {
+	if _, err := cancelSpinning(t, m); !errors.Is(err, ErrCanceled) || !strings.Contains(err.Error(), "stopped: the instance's context was cancelled") {
 		t.Errorf("got %v", err)
 	}
 }
@@ -253,24 +245,7 @@ func TestStopFallback(t *testing.T) {
 
 	r = newTestRuntime(t, Config{CallTimeout: time.Hour})
 	m = compileWAT(t, r, src)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	inst, err := m.NewInstance(ctx, "v1/3")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer inst.Close(context.Background())
-	s = inst.Operator().(*slot)
-	started := make(chan struct{})
-	svc := newLeanServices()
-	svc.onLog = func(string) { close(started) }
-	if err := s.Open(testSpec(), svc); err != nil {
-		t.Fatal(err)
-	}
-	errc := spin(s)
-	<-started
-	cancel()
-	if err := wait(t, errc, "cancelling"); !errors.Is(err, ErrCanceled) || !strings.Contains(err.Error(), "stopped: the instance's context was cancelled") {
+	if _, err := cancelSpinning(t, m); !errors.Is(err, ErrCanceled) || !strings.Contains(err.Error(), "stopped: the instance's context was cancelled") {
 		t.Errorf("got %v", err)
 	}
 }

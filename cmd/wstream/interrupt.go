@@ -38,36 +38,46 @@ func exitSignal(sig os.Signal) int {
 // savepoint fails, and any job at the second signal; a canceled job keeps
 // nothing it had not committed (its sinks abort).
 type interrupts struct {
-	errw        io.Writer
-	conn        *nats.Conn
-	cancel      context.CancelFunc
-	checkpoints bool
-	started     chan string // the job's id, once submitted
+	errw    io.Writer
+	cancel  context.CancelFunc
+	started chan string // the job's id, once submitted
 
 	pending sync.WaitGroup // a suspend in flight
 
-	mu  sync.Mutex
-	sig os.Signal
-	sp  string // the savepoint a suspended job stopped at
+	mu          sync.Mutex
+	conn        *nats.Conn // set by ready, once the engine runs
+	checkpoints bool       // the job checkpoints (ready)
+	sig         os.Signal
+	sp          string // the savepoint a suspended job stopped at
+}
+
+// ready says how to reach the job's coordinator and whether the job
+// checkpoints; until then, and until the job has an id, a signal cancels
+// (validation, compilation, start-up).
+func (ir *interrupts) ready(conn *nats.Conn, checkpoints bool) {
+	ir.mu.Lock()
+	defer ir.mu.Unlock()
+	ir.conn, ir.checkpoints = conn, checkpoints
 }
 
 func (ir *interrupts) watch(ctx context.Context, sigs <-chan os.Signal) {
-	var id string
-	for n := 0; ; n++ {
+	id, signals := "", 0
+	for {
 		var sig os.Signal
 		select {
 		case <-ctx.Done():
 			return
 		case id = <-ir.started:
-			n--
 			continue
 		case sig = <-sigs:
 		}
+		signals++
 		ir.mu.Lock()
 		ir.sig = sig
+		suspend := signals == 1 && id != "" && ir.checkpoints
 		ir.mu.Unlock()
-		if n > 0 || id == "" || !ir.checkpoints {
-			if n == 0 && id != "" {
+		if !suspend {
+			if signals == 1 && id != "" {
 				fmt.Fprintf(ir.errw, "wstream: %s: canceling job %s, which does not checkpoint\n", sig, id)
 			}
 			ir.cancel()
@@ -85,7 +95,10 @@ func (ir *interrupts) watch(ctx context.Context, sigs <-chan os.Signal) {
 // suspend stops job id with a savepoint, and cancels it when that fails.
 func (ir *interrupts) suspend(ctx context.Context, id string) {
 	b, _ := json.Marshal(transport.SavepointRequest{JobID: id, Stop: true})
-	msg, err := ir.conn.RequestWithContext(ctx, transport.SubjectSavepoint, b)
+	ir.mu.Lock()
+	conn := ir.conn
+	ir.mu.Unlock()
+	msg, err := conn.RequestWithContext(ctx, transport.SubjectSavepoint, b)
 	if ctx.Err() != nil {
 		return
 	}

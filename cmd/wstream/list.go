@@ -10,6 +10,7 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/nats-io/nats.go"
 	"github.com/urfave/cli/v2"
 
 	"github.com/wstream/wstream/coordinator"
@@ -25,23 +26,7 @@ func listCommand() *cli.Command {
 			"strategy made; the last column says why the latest restart happened, or why the job failed.",
 		Flags: []cli.Flag{natsFlag, dataFlag, outputFlag},
 		Action: func(c *cli.Context) error {
-			asJSON, err := jsonOutput(c)
-			if err != nil {
-				return err
-			}
-			e, err := clientEngine(c)
-			if err != nil {
-				return err
-			}
-			defer e.Close(context.Background())
-			jobs, err := coordinator.List(c.Context, e.Conn())
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				return writeJSON(c.App.Writer, orEmpty(jobs))
-			}
-			return printJobs(c.App.Writer, jobs)
+			return listing(c, coordinator.List, printJobs)
 		},
 	}
 }
@@ -106,36 +91,47 @@ func workersCommand() *cli.Command {
 			"to no once a worker has been silent longer than the worker timeout (its jobs fail over).",
 		Flags: []cli.Flag{natsFlag, dataFlag, outputFlag},
 		Action: func(c *cli.Context) error {
-			asJSON, err := jsonOutput(c)
-			if err != nil {
-				return err
-			}
-			e, err := clientEngine(c)
-			if err != nil {
-				return err
-			}
-			defer e.Close(context.Background())
-			ws, err := coordinator.Workers(c.Context, e.Conn())
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				return writeJSON(c.App.Writer, orEmpty(ws))
-			}
-			tw := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "WORKER\tSLOTS\tSUBTASKS\tLAST SEEN\tLIVE")
-			for _, w := range ws {
-				slots := "unlimited"
-				if w.Slots > 0 {
-					slots = fmt.Sprint(w.Slots)
-				}
-				live := "yes"
-				if !w.Live {
-					live = "no"
-				}
-				fmt.Fprintf(tw, "%s\t%s\t%d\t%s ago\t%s\n", w.ID, slots, w.Used, time.Since(w.LastSeen).Round(100*time.Millisecond), live)
-			}
-			return tw.Flush()
+			return listing(c, coordinator.Workers, printWorkers)
 		},
 	}
+}
+
+// printWorkers prints one aligned row per worker under a header.
+func printWorkers(w io.Writer, ws []transport.WorkerRow) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "WORKER\tSLOTS\tSUBTASKS\tLAST SEEN\tLIVE")
+	for _, r := range ws {
+		slots := "unlimited"
+		if r.Slots > 0 {
+			slots = fmt.Sprint(r.Slots)
+		}
+		live := "yes"
+		if !r.Live {
+			live = "no"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s ago\t%s\n", r.ID, slots, r.Used, time.Since(r.LastSeen).Round(100*time.Millisecond), live)
+	}
+	return tw.Flush()
+}
+
+// listing asks the cluster (--nats, or the deploy on --data) for rows and
+// prints them as a table, or as JSON with -o json.
+func listing[T any](c *cli.Context, ask func(context.Context, *nats.Conn) ([]T, error), table func(io.Writer, []T) error) error {
+	asJSON, err := jsonOutput(c)
+	if err != nil {
+		return err
+	}
+	e, err := clientEngine(c)
+	if err != nil {
+		return err
+	}
+	defer e.Close(context.Background())
+	rows, err := ask(c.Context, e.Conn())
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		return writeJSON(c.App.Writer, orEmpty(rows))
+	}
+	return table(c.App.Writer, rows)
 }

@@ -345,7 +345,7 @@ fails, 2 for bad usage.`,
 	}
 }
 
-func deploy(c *cli.Context, hc host.Config, ov job.Overrides) error {
+func deploy(c *cli.Context, hc host.Config, ov job.Overrides) (err error) {
 	// Ctrl-C and SIGTERM: see interrupts. Before the job runs, they cancel.
 	ctx, cancel := context.WithCancel(c.Context)
 	defer cancel()
@@ -353,6 +353,15 @@ func deploy(c *cli.Context, hc host.Config, ov job.Overrides) error {
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	defer signal.Stop(sigs)
 	out, errw := c.App.Writer, c.App.ErrWriter
+	ir := &interrupts{errw: errw, cancel: cancel, started: make(chan string, 1)}
+	go ir.watch(ctx, sigs)
+	defer func() {
+		// A signal before the job ran canceled validation or start-up.
+		var ec cli.ExitCoder
+		if sig := ir.signal(); sig != nil && err != nil && !errors.As(err, &ec) {
+			err = cli.Exit(fmt.Sprintf("interrupted (%s): %v", sig, err), exitSignal(sig))
+		}
+	}()
 
 	opts := engine.Options{DataDir: c.String("data"), NATSURL: c.String("nats"), Host: hc, Stdout: out, Logf: logf(c)}
 	natsOpts, err := natsOptions(c)
@@ -429,18 +438,12 @@ func deploy(c *cli.Context, hc host.Config, ov job.Overrides) error {
 		}
 		d.Tenant = t
 	}
-	select {
-	case sig := <-sigs:
-		return cli.Exit(fmt.Sprintf("interrupted (%s) before the job started", sig), exitSignal(sig))
-	default:
-	}
 	e, err := engine.Start(ctx, opts)
 	if err != nil {
 		return err
 	}
 	defer e.Close(context.Background())
-	ir := &interrupts{errw: errw, conn: e.Conn(), cancel: cancel, checkpoints: d.Plan.Checkpoint.Enabled(), started: make(chan string, 1)}
-	go ir.watch(ctx, sigs)
+	ir.ready(e.Conn(), d.Plan.Checkpoint.Enabled())
 	stopProgress := showRestoreProgress(errw, opts.DataDir, d)
 	defer stopProgress()
 	jp, stopJobProgress := startJobProgress(errw, e, d.Plan, c.Bool("quiet"))
@@ -460,9 +463,6 @@ func deploy(c *cli.Context, hc host.Config, ov job.Overrides) error {
 	stopProgress()
 	stopJobProgress()
 	if err != nil {
-		if sig := ir.signal(); sig != nil {
-			return cli.Exit(fmt.Sprintf("interrupted (%s): %v", sig, err), exitSignal(sig))
-		}
 		return err
 	}
 	if !c.Bool("quiet") {

@@ -53,7 +53,7 @@ func (u *upper) Process(ctx *wstream.Context, r wstream.Record) error {
 
 // upperASCII writes src to dst with 'a'..'z' in upper case, eight bytes at a
 // time: compiled to wasm, every loop iteration costs a few branches and a
-// deadline check, so a byte loop would cost four times as much.
+// work counter, so a byte loop would cost four times as much.
 func upperASCII(dst, src []byte) {
 	const (
 		ones = 0x0101010101010101
