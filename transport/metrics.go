@@ -1,0 +1,41 @@
+package transport
+
+// SubtaskMetrics is one subtask's live figures as its worker last sampled
+// them. Counters are totals since the subtask started (its attempt); the
+// coordinator derives rates from two samples. Workers send them to the
+// coordinator, which serves them to the REST API and the metrics endpoint.
+type SubtaskMetrics struct {
+	JobID   string `json:"jobId"`
+	Attempt int    `json:"attempt"`
+	Worker  string `json:"worker"`
+	Vertex  string `json:"vertex"`
+	Subtask int    `json:"subtask"`
+
+	RecordsIn  int64 `json:"recordsIn"`
+	RecordsOut int64 `json:"recordsOut"`
+	BytesIn    int64 `json:"bytesIn"`
+	BytesOut   int64 `json:"bytesOut"`
+
+	// BusyMillis is time spent processing (guest calls and host work),
+	// BackpressuredMillis time blocked sending downstream, IdleMillis time
+	// waiting for input: Flink's busy/backpressured/idle split.
+	BusyMillis          int64 `json:"busyMillis"`
+	BackpressuredMillis int64 `json:"backpressuredMillis"`
+	IdleMillis          int64 `json:"idleMillis"`
+
+	// Watermark is the subtask's current event-time watermark in Unix
+	// milliseconds; HasWatermark is false until it has one.
+	Watermark    int64 `json:"watermark"`
+	HasWatermark bool  `json:"hasWatermark"`
+
+	// StateBytes is the keyed state's estimated size on disk.
+	StateBytes int64 `json:"stateBytes"`
+
+	// RecordsInPerSec and RecordsOutPerSec are filled in by the
+	// coordinator from the previous sample.
+	RecordsInPerSec  float64 `json:"recordsInPerSec"`
+	RecordsOutPerSec float64 `json:"recordsOutPerSec"`
+
+	// SampledAt is when the worker took the sample (Unix milliseconds).
+	SampledAt int64 `json:"sampledAt"`
+}
