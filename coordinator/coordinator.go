@@ -95,6 +95,8 @@ type Coordinator struct {
 	tconns  map[string]*nats.Conn
 	// auditLog records every control-plane request.
 	auditLog auditLog
+	// board holds the subtasks' latest metrics samples.
+	board metricsBoard
 }
 
 type workerState struct {
@@ -780,6 +782,7 @@ func (c *Coordinator) forget(id string) {
 	c.mu.Lock()
 	delete(c.jobs, id)
 	c.mu.Unlock()
+	c.board.drop(id)
 }
 
 // cancelAll tells every worker of a job to stop its subtasks of attempt.
