@@ -360,6 +360,16 @@ func (e *Engine) KillWorker(ctx context.Context, i int) error {
 // Conn is the engine's NATS connection.
 func (e *Engine) Conn() *nats.Conn { return e.nc }
 
+// ClientURL is the URL clients reach the embedded NATS server at (the
+// address it listens on, with the port it picked for port 0); empty when
+// the engine connects to an external server or its server does not listen.
+func (e *Engine) ClientURL() string {
+	if e.urlFile == "" {
+		return ""
+	}
+	return e.srv.ClientURL()
+}
+
 // Runtime is the engine's wazero host runtime.
 func (e *Engine) Runtime() *host.Runtime { return e.rt }
 

@@ -219,7 +219,7 @@ func startHostileCluster(t *testing.T) *hostileCluster {
 	built := time.Since(at)
 	h.data = filepath.Join(h.dir, "deploy")
 	srvData := filepath.Join(h.dir, "server")
-	h.srv = startEdge(t, h.dir, "server", "--data", srvData, "--listen", "127.0.0.1:0")
+	h.srv = startEdge(t, h.dir, "server", "--tenants=false", "--data", srvData, "--listen", "127.0.0.1:0")
 	h.srv.until(t, "server URL", false, func() bool {
 		b, err := os.ReadFile(filepath.Join(srvData, "nats.url"))
 		h.url = strings.TrimSpace(string(b))

@@ -114,7 +114,7 @@ func TestSavepointInObjectStore(t *testing.T) {
 	// inspect reads the savepoint through a server on the data directory
 	// that holds the object store.
 	data := filepath.Join(dir, "wstream-data")
-	srv := startEdge(t, dir, "server", "--data", data, "--listen", "127.0.0.1:0")
+	srv := startEdge(t, dir, "server", "--tenants=false", "--data", data, "--listen", "127.0.0.1:0")
 	srv.until(t, "server URL", false, func() bool {
 		_, err := os.Stat(filepath.Join(data, "nats.url"))
 		return err == nil

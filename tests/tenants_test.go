@@ -22,8 +22,9 @@ import (
 	"github.com/wstream/wstream/transport"
 )
 
-// TestTenantsAreIsolated runs a cluster with tenants (`wstream server
-// --tenants`, a `wstream worker` process), adds tenants acme and bolt, and
+// TestTenantsAreIsolated runs a cluster with tenants (`wstream server`,
+// whose embedded NATS server has accounts by default, and a `wstream
+// worker` process), adds tenants acme and bolt, and
 // runs acme's job while bolt tries, with its own credentials, to list,
 // cancel, savepoint, resume and restore it, to run acme's module, and to
 // read acme's streams, buckets and modules: each attempt must fail with an
@@ -33,7 +34,7 @@ func TestTenantsAreIsolated(t *testing.T) {
 	mod := module(t, "testops")
 	dir := t.TempDir()
 	data := filepath.Join(dir, "server")
-	srv := startEdge(t, dir, "server", "--tenants", "--data", data, "--listen", "127.0.0.1:0")
+	srv := startEdge(t, dir, "server", "--data", data, "--listen", "127.0.0.1:0")
 	var url string
 	srv.until(t, "server URL", false, func() bool {
 		b, err := os.ReadFile(filepath.Join(data, "nats.url"))
@@ -41,6 +42,11 @@ func TestTenantsAreIsolated(t *testing.T) {
 		return err == nil && url != ""
 	})
 	auth := filepath.Join(data, "auth")
+	// A worker without credentials is refused, and told which to use.
+	if r := runCLI(t, dir, "worker", "--nats", url, "--data", filepath.Join(dir, "anon")); r.code != 1 ||
+		!strings.Contains(r.stderr, "Authorization Violation") || !strings.Contains(r.stderr, "auth/worker.creds") {
+		t.Fatalf("worker without credentials: exit %d\n%s", r.code, r.stderr)
+	}
 	wk := startEdge(t, dir, "worker", "--nats", url, "--nats-creds", filepath.Join(auth, "worker.creds"), "--data", filepath.Join(dir, "worker"))
 	wk.until(t, "worker connected", false, func() bool { return strings.Contains(wk.stderr.String(), "connected") })
 

@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/urfave/cli/v2"
 
 	"github.com/wstream/wstream/abi"
@@ -58,6 +59,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return ec.ExitCode()
 	}
 	fmt.Fprintln(stderr, "wstream:", err)
+	if errors.Is(err, nats.ErrAuthorization) {
+		// The commonest cause: a server with tenants (the default of
+		// `wstream server`) and a command without credentials.
+		fmt.Fprintln(stderr, "wstream: the NATS server wants credentials: a worker takes the server's auth/worker.creds, a tenant its own NAME.creds (wstream tenant add), the admin auth/admin.creds (--nats-creds FILE)")
+	}
 	var ue usageError
 	if errors.As(err, &ue) {
 		return 2
@@ -637,7 +643,7 @@ func serverCommand() *cli.Command {
 			&cli.StringFlag{Name: "listen", Usage: "address of the embedded NATS server", Value: "127.0.0.1:4222"},
 			&cli.IntFlag{Name: "workers", Usage: "in-process workers to start as well (default none: guest code runs in `wstream worker` processes); they take the host flags, with `wstream worker`'s defaults", Value: 0},
 			&cli.DurationFlag{Name: "worker-timeout", Usage: "declare a worker lost (and fail its jobs over) after it has been silent this long (default 10s)"},
-			&cli.BoolFlag{Name: "tenants", Usage: "multi-tenant: NATS runs with accounts (the embedded server, or --nats configured by `wstream tenant init`), each tenant sees and reaches only its own jobs and data"},
+			&cli.BoolFlag{Name: "tenants", Usage: "multi-tenant: NATS runs with accounts (the embedded server, or --nats configured by 'wstream tenant init'), each tenant sees and reaches only its own jobs and data; --tenants=false runs an open single-user server", DefaultText: "on with the embedded NATS server, off with --nats"},
 			authDirFlag, dataFlag, natsFlag, verboseFlag,
 		}, hostFlags()...),
 		Action: func(c *cli.Context) error {
@@ -661,7 +667,15 @@ func serverCommand() *cli.Command {
 			if opts.NATSURL == "" {
 				opts.Listen = c.String("listen")
 			}
-			if c.Bool("tenants") {
+			// The embedded server has accounts unless asked not to: a
+			// server that listens is reachable by others, and without
+			// accounts anyone who reaches it can act on every job. An
+			// external server has accounts only if configured for them.
+			tenants := opts.NATSURL == ""
+			if c.IsSet("tenants") {
+				tenants = c.Bool("tenants")
+			}
+			if tenants {
 				if opts.Tenants, err = openAuthority(authDir(c)); err != nil {
 					return err
 				}
@@ -672,11 +686,13 @@ func serverCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(c.App.ErrWriter, "wstream server: coordinator running (NATS %s)\n", orDefault(opts.NATSURL, "nats://"+opts.Listen))
+			fmt.Fprintf(c.App.ErrWriter, "wstream server: coordinator running (NATS %s)\n", orDefault(opts.NATSURL, e.ClientURL()))
 			if opts.Tenants != nil {
 				dir := authDir(c)
 				fmt.Fprintf(c.App.ErrWriter, "wstream server: tenants on; admin credentials %s, workers' %s\n",
 					filepath.Join(dir, adminCredsFile), filepath.Join(dir, workerCredsFile))
+			} else {
+				fmt.Fprintf(c.App.ErrWriter, "wstream server: tenants off: whoever reaches NATS may act on every job\n")
 			}
 			<-ctx.Done()
 			return e.Close(context.Background())
