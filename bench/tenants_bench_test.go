@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -156,7 +157,7 @@ func BenchmarkTenantFairness(b *testing.B) {
 	// The engine's embedded server is reached over loopback: Engine has no
 	// accessor for it, which transport.ConnectInProcess would need.
 	e, err := engine.Start(ctx, engine.Options{Tenants: auth, Workers: 1, DataDir: filepath.Join(dir, "data"),
-		Listen: "127.0.0.1:0", Stdout: io.Discard, Logf: logs.add})
+		Listen: "127.0.0.1:0", Stdout: io.Discard, Log: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -601,13 +602,14 @@ type tfLog struct {
 	lines []string
 }
 
-func (l *tfLog) add(format string, args ...any) {
+func (l *tfLog) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.lines = append(l.lines, fmt.Sprintf(format, args...))
+	l.lines = append(l.lines, strings.TrimSuffix(string(p), "\n"))
 	if len(l.lines) > 200 {
 		l.lines = slices.Delete(l.lines, 0, len(l.lines)-100)
 	}
+	return len(p), nil
 }
 
 func (l *tfLog) tail() string {

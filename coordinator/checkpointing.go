@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/wstream/wstream/checkpoint"
+	"github.com/wstream/wstream/internal/logging"
 	"github.com/wstream/wstream/job"
 	"github.com/wstream/wstream/transport"
 )
@@ -108,7 +109,7 @@ func (c *Coordinator) writeRecord(j *jobState, state string) {
 	c.mu.Unlock()
 	dir := JobDir(c.cfg.DataDir, r.JobID)
 	if err := writeJSONAtomic(dir, "job.json", r); err != nil {
-		c.cfg.Logf("coordinator: saving the record of job %s: %v", r.JobID, err)
+		c.cfg.Log.Error("saving the job's record", logging.Job, r.JobID, "err", err)
 	}
 }
 
@@ -286,7 +287,7 @@ func (c *Coordinator) newCkptDriver(j *jobState) (*ckptDriver, int64, error) {
 	if ids, err := st.Completed(); err == nil {
 		for _, id := range ids {
 			if m, err := st.ReadMetadata(id); err == nil && m.Kind == checkpoint.KindSavepoint {
-				c.cfg.Logf("coordinator: job %s: removing savepoint %d, interrupted before its export", j.info.JobID, id)
+				c.cfg.Log.Info("removing a savepoint interrupted before its export", logging.Job, j.info.JobID, logging.Checkpoint, id)
 				if err := st.Discard(id); err != nil {
 					return nil, 0, err
 				}
@@ -304,13 +305,13 @@ func (c *Coordinator) newCkptDriver(j *jobState) (*ckptDriver, int64, error) {
 			return c.rangesPresent(nc, m)
 		})
 		for _, s := range skipped {
-			c.cfg.Logf("coordinator: job %s: skipping checkpoint: %v", j.info.JobID, s)
+			c.cfg.Log.Warn("skipping an unusable checkpoint", logging.Job, j.info.JobID, "err", s)
 		}
 		switch {
 		case err == nil:
 			restore, restoreMeta = m.ID, m
 		case errors.Is(err, checkpoint.ErrNoCheckpoint):
-			c.cfg.Logf("coordinator: job %s: no usable checkpoint; restarting from the beginning", j.info.JobID)
+			c.cfg.Log.Warn("no usable checkpoint; restarting from the beginning", logging.Job, j.info.JobID)
 		default:
 			return nil, 0, err
 		}
@@ -333,7 +334,7 @@ func (c *Coordinator) newCkptDriver(j *jobState) (*ckptDriver, int64, error) {
 	if j.attempt > 0 {
 		ctx, cancel := context.WithTimeout(context.Background(), kvTimeout)
 		if err := c.purgeEndedAttempts(ctx, nc, j.info.JobID, j.attempt, restoreMeta); err != nil {
-			c.cfg.Logf("coordinator: job %s: purging the data of ended attempts: %v", j.info.JobID, err)
+			c.cfg.Log.Warn("purging the data of ended attempts", logging.Job, j.info.JobID, "err", err)
 		}
 		cancel()
 	}
@@ -485,7 +486,7 @@ func (d *ckptDriver) taskFinished(t checkpoint.TaskID) {
 func (d *ckptDriver) onAck(m *nats.Msg) {
 	var a transport.CheckpointAck
 	if err := json.Unmarshal(m.Data, &a); err != nil {
-		d.c.cfg.Logf("coordinator: bad checkpoint acknowledgement: %v", err)
+		d.c.cfg.Log.Warn("bad checkpoint acknowledgement", "err", err)
 		return
 	}
 	d.mu.Lock()
@@ -512,7 +513,7 @@ func (d *ckptDriver) onAck(m *nats.Msg) {
 		}
 	}
 	if err != nil {
-		d.c.cfg.Logf("coordinator: job %s: %v", d.j.info.JobID, err)
+		d.c.cfg.Log.Warn("checkpoint acknowledgement", logging.Job, d.j.info.JobID, logging.Checkpoint, a.ID, "err", err)
 	}
 	d.run()
 }
@@ -555,9 +556,10 @@ func (d *ckptDriver) carryOut(acts []checkpoint.CoordinatorAction) {
 		case checkpoint.Trigger:
 			d.pending[a.ID] = a.Timestamp
 			d.kinds[a.ID] = a.Kind
+			d.c.cfg.Log.Info(a.Kind.String()+" triggered", logging.Job, d.j.info.JobID, logging.Attempt, d.attempt, logging.Checkpoint, a.ID)
 			if err := d.reserve(a.ID); err != nil {
 				// No subtask has seen the id: abort it here.
-				d.c.cfg.Logf("coordinator: job %s: checkpoint %d not triggered: %v", d.j.info.JobID, a.ID, err)
+				d.c.cfg.Log.Warn("checkpoint not triggered", logging.Job, d.j.info.JobID, logging.Checkpoint, a.ID, "err", err)
 				d.sm.TriggerFailed(time.Now().UnixMilli(), a.ID, err.Error())
 				continue
 			}
@@ -621,11 +623,11 @@ func (d *ckptDriver) carryOut(acts []checkpoint.CoordinatorAction) {
 			// Synchronously, before any later trigger: a checkpoint must not
 			// reference a shared file that is being deleted.
 			if err := d.storage.Discard(id); err != nil {
-				d.c.cfg.Logf("coordinator: job %s: discarding checkpoint %d: %v", d.j.info.JobID, id, err)
+				d.c.cfg.Log.Warn("discarding a checkpoint", logging.Job, d.j.info.JobID, logging.Checkpoint, id, "err", err)
 			}
 			for _, p := range free {
 				if err := d.storage.RemoveShared(p); err != nil {
-					d.c.cfg.Logf("coordinator: job %s: removing shared file %s: %v", d.j.info.JobID, p, err)
+					d.c.cfg.Log.Warn("removing a shared file", logging.Job, d.j.info.JobID, "file", p, "err", err)
 				}
 			}
 			if len(d.sm.Pending()) == 0 {
@@ -656,7 +658,7 @@ func (d *ckptDriver) send(ctl transport.CheckpointControl) {
 	// subtasks it runs, and a notification to all of its subtasks.
 	for _, w := range d.workers {
 		if err := d.c.cfg.NATS.Publish(transport.WorkerCheckpointSubject(w), b); err != nil {
-			d.c.cfg.Logf("coordinator: job %s: sending checkpoint %s %d to worker %s: %v", d.j.info.JobID, ctl.Action, ctl.ID, w, err)
+			d.c.cfg.Log.Warn("sending a checkpoint message", logging.Job, d.j.info.JobID, logging.Checkpoint, ctl.ID, "action", ctl.Action, logging.Worker, w, "err", err)
 		}
 	}
 }
@@ -713,7 +715,7 @@ func (d *ckptDriver) persist(cp checkpoint.Completed) {
 		d.mu.Lock()
 		defer d.mu.Unlock()
 		if err != nil {
-			d.c.cfg.Logf("coordinator: job %s: writing checkpoint %d: %v", d.j.info.JobID, cp.ID, err)
+			d.c.cfg.Log.Error("writing a checkpoint", logging.Job, d.j.info.JobID, logging.Checkpoint, cp.ID, "err", err)
 		} else {
 			d.record(e)
 		}
@@ -741,13 +743,13 @@ func (c *Coordinator) checkpointCompleted(j *jobState, id int64) {
 func (d *ckptDriver) sweep() {
 	files, err := d.storage.SharedFiles()
 	if err != nil {
-		d.c.cfg.Logf("coordinator: job %s: listing shared files: %v", d.j.info.JobID, err)
+		d.c.cfg.Log.Warn("listing shared files", logging.Job, d.j.info.JobID, "err", err)
 		return
 	}
 	for p := range files {
 		if d.reg.refs[p] == 0 {
 			if err := d.storage.RemoveShared(p); err != nil {
-				d.c.cfg.Logf("coordinator: job %s: removing unreferenced %s: %v", d.j.info.JobID, p, err)
+				d.c.cfg.Log.Warn("removing an unreferenced shared file", logging.Job, d.j.info.JobID, "file", p, "err", err)
 			}
 		}
 	}
@@ -756,6 +758,13 @@ func (d *ckptDriver) sweep() {
 // record appends a history line; d.mu is held.
 func (d *ckptDriver) record(e HistoryEntry) {
 	e.Attempt = d.attempt
+	if e.Status == "completed" {
+		d.c.cfg.Log.Info(e.Kind.String()+" completed", logging.Job, d.j.info.JobID, logging.Attempt, e.Attempt, logging.Checkpoint, e.ID,
+			"duration", e.Duration, "stateSize", e.StateSize, "uploaded", e.Uploaded, "inFlightBytes", e.InFlightBytes,
+			"alignment", e.Alignment, "unaligned", e.Unaligned)
+	} else {
+		d.c.cfg.Log.Warn(e.Kind.String()+" "+e.Status, logging.Job, d.j.info.JobID, logging.Attempt, e.Attempt, logging.Checkpoint, e.ID, "reason", e.Reason)
+	}
 	b, _ := json.Marshal(e)
 	_, _ = d.history.Write(append(b, '\n'))
 }

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"regexp"
 	"slices"
 	"sort"
@@ -18,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/wstream/wstream/internal/logging"
 	"github.com/wstream/wstream/job"
 	"github.com/wstream/wstream/lifecycle"
 	"github.com/wstream/wstream/tenant"
@@ -27,7 +29,8 @@ import (
 // Config configures a Coordinator.
 type Config struct {
 	NATS *nats.Conn
-	Logf func(format string, args ...any)
+	// Log receives the coordinator's log lines (nothing when nil).
+	Log *slog.Logger
 	// HeartbeatInterval is how often workers send heartbeats (the workers'
 	// default, 1s, when zero); the coordinator checks its workers' liveness
 	// as often.
@@ -181,9 +184,7 @@ func New(cfg Config) (*Coordinator, error) {
 	if cfg.NATS == nil {
 		return nil, errors.New("coordinator: no NATS connection")
 	}
-	if cfg.Logf == nil {
-		cfg.Logf = func(string, ...any) {}
-	}
+	cfg.Log = logging.OrDiscard(cfg.Log).With(logging.Component, "coordinator")
 	if cfg.HeartbeatInterval <= 0 {
 		cfg.HeartbeatInterval = time.Second
 	}
@@ -208,14 +209,14 @@ func (c *Coordinator) Start() error {
 	kv, err := OpenJobs(ctx, nc)
 	switch {
 	case err == nil:
-		c.store = newJobStore(kv, c.cfg.Logf)
+		c.store = newJobStore(kv, c.cfg.Log)
 		if c.ids, err = openIDCounter(ctx, nc); err != nil {
 			return fmt.Errorf("coordinator: %w", err)
 		}
 	case c.cfg.ResumeJobs:
 		return fmt.Errorf("coordinator: %w", err)
 	default:
-		c.cfg.Logf("coordinator: jobs are not kept in JetStream: %v", err)
+		c.cfg.Log.Warn("jobs are not kept in JetStream", "err", err)
 	}
 	var resume []*jobState
 	if c.cfg.ResumeJobs {
@@ -340,7 +341,7 @@ func (c *Coordinator) onRegister(m *nats.Msg) {
 	ws.lastSeen = c.now()
 	delete(c.gone, w.ID)
 	c.mu.Unlock()
-	c.cfg.Logf("coordinator: worker %s registered (%s slots)", w.ID, slotsText(w.Slots))
+	c.cfg.Log.Info("worker registered", logging.Worker, w.ID, "slots", slotsText(w.Slots))
 	respond(m, transport.Reply{})
 }
 
@@ -384,18 +385,18 @@ func (c *Coordinator) onHeartbeat(m *nats.Msg) {
 	switch {
 	case known:
 	case wasLost:
-		c.cfg.Logf("coordinator: worker %s is back (%s slots) after it was declared lost (%s)", w.ID, slotsText(w.Slots), why)
+		c.cfg.Log.Info("worker is back after it was declared lost", logging.Worker, w.ID, "slots", slotsText(w.Slots), "lost", why)
 	default:
-		c.cfg.Logf("coordinator: worker %s registered by its heartbeat (%s slots)", w.ID, slotsText(w.Slots))
+		c.cfg.Log.Info("worker registered by its heartbeat", logging.Worker, w.ID, "slots", slotsText(w.Slots))
 	}
 	for _, r := range cancels {
-		c.cfg.Logf("coordinator: worker %s still runs attempt %d of job %s: cancelling it", w.ID, r.Attempt, r.JobID)
+		c.cfg.Log.Warn("worker still runs an old attempt: cancelling it", logging.Worker, w.ID, logging.Job, r.JobID, logging.Attempt, r.Attempt)
 		go c.cancelOn(w.ID, r.JobID, r.Attempt, true)
 	}
 	for _, st := range steps {
 		for _, a := range st.acts {
 			if a, ok := a.(lifecycle.CancelAttempt); ok && slices.Equal(a.Workers, []string{w.ID}) {
-				c.cfg.Logf("coordinator: worker %s still runs attempt %d of job %s: cancelling it", w.ID, a.Attempt, st.j.info.JobID)
+				c.cfg.Log.Warn("worker still runs an old attempt: cancelling it", logging.Worker, w.ID, logging.Job, st.j.info.JobID, logging.Attempt, a.Attempt)
 			}
 		}
 		go c.carryOut(st.j, st.acts)
@@ -738,7 +739,7 @@ func (c *Coordinator) dropDataStream(j *jobState) {
 		cancel()
 	}
 	if err != nil {
-		c.cfg.Logf("coordinator: job %s: %v", id, err)
+		c.cfg.Log.Warn("dropping the job's data stream", logging.Job, id, "err", err)
 	}
 }
 
@@ -770,13 +771,6 @@ func (c *Coordinator) deployOn(worker string, d transport.Deployment) error {
 	return nil
 }
 
-func restoreText(id int64) string {
-	if id == 0 {
-		return ""
-	}
-	return fmt.Sprintf(", from checkpoint %d", id)
-}
-
 // forget drops a job whose submission failed.
 func (c *Coordinator) forget(id string) {
 	c.mu.Lock()
@@ -801,7 +795,7 @@ func (c *Coordinator) cancelAll(workers []string, id string, attempt int, failed
 func (c *Coordinator) cancelOn(worker, id string, attempt int, failed bool) {
 	b, _ := json.Marshal(transport.CancelRequest{JobID: id, Attempt: attempt, Failed: failed})
 	if _, err := c.cfg.NATS.Request(transport.WorkerCancelSubject(worker), b, 5*time.Second); err != nil {
-		c.cfg.Logf("coordinator: cancelling job %s on worker %s: %v", id, worker, err)
+		c.cfg.Log.Warn("cancelling the job on a worker", logging.Job, id, logging.Worker, worker, "err", err)
 	}
 }
 

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"sort"
 	"time"
+
+	"github.com/wstream/wstream/internal/logging"
 )
 
 // RestartEntry records one restart of a job: the attempt that failed and
@@ -79,14 +81,14 @@ func (c *Coordinator) checkWorkers() {
 	sort.Strings(lost)
 	var steps []jobStep
 	for j, reason := range touched {
-		c.cfg.Logf("coordinator: job %s attempt %d: %s", j.info.JobID, j.lc.Attempt(), reason)
+		c.cfg.Log.Warn(reason, logging.Job, j.info.JobID, logging.Attempt, j.lc.Attempt())
 		if acts := c.applyLocked(j); len(acts) > 0 {
 			steps = append(steps, jobStep{j, acts})
 		}
 	}
 	c.mu.Unlock()
 	for _, id := range lost {
-		c.cfg.Logf("coordinator: %s", c.goneReason(id))
+		c.cfg.Log.Warn(c.goneReason(id), logging.Worker, id)
 	}
 	for _, st := range steps {
 		go c.carryOut(st.j, st.acts)

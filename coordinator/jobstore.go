@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"sync"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/wstream/wstream/checkpoint"
+	"github.com/wstream/wstream/internal/logging"
 	"github.com/wstream/wstream/transport"
 )
 
@@ -105,8 +107,8 @@ func getSpec(ctx context.Context, kv jetstream.KeyValue, id string) (*JobSpec, e
 // newest spec of each job: a write that fails (the NATS server is away) is
 // tried again until it succeeds or a newer spec of the job replaces it.
 type jobStore struct {
-	kv   jetstream.KeyValue
-	logf func(string, ...any)
+	kv  jetstream.KeyValue
+	log *slog.Logger
 
 	mu        sync.Mutex
 	pending   map[string]queuedSpec
@@ -121,8 +123,8 @@ type jobStore struct {
 	failing bool
 }
 
-func newJobStore(kv jetstream.KeyValue, logf func(string, ...any)) *jobStore {
-	s := &jobStore{kv: kv, logf: logf, pending: map[string]queuedSpec{}, wake: make(chan struct{}, 1),
+func newJobStore(kv jetstream.KeyValue, log *slog.Logger) *jobStore {
+	s := &jobStore{kv: kv, log: log, pending: map[string]queuedSpec{}, wake: make(chan struct{}, 1),
 		quit: make(chan struct{}), done: make(chan struct{})}
 	go s.loop()
 	return s
@@ -139,7 +141,7 @@ type queuedSpec struct {
 func (s *jobStore) put(spec *JobSpec) {
 	b, err := json.Marshal(spec)
 	if err != nil {
-		s.logf("coordinator: job %s: encoding its spec: %v", spec.JobID, err)
+		s.log.Error("encoding the job's spec", logging.Job, spec.JobID, "err", err)
 		return
 	}
 	s.mu.Lock()
@@ -171,13 +173,13 @@ func (s *jobStore) flush() bool {
 		cancel()
 		if err != nil {
 			if !s.failing {
-				s.logf("coordinator: job %s: storing its spec in %s (trying again until it works): %v", id, transport.JobsBucket, err)
+				s.log.Warn("storing the job's spec (trying again until it works)", logging.Job, id, "bucket", transport.JobsBucket, "err", err)
 			}
 			s.failing = true
 			return false
 		}
 		if s.failing {
-			s.logf("coordinator: job %s: spec stored in %s again", id, transport.JobsBucket)
+			s.log.Info("the job's spec is stored again", logging.Job, id, "bucket", transport.JobsBucket)
 			s.failing = false
 		}
 		s.mu.Lock()

@@ -1,9 +1,11 @@
 package coordinator
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"slices"
 	"strings"
@@ -13,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/wstream/wstream/checkpoint"
+	"github.com/wstream/wstream/internal/logging"
 	"github.com/wstream/wstream/lifecycle"
 	"github.com/wstream/wstream/transport"
 )
@@ -200,12 +203,11 @@ func (c *Coordinator) deploy(j *jobState, a lifecycle.Deploy) error {
 	acts := c.applyLocked(j)
 	c.mu.Unlock()
 	if err == nil {
-		workers := pl.workers()
-		where := "worker " + strings.Join(workers, ", ")
-		if len(workers) != 1 {
-			where = fmt.Sprintf("%d workers (%s)", len(workers), strings.Join(workers, ", "))
+		attrs := []any{logging.Job, id, logging.Attempt, a.Attempt, "workers", strings.Join(pl.workers(), ","), "subtasks", len(j.refs)}
+		if restore != 0 {
+			attrs = append(attrs, "fromCheckpoint", restore)
 		}
-		c.cfg.Logf("coordinator: job %s attempt %d deployed on %s (%d subtasks%s)", id, a.Attempt, where, len(j.refs), restoreText(restore))
+		c.cfg.Log.Info("attempt deployed", attrs...)
 	}
 	c.carryOut(j, acts)
 	return err
@@ -316,7 +318,8 @@ func (c *Coordinator) sendDeployment(j *jobState, a lifecycle.Deploy, pl placeme
 // restartAfter waits for a restart's time and tells the lifecycle, which
 // deploys the next attempt then (unless the job was cancelled meanwhile).
 func (c *Coordinator) restartAfter(j *jobState, a lifecycle.ScheduleRestart) {
-	c.cfg.Logf("coordinator: job %s failed (%s); restart %d in %dms", j.info.JobID, a.Cause, a.Restart, max(0, a.At-c.nowMillis()))
+	c.cfg.Log.Warn("job failed; restarting", logging.Job, j.info.JobID, "cause", a.Cause, "restart", a.Restart,
+		"delay", time.Duration(max(0, a.At-c.nowMillis()))*time.Millisecond)
 	for {
 		if wait := a.At - c.nowMillis(); wait > 0 {
 			time.Sleep(time.Duration(wait) * time.Millisecond)
@@ -359,13 +362,17 @@ func (c *Coordinator) endLocked(j *jobState, res lifecycle.Result) {
 	}
 	j.result = r
 	j.info.State, j.info.Error = r.State, r.Error
-	c.cfg.Logf("coordinator: job %s %s after %s", r.JobID, r.State, r.Duration.Round(time.Millisecond))
+	level, attrs := slog.LevelInfo, []any{logging.Job, r.JobID, "state", r.State, "duration", r.Duration.Round(time.Millisecond)}
+	if r.Error != "" {
+		level, attrs = slog.LevelWarn, append(attrs, "err", r.Error)
+	}
+	c.cfg.Log.Log(context.Background(), level, "job ended", attrs...)
 }
 
 func (c *Coordinator) onTaskStatus(m *nats.Msg) {
 	var st transport.TaskStatus
 	if err := json.Unmarshal(m.Data, &st); err != nil {
-		c.cfg.Logf("coordinator: bad task status on %s: %v", m.Subject, err)
+		c.cfg.Log.Warn("bad task status", "subject", m.Subject, "err", err)
 		return
 	}
 	var end lifecycle.TaskEnd

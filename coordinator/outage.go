@@ -3,6 +3,8 @@ package coordinator
 import (
 	"fmt"
 	"time"
+
+	"github.com/wstream/wstream/internal/logging"
 )
 
 // Lost checkpoint messages. Triggers, notifications and acknowledgements are
@@ -47,7 +49,7 @@ func (d *ckptDriver) abortPending(reason string) {
 	if d.stopped || len(d.sm.Pending()) == 0 {
 		return
 	}
-	d.c.cfg.Logf("coordinator: job %s: aborting checkpoints %v: %s", d.j.info.JobID, d.sm.Pending(), reason)
+	d.c.cfg.Log.Warn("aborting checkpoints: "+reason, logging.Job, d.j.info.JobID, "checkpoints", fmt.Sprint(d.sm.Pending()))
 	d.sm.AbortPending(time.Now().UnixMilli(), reason)
 	d.run()
 }

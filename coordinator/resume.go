@@ -8,6 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/wstream/wstream/internal/logging"
 	"github.com/wstream/wstream/job"
 	"github.com/wstream/wstream/lifecycle"
 	"github.com/wstream/wstream/transport"
@@ -77,7 +78,7 @@ func (c *Coordinator) loadJobs(ctx context.Context) ([]*jobState, error) {
 	for _, s := range specs {
 		j, err := c.resumedJob(s)
 		if err != nil {
-			c.cfg.Logf("coordinator: job %s cannot be resumed: %v", s.JobID, err)
+			c.cfg.Log.Error("job cannot be resumed", logging.Job, s.JobID, "err", err)
 			s.State, s.Error, s.Updated = transport.JobFailed, "resuming the job: "+err.Error(), c.now()
 			c.store.put(s)
 			continue
@@ -104,7 +105,7 @@ func (c *Coordinator) resume(j *jobState, quit <-chan struct{}) {
 	acts := c.applyLocked(j)
 	c.mu.Unlock()
 	if err == nil {
-		c.cfg.Logf("coordinator: resuming job %s (attempt %d) once workers have registered", id, j.attempt)
+		c.cfg.Log.Info("resuming the job once workers have registered", logging.Job, id, logging.Attempt, j.attempt)
 	}
 	c.carryOut(j, acts)
 }
@@ -175,7 +176,7 @@ func (c *Coordinator) awaitWorkers(j *jobState, n int, quit <-chan struct{}) (pl
 		return nil, err
 	}
 	if !ok {
-		c.cfg.Logf("coordinator: job %s: subtasks of an earlier attempt still run after 30s; deploying attempt %d anyway", id, n)
+		c.cfg.Log.Warn("subtasks of an earlier attempt still run after 30s; deploying anyway", logging.Job, id, logging.Attempt, n)
 	}
 	return pl, nil
 }
@@ -254,7 +255,7 @@ func (c *Coordinator) afterReconnect() {
 	// have been lost.
 	c.connectionRestoredLocked()
 	c.mu.Unlock()
-	c.cfg.Logf("coordinator: reconnected to NATS (%s)", c.cfg.NATS.ConnectedUrlRedacted())
+	c.cfg.Log.Info("reconnected to NATS", "url", c.cfg.NATS.ConnectedUrlRedacted())
 	for _, k := range checks {
 		go c.checkDataStream(k.j, k.attempt)
 	}

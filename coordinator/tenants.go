@@ -143,13 +143,13 @@ func (c *Coordinator) audit(who caller, action, jobID string, err error) {
 	if c.auditLog.f == nil {
 		f, ferr := os.OpenFile(AuditFile(c.cfg.DataDir), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
 		if ferr != nil {
-			c.cfg.Logf("coordinator: audit log: %v", ferr)
+			c.cfg.Log.Error("audit log", "err", ferr)
 			return
 		}
 		c.auditLog.f = f
 	}
 	if _, werr := c.auditLog.f.Write(append(b, '\n')); werr != nil {
-		c.cfg.Logf("coordinator: audit log: %v", werr)
+		c.cfg.Log.Error("audit log", "err", werr)
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -22,6 +23,7 @@ import (
 
 	"github.com/wstream/wstream/coordinator"
 	"github.com/wstream/wstream/host"
+	"github.com/wstream/wstream/internal/logging"
 	"github.com/wstream/wstream/job"
 	"github.com/wstream/wstream/operator/builtin"
 	"github.com/wstream/wstream/tenant"
@@ -57,7 +59,9 @@ type Options struct {
 	// the workers run the module as it was compiled and probed there.
 	Runtime *host.Runtime
 	Stdout  io.Writer
-	Logf    func(format string, args ...any)
+	// Log receives the log lines of the engine's coordinator, workers,
+	// guests and embedded NATS server (nothing when nil).
+	Log *slog.Logger
 	// NoCoordinator skips starting a coordinator (a cluster has one).
 	NoCoordinator bool
 	// HeartbeatInterval is how often the in-process workers heartbeat, and
@@ -130,9 +134,7 @@ func Start(ctx context.Context, o Options) (e *Engine, err error) {
 	if o.DataDir == "" {
 		o.DataDir = "wstream-data"
 	}
-	if o.Logf == nil {
-		o.Logf = func(string, ...any) {}
-	}
+	o.Log = logging.OrDiscard(o.Log)
 	if o.Stdout == nil {
 		o.Stdout = os.Stdout
 	}
@@ -182,7 +184,7 @@ func Start(ctx context.Context, o Options) (e *Engine, err error) {
 		return nc, nil
 	}
 	if o.NATSURL == "" {
-		eo := transport.EmbeddedOptions{StoreDir: filepath.Join(o.DataDir, "nats"), Listen: o.Listen}
+		eo := transport.EmbeddedOptions{StoreDir: filepath.Join(o.DataDir, "nats"), Listen: o.Listen, Log: o.Log}
 		if o.Tenants != nil {
 			eo.Configure = o.Tenants.ConfigureServer
 		}
@@ -248,7 +250,7 @@ func Start(ctx context.Context, o Options) (e *Engine, err error) {
 		e.ownsRT = true
 	}
 	if !o.NoCoordinator {
-		e.coord, err = coordinator.New(coordinator.Config{NATS: e.nc, Logf: o.Logf, DataDir: o.DataDir,
+		e.coord, err = coordinator.New(coordinator.Config{NATS: e.nc, Log: o.Log, DataDir: o.DataDir,
 			HeartbeatInterval: o.HeartbeatInterval, WorkerTimeout: o.WorkerTimeout, ResumeJobs: o.ResumeJobs,
 			Tenants: o.Tenants, TenantConnect: tenantConnect, SystemConn: e.sys})
 		if err != nil {
@@ -277,7 +279,7 @@ func Start(ctx context.Context, o Options) (e *Engine, err error) {
 			Slots:   o.Slots,
 			Runtime: e.rt,
 			Stdout:  o.Stdout,
-			Logf:    o.Logf,
+			Log:     o.Log,
 			Dial:    dial,
 
 			HeartbeatInterval: o.HeartbeatInterval,
@@ -298,7 +300,7 @@ func Start(ctx context.Context, o Options) (e *Engine, err error) {
 
 // HostConfig is o.Host with the engine's defaults filled in: the
 // compilation cache under the data directory, and guest logs through
-// o.Logf. A Runtime given to Start is created from it.
+// o.Log. A Runtime given to Start is created from it.
 func HostConfig(o Options) host.Config {
 	hc := o.Host
 	if o.DataDir == "" {
@@ -307,10 +309,10 @@ func HostConfig(o Options) host.Config {
 	if hc.CacheDir == "" {
 		hc.CacheDir = filepath.Join(o.DataDir, "cache", "wazero")
 	}
-	if hc.Log == nil && o.Logf != nil {
-		logf := o.Logf
+	if hc.Log == nil && o.Log != nil {
+		log := o.Log
 		hc.Log = func(level int32, op string, subtask int, msg string) {
-			logf("%s/%d: %s", op, subtask, msg)
+			log.Log(context.Background(), logging.GuestLevel(level), msg, "guest", true, "operator", op, logging.Subtask, subtask)
 		}
 	}
 	return hc

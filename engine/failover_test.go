@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -38,7 +39,7 @@ func startFailoverEngine(t *testing.T, n int) (*Engine, *lockedBuffer) {
 	e, err := Start(context.Background(), Options{
 		DataDir: t.TempDir(), Stdout: &lockedBuffer{}, Workers: n, Host: host.Config{},
 		HeartbeatInterval: testHeartbeat, WorkerTimeout: testWorkerTimeout,
-		Logf: func(format string, args ...any) { fmt.Fprintf(logs, format+"\n", args...) },
+		Log: slog.New(slog.NewTextHandler(logs, nil)),
 	})
 	if err != nil {
 		t.Fatal(err)

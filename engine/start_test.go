@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -41,15 +42,18 @@ const initLogWAT = `(module
 func TestModuleCompiledOnce(t *testing.T) {
 	var mu sync.Mutex
 	inits := 0
-	logf := func(format string, args ...any) {
-		if strings.HasSuffix(fmt.Sprintf(format, args...), ": initialized") {
+	// The text handler writes each line with one Write.
+	logs := writerFunc(func(p []byte) (int, error) {
+		if strings.Contains(string(p), " msg=initialized ") {
 			mu.Lock()
 			inits++
 			mu.Unlock()
 		}
-	}
+		return len(p), nil
+	})
 	dir := t.TempDir()
-	e, err := Start(context.Background(), Options{DataDir: dir, Stdout: io.Discard, Logf: logf})
+	e, err := Start(context.Background(), Options{DataDir: dir, Stdout: io.Discard,
+		Log: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,3 +125,7 @@ func TestDataDirOwner(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }

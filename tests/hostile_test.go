@@ -3,6 +3,7 @@ package tests
 import (
 	"bufio"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -168,9 +169,12 @@ var hostileCases = []hostileCase{
 		check: func(t *testing.T, r hostileResult) {
 			// The log line, and the stdout and stderr lines split at the
 			// text's newline.
-			for _, l := range []string{" op/0: " + hostileEscaped, "/0: " + hostileEscaped1, "/0: " + hostileEscaped2} {
-				if !hasLineSuffix(r.worker, l) {
-					t.Errorf("the worker's log has no line ending with %q:\n%s", l, shown(r.worker))
+			if !hasGuestLine(r.worker, "op", hostileEscaped) {
+				t.Errorf("the worker's log has no line of vertex op, subtask 0 saying %q:\n%s", hostileEscaped, shown(r.worker))
+			}
+			for _, l := range []string{hostileEscaped1, hostileEscaped2} {
+				if !hasGuestLine(r.worker, "", l) {
+					t.Errorf("the worker's log has no guest line of subtask 0 saying %q:\n%s", l, shown(r.worker))
 				}
 			}
 		}},
@@ -351,7 +355,7 @@ func checkLogFlood(t *testing.T, r hostileResult) {
 	lines, notices := 0, 0
 	for _, l := range strings.Split(r.worker, "\n") {
 		switch {
-		case strings.HasSuffix(l, " op/0: x"), strings.HasSuffix(l, " op (flood)/0: y"):
+		case isGuestLine(l, "op", "x"), isGuestLine(l, "op (flood)", "y"):
 			lines++
 		case strings.Contains(l, " guest log lines suppressed (over the limit of 1000 lines per second, --guest-log-lines-per-second)"):
 			notices++
@@ -380,7 +384,7 @@ func hostileCancel(t *testing.T, file, marker string) {
 		t.Fatal(err)
 	}
 	url := strings.TrimSpace(string(b))
-	d.until(t, "the guest's "+marker+" line", false, func() bool { return strings.Contains(d.stderr.String(), "op/0: "+marker) })
+	d.until(t, "the guest's "+marker+" line", false, func() bool { return hasGuestLine(d.stderr.String(), "op", marker) })
 	at := time.Now()
 	r := runCLI(t, dir, "cancel", "--nats", url, job)
 	if r.code != 0 {
@@ -440,14 +444,39 @@ func checkNoRawText(t *testing.T, what, out string) {
 	}
 }
 
-// hasLineSuffix says whether a line of out ends with suffix.
-func hasLineSuffix(out, suffix string) bool {
+// hasGuestLine says whether out, log lines in slog's text format, has a
+// guest's line msg from subtask 0 of vertex (of any vertex when vertex is
+// empty: the guest's stdout and stderr are not a vertex's callback's).
+func hasGuestLine(out, vertex, msg string) bool {
 	for _, l := range strings.Split(out, "\n") {
-		if strings.HasSuffix(l, suffix) {
+		if isGuestLine(l, vertex, msg) {
 			return true
 		}
 	}
 	return false
+}
+
+func isGuestLine(l, vertex, msg string) bool {
+	if vertex == "" {
+		return strings.Contains(l, " "+textAttr("msg", msg)+" ") && strings.Contains(l, " guest=true ") && strings.Contains(l, " subtask=0")
+	}
+	return strings.Contains(l, " "+textAttr("msg", msg)+" ") && strings.Contains(l, " guest=true ") &&
+		strings.Contains(l, " "+textAttr("vertex", vertex)+" subtask=0")
+}
+
+// textAttr is key=value as slog's text handler writes it (quoted and
+// escaped where it must be).
+func textAttr(key, value string) string {
+	var b strings.Builder
+	l := slog.New(slog.NewTextHandler(&b, &slog.HandlerOptions{ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
+		if a.Key == slog.TimeKey || a.Key == slog.LevelKey || a.Key == slog.MessageKey {
+			return slog.Attr{}
+		}
+		return a
+	}}))
+	// Under its own key "msg" the attribute would go with the message.
+	l.Info("", "k", value)
+	return key + strings.TrimPrefix(strings.TrimSpace(b.String()), "k")
 }
 
 func rawChar(c rune) bool {

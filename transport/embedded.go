@@ -2,6 +2,7 @@ package transport
 
 import (
 	"fmt"
+	"log/slog"
 	"net"
 	"strconv"
 	"strings"
@@ -10,6 +11,8 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+
+	"github.com/wstream/wstream/internal/logging"
 )
 
 // EmbeddedOptions configure an in-process NATS server with JetStream.
@@ -21,6 +24,9 @@ type EmbeddedOptions struct {
 	// Configure, when set, adjusts the server's options before it starts
 	// (the tenant authority makes it trust its operator).
 	Configure func(*server.Options) error
+	// Log receives the server's warnings and errors once it runs (and its
+	// notices at debug level); nil drops them.
+	Log *slog.Logger
 }
 
 // StartEmbedded starts a NATS server with JetStream inside this process and
@@ -63,6 +69,9 @@ func StartEmbedded(o EmbeddedOptions) (*server.Server, error) {
 	// The server reports why it cannot start (a busy port, a store it
 	// cannot write) only through its logger, which NoLog leaves unset.
 	errs := &startErrors{fatal: make(chan struct{})}
+	if o.Log != nil {
+		errs.next = logging.NATS(o.Log)
+	}
 	s.SetLoggerV2(errs, false, false, false)
 	go s.Start()
 	deadline := time.Now().Add(10 * time.Second)
@@ -84,10 +93,12 @@ func StartEmbedded(o EmbeddedOptions) (*server.Server, error) {
 	return s, nil
 }
 
-// startErrors is the embedded server's logger while it starts: it keeps
-// the errors, and closes fatal on a fatal one (the server then never
-// becomes ready). Other levels are dropped, as NoLog would.
+// startErrors is the embedded server's logger: it keeps the first errors,
+// which say why a server that never becomes ready failed to start, closes
+// fatal on a fatal one, and passes every line on to next.
 type startErrors struct {
+	// next receives every line as well (nil: none).
+	next  *logging.NATSLogger
 	mu    sync.Mutex
 	msgs  []string
 	fatal chan struct{}
@@ -110,13 +121,33 @@ func (e *startErrors) String() string {
 
 func (e *startErrors) Fatalf(format string, v ...any) {
 	e.add(format, v)
+	if e.next != nil {
+		e.next.Fatalf(format, v...)
+	}
 	e.once.Do(func() { close(e.fatal) })
 }
-func (e *startErrors) Errorf(format string, v ...any) { e.add(format, v) }
-func (e *startErrors) Noticef(string, ...any)         {}
-func (e *startErrors) Warnf(string, ...any)           {}
-func (e *startErrors) Debugf(string, ...any)          {}
-func (e *startErrors) Tracef(string, ...any)          {}
+
+func (e *startErrors) Errorf(format string, v ...any) {
+	e.add(format, v)
+	if e.next != nil {
+		e.next.Errorf(format, v...)
+	}
+}
+
+func (e *startErrors) Noticef(format string, v ...any) {
+	if e.next != nil {
+		e.next.Noticef(format, v...)
+	}
+}
+
+func (e *startErrors) Warnf(format string, v ...any) {
+	if e.next != nil {
+		e.next.Warnf(format, v...)
+	}
+}
+
+func (e *startErrors) Debugf(string, ...any) {}
+func (e *startErrors) Tracef(string, ...any) {}
 
 // ConnectInProcess connects to an embedded server without a socket.
 // Extra options (credentials) come last.

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"sync"
@@ -47,7 +48,7 @@ type ckptEnv struct {
 	// localRoot is where subtasks keep their local snapshots
 	// (DATA/jobs/JOB/local), "" when local recovery is off.
 	localRoot string
-	logf      func(format string, args ...any)
+	log       *slog.Logger
 	// js reads the stream ranges of channel state back on restore.
 	js jetstream.JetStream
 	// observers are the input channels of each subtask that keep data for
@@ -722,7 +723,7 @@ func (t *task) persist(snap *snapshotInProgress) {
 	if keep {
 		// Not keeping it only costs a restore from storage.
 		if err := t.keepLocal(snap); err != nil {
-			t.ckpt.logf("subtask %s: %v", t.label, err)
+			t.ckpt.log.Warn("keeping the local snapshot", "subtask", t.label, "err", err)
 		}
 	}
 	snap.metrics.Async = time.Since(start)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 	"strings"
 
 	"github.com/wstream/wstream/checkpoint"
+	"github.com/wstream/wstream/internal/logging"
 )
 
 // Local recovery: with checkpoint.localRecovery on, a subtask keeps the
@@ -332,13 +334,13 @@ type keyedRestore struct {
 // restoreKeyedState fills the empty or missing directory dst with task
 // st.Task's keyed state of checkpoint m: from the local snapshot below
 // localDir (local recovery; "" when off) when it verifies, else from
-// storage. Why a local snapshot is not used goes to logf.
+// storage. Why a local snapshot is not used goes to log.
 func restoreKeyedState(storage *checkpoint.Storage, m *checkpoint.Metadata, st *checkpoint.SubtaskState,
-	localDir, dst string, logf func(string, ...any)) (keyedRestore, error) {
+	localDir, dst string, log *slog.Logger) (keyedRestore, error) {
 	if localDir != "" {
 		src := filepath.Join(localDir, localSnapshotName(m.ID))
 		if _, err := os.Stat(src); err != nil {
-			logf("subtask %s: no local snapshot of checkpoint %d; restoring from checkpoint storage", st.Task, m.ID)
+			log.Info("no local snapshot; restoring from checkpoint storage", "subtask", st.Task.String(), logging.Checkpoint, m.ID)
 		} else {
 			names, n, err := verifyLocal(src, m.ID, st, storage.TaskDir(m.ID, st.Task)+"/state/")
 			if err == nil {
@@ -350,7 +352,7 @@ func restoreKeyedState(storage *checkpoint.Storage, m *checkpoint.Metadata, st *
 				}
 				_ = os.RemoveAll(dst)
 			}
-			logf("subtask %s: local snapshot of checkpoint %d not used (%v); restoring from checkpoint storage", st.Task, m.ID, err)
+			log.Warn("local snapshot not used; restoring from checkpoint storage", "subtask", st.Task.String(), logging.Checkpoint, m.ID, "err", err)
 		}
 	}
 	if err := storage.Restore(m, st.Task, dst); err != nil {

@@ -2,6 +2,7 @@ package worker
 
 import (
 	"bytes"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -85,8 +86,8 @@ func checkRestored(t *testing.T, dst string, files map[string][]byte) {
 // and the state comes from storage.
 func TestLocalRestoreVerifies(t *testing.T) {
 	st, m, tk, files := localFixture(t)
-	var logs []string
-	logf := func(f string, a ...any) { logs = append(logs, f) }
+	var logs strings.Builder
+	logf := slog.New(slog.NewTextHandler(&logs, nil))
 	local := tk.localDir()
 
 	dst := filepath.Join(t.TempDir(), "state")
@@ -125,8 +126,8 @@ func TestLocalRestoreVerifies(t *testing.T) {
 		t.Fatalf("corrupt local snapshot: %+v, want a restore from storage", r)
 	}
 	checkRestored(t, dst, files)
-	if len(logs) != 1 || !strings.Contains(logs[0], "not used") {
-		t.Fatalf("logged %q, want one line saying why the local snapshot was not used", logs)
+	if lines := strings.Split(strings.TrimSpace(logs.String()), "\n"); len(lines) != 1 || !strings.Contains(lines[0], "not used") {
+		t.Fatalf("logged %q, want one line saying why the local snapshot was not used", logs.String())
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 
 	"github.com/wstream/wstream/host"
+	"github.com/wstream/wstream/internal/logging"
 	"github.com/wstream/wstream/internal/testmod"
 	"github.com/wstream/wstream/job"
 	"github.com/wstream/wstream/transport"
@@ -89,7 +90,7 @@ func TestWireInstantiatesInParallel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := &Worker{cfg: Config{ID: "w", DataDir: t.TempDir(), Stdout: io.Discard, Logf: t.Logf, ChannelCapacity: 8},
+	w := &Worker{cfg: Config{ID: "w", DataDir: t.TempDir(), Stdout: io.Discard, ChannelCapacity: 8}, log: logging.Discard(),
 		rt: rt, cache: pebble.NewCache(1 << 20), modules: map[string]*host.Module{}, jobs: map[string]*jobRun{}}
 	defer w.cache.Unref()
 	jctx, cancel := context.WithCancel(ctx)

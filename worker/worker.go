@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -24,6 +25,7 @@ import (
 	"github.com/wstream/wstream/connector"
 	"github.com/wstream/wstream/fairshare"
 	"github.com/wstream/wstream/host"
+	"github.com/wstream/wstream/internal/logging"
 	"github.com/wstream/wstream/job"
 	"github.com/wstream/wstream/operator"
 	"github.com/wstream/wstream/operator/builtin"
@@ -43,7 +45,9 @@ type Config struct {
 	// worker, so a module is compiled once).
 	Runtime *host.Runtime
 	Stdout  io.Writer // where stdout sinks write; os.Stdout when nil
-	Logf    func(format string, args ...any)
+	// Log receives the worker's log lines and its guests' (nothing when
+	// nil).
+	Log *slog.Logger
 	// ChannelCapacity is the number of buffers a local channel holds before
 	// its producer blocks (default 8).
 	ChannelCapacity int
@@ -69,6 +73,7 @@ type Config struct {
 // Worker runs the subtasks the coordinator assigns to it.
 type Worker struct {
 	cfg      Config
+	log      *slog.Logger
 	rt       *host.Runtime
 	ownsRT   bool
 	js       jetstream.JetStream
@@ -114,9 +119,7 @@ func New(ctx context.Context, cfg Config) (*Worker, error) {
 	if cfg.Stdout == nil {
 		cfg.Stdout = os.Stdout
 	}
-	if cfg.Logf == nil {
-		cfg.Logf = func(string, ...any) {}
-	}
+	cfg.Log = logging.OrDiscard(cfg.Log).With(logging.Worker, cfg.ID)
 	if cfg.ChannelCapacity <= 0 {
 		cfg.ChannelCapacity = 8
 	}
@@ -129,6 +132,7 @@ func New(ctx context.Context, cfg Config) (*Worker, error) {
 	}
 	w := &Worker{
 		cfg:     cfg,
+		log:     cfg.Log,
 		js:      js,
 		modules: map[string]*host.Module{},
 		jobs:    map[string]*jobRun{},
@@ -141,8 +145,11 @@ func New(ctx context.Context, cfg Config) (*Worker, error) {
 	} else {
 		hc := cfg.Host
 		if hc.Log == nil {
+			log := cfg.Log
 			hc.Log = func(level int32, op string, subtask int, msg string) {
-				cfg.Logf("%s/%d: %s", op, subtask, msg)
+				// Lines outside an operator's callback (its stdout and
+				// stderr): op names the vertex and the operator.
+				log.Log(context.Background(), logging.GuestLevel(level), msg, "guest", true, "operator", op, logging.Subtask, subtask)
 			}
 		}
 		rt, err := host.NewRuntime(ctx, hc)
@@ -230,7 +237,7 @@ func (w *Worker) heartbeat() {
 		case <-poll.C:
 			if n := w.cfg.NATS.Stats().Reconnects; n != reconnects && w.cfg.NATS.IsConnected() {
 				reconnects = n
-				w.cfg.Logf("worker %s: reconnected to NATS (%s)", w.cfg.ID, w.cfg.NATS.ConnectedUrlRedacted())
+				w.log.Info("reconnected to NATS", "url", w.cfg.NATS.ConnectedUrlRedacted())
 				_ = w.cfg.NATS.Publish(transport.SubjectHeartbeat, w.beat())
 			}
 		case <-t.C:
@@ -633,11 +640,11 @@ func (w *Worker) checkpointEnv(j *jobRun, d transport.Deployment) (*ckptEnv, err
 		nativeSavepoints: cs.SavepointFormat == job.SavepointNative,
 		alignedTimeout:   cs.AlignedTimeout,
 		tmpDir:           filepath.Join(w.cfg.DataDir, "jobs", j.id, "snapshots"),
-		logf:             w.cfg.Logf,
+		log:              w.log.With(logging.Job, j.id, logging.Attempt, j.attempt),
 		js:               j.js,
 		publish: func(a transport.CheckpointAck) {
 			if err := w.cfg.NATS.Publish(transport.CheckpointAckSubject(j.id), ackJSON(a)); err != nil {
-				w.cfg.Logf("worker %s: acknowledging checkpoint %d of %s: %v", w.cfg.ID, a.ID, j.id, err)
+				w.log.Warn("acknowledging a checkpoint", logging.Job, j.id, logging.Checkpoint, a.ID, "err", err)
 			}
 		},
 	}
@@ -908,7 +915,7 @@ func (w *Worker) newTask(j *jobRun, mod *host.Module, c *job.Chain, sub int, cha
 		local := t.localDir()
 		var keep int64 // the local snapshot restored from
 		if t.restored != nil {
-			r, err := restoreKeyedState(j.ckpt.restoreStorage, j.ckpt.restore, t.restored, local, dir, w.cfg.Logf)
+			r, err := restoreKeyedState(j.ckpt.restoreStorage, j.ckpt.restore, t.restored, local, dir, j.ckpt.log)
 			if err != nil {
 				return fail(fmt.Errorf("subtask %s: restoring state from checkpoint %d: %w", t.label, j.ckpt.restore.ID, err))
 			}
@@ -1161,12 +1168,13 @@ func (w *Worker) open(j *jobRun, t *task) error {
 		v := s.vertex
 		// Guest text arrives escaped (package host); the line says whose
 		// job wrote it.
-		who := "job " + j.id
+		attrs := []any{"guest", true, logging.Job, j.id, logging.Vertex, v.ID, logging.Subtask, t.subtask}
 		if j.tenant != "" {
-			who = "tenant " + j.tenant + " " + who
+			attrs = append(attrs, logging.Tenant, j.tenant)
 		}
+		glog := w.log
 		svc := &stageServices{keyedState: s.state, t: t, log: func(level int32, msg string) {
-			w.cfg.Logf("%s %s %s/%d: %s", levelName(level), who, v.ID, t.subtask, msg)
+			glog.Log(context.Background(), logging.GuestLevel(level), msg, attrs...)
 		}}
 		spec := operator.Spec{
 			VertexID:       v.ID,
@@ -1183,18 +1191,6 @@ func (w *Worker) open(j *jobRun, t *task) error {
 		}
 	}
 	return nil
-}
-
-func levelName(l int32) string {
-	switch l {
-	case abi.LogDebug:
-		return "debug"
-	case abi.LogInfo:
-		return "info"
-	case abi.LogWarn:
-		return "warn"
-	}
-	return "error"
 }
 
 func (w *Worker) runTask(j *jobRun, t *task) {
@@ -1274,7 +1270,7 @@ func (w *Worker) report(j *jobRun, t *task, err error) {
 	}
 	b, _ := json.Marshal(st)
 	if perr := w.cfg.NATS.Publish(transport.TaskStatusSubject(j.id), b); perr != nil {
-		w.cfg.Logf("worker %s: reporting %s of %s: %v", w.cfg.ID, st.State, t.label, perr)
+		w.log.Warn("reporting a subtask's state", logging.Job, j.id, "subtask", t.label, "state", st.State, "err", perr)
 	}
 }
 
@@ -1326,7 +1322,7 @@ func (w *Worker) Metrics(jobID string) []transport.VertexMetrics {
 func (w *Worker) onCheckpoint(m *nats.Msg) {
 	var c transport.CheckpointControl
 	if err := json.Unmarshal(m.Data, &c); err != nil {
-		w.cfg.Logf("worker %s: bad checkpoint message: %v", w.cfg.ID, err)
+		w.log.Warn("bad checkpoint message", "err", err)
 		return
 	}
 	w.mu.Lock()

@@ -218,7 +218,7 @@ var flagCategories = map[string][]string{
 	"Restarts": {"restart", "restart-attempts", "restart-delay", "restart-max-delay"},
 	"Cluster and data": {"nats", "nats-creds", "nats-nkey", "nats-user", "nats-password", "nats-token", "nats-tls-ca",
 		"nats-tls-cert", "nats-tls-key", "data", "workers", "listen", "auth-dir", "tenants", "worker-timeout", "id", "slots"},
-	"Output": {"quiet", "verbose", "output", "cpuprofile"},
+	"Output": {"quiet", "verbose", "log-format", "log-level", "output", "cpuprofile"},
 }
 
 // categorize sets the category of the flags of commands with many flags;

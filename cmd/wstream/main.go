@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -24,6 +25,7 @@ import (
 	"github.com/wstream/wstream/coordinator"
 	"github.com/wstream/wstream/engine"
 	"github.com/wstream/wstream/host"
+	"github.com/wstream/wstream/internal/logging"
 	"github.com/wstream/wstream/job"
 	"github.com/wstream/wstream/transport"
 )
@@ -92,7 +94,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 		EnableBashCompletion: true,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "cpuprofile", Usage: "write a Go CPU profile of the command to `FILE`"},
-			verboseFlag,
+			verboseFlag, logFormatFlag, logLevelFlag,
 		},
 		Before: func(c *cli.Context) error {
 			path := c.String("cpuprofile")
@@ -186,7 +188,12 @@ var dataFlag = &cli.StringFlag{
 	EnvVars: []string{"WSTREAM_DATA"},
 }
 
-var verboseFlag = &cli.BoolFlag{Name: "verbose", Aliases: []string{"v"}, Usage: "log what the runtime does (and guest log lines) to stderr"}
+var verboseFlag = &cli.BoolFlag{Name: "verbose", Aliases: []string{"v"}, Usage: "log everything the runtime does and every guest log line to stderr (--log-level debug)"}
+
+var (
+	logFormatFlag = &cli.StringFlag{Name: "log-format", Usage: "log lines as `text` (key=value) or json, one object a line", Value: "text"}
+	logLevelFlag  = &cli.StringFlag{Name: "log-level", Usage: "least `LEVEL` logged: debug, info, warn or error", DefaultText: "warn for deploy, info for server and worker"}
+)
 
 func hostFlags() []cli.Flag {
 	flags := []cli.Flag{
@@ -254,14 +261,37 @@ func verbose(c *cli.Context) bool {
 	return false
 }
 
-func logf(c *cli.Context) func(string, ...any) {
-	if !verbose(c) {
-		return nil
+// lineageString is the value of a flag given to the command or before it.
+func lineageString(c *cli.Context, name string) string {
+	for _, x := range c.Lineage() {
+		if x.IsSet(name) {
+			return x.String(name)
+		}
 	}
-	w := c.App.ErrWriter
-	return func(format string, args ...any) {
-		fmt.Fprintf(w, time.Now().Format("15:04:05.000 ")+format+"\n", args...)
+	return ""
+}
+
+// newLogger is the command's logger, writing to stderr: --log-level, else
+// debug with -v, else def (a service logs its lifecycle at info, deploy
+// only what goes wrong).
+func newLogger(c *cli.Context, def slog.Level) (*slog.Logger, error) {
+	level := def
+	if verbose(c) {
+		level = slog.LevelDebug
 	}
+	if s := lineageString(c, "log-level"); s != "" {
+		l, err := logging.ParseLevel(s)
+		if err != nil {
+			return nil, usageError{fmt.Errorf("--log-level: %w", err)}
+		}
+		level = l
+	}
+	format := lineageString(c, "log-format")
+	l, err := logging.New(c.App.ErrWriter, format, level)
+	if err != nil {
+		return nil, usageError{fmt.Errorf("--log-format: %w", err)}
+	}
+	return l, nil
 }
 
 func deployCommand() *cli.Command {
@@ -297,7 +327,7 @@ func deployCommand() *cli.Command {
 		&cli.DurationFlag{Name: "restart-max-delay", Usage: "cap of the exponential backoff"},
 		&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "do not print the summary"},
 		&cli.IntFlag{Name: "workers", Usage: "in-process workers of the embedded server (default 1); with more, the job's subtasks are spread over them and exchange data through JetStream, as workers on separate hosts do"},
-		dataFlag, natsFlag, verboseFlag,
+		dataFlag, natsFlag, verboseFlag, logFormatFlag, logLevelFlag,
 	}
 	return &cli.Command{
 		Name:      "deploy",
@@ -369,7 +399,11 @@ func deploy(c *cli.Context, hc host.Config, ov job.Overrides) (err error) {
 		}
 	}()
 
-	opts := engine.Options{DataDir: c.String("data"), NATSURL: c.String("nats"), Host: hc, Stdout: out, Logf: logf(c)}
+	log, err := newLogger(c, slog.LevelWarn)
+	if err != nil {
+		return err
+	}
+	opts := engine.Options{DataDir: c.String("data"), NATSURL: c.String("nats"), Host: hc, Stdout: out, Log: log}
 	natsOpts, err := natsOptions(c)
 	if err != nil {
 		return err
@@ -644,7 +678,7 @@ func serverCommand() *cli.Command {
 			&cli.IntFlag{Name: "workers", Usage: "in-process workers to start as well (default none: guest code runs in `wstream worker` processes); they take the host flags, with `wstream worker`'s defaults", Value: 0},
 			&cli.DurationFlag{Name: "worker-timeout", Usage: "declare a worker lost (and fail its jobs over) after it has been silent this long (default 10s)"},
 			&cli.BoolFlag{Name: "tenants", Usage: "multi-tenant: NATS runs with accounts (the embedded server, or --nats configured by 'wstream tenant init'), each tenant sees and reaches only its own jobs and data; --tenants=false runs an open single-user server", DefaultText: "on with the embedded NATS server, off with --nats"},
-			authDirFlag, dataFlag, natsFlag, verboseFlag,
+			authDirFlag, dataFlag, natsFlag, verboseFlag, logFormatFlag, logLevelFlag,
 		}, hostFlags()...),
 		Action: func(c *cli.Context) error {
 			ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
@@ -656,9 +690,13 @@ func serverCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
+			log, err := newLogger(c, slog.LevelInfo)
+			if err != nil {
+				return err
+			}
 			// A server takes over the jobs a previous one left running.
 			opts := engine.Options{DataDir: c.String("data"), NATSURL: c.String("nats"), Workers: c.Int("workers"), NoWorkers: c.Int("workers") == 0,
-				Host: hc, Logf: logf(c), Stdout: c.App.Writer, ResumeJobs: true, WorkerTimeout: c.Duration("worker-timeout")}
+				Host: hc, Log: log, Stdout: c.App.Writer, ResumeJobs: true, WorkerTimeout: c.Duration("worker-timeout")}
 			natsOpts, err := natsOptions(c)
 			if err != nil {
 				return err
@@ -714,13 +752,17 @@ func workerCommand() *cli.Command {
 		Flags: append([]cli.Flag{
 			&cli.IntFlag{Name: "slots", Usage: "subtasks this worker runs at once (0 = no limit)"},
 			&cli.StringFlag{Name: "id", Usage: "worker id (default: host name and process id)"},
-			dataFlag, natsFlag, verboseFlag,
+			dataFlag, natsFlag, verboseFlag, logFormatFlag, logLevelFlag,
 		}, hostFlags()...),
 		Action: func(c *cli.Context) error {
 			if c.String("nats") == "" {
 				return usageError{errors.New("worker: --nats URL is required")}
 			}
 			hc, err := hostConfig(c)
+			if err != nil {
+				return err
+			}
+			log, err := newLogger(c, slog.LevelInfo)
 			if err != nil {
 				return err
 			}
@@ -732,7 +774,7 @@ func workerCommand() *cli.Command {
 			defer stop()
 			e, err := engine.Start(ctx, engine.Options{
 				DataDir: c.String("data"), NATSURL: c.String("nats"), NATSOptions: natsOpts, Workers: 1, Slots: c.Int("slots"), WorkerID: c.String("id"),
-				Host: hc, Logf: logf(c), Stdout: c.App.Writer, NoCoordinator: true,
+				Host: hc, Log: log, Stdout: c.App.Writer, NoCoordinator: true,
 			})
 			if err != nil {
 				return err
