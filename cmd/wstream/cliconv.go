@@ -63,8 +63,10 @@ func commandNotFound(c *cli.Context, name string) {
 	notFound = usageError{fmt.Errorf("%s (see wstream --help)", msg)}
 }
 
-// editDistance is the Levenshtein distance of a and b.
+// editDistance is the Levenshtein distance of a and b, counting a swap of
+// two adjacent letters ("lsit") as one edit.
 func editDistance(a, b string) int {
+	prev2 := make([]int, len(b)+1)
 	prev := make([]int, len(b)+1)
 	cur := make([]int, len(b)+1)
 	for j := range prev {
@@ -78,8 +80,11 @@ func editDistance(a, b string) int {
 				cost = 0
 			}
 			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+			if i > 1 && j > 1 && a[i-1] == b[j-2] && a[i-2] == b[j-1] {
+				cur[j] = min(cur[j], prev2[j-2]+1)
+			}
 		}
-		prev, cur = cur, prev
+		prev2, prev, cur = prev, cur, prev2
 	}
 	return prev[len(b)]
 }

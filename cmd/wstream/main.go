@@ -120,6 +120,8 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			return nil
 		},
 		Commands: withNATSAuth([]*cli.Command{
+			initCommand(),
+			buildCommand(),
 			deployCommand(),
 			serverCommand(),
 			workerCommand(),
