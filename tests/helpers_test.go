@@ -55,10 +55,20 @@ type result struct {
 // runCLI runs wstream with args in dir and returns its output and exit code.
 func runCLI(t *testing.T, dir string, args ...string) result {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	return runWith(t, dir, nil, 3*time.Minute, args...)
+}
+
+// runWith runs wstream with args in dir, with env added to the
+// environment, and fails the test when it does not end within timeout.
+func runWith(t *testing.T, dir string, env []string, timeout time.Duration, args ...string) result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, wstreamBin(t), args...)
 	cmd.Dir = dir
+	if env != nil {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	var so, se bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &so, &se
 	err := cmd.Run()

@@ -1,11 +1,8 @@
 package tests
 
 import (
-	"bytes"
-	"context"
 	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -19,26 +16,7 @@ import (
 // runEnv is runCLI with env added to the environment of wstream.
 func runEnv(t *testing.T, dir string, env []string, args ...string) result {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, wstreamBin(t), args...)
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), env...)
-	var so, se bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &so, &se
-	err := cmd.Run()
-	code := 0
-	var ee *exec.ExitError
-	switch {
-	case errors.As(err, &ee):
-		code = ee.ExitCode()
-	case err != nil:
-		t.Fatalf("running wstream %v: %v", args, err)
-	}
-	if ctx.Err() != nil {
-		t.Fatalf("wstream %v did not finish in time; stderr:\n%s", args, se.String())
-	}
-	return result{stdout: so.String(), stderr: se.String(), code: code}
+	return runWith(t, dir, env, 5*time.Minute, args...)
 }
 
 // TestInitBuildDeploy starts a project in every language with wstream init,
