@@ -96,6 +96,9 @@ func workersCommand() *cli.Command {
 	}
 }
 
+// now is the clock of "last seen" (tests fix it).
+var now = time.Now
+
 // printWorkers prints one aligned row per worker under a header.
 func printWorkers(w io.Writer, ws []transport.WorkerRow) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
@@ -109,7 +112,7 @@ func printWorkers(w io.Writer, ws []transport.WorkerRow) error {
 		if !r.Live {
 			live = "no"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s ago\t%s\n", r.ID, slots, r.Used, time.Since(r.LastSeen).Round(100*time.Millisecond), live)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s ago\t%s\n", r.ID, slots, r.Used, now().Sub(r.LastSeen).Round(100*time.Millisecond), live)
 	}
 	return tw.Flush()
 }

@@ -882,34 +882,39 @@ checkpoints retained on disk.`,
 			if err != nil {
 				return err
 			}
-			w := c.App.Writer
-			if asJSON {
-				return writeJSON(w, struct {
-					Job      string                     `json:"job"`
-					History  []coordinator.HistoryEntry `json:"history"`
-					Retained []int64                    `json:"retained"`
-				}{id, orEmpty(hist), orEmpty(ids)})
-			}
-			fmt.Fprintf(w, "%-6s %-11s %-9s %-10s %-10s %-10s %-10s %-10s %-10s %-10s %s\n",
-				"ID", "KIND", "STATUS", "DURATION", "SIZE", "UPLOADED", "IN-FLIGHT", "ALIGNMENT", "SYNC", "ASYNC", "ATTEMPT")
-			for _, e := range hist {
-				kind := e.Kind.String()
-				if e.Kind == 0 {
-					kind = "-"
-				}
-				if e.Unaligned {
-					kind += "*"
-				}
-				fmt.Fprintf(w, "%-6d %-11s %-9s %-10s %-10s %-10s %-10s %-10s %-10s %-10s %d",
-					e.ID, kind, e.Status, e.Duration.Round(time.Millisecond), humanBytes(e.StateSize), humanBytes(e.Uploaded), humanBytes(e.InFlightBytes),
-					e.Alignment.Round(time.Millisecond), e.Sync.Round(time.Millisecond), e.Async.Round(time.Millisecond), e.Attempt)
-				if e.Reason != "" {
-					fmt.Fprintf(w, "  (%s)", e.Reason)
-				}
-				fmt.Fprintln(w)
-			}
-			fmt.Fprintf(w, "retained: %v (* = unaligned)\n", ids)
-			return nil
+			return printCheckpoints(c.App.Writer, asJSON, id, hist, ids)
 		},
 	}
+}
+
+// printCheckpoints writes a job's checkpoint history and its retained
+// checkpoints as a table, or as JSON.
+func printCheckpoints(w io.Writer, asJSON bool, id string, hist []coordinator.HistoryEntry, ids []int64) error {
+	if asJSON {
+		return writeJSON(w, struct {
+			Job      string                     `json:"job"`
+			History  []coordinator.HistoryEntry `json:"history"`
+			Retained []int64                    `json:"retained"`
+		}{id, orEmpty(hist), orEmpty(ids)})
+	}
+	fmt.Fprintf(w, "%-6s %-11s %-9s %-10s %-10s %-10s %-10s %-10s %-10s %-10s %s\n",
+		"ID", "KIND", "STATUS", "DURATION", "SIZE", "UPLOADED", "IN-FLIGHT", "ALIGNMENT", "SYNC", "ASYNC", "ATTEMPT")
+	for _, e := range hist {
+		kind := e.Kind.String()
+		if e.Kind == 0 {
+			kind = "-"
+		}
+		if e.Unaligned {
+			kind += "*"
+		}
+		fmt.Fprintf(w, "%-6d %-11s %-9s %-10s %-10s %-10s %-10s %-10s %-10s %-10s %d",
+			e.ID, kind, e.Status, e.Duration.Round(time.Millisecond), humanBytes(e.StateSize), humanBytes(e.Uploaded), humanBytes(e.InFlightBytes),
+			e.Alignment.Round(time.Millisecond), e.Sync.Round(time.Millisecond), e.Async.Round(time.Millisecond), e.Attempt)
+		if e.Reason != "" {
+			fmt.Fprintf(w, "  (%s)", e.Reason)
+		}
+		fmt.Fprintln(w)
+	}
+	fmt.Fprintf(w, "retained: %v (* = unaligned)\n", ids)
+	return nil
 }
