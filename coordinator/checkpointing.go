@@ -599,7 +599,7 @@ func (d *ckptDriver) carryOut(acts []checkpoint.CoordinatorAction) {
 					d.c.stopSavepointEnded(d.j, d.attempt, a.ID, nil)
 					d.send(transport.CheckpointControl{Action: transport.CheckpointStop, ID: a.ID})
 				}
-				respond(sp.reply, transport.SavepointReply{ID: a.ID, Dir: sp.dir})
+				sp.reply(transport.SavepointReply{ID: a.ID, Dir: sp.dir})
 			}
 		case checkpoint.NotifyAborted:
 			if sp := d.savepoints[a.ID]; sp != nil {
@@ -609,9 +609,9 @@ func (d *ckptDriver) carryOut(acts []checkpoint.CoordinatorAction) {
 					// abort below.
 					d.c.stopSavepointEnded(d.j, d.attempt, a.ID, errors.New(a.Reason))
 				}
-				respond(sp.reply, transport.SavepointReply{Error: fmt.Sprintf("savepoint %d failed: %s", a.ID, a.Reason)})
+				sp.reply(transport.SavepointReply{Error: fmt.Sprintf("savepoint %d failed: %s", a.ID, a.Reason)})
 			}
-			d.record(HistoryEntry{ID: a.ID, Kind: d.kinds[a.ID], Status: "aborted", Reason: a.Reason, Trigger: d.pending[a.ID], Done: time.Now().UnixMilli()})
+			d.record(HistoryEntry{ID: a.ID, Kind: d.kinds[a.ID], Status: "aborted", Reason: a.Reason, Trigger: d.pending[a.ID], Done: time.Now().UnixMilli()}, nil)
 			delete(d.pending, a.ID)
 			delete(d.kinds, a.ID)
 			if !d.stopped {
@@ -717,7 +717,7 @@ func (d *ckptDriver) persist(cp checkpoint.Completed) {
 		if err != nil {
 			d.c.cfg.Log.Error("writing a checkpoint", logging.Job, d.j.info.JobID, logging.Checkpoint, cp.ID, "err", err)
 		} else {
-			d.record(e)
+			d.record(e, cp.Metrics)
 		}
 		d.sm.Persisted(cp.ID, err)
 		d.run()
@@ -755,8 +755,10 @@ func (d *ckptDriver) sweep() {
 	}
 }
 
-// record appends a history line; d.mu is held.
-func (d *ckptDriver) record(e HistoryEntry) {
+// record appends a history line, and adds the checkpoint to the job's
+// statistics with its subtasks' figures (nil for an aborted one); d.mu is
+// held.
+func (d *ckptDriver) record(e HistoryEntry, tasks map[checkpoint.TaskID]checkpoint.Metrics) {
 	e.Attempt = d.attempt
 	if e.Status == "completed" {
 		d.c.cfg.Log.Info(e.Kind.String()+" completed", logging.Job, d.j.info.JobID, logging.Attempt, e.Attempt, logging.Checkpoint, e.ID,
@@ -766,7 +768,7 @@ func (d *ckptDriver) record(e HistoryEntry) {
 		d.c.cfg.Log.Warn(e.Kind.String()+" "+e.Status, logging.Job, d.j.info.JobID, logging.Attempt, e.Attempt, logging.Checkpoint, e.ID, "reason", e.Reason)
 	}
 	b, _ := json.Marshal(e)
-	_, _ = d.history.Write(append(b, '\n'))
+	d.j.stats.record(d.c, d.j.info.JobID, e, tasks, func() { _, _ = d.history.Write(append(b, '\n')) })
 }
 
 func bytesReader(b []byte) *bytes.Reader { return bytes.NewReader(b) }

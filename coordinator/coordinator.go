@@ -66,6 +66,10 @@ type Config struct {
 	// SystemConn is a connection of the NATS system account, through which
 	// the coordinator pushes the account JWTs of tenants it adds or changes.
 	SystemConn *nats.Conn
+	// CheckpointHistory is how many recent checkpoints of each job the
+	// coordinator keeps with their per-subtask details for the REST API
+	// (default DefaultCheckpointHistory); counts and summaries cover all.
+	CheckpointHistory int
 }
 
 // Coordinator is the job manager.
@@ -100,6 +104,9 @@ type Coordinator struct {
 	auditLog auditLog
 	// board holds the subtasks' latest metrics samples.
 	board metricsBoard
+	// ratios turns consecutive samples into busy and backpressure ratios
+	// for the REST API.
+	ratios ratioTracker
 }
 
 type workerState struct {
@@ -163,6 +170,13 @@ type jobState struct {
 	latestCheckpoint int64
 	// result is set when the job has ended.
 	result *transport.JobResult
+	// restored is the checkpoint or savepoint the current attempt
+	// restored (ID 0: none).
+	restored RestoredCheckpoint
+	// stats are the job's checkpoint statistics and exceptions its recent
+	// failures, for the REST API; each has a lock of its own.
+	stats      ckptStats
+	exceptions exceptionLog
 }
 
 // newLifecycle makes the lifecycle of a job that runs plan.
@@ -193,6 +207,9 @@ func New(cfg Config) (*Coordinator, error) {
 	}
 	if cfg.DeployTimeout <= 0 {
 		cfg.DeployTimeout = 60 * time.Second
+	}
+	if cfg.CheckpointHistory <= 0 {
+		cfg.CheckpointHistory = DefaultCheckpointHistory
 	}
 	return &Coordinator{cfg: cfg, workers: map[string]*workerState{}, jobs: map[string]*jobState{}, now: time.Now, gone: map[string]string{},
 		cancelled: map[string]time.Time{}, tconns: map[string]*nats.Conn{}}, nil
@@ -777,6 +794,7 @@ func (c *Coordinator) forget(id string) {
 	delete(c.jobs, id)
 	c.mu.Unlock()
 	c.board.drop(id)
+	c.ratios.drop(id)
 }
 
 // cancelAll tells every worker of a job to stop its subtasks of attempt.
@@ -805,8 +823,17 @@ func (c *Coordinator) onCancel(m *nats.Msg, who caller) {
 		respond(m, transport.Reply{Error: "bad cancel request: " + err.Error()})
 		return
 	}
+	if err := c.cancel(req.JobID, who); err != nil {
+		respond(m, transport.Reply{Error: err.Error()})
+		return
+	}
+	respond(m, transport.Reply{})
+}
+
+// cancel cancels job id for who; it returns before the job has ended.
+func (c *Coordinator) cancel(id string, who caller) error {
 	c.mu.Lock()
-	j, ok := c.jobs[req.JobID]
+	j, ok := c.jobs[id]
 	// Another tenant's job is as absent as one that never was.
 	ok = ok && visibleLocked(j, who)
 	var acts []lifecycle.Action
@@ -817,14 +844,13 @@ func (c *Coordinator) onCancel(m *nats.Msg, who caller) {
 	}
 	c.mu.Unlock()
 	if !ok {
-		err := fmt.Errorf("no job %q", req.JobID)
-		c.audit(who, "cancel", req.JobID, err)
-		respond(m, transport.Reply{Error: err.Error()})
-		return
+		err := fmt.Errorf("no job %q", id)
+		c.audit(who, "cancel", id, err)
+		return err
 	}
-	c.audit(who, "cancel", req.JobID, nil)
+	c.audit(who, "cancel", id, nil)
 	go c.carryOut(j, acts)
-	respond(m, transport.Reply{})
+	return nil
 }
 
 // onList answers with a row per job: its state by Flink's names, its
@@ -856,8 +882,7 @@ func (c *Coordinator) onWorkers(m *nats.Msg, who caller) {
 	c.mu.Lock()
 	out := transport.WorkersReply{Workers: []transport.WorkerRow{}}
 	for _, w := range c.workers {
-		out.Workers = append(out.Workers, transport.WorkerRow{ID: w.info.ID, Slots: w.info.Slots, Used: w.used,
-			LastSeen: w.lastSeen, Live: c.now().Sub(w.lastSeen) <= c.cfg.WorkerTimeout})
+		out.Workers = append(out.Workers, c.workerRowLocked(w))
 	}
 	c.mu.Unlock()
 	sort.Slice(out.Workers, func(i, k int) bool { return out.Workers[i].ID < out.Workers[k].ID })

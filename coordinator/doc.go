@@ -77,6 +77,17 @@
 // trigger goes out (idCounter): storage cannot serve, it deletes the
 // checkpoints that never completed and the savepoints it exported.
 //
+// The query side (status.go) serves the REST API (package api): the
+// cluster overview, workers, jobs with their vertices and the subtasks'
+// latest metrics samples (SubtaskMetrics; busy and backpressure ratios
+// from consecutive samples), checkpoint statistics (ckptstats.go: counts,
+// latest, a min/avg/max summary, the recent checkpoints with their
+// subtasks' figures, loaded from the job's history file on first use, so
+// a coordinator that took a job over continues its predecessor's), and
+// exceptions (subtasks' failure reports, restart causes, the job's error).
+// Each call acts for a Caller, who sees its own jobs only; savepoint, stop
+// and cancel go through the same paths as the NATS control plane.
+//
 // Locks. Coordinator.mu may be held while ckptDriver.mu is taken (a driver is
 // stopped under Coordinator.mu, when the lifecycle asks for it, and waits for
 // its persist goroutine), never the reverse: under ckptDriver.mu the driver
@@ -84,5 +95,7 @@
 // stopSavepointEnded) or from a new goroutine (failJob, checkpointCompleted,
 // stopSavepointEnded's event). The lifecycle is only touched under
 // Coordinator.mu; actions that wait on workers, NATS or files are carried
-// out after it is released.
+// out after it is released. A job's checkpoint statistics and exceptions
+// have locks of their own, taken last (under Coordinator.mu or
+// ckptDriver.mu, never holding another).
 package coordinator

@@ -287,6 +287,15 @@ func (c *Coordinator) sendDeployment(j *jobState, a lifecycle.Deploy, pl placeme
 			j.ckpt.stop()
 		}
 		j.ckpt = drv
+		j.restored = RestoredCheckpoint{}
+		if d.RestoreID != 0 {
+			j.restored = RestoredCheckpoint{ID: d.RestoreID, Kind: checkpoint.KindCheckpoint.String(), Location: drv.storage.Root(),
+				Attempt: a.Attempt, Time: c.nowMillis()}
+			if d.SavepointRoot != "" {
+				j.restored.Kind, j.restored.Location = checkpoint.KindSavepoint.String(), d.SavepointRoot
+			}
+			j.stats.restored()
+		}
 		c.mu.Unlock()
 	}
 	workers := pl.workers()
@@ -403,6 +412,9 @@ func (c *Coordinator) onTaskStatus(m *nats.Msg) {
 	}
 	// Stale reports (an older attempt, a lost worker's) are not counted.
 	if j.lc.TaskEnded(now, st.Attempt, st.Worker, end, st.Error) == nil {
+		if end == lifecycle.TaskFailed || end == lifecycle.TaskFailedAfterPeer {
+			c.taskFailedLocked(j, st, end)
+		}
 		for _, vm := range st.Metrics {
 			agg, ok := j.metrics[vm.Vertex]
 			if !ok {

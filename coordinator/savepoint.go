@@ -85,7 +85,8 @@ type pendingSavepoint struct {
 	dir   string
 	stop  bool
 	drain bool
-	reply *nats.Msg
+	// reply answers the client (over NATS or the REST API).
+	reply func(transport.SavepointReply)
 }
 
 func (c *Coordinator) onSavepoint(m *nats.Msg, who caller) {
@@ -94,13 +95,20 @@ func (c *Coordinator) onSavepoint(m *nats.Msg, who caller) {
 		respond(m, transport.SavepointReply{Error: "bad savepoint request: " + err.Error()})
 		return
 	}
+	c.savepoint(req, who, func(r transport.SavepointReply) { respond(m, r) })
+}
+
+// savepoint takes a savepoint, or stops the job with one, for who; reply
+// gets the outcome, once, when the savepoint completes or fails (or at
+// once when it cannot start).
+func (c *Coordinator) savepoint(req transport.SavepointRequest, who caller, reply func(transport.SavepointReply)) {
 	action := "savepoint"
 	if req.Stop {
 		action = "stop with savepoint"
 	}
 	if err := c.checkTenantLocation(who, req.Dir); err != nil {
 		c.audit(who, action, req.JobID, err)
-		respond(m, transport.SavepointReply{Error: err.Error()})
+		reply(transport.SavepointReply{Error: err.Error()})
 		return
 	}
 	c.mu.Lock()
@@ -115,22 +123,22 @@ func (c *Coordinator) onSavepoint(m *nats.Msg, who caller) {
 	c.mu.Unlock()
 	switch {
 	case !ok:
-		respond(m, transport.SavepointReply{Error: fmt.Sprintf("no job %q", req.JobID)})
+		reply(transport.SavepointReply{Error: fmt.Sprintf("no job %q", req.JobID)})
 		return
 	case j.done:
-		respond(m, transport.SavepointReply{Error: fmt.Sprintf("job %s has ended", req.JobID), JobEnded: true})
+		reply(transport.SavepointReply{Error: fmt.Sprintf("job %s has ended", req.JobID), JobEnded: true})
 		return
 	case d == nil:
 		if !j.plan.Checkpoint.Enabled() {
-			respond(m, transport.SavepointReply{Error: fmt.Sprintf("job %s does not checkpoint: deploy it with --checkpoint-interval to take savepoints", req.JobID)})
+			reply(transport.SavepointReply{Error: fmt.Sprintf("job %s does not checkpoint: deploy it with --checkpoint-interval to take savepoints", req.JobID)})
 		} else {
-			respond(m, transport.SavepointReply{Error: fmt.Sprintf("job %s is restarting: try again", req.JobID)})
+			reply(transport.SavepointReply{Error: fmt.Sprintf("job %s is restarting: try again", req.JobID)})
 		}
 		return
 	}
 	if req.Stop {
 		if err := c.stopSavepointRequested(j); err != nil {
-			respond(m, transport.SavepointReply{Error: err.Error(), JobEnded: errors.Is(err, lifecycle.ErrEnded)})
+			reply(transport.SavepointReply{Error: err.Error(), JobEnded: errors.Is(err, lifecycle.ErrEnded)})
 			return
 		}
 	}
@@ -142,19 +150,19 @@ func (c *Coordinator) onSavepoint(m *nats.Msg, who caller) {
 	default:
 		dir = filepath.Join(c.cfg.DataDir, "savepoints")
 	}
-	d.savepoint(dir, req.Stop, req.Stop && req.Drain, m)
+	d.savepoint(dir, req.Stop, req.Stop && req.Drain, reply)
 }
 
 // savepoint triggers a savepoint; the client's reply comes when it
 // completes or fails.
-func (d *ckptDriver) savepoint(parent string, stop, drain bool, reply *nats.Msg) {
+func (d *ckptDriver) savepoint(parent string, stop, drain bool, reply func(transport.SavepointReply)) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	refuse := func(why string) {
 		if stop {
 			d.c.stopSavepointEnded(d.j, d.attempt, 0, errors.New(why))
 		}
-		respond(reply, transport.SavepointReply{Error: why})
+		reply(transport.SavepointReply{Error: why})
 	}
 	if d.stopped {
 		refuse("the job is restarting: try again")

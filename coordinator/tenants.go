@@ -457,6 +457,9 @@ func (c *Coordinator) tenantOp(req transport.TenantRequest) (transport.TenantRep
 		}
 	}
 	if req.Op == "remove" {
+		if err := a.RevokeAPIToken(req.Name); err != nil {
+			return transport.TenantReply{}, err
+		}
 		c.tconnMu.Lock()
 		if nc := c.tconns[req.Name]; nc != nil {
 			nc.Close()
@@ -476,6 +479,11 @@ func (c *Coordinator) tenantOp(req transport.TenantRequest) (transport.TenantRep
 			return transport.TenantReply{}, err
 		}
 		out.Creds = string(f)
+		// New credentials come with a new REST API token; the old one
+		// stops working.
+		if out.APIToken, err = a.IssueAPIToken(req.Name); err != nil {
+			return transport.TenantReply{}, err
+		}
 	}
 	return out, nil
 }

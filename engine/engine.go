@@ -21,6 +21,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
+	"github.com/wstream/wstream/api"
 	"github.com/wstream/wstream/coordinator"
 	"github.com/wstream/wstream/host"
 	"github.com/wstream/wstream/internal/logging"
@@ -84,6 +85,15 @@ type Options struct {
 	// NoWorkers starts no in-process worker, even with the embedded server
 	// (`wstream server` runs guest code only when asked).
 	NoWorkers bool
+	// HTTP is the address of the HTTP listener that serves the web UI, the
+	// REST API and metrics (package api), e.g. "127.0.0.1:0" for a free
+	// port on loopback; "" serves none. Only an engine with a coordinator
+	// serves them. With Tenants every request needs an API token.
+	HTTP string
+	// CheckpointHistory is how many recent checkpoints per job the
+	// coordinator keeps with their details for the REST API (default
+	// coordinator.DefaultCheckpointHistory).
+	CheckpointHistory int
 }
 
 // ReconnectWait is how long a connection to a NATS server waits between
@@ -112,6 +122,8 @@ type Engine struct {
 	// conns are the workers' own connections (several workers).
 	conns   []*nats.Conn
 	urlFile string
+	// api serves the UI and the REST API (nil: Options.HTTP is empty).
+	api *api.Server
 	// unlock lets go of the data directory (lockDataDir).
 	unlock func()
 }
@@ -252,12 +264,17 @@ func Start(ctx context.Context, o Options) (e *Engine, err error) {
 	if !o.NoCoordinator {
 		e.coord, err = coordinator.New(coordinator.Config{NATS: e.nc, Log: o.Log, DataDir: o.DataDir,
 			HeartbeatInterval: o.HeartbeatInterval, WorkerTimeout: o.WorkerTimeout, ResumeJobs: o.ResumeJobs,
-			Tenants: o.Tenants, TenantConnect: tenantConnect, SystemConn: e.sys})
+			Tenants: o.Tenants, TenantConnect: tenantConnect, SystemConn: e.sys, CheckpointHistory: o.CheckpointHistory})
 		if err != nil {
 			return nil, err
 		}
 		if err = e.coord.Start(); err != nil {
 			return nil, err
+		}
+		if o.HTTP != "" {
+			if err := e.startAPI(o); err != nil {
+				return nil, err
+			}
 		}
 	}
 	for i := 0; i < o.Workers; i++ {
@@ -378,6 +395,13 @@ func (e *Engine) Runtime() *host.Runtime { return e.rt }
 // Close stops workers, coordinator and server.
 func (e *Engine) Close(ctx context.Context) error {
 	var errs []error
+	if e.api != nil {
+		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		_ = e.api.Close(sctx)
+		cancel()
+		_ = os.Remove(HTTPURLFile(e.opts.DataDir))
+		e.api = nil
+	}
 	for _, w := range e.workers {
 		errs = append(errs, w.Close(ctx))
 	}

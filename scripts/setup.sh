@@ -3,6 +3,8 @@
 # Idempotent and non-interactive: safe to run on every build.
 #   wabt        wat2wasm, for modules written in WebAssembly text
 #   clang, lld  the C guest SDK and the C examples (clang --target=wasm32, wasm-ld)
+# Each script in setup.d adds what one more part needs (Rust, AssemblyScript,
+# chromium for the web UI tests).
 set -euo pipefail
 
 need=()

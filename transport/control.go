@@ -220,7 +220,9 @@ type TenantRequest struct {
 type TenantReply struct {
 	Tenants []json.RawMessage `json:"tenants,omitempty"`
 	Creds   string            `json:"creds,omitempty"`
-	Error   string            `json:"error,omitempty"`
+	// APIToken is the tenant's new REST API bearer token (add, creds).
+	APIToken string `json:"apiToken,omitempty"`
+	Error    string `json:"error,omitempty"`
 }
 
 // Checkpoint control actions.

@@ -219,10 +219,10 @@ var flagCategories = map[string][]string{
 	"Where to start": {"from-savepoint", "allow-non-restored-state", "resume"},
 	"Checkpoints": {"checkpoint-interval", "checkpoint-mode", "aligned-timeout", "checkpoint-timeout", "min-pause",
 		"max-concurrent-checkpoints", "tolerable-failures", "retain", "incremental", "local-recovery", "savepoint-format",
-		"checkpoint-storage", "compression"},
+		"checkpoint-storage", "compression", "checkpoint-history"},
 	"Restarts": {"restart", "restart-attempts", "restart-delay", "restart-max-delay"},
 	"Cluster and data": {"nats", "nats-creds", "nats-nkey", "nats-user", "nats-password", "nats-token", "nats-tls-ca",
-		"nats-tls-cert", "nats-tls-key", "data", "workers", "listen", "auth-dir", "tenants", "worker-timeout", "id", "slots"},
+		"nats-tls-cert", "nats-tls-key", "data", "workers", "listen", "http", "auth-dir", "tenants", "worker-timeout", "id", "slots"},
 	"Output": {"quiet", "verbose", "log-format", "log-level", "output", "cpuprofile"},
 }
 

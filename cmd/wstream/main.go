@@ -329,6 +329,7 @@ func deployCommand() *cli.Command {
 		&cli.DurationFlag{Name: "restart-max-delay", Usage: "cap of the exponential backoff"},
 		&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "do not print the summary"},
 		&cli.IntFlag{Name: "workers", Usage: "in-process workers of the embedded server (default 1); with more, the job's subtasks are spread over them and exchange data through JetStream, as workers on separate hosts do"},
+		httpFlag,
 		dataFlag, natsFlag, verboseFlag, logFormatFlag, logLevelFlag,
 	}
 	return &cli.Command{
@@ -419,11 +420,17 @@ func deploy(c *cli.Context, hc host.Config, ov job.Overrides) (err error) {
 		if c.IsSet("workers") {
 			return usageError{errors.New("--workers starts workers inside the embedded server; with --nats, start `wstream worker` processes instead")}
 		}
+		if c.IsSet("http") {
+			return usageError{errors.New("--http serves the embedded default's UI and REST API; a cluster's come from `wstream server --http`")}
+		}
 		opts.NoCoordinator = true
 	} else {
 		// Listen on loopback so that `wstream savepoint`, `stop`, `cancel`
 		// and `list` reach this job through the data directory.
 		opts.Listen = "127.0.0.1:0"
+		if opts.HTTP, err = httpAddr(c); err != nil {
+			return err
+		}
 	}
 	// Validation needs only a wazero runtime; start the engine after it so
 	// that a bad module or plan fails fast and touches nothing.
@@ -485,6 +492,12 @@ func deploy(c *cli.Context, hc host.Config, ov job.Overrides) (err error) {
 		return err
 	}
 	defer e.Close(context.Background())
+	if u := e.HTTPURL(); u != "" && !c.Bool("quiet") {
+		fmt.Fprintf(errw, "web UI and REST API: %s\n", u)
+		if !loopback(opts.HTTP) {
+			fmt.Fprintf(errw, "warning: the REST API takes no credentials, and %s is reachable from other hosts\n", opts.HTTP)
+		}
+	}
 	ir.ready(e.Conn(), d.Plan.Checkpoint.Enabled())
 	stopProgress := showRestoreProgress(errw, opts.DataDir, d)
 	defer stopProgress()
@@ -680,6 +693,8 @@ func serverCommand() *cli.Command {
 			&cli.IntFlag{Name: "workers", Usage: "in-process workers to start as well (default none: guest code runs in `wstream worker` processes); they take the host flags, with `wstream worker`'s defaults", Value: 0},
 			&cli.DurationFlag{Name: "worker-timeout", Usage: "declare a worker lost (and fail its jobs over) after it has been silent this long (default 10s)"},
 			&cli.BoolFlag{Name: "tenants", Usage: "multi-tenant: NATS runs with accounts (the embedded server, or --nats configured by 'wstream tenant init'), each tenant sees and reaches only its own jobs and data; --tenants=false runs an open single-user server", DefaultText: "on with the embedded NATS server, off with --nats"},
+			httpFlag,
+			&cli.IntFlag{Name: "checkpoint-history", Usage: fmt.Sprintf("recent checkpoints per job the REST API keeps with their per-subtask details (default %d)", coordinator.DefaultCheckpointHistory)},
 			authDirFlag, dataFlag, natsFlag, verboseFlag, logFormatFlag, logLevelFlag,
 		}, hostFlags()...),
 		Action: func(c *cli.Context) error {
@@ -707,6 +722,14 @@ func serverCommand() *cli.Command {
 			if opts.NATSURL == "" {
 				opts.Listen = c.String("listen")
 			}
+			if opts.HTTP, err = httpAddr(c); err != nil {
+				return err
+			}
+			if n := c.Int("checkpoint-history"); n < 0 {
+				return usageError{fmt.Errorf("--checkpoint-history %d: must be ≥ 1", n)}
+			} else {
+				opts.CheckpointHistory = n
+			}
 			// The embedded server has accounts unless asked not to: a
 			// server that listens is reachable by others, and without
 			// accounts anyone who reaches it can act on every job. An
@@ -733,6 +756,14 @@ func serverCommand() *cli.Command {
 					filepath.Join(dir, adminCredsFile), filepath.Join(dir, workerCredsFile))
 			} else {
 				fmt.Fprintf(c.App.ErrWriter, "wstream server: tenants off: whoever reaches NATS may act on every job\n")
+			}
+			if u := e.HTTPURL(); u != "" {
+				fmt.Fprintf(c.App.ErrWriter, "wstream server: web UI and REST API at %s\n", u)
+				if opts.Tenants != nil {
+					fmt.Fprintf(c.App.ErrWriter, "wstream server: every request needs an API token; the admin's is in %s\n", filepath.Join(authDir(c), adminTokenFile))
+				} else if !loopback(opts.HTTP) {
+					fmt.Fprintf(c.App.ErrWriter, "wstream server: warning: without --tenants the REST API takes no credentials, and %s is reachable from other hosts\n", opts.HTTP)
+				}
 			}
 			<-ctx.Done()
 			return e.Close(context.Background())

@@ -34,6 +34,8 @@ var authDirFlag = &cli.StringFlag{Name: "auth-dir", Usage: "directory of the ten
 const (
 	adminCredsFile  = "admin.creds"
 	workerCredsFile = "worker.creds"
+	// adminTokenFile holds the admin's REST API token.
+	adminTokenFile = "admin.token"
 )
 
 // openAuthority opens (creating on first use) the authority in dir and
@@ -61,7 +63,21 @@ func openAuthority(dir string) (*tenant.Authority, error) {
 			return nil, err
 		}
 	}
+	if p := filepath.Join(dir, adminTokenFile); !exists(p) {
+		tok, err := a.IssueAPIToken(tenant.Admin)
+		if err != nil {
+			return nil, err
+		}
+		if err := os.WriteFile(p, []byte(tok+"\n"), 0o600); err != nil {
+			return nil, err
+		}
+	}
 	return a, nil
+}
+
+func exists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
 }
 
 // defaultAdminCreds adds the local server's admin credentials when the
@@ -140,8 +156,20 @@ func tenantCommand() *cli.Command {
 			return err
 		}
 		fmt.Fprintf(c.App.ErrWriter, "credentials of tenant %s written to %s (use them with --nats-creds)\n", name, out)
+		if r.APIToken == "" {
+			return nil
+		}
+		tout := c.String("token-out")
+		if tout == "" {
+			tout = name + ".token"
+		}
+		if err := os.WriteFile(tout, []byte(r.APIToken+"\n"), 0o600); err != nil {
+			return err
+		}
+		fmt.Fprintf(c.App.ErrWriter, "REST API token of tenant %s written to %s (send it as Authorization: Bearer TOKEN)\n", name, tout)
 		return nil
 	}
+	tokenOut := &cli.StringFlag{Name: "token-out", Usage: "write the tenant's REST API token to `FILE` (default NAME.token)"}
 	oneName := func(c *cli.Context) (string, error) {
 		if c.NArg() != 1 {
 			return "", usageError{fmt.Errorf("%s takes one argument, the tenant's name", c.Command.FullName())}
@@ -174,16 +202,16 @@ func tenantCommand() *cli.Command {
 					if err := os.WriteFile(conf, []byte(a.ServerConfig(c.String("resolver-dir"))), 0o600); err != nil {
 						return err
 					}
-					fmt.Fprintf(c.App.Writer, "tenant authority in %s\nNATS server configuration: %s (include it in the server's configuration)\nadmin credentials: %s\nworker credentials: %s\n",
-						dir, conf, filepath.Join(dir, adminCredsFile), filepath.Join(dir, workerCredsFile))
+					fmt.Fprintf(c.App.Writer, "tenant authority in %s\nNATS server configuration: %s (include it in the server's configuration)\nadmin credentials: %s\nworker credentials: %s\nadmin REST API token: %s\n",
+						dir, conf, filepath.Join(dir, adminCredsFile), filepath.Join(dir, workerCredsFile), filepath.Join(dir, adminTokenFile))
 					return nil
 				},
 			},
 			{
 				Name:      "add",
-				Usage:     "add a tenant (a NATS account) and write its credentials",
+				Usage:     "add a tenant (a NATS account) and write its credentials and REST API token",
 				ArgsUsage: "NAME",
-				Flags:     common(append(quotaFlags(), &cli.StringFlag{Name: "creds-out", Usage: "write the tenant's credentials to `FILE` (default NAME.creds)"})...),
+				Flags:     common(append(quotaFlags(), &cli.StringFlag{Name: "creds-out", Usage: "write the tenant's credentials to `FILE` (default NAME.creds)"}, tokenOut)...),
 				Action: func(c *cli.Context) error {
 					name, err := oneName(c)
 					if err != nil {
@@ -202,9 +230,9 @@ func tenantCommand() *cli.Command {
 			},
 			{
 				Name:      "creds",
-				Usage:     "write new credentials of a tenant",
+				Usage:     "write new credentials and a new REST API token of a tenant",
 				ArgsUsage: "NAME",
-				Flags:     common(&cli.StringFlag{Name: "creds-out", Usage: "write the credentials to `FILE` (default NAME.creds)"}),
+				Flags:     common(&cli.StringFlag{Name: "creds-out", Usage: "write the credentials to `FILE` (default NAME.creds)"}, tokenOut),
 				Action: func(c *cli.Context) error {
 					name, err := oneName(c)
 					if err != nil {

@@ -1,0 +1,27 @@
+// Package api serves a coordinator over HTTP: one listener per process
+// that serves the web UI at /, the versioned JSON REST API under /v1/
+// (docs/rest.md) and, when a handler is given, Prometheus metrics at
+// /metrics. It is modelled on Flink's monitoring API: cluster overview and
+// workers; jobs and their vertices with live per-subtask figures;
+// checkpoint overview, history, summary and details; exceptions; and
+// savepoint, stop and cancel, which go through the same coordinator paths
+// as the NATS control plane (and to the same audit log).
+//
+// Who may do what:
+//
+//  1. Without tenants (Config.Auth nil) every request acts as the cluster's
+//     admin; the listener should then bind to a loopback address, which is
+//     the default of `wstream server` and `wstream deploy`.
+//  2. With tenants every /v1/ and /metrics request carries a bearer token
+//     (Authorization: Bearer NAME.SECRET). Config.Auth maps it to a tenant
+//     or the admin; anything else is refused with 401 and audited. A tenant
+//     sees and acts on its own jobs only: another tenant's job answers 404,
+//     as if it did not exist, and the workers (shared by all) answer 403.
+//  3. Requests that change something are POSTs with a JSON content type,
+//     and a request that carries an Origin header must come from the page
+//     this server served: a web page elsewhere cannot make a browser act
+//     on a cluster it can reach.
+//
+// The UI is plain HTML, JavaScript and CSS embedded in the binary (no
+// build step): it polls the API and draws a job's graph as SVG.
+package api

@@ -1,0 +1,421 @@
+package api
+
+import (
+	"context"
+	"embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/wstream/wstream/coordinator"
+	"github.com/wstream/wstream/internal/logging"
+	"github.com/wstream/wstream/transport"
+)
+
+//go:embed ui
+var uiFiles embed.FS
+
+// Config configures a Server.
+type Config struct {
+	Coordinator *coordinator.Coordinator
+	// Addr is the host:port Start listens on ("127.0.0.1:0": a free port
+	// on loopback).
+	Addr string
+	// Auth maps a bearer token to its caller; nil serves every request as
+	// the admin (a cluster without tenants).
+	Auth func(token string) (coordinator.Caller, bool)
+	// Metrics, when set, is served at /metrics (the admin's only when
+	// Auth is set).
+	Metrics http.Handler
+	// Log receives the listener's errors (nothing when nil).
+	Log *slog.Logger
+}
+
+// Server is a running HTTP listener.
+type Server struct {
+	cfg  Config
+	ln   net.Listener
+	srv  *http.Server
+	sps  *savepoints
+	done chan struct{}
+}
+
+// maxBody bounds a request's body: they are small JSON objects.
+const maxBody = 64 << 10
+
+// New returns a server whose Handler serves cfg; Start listens too.
+func New(cfg Config) (*Server, error) {
+	if cfg.Coordinator == nil {
+		return nil, errors.New("api: no coordinator")
+	}
+	cfg.Log = logging.OrDiscard(cfg.Log).With(logging.Component, "api")
+	return &Server{cfg: cfg, sps: newSavepoints()}, nil
+}
+
+// Start listens on cfg.Addr and serves until Close.
+func Start(cfg Config) (*Server, error) {
+	s, err := New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	addr := cfg.Addr
+	if addr == "" {
+		addr = "127.0.0.1:0"
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("api: listening on %s: %w", addr, err)
+	}
+	s.ln = ln
+	s.srv = &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	s.done = make(chan struct{})
+	go func() {
+		defer close(s.done)
+		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.cfg.Log.Error("serving HTTP", "err", err)
+		}
+	}()
+	return s, nil
+}
+
+// URL is the server's base URL, such as http://127.0.0.1:8081; a
+// listener on every interface shows as http://0.0.0.0:PORT.
+func (s *Server) URL() string {
+	if s.ln == nil {
+		return ""
+	}
+	a, ok := s.ln.Addr().(*net.TCPAddr)
+	if !ok {
+		return "http://" + s.ln.Addr().String()
+	}
+	host := a.IP.String()
+	if a.IP.IsUnspecified() {
+		host = "0.0.0.0"
+	}
+	return "http://" + net.JoinHostPort(host, strconv.Itoa(a.Port))
+}
+
+// Close stops the listener, waiting up to ctx for requests in flight.
+func (s *Server) Close(ctx context.Context) error {
+	if s.srv == nil {
+		return nil
+	}
+	err := s.srv.Shutdown(ctx)
+	<-s.done
+	return err
+}
+
+// Handler serves the UI, the API and the metrics.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	ui, _ := fs.Sub(uiFiles, "ui")
+	files := http.FileServerFS(ui)
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			w.Header().Set("Allow", "GET, HEAD")
+			writeError(w, http.StatusMethodNotAllowed, r.Method+" "+r.URL.Path+": the UI's files are read with GET")
+			return
+		}
+		files.ServeHTTP(w, r)
+	})
+	mux.HandleFunc("GET /metrics", s.authed(func(w http.ResponseWriter, r *http.Request, who coordinator.Caller) {
+		if s.cfg.Metrics == nil {
+			writeError(w, http.StatusNotFound, "this server exports no metrics")
+			return
+		}
+		if who.Tenant != "" {
+			writeError(w, http.StatusForbidden, "only the cluster's admin reads the metrics")
+			return
+		}
+		s.cfg.Metrics.ServeHTTP(w, r)
+	}))
+	get := func(pattern string, h func(r *http.Request, who coordinator.Caller) (any, error)) {
+		mux.HandleFunc("GET "+pattern, s.authed(func(w http.ResponseWriter, r *http.Request, who coordinator.Caller) {
+			v, err := h(r, who)
+			if err != nil {
+				writeErr(w, err)
+				return
+			}
+			writeJSON(w, http.StatusOK, v)
+		}))
+	}
+	c := s.cfg.Coordinator
+	get("/v1/overview", func(r *http.Request, who coordinator.Caller) (any, error) { return c.Overview(who), nil })
+	get("/v1/workers", func(r *http.Request, who coordinator.Caller) (any, error) {
+		ws, err := c.WorkerStatuses(who)
+		return WorkersReply{Workers: ws}, err
+	})
+	get("/v1/jobs", func(r *http.Request, who coordinator.Caller) (any, error) {
+		return JobsReply{Jobs: c.Jobs(who)}, nil
+	})
+	get("/v1/jobs/{id}", func(r *http.Request, who coordinator.Caller) (any, error) {
+		return c.Job(who, r.PathValue("id"))
+	})
+	get("/v1/jobs/{id}/vertices/{vertex}", func(r *http.Request, who coordinator.Caller) (any, error) {
+		return c.Vertex(who, r.PathValue("id"), r.PathValue("vertex"))
+	})
+	get("/v1/jobs/{id}/exceptions", func(r *http.Request, who coordinator.Caller) (any, error) {
+		return c.Exceptions(who, r.PathValue("id"))
+	})
+	get("/v1/jobs/{id}/checkpoints", func(r *http.Request, who coordinator.Caller) (any, error) {
+		return c.Checkpoints(who, r.PathValue("id"))
+	})
+	get("/v1/jobs/{id}/checkpoints/history", func(r *http.Request, who coordinator.Caller) (any, error) {
+		limit := 0
+		if q := r.URL.Query().Get("limit"); q != "" {
+			n, err := strconv.Atoi(q)
+			if err != nil || n < 1 {
+				return nil, badRequest("limit %q: want a whole number ≥ 1", q)
+			}
+			limit = n
+		}
+		h, err := c.CheckpointHistory(who, r.PathValue("id"), limit)
+		return HistoryReply{JobID: r.PathValue("id"), History: h}, err
+	})
+	get("/v1/jobs/{id}/checkpoints/summary", func(r *http.Request, who coordinator.Caller) (any, error) {
+		return c.CheckpointSummary(who, r.PathValue("id"))
+	})
+	get("/v1/jobs/{id}/checkpoints/{cid}", func(r *http.Request, who coordinator.Caller) (any, error) {
+		cid, err := strconv.ParseInt(r.PathValue("cid"), 10, 64)
+		if err != nil || cid < 1 {
+			return nil, badRequest("checkpoint id %q: want a whole number ≥ 1", r.PathValue("cid"))
+		}
+		return c.Checkpoint(who, r.PathValue("id"), cid)
+	})
+	get("/v1/jobs/{id}/savepoints", func(r *http.Request, who coordinator.Caller) (any, error) {
+		id := r.PathValue("id")
+		if err := c.CanSee(who, id); err != nil {
+			return nil, err
+		}
+		return SavepointsReply{JobID: id, Requests: s.sps.list(id)}, nil
+	})
+	get("/v1/jobs/{id}/savepoints/{request}", func(r *http.Request, who coordinator.Caller) (any, error) {
+		id := r.PathValue("id")
+		if err := c.CanSee(who, id); err != nil {
+			return nil, err
+		}
+		sp, ok := s.sps.get(id, r.PathValue("request"))
+		if !ok {
+			return nil, notFound("job %s has no savepoint request %q", id, r.PathValue("request"))
+		}
+		return sp, nil
+	})
+	mux.HandleFunc("POST /v1/jobs/{id}/savepoints", s.authed(s.postSavepoint(false)))
+	mux.HandleFunc("POST /v1/jobs/{id}/stop", s.authed(s.postSavepoint(true)))
+	mux.HandleFunc("POST /v1/jobs/{id}/cancel", s.authed(func(w http.ResponseWriter, r *http.Request, who coordinator.Caller) {
+		id := r.PathValue("id")
+		if err := c.Cancel(who, id); err != nil {
+			writeErr(w, err)
+			return
+		}
+		writeJSON(w, http.StatusAccepted, CancelReply{JobID: id, Cancelling: true})
+	}))
+	mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, "no endpoint "+r.Method+" "+r.URL.Path+" (see docs/rest.md)")
+	})
+	return mux
+}
+
+// Replies that wrap a list, so that the API can add fields beside it.
+type (
+	JobsReply struct {
+		Jobs []transport.JobInfo `json:"jobs"`
+	}
+	WorkersReply struct {
+		Workers []coordinator.WorkerStatus `json:"workers"`
+	}
+	HistoryReply struct {
+		JobID   string                        `json:"jobId"`
+		History []coordinator.CheckpointStats `json:"history"`
+	}
+	SavepointsReply struct {
+		JobID    string            `json:"jobId"`
+		Requests []SavepointStatus `json:"requests"`
+	}
+	CancelReply struct {
+		JobID      string `json:"jobId"`
+		Cancelling bool   `json:"cancelling"`
+	}
+)
+
+// savepointBody is the body of a savepoint or stop request; both fields
+// are optional.
+type savepointBody struct {
+	// Dir is where the savepoint goes (a directory or nats-obj://...);
+	// default the server's (DATA/savepoints, or the tenant's own).
+	Dir string `json:"dir"`
+	// Drain, with stop: advance event time to the end first.
+	Drain bool `json:"drain"`
+}
+
+func (s *Server) postSavepoint(stop bool) func(http.ResponseWriter, *http.Request, coordinator.Caller) {
+	return func(w http.ResponseWriter, r *http.Request, who coordinator.Caller) {
+		c := s.cfg.Coordinator
+		id := r.PathValue("id")
+		var body savepointBody
+		b, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
+		if err == nil && len(b) > maxBody {
+			err = fmt.Errorf("the body is over %d bytes", maxBody)
+		}
+		if err == nil && len(strings.TrimSpace(string(b))) > 0 {
+			dec := json.NewDecoder(strings.NewReader(string(b)))
+			dec.DisallowUnknownFields()
+			err = dec.Decode(&body)
+		}
+		if err != nil {
+			writeError(w, http.StatusBadRequest, "bad request body: "+err.Error()+` (want {"dir": "...", "drain": false}, both optional)`)
+			return
+		}
+		if body.Drain && !stop {
+			writeError(w, http.StatusBadRequest, "drain goes with stop, not with a savepoint")
+			return
+		}
+		if err := c.CanSee(who, id); err != nil {
+			writeErr(w, err)
+			return
+		}
+		req := s.sps.start(id, stop)
+		refused := make(chan transport.SavepointReply, 1)
+		started := make(chan struct{})
+		c.Savepoint(who, transport.SavepointRequest{JobID: id, Dir: body.Dir, Stop: stop, Drain: body.Drain}, func(rep transport.SavepointReply) {
+			select {
+			case <-started:
+				s.sps.finish(req, rep)
+			default:
+				// Answered before the request was under way: refused.
+				refused <- rep
+			}
+		})
+		close(started)
+		select {
+		case rep := <-refused:
+			if rep.Error == "" {
+				// Completed before this goroutine went on.
+				s.sps.finish(req, rep)
+				break
+			}
+			s.sps.drop(req)
+			status := http.StatusConflict
+			if strings.HasPrefix(rep.Error, "no job") {
+				status = http.StatusNotFound
+			} else if strings.Contains(rep.Error, "savepoints live in") {
+				status = http.StatusForbidden
+			}
+			writeError(w, status, rep.Error)
+			return
+		default:
+		}
+		writeJSON(w, http.StatusAccepted, s.sps.snapshot(req))
+	}
+}
+
+// authed authenticates a request and hands it on with its caller.
+func (s *Server) authed(h func(http.ResponseWriter, *http.Request, coordinator.Caller)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		r.Body = http.MaxBytesReader(w, r.Body, maxBody+1)
+		user := "rest " + r.RemoteAddr
+		who := coordinator.Caller{User: user}
+		if s.cfg.Auth != nil {
+			tok, ok := bearer(r)
+			var caller coordinator.Caller
+			if ok {
+				caller, ok = s.cfg.Auth(tok)
+			}
+			if !ok {
+				s.cfg.Coordinator.Audit(coordinator.Caller{Tenant: "?", User: user}, "rest "+r.Method+" "+r.URL.Path, "", errors.New("not authorized: no valid bearer token"))
+				w.Header().Set("WWW-Authenticate", `Bearer realm="wstream"`)
+				writeError(w, http.StatusUnauthorized, "not authorized: send the tenant's or the admin's API token as Authorization: Bearer TOKEN")
+				return
+			}
+			who = coordinator.Caller{Tenant: caller.Tenant, User: user}
+		}
+		if r.Method == http.MethodPost {
+			if err := checkPost(r); err != nil {
+				writeError(w, http.StatusForbidden, err.Error())
+				return
+			}
+		}
+		h(w, r, who)
+	}
+}
+
+// checkPost refuses what a page on another site could make a browser
+// send: a form's content type, or another origin.
+func checkPost(r *http.Request) error {
+	if ct := r.Header.Get("Content-Type"); !strings.HasPrefix(ct, "application/json") {
+		return fmt.Errorf("POST requests need Content-Type: application/json (got %q)", ct)
+	}
+	if o := r.Header.Get("Origin"); o != "" && o != "http://"+r.Host && o != "https://"+r.Host {
+		return fmt.Errorf("origin %s may not act on this server", o)
+	}
+	return nil
+}
+
+func bearer(r *http.Request) (string, bool) {
+	h := r.Header.Get("Authorization")
+	scheme, tok, ok := strings.Cut(h, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	tok = strings.TrimSpace(tok)
+	return tok, tok != ""
+}
+
+// httpError is an error with its HTTP status.
+type httpError struct {
+	status int
+	msg    string
+}
+
+func (e *httpError) Error() string { return e.msg }
+
+func badRequest(format string, args ...any) error {
+	return &httpError{http.StatusBadRequest, fmt.Sprintf(format, args...)}
+}
+
+func notFound(format string, args ...any) error {
+	return &httpError{http.StatusNotFound, fmt.Sprintf(format, args...)}
+}
+
+func writeErr(w http.ResponseWriter, err error) {
+	var he *httpError
+	switch {
+	case errors.As(err, &he):
+		writeError(w, he.status, he.msg)
+	case errors.Is(err, coordinator.ErrNoJob), errors.Is(err, coordinator.ErrNoCheckpoint):
+		writeError(w, http.StatusNotFound, strings.TrimPrefix(err.Error(), "coordinator: "))
+	case errors.Is(err, coordinator.ErrAdminOnly):
+		writeError(w, http.StatusForbidden, strings.TrimPrefix(err.Error(), "coordinator: "))
+	default:
+		writeError(w, http.StatusInternalServerError, err.Error())
+	}
+}
+
+// ErrorBody is the body of every error response.
+type ErrorBody struct {
+	Error string `json:"error"`
+}
+
+func writeError(w http.ResponseWriter, status int, msg string) {
+	writeJSON(w, status, ErrorBody{Error: msg})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		status = http.StatusInternalServerError
+		b, _ = json.Marshal(ErrorBody{Error: err.Error()})
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(b, '\n'))
+}
