@@ -86,6 +86,13 @@ type pendingSavepoint struct {
 	stop  bool
 	drain bool
 	reply *nats.Msg
+	// upgrade: the savepoint is the barrier of this upgrade.
+	upgrade *upgradeOp
+}
+
+// savepointDir is where savepoint id of a job goes under parent.
+func savepointDir(parent, jobID string, id int64) string {
+	return checkpoint.JoinLocation(parent, fmt.Sprintf("savepoint-%s-%d", jobID, id))
 }
 
 func (c *Coordinator) onSavepoint(m *nats.Msg, who caller) {
@@ -165,7 +172,7 @@ func (d *ckptDriver) savepoint(parent string, stop, drain bool, reply *nats.Msg)
 		refuse(err.Error())
 		return
 	}
-	dir := checkpoint.JoinLocation(parent, fmt.Sprintf("savepoint-%s-%d", d.j.info.JobID, id))
+	dir := savepointDir(parent, d.j.info.JobID, id)
 	d.savepoints[id] = &pendingSavepoint{dir: dir, stop: stop, drain: drain, reply: reply}
 	d.run()
 }

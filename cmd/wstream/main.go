@@ -127,6 +127,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			cancelCommand(),
 			savepointCommand(),
 			stopCommand(),
+			upgradeCommand(),
 			inspectCommand(),
 			tenantCommand(),
 			completionCommand(),
@@ -838,13 +839,18 @@ checkpoints retained on disk.`,
 			if err != nil {
 				return err
 			}
+			ups, err := coordinator.ReadUpgrades(dir, id)
+			if err != nil {
+				return err
+			}
 			w := c.App.Writer
 			if asJSON {
 				return writeJSON(w, struct {
 					Job      string                     `json:"job"`
 					History  []coordinator.HistoryEntry `json:"history"`
 					Retained []int64                    `json:"retained"`
-				}{id, orEmpty(hist), orEmpty(ids)})
+					Upgrades []coordinator.UpgradeEntry `json:"upgrades,omitempty"`
+				}{id, orEmpty(hist), orEmpty(ids), ups})
 			}
 			fmt.Fprintf(w, "%-6s %-11s %-9s %-10s %-10s %-10s %-10s %-10s %-10s %-10s %s\n",
 				"ID", "KIND", "STATUS", "DURATION", "SIZE", "UPLOADED", "IN-FLIGHT", "ALIGNMENT", "SYNC", "ASYNC", "ATTEMPT")
@@ -865,6 +871,7 @@ checkpoints retained on disk.`,
 				fmt.Fprintln(w)
 			}
 			fmt.Fprintf(w, "retained: %v (* = unaligned)\n", ids)
+			printUpgrades(w, ups)
 			return nil
 		},
 	}
