@@ -19,6 +19,7 @@ const (
 	ExportPreBarrier   = "wstream_pre_barrier"
 	ExportCkptComplete = "wstream_checkpoint_complete"
 	ExportCkptAborted  = "wstream_checkpoint_aborted"
+	ExportMigrate      = "wstream_migrate"
 	ExportMemory       = "memory"
 )
 

@@ -90,7 +90,7 @@ func TestConfigErrors(t *testing.T) {
 		{false, "file", `{}`, "path", `connector file: config.path: missing: the source needs the file to read`},
 		{false, "file", `{"path":"x","format":"csv"}`, "format", `connector file: config.format: "csv" must be "text" or "tsv"`},
 		{false, "file", `{"path":"x","watermarkDelay":-1}`, "watermarkDelay", `connector file: config.watermarkDelay: -1 must be in [0, 1099511627776]`},
-		{false, "file", `{"path":"x","delay":1}`, "delay", `connector file: config.delay: unknown field (known: batch, format, path, watermarkDelay)`},
+		{false, "file", `{"path":"x","delay":1}`, "delay", `connector file: config.delay: unknown field (known: batch, format, path, rate, watermarkDelay)`},
 		{true, "file", `null`, "path", `connector file: config.path: missing: the sink needs the file to write`},
 		{true, "file", `{"path":"x","format":"json"}`, "format", `connector file: config.format: "json" must be "text" or "tsv"`},
 		{true, "stdout", `{"color":true}`, "color", `connector stdout: config.color: unknown field (the connector takes no configuration)`},

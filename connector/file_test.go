@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/wstream/wstream/abi"
 )
@@ -200,5 +201,47 @@ func TestFileSourceBatchCap(t *testing.T) {
 	}
 	if err := ValidateSource("file", json.RawMessage(`{"path":"x","batch":-1}`)); err == nil {
 		t.Fatal("negative batch accepted")
+	}
+}
+
+// TestFileSourceRate: a paced source takes at least the time its rate
+// gives its lines (beyond the first burst), and still reads them all, in
+// order, each subtask its share.
+func TestFileSourceRate(t *testing.T) {
+	var content strings.Builder
+	for i := range 300 {
+		fmt.Fprintf(&content, "line %d\n", i)
+	}
+	path := writeFile(t, "in.txt", content.String())
+	// 1000 lines/s over two subtasks: 500/s each, a burst of 50.
+	src := openFileSource(t, fileConfig(t, map[string]any{"path": path, "rate": 1000}), 1, 2)
+	start := time.Now()
+	var got []string
+	for {
+		var b abi.Builder
+		_, done, err := src.Next(context.Background(), &b, 1024)
+		if err != nil {
+			t.Fatal(err)
+		}
+		recs, err := abi.Decode(b.Bytes())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range recs {
+			got = append(got, string(r.Value))
+		}
+		if done {
+			break
+		}
+	}
+	if len(got) != 150 || got[0] != "line 1" || got[149] != "line 299" {
+		t.Fatalf("read %d lines (%q … %q), want the 150 odd ones", len(got), got[0], got[len(got)-1])
+	}
+	// 150 lines at 500/s with a burst of 50: at least 0.2 s.
+	if el := time.Since(start); el < 190*time.Millisecond {
+		t.Fatalf("150 lines at 500 lines/s took %v", el)
+	}
+	if _, err := NewSource("file", fileConfig(t, map[string]any{"path": path, "rate": -1})); err == nil || !strings.Contains(err.Error(), "rate") {
+		t.Fatalf("a negative rate: %v", err)
 	}
 }

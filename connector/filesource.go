@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"time"
 
 	"github.com/wstream/wstream/abi"
 )
@@ -21,6 +22,9 @@ type fileSourceConfig struct {
 	// watermark follows every batch, so batch 1 gives a watermark after
 	// every record: event-time results then do not depend on batching.
 	Batch int64 `json:"batch"`
+	// Rate paces the source to this many lines per second across the job
+	// (0 = as fast as it can), as gen's rate does.
+	Rate float64 `json:"rate"`
 }
 
 func parseFileSourceConfig(raw json.RawMessage) (fileSourceConfig, error) {
@@ -39,6 +43,9 @@ func parseFileSourceConfig(raw json.RawMessage) (fileSourceConfig, error) {
 	}
 	if err := checkRange("file", "batch", c.Batch, 0, 1<<20); err != nil {
 		return c, err
+	}
+	if c.Rate < 0 {
+		return c, &ConfigError{Connector: "file", Field: "rate", Message: fmt.Sprintf("%g must be ≥ 0", c.Rate)}
 	}
 	return c, nil
 }
@@ -63,6 +70,7 @@ type fileSource struct {
 	// otherwise.
 	prior  layout
 	gapsHi int64
+	bucket *tokenBucket // paces the source (Rate), nil when it is not
 }
 
 func newFileSource(raw json.RawMessage) (Source, error) {
@@ -95,6 +103,10 @@ func (s *fileSource) Open(_ context.Context, subtask, parallelism int) error {
 	s.maxTs = abi.MinWatermark
 	s.done = false
 	s.prior, s.gapsHi = layout{}, 0
+	s.bucket = nil
+	if s.cfg.Rate > 0 {
+		s.bucket = newTokenBucket(s.cfg.Rate / float64(parallelism))
+	}
 	return nil
 }
 
@@ -110,6 +122,16 @@ func (s *fileSource) Next(ctx context.Context, b *abi.Builder, limit int) (int64
 	}
 	if s.cfg.Batch > 0 && int64(limit) > s.cfg.Batch {
 		limit = int(s.cfg.Batch)
+	}
+	for s.bucket != nil && !s.done {
+		got, wait := s.bucket.take(time.Now(), int64(limit))
+		if got > 0 {
+			limit = int(got)
+			break
+		}
+		if err := sleepCtx(ctx, wait); err != nil {
+			return s.watermark(), false, err
+		}
 	}
 	n := 0
 	for n < limit && !s.done {

@@ -19,6 +19,7 @@ import (
 	"github.com/wstream/wstream/checkpoint"
 	"github.com/wstream/wstream/internal/logging"
 	"github.com/wstream/wstream/job"
+	"github.com/wstream/wstream/lifecycle"
 	"github.com/wstream/wstream/transport"
 )
 
@@ -298,9 +299,18 @@ func (c *Coordinator) newCkptDriver(j *jobState) (*ckptDriver, int64, error) {
 	var restoreMeta *checkpoint.Metadata
 	var retained []checkpoint.Completed
 	if j.attempt > 0 {
+		floor := j.savepointID
+		if j.fromSavepoint == "" {
+			floor = 0
+		}
 		m, skipped, err := st.LatestUsableWith(func(m *checkpoint.Metadata) error {
 			if m.Kind != checkpoint.KindCheckpoint {
 				return fmt.Errorf("it is a %s: a failover restores checkpoints only", m.Kind)
+			}
+			if m.ID < floor {
+				// Taken before the savepoint the job (re)started from: an
+				// upgrade's sinks committed on that savepoint.
+				return fmt.Errorf("it is older than savepoint %d, which the job started from", floor)
 			}
 			return c.rangesPresent(nc, m)
 		})
@@ -320,8 +330,9 @@ func (c *Coordinator) newCkptDriver(j *jobState) (*ckptDriver, int64, error) {
 			return nil, 0, err
 		}
 		for _, id := range ids {
-			if id > restore {
-				// Newer but unusable: keeping it would make it "retained".
+			if id > restore || id < floor {
+				// Newer but unusable: keeping it would make it "retained";
+				// older than the savepoint: of another plan, maybe.
 				continue
 			}
 			m, err := st.ReadMetadata(id)
@@ -584,6 +595,12 @@ func (d *ckptDriver) carryOut(acts []checkpoint.CoordinatorAction) {
 			delete(d.kinds, a.ID)
 			if a.Kind == checkpoint.KindCheckpoint {
 				d.reg.completedCheckpoint(a.ID)
+				if d.j.probation.Load() == int64(d.attempt)+1 {
+					// Before the sinks commit on it: the upgrade can no
+					// longer roll back.
+					d.j.confirmed.Store(int64(d.attempt) + 1)
+					go d.c.step(d.j, func(*lifecycle.Job, int64) error { return nil })
+				}
 			} else {
 				d.reg.release(a.ID) // savepoints reference no shared files
 			}
@@ -593,13 +610,21 @@ func (d *ckptDriver) carryOut(acts []checkpoint.CoordinatorAction) {
 			d.send(transport.CheckpointControl{Action: transport.CheckpointComplete, ID: a.ID, Kind: a.Kind, Stop: sp != nil && sp.stop})
 			if sp != nil {
 				delete(d.savepoints, a.ID)
+				if op := sp.upgrade; op != nil {
+					op.mu.Lock()
+					op.savepoint, op.dir = a.ID, sp.dir
+					op.mu.Unlock()
+					go d.c.preResolve(d.j, op)
+				}
 				if sp.stop {
 					// After the completion on the same subject, so that
 					// every subtask commits before it stops.
 					d.c.stopSavepointEnded(d.j, d.attempt, a.ID, nil)
 					d.send(transport.CheckpointControl{Action: transport.CheckpointStop, ID: a.ID})
 				}
-				sp.reply(transport.SavepointReply{ID: a.ID, Dir: sp.dir})
+				if sp.reply != nil { // an upgrade's barrier answers through the upgrade
+					sp.reply(transport.SavepointReply{ID: a.ID, Dir: sp.dir})
+				}
 			}
 		case checkpoint.NotifyAborted:
 			if sp := d.savepoints[a.ID]; sp != nil {
@@ -609,7 +634,9 @@ func (d *ckptDriver) carryOut(acts []checkpoint.CoordinatorAction) {
 					// abort below.
 					d.c.stopSavepointEnded(d.j, d.attempt, a.ID, errors.New(a.Reason))
 				}
-				sp.reply(transport.SavepointReply{Error: fmt.Sprintf("savepoint %d failed: %s", a.ID, a.Reason)})
+				if sp.reply != nil {
+					sp.reply(transport.SavepointReply{Error: fmt.Sprintf("savepoint %d failed: %s", a.ID, a.Reason)})
+				}
 			}
 			d.record(HistoryEntry{ID: a.ID, Kind: d.kinds[a.ID], Status: "aborted", Reason: a.Reason, Trigger: d.pending[a.ID], Done: time.Now().UnixMilli()}, nil)
 			delete(d.pending, a.ID)

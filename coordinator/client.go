@@ -74,6 +74,28 @@ func Submit(ctx context.Context, nc *nats.Conn, req transport.SubmitRequest) (st
 	return r.JobID, nil
 }
 
+// Upgrade asks the coordinator to upgrade a running job and waits for the
+// upgrade's end (or ctx). A refused, aborted or rolled-back upgrade comes
+// back as the reply's Error, with the reply.
+func Upgrade(ctx context.Context, nc *nats.Conn, req transport.UpgradeRequest) (*transport.UpgradeReply, error) {
+	b, _ := json.Marshal(req)
+	msg, err := nc.RequestWithContext(ctx, transport.SubjectUpgrade, b)
+	if err != nil {
+		if errors.Is(err, nats.ErrNoResponders) {
+			return nil, errors.New("no coordinator is running: start one with `wstream server`")
+		}
+		return nil, fmt.Errorf("upgrading job %s: %w", req.JobID, err)
+	}
+	var r transport.UpgradeReply
+	if err := json.Unmarshal(msg.Data, &r); err != nil {
+		return nil, fmt.Errorf("bad upgrade reply: %w", err)
+	}
+	if r.Error != "" {
+		return &r, errors.New(r.Error)
+	}
+	return &r, nil
+}
+
 // Cancel asks the coordinator to stop a job.
 func Cancel(ctx context.Context, nc *nats.Conn, id string) error {
 	b, _ := json.Marshal(transport.CancelRequest{JobID: id})

@@ -177,6 +177,15 @@ type jobState struct {
 	// failures, for the REST API; each has a lock of its own.
 	stats      ckptStats
 	exceptions exceptionLog
+	// upgrade is the upgrade under way (nil: none), lastUpgrade the latest
+	// that was done (its new module's first record may come after).
+	upgrade, lastUpgrade *upgradeOp
+	// probation is 1 + the attempt of an upgrade's new module until it
+	// completes a checkpoint (0: none); the checkpoint driver then sets
+	// confirmed to it, under its own lock and before any sink commits, and
+	// the coordinator hands it to the lifecycle before any other event
+	// (confirmLocked).
+	probation, confirmed atomic.Int64
 }
 
 // newLifecycle makes the lifecycle of a job that runs plan.
@@ -332,6 +341,11 @@ func (c *Coordinator) Close() {
 }
 
 func respond(m *nats.Msg, v any) {
+	if m == nil {
+		// No client waits (an upgrade's savepoint answers through the
+		// upgrade).
+		return
+	}
 	b, _ := json.Marshal(v)
 	_ = m.Respond(b)
 }

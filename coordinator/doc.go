@@ -35,6 +35,13 @@
 // state, attempt and latest restart cause. Close suspends the jobs that
 // run: their checkpoints stop, and the next coordinator resumes them.
 //
+// An UpgradeRequest replaces a running job's module and plan at a savepoint
+// barrier, as the job's next attempt (upgrade.go; docs/upgrade.md): the new
+// plan is checked first (job.CheckUpgrade), the barrier is a stop with
+// savepoint, the new module restores it, and a failure before its first
+// checkpoint rolls back to the old module from the same savepoint. Upgrades
+// are recorded in DATA/jobs/JOB/upgrades.jsonl.
+//
 // Workers heartbeat (Config.HeartbeatInterval). A worker silent for longer
 // than Config.WorkerTimeout is declared lost: it leaves placement, and every
 // attempt with subtasks on it fails with "worker W lost: no heartbeat for D"

@@ -41,6 +41,7 @@ func (c *Coordinator) nowMillis() int64 { return c.now().UnixMilli() }
 // event's error, and the error of a deployment it carried out.
 func (c *Coordinator) step(j *jobState, event func(lc *lifecycle.Job, now int64) error) error {
 	c.mu.Lock()
+	c.confirmLocked(j)
 	err := event(j.lc, c.nowMillis())
 	acts := c.applyLocked(j)
 	c.mu.Unlock()
@@ -110,9 +111,37 @@ func (c *Coordinator) carryOut(j *jobState, acts []lifecycle.Action) error {
 		case lifecycle.CancelAttempt:
 			go c.cancelAll(a.Workers, id, a.Attempt, a.Failed)
 		case lifecycle.Deploy:
+			if a.Module != lifecycle.ModuleCurrent {
+				// An upgrade's attempt, asked for by the end of the one
+				// before (a NATS callback): deployed in its own goroutine.
+				c.mu.Lock()
+				op := j.upgrade
+				err := c.switchLocked(j, a.Module)
+				c.mu.Unlock()
+				go func() {
+					if err == nil {
+						err = c.resolveUpgradeSavepoint(j, op, a.Module)
+					}
+					if err != nil {
+						c.deployFailed(j, a, err)
+						return
+					}
+					if c.deploy(j, a) == nil {
+						// The record names what the job runs now (after the
+						// deployment: it is on the downtime's path).
+						c.mu.Lock()
+						state := j.info.State
+						c.mu.Unlock()
+						c.writeRecord(j, state)
+					}
+				}()
+				continue
+			}
 			if err := c.deploy(j, a); err != nil {
 				deployErr = err
 			}
+		case lifecycle.UpgradeEnded:
+			c.upgradeEnded(j, a)
 		case lifecycle.ScheduleRestart:
 			go c.restartAfter(j, a)
 		case lifecycle.DropDataStream:
@@ -163,10 +192,8 @@ func (c *Coordinator) deploy(j *jobState, a lifecycle.Deploy) error {
 		err = fmt.Errorf("job %s: attempt %d has an empty placement: no worker would run any of its %d subtasks", id, a.Attempt, len(j.refs))
 	}
 	if err != nil {
-		_ = j.lc.DeployFailed(now, a.Attempt, err.Error(), nil)
-		acts := c.applyLocked(j)
 		c.mu.Unlock()
-		c.carryOut(j, acts)
+		c.deployFailed(j, a, err)
 		return err
 	}
 	if perr := j.lc.Placed(now, a.Attempt, pl.counts()); perr != nil {
@@ -211,6 +238,16 @@ func (c *Coordinator) deploy(j *jobState, a lifecycle.Deploy) error {
 	}
 	c.carryOut(j, acts)
 	return err
+}
+
+// deployFailed tells the lifecycle that attempt a could not be placed or
+// prepared (nothing was sent to a worker), and carries out what follows.
+func (c *Coordinator) deployFailed(j *jobState, a lifecycle.Deploy, err error) {
+	c.mu.Lock()
+	_ = j.lc.DeployFailed(c.nowMillis(), a.Attempt, err.Error(), nil)
+	acts := c.applyLocked(j)
+	c.mu.Unlock()
+	c.carryOut(j, acts)
 }
 
 // placeFor places attempt n of j: on the placement submit made, after the
@@ -259,6 +296,8 @@ func (c *Coordinator) sendDeployment(j *jobState, a lifecycle.Deploy, pl placeme
 	d := transport.Deployment{
 		JobID: id, Attempt: a.Attempt, Plan: j.plan.JSON(),
 		ModuleDigest: j.digest, ModuleName: j.module, Tasks: j.refs, Restartable: a.Restartable,
+		// The downtime of an upgrade ends with the new module's first record.
+		ReportFirstRecord: a.Module == lifecycle.ModuleNew,
 	}
 	if err := c.tenantDeployment(j, &d); err != nil {
 		return nil, 0, err
@@ -384,6 +423,15 @@ func (c *Coordinator) onTaskStatus(m *nats.Msg) {
 		c.cfg.Log.Warn("bad task status", "subject", m.Subject, "err", err)
 		return
 	}
+	if st.State == transport.TaskFirstRecord {
+		c.mu.Lock()
+		if j, ok := c.jobs[st.JobID]; ok {
+			c.firstRecordLocked(j, st, j.upgrade)
+			c.firstRecordLocked(j, st, j.lastUpgrade)
+		}
+		c.mu.Unlock()
+		return
+	}
 	var end lifecycle.TaskEnd
 	switch st.State {
 	case transport.TaskFinished:
@@ -405,6 +453,7 @@ func (c *Coordinator) onTaskStatus(m *nats.Msg) {
 		return
 	}
 	now := c.nowMillis()
+	c.confirmLocked(j)
 	if j.stopped.Swap(false) {
 		// The stop's savepoint completed before the stop went out to the
 		// subtasks: the lifecycle hears of it before any of their ends.

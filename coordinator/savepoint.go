@@ -85,8 +85,16 @@ type pendingSavepoint struct {
 	dir   string
 	stop  bool
 	drain bool
-	// reply answers the client (over NATS or the REST API).
+	// reply answers the client (over NATS or the REST API); nil for an
+	// upgrade's barrier, whose client the upgrade answers.
 	reply func(transport.SavepointReply)
+	// upgrade: the savepoint is the barrier of this upgrade.
+	upgrade *upgradeOp
+}
+
+// savepointDir is where savepoint id of a job goes under parent.
+func savepointDir(parent, jobID string, id int64) string {
+	return checkpoint.JoinLocation(parent, fmt.Sprintf("savepoint-%s-%d", jobID, id))
 }
 
 func (c *Coordinator) onSavepoint(m *nats.Msg, who caller) {
@@ -173,7 +181,7 @@ func (d *ckptDriver) savepoint(parent string, stop, drain bool, reply func(trans
 		refuse(err.Error())
 		return
 	}
-	dir := checkpoint.JoinLocation(parent, fmt.Sprintf("savepoint-%s-%d", d.j.info.JobID, id))
+	dir := savepointDir(parent, d.j.info.JobID, id)
 	d.savepoints[id] = &pendingSavepoint{dir: dir, stop: stop, drain: drain, reply: reply}
 	d.run()
 }

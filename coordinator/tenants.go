@@ -79,6 +79,7 @@ func (c *Coordinator) apiHandlers() map[string]handler {
 		"list":      c.onList,
 		"workers":   c.onWorkers,
 		"savepoint": c.onSavepoint,
+		"upgrade":   c.onUpgrade,
 		"tenant":    c.onTenant,
 	}
 }

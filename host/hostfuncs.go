@@ -568,7 +568,7 @@ var hostFail = api.GoModuleFunc(func(ctx context.Context, mod api.Module, stack 
 		return
 	}
 	msg, ok := i.read(mod.Memory(), abi.ImportFail, "message", stack[0], stack[1])
-	if s == nil {
+	if s == nil && i.phase != phaseMigrate {
 		if ok {
 			i.logf(abi.LogError, "%s.%s called outside a callback: %s", abi.ImportModule, abi.ImportFail,
 				EscapeGuestText(msg, i.q.messageBytes, false))

@@ -31,6 +31,7 @@ const (
 	phaseClose                // wstream_close
 	phaseBarrier              // wstream_pre_barrier
 	phaseNotify               // checkpoint_complete / checkpoint_aborted: no output
+	phaseMigrate              // wstream_migrate: no operator slot; fail works
 )
 
 // minArena is the smallest argument buffer requested from wstream_alloc.
@@ -50,6 +51,7 @@ type Instance struct {
 
 	fnAlloc, fnOpen, fnProcess, fnOnTimer, fnClose api.Function
 	fnPreBarrier, fnCkptComplete, fnCkptAborted    api.Function
+	fnMigrate                                      api.Function
 
 	cc    callCtx
 	stack [16]uint64 // parameters and results of the call in progress
@@ -91,6 +93,9 @@ type Instance struct {
 	iterN    int
 	iterFull bool
 	iterFn   func(ns, value []byte) bool
+	// migrateArgs holds the arguments of wstream_migrate before they are
+	// written into the guest's arena.
+	migrateArgs []byte
 
 	stdout, stderr lineWriter
 
@@ -310,6 +315,7 @@ func (r *Runtime) instantiate(ctx context.Context, cc code, label string, lim Li
 	i.fnPreBarrier = mod.ExportedFunction(abi.ExportPreBarrier)
 	i.fnCkptComplete = mod.ExportedFunction(abi.ExportCkptComplete)
 	i.fnCkptAborted = mod.ExportedFunction(abi.ExportCkptAborted)
+	i.fnMigrate = mod.ExportedFunction(abi.ExportMigrate)
 	// The start function, then the WASI reactor's initializer, as wazero
 	// would have run them inside InstantiateModule.
 	for _, start := range [...]struct{ export, call string }{
@@ -346,6 +352,7 @@ func (i *Instance) Limits() Limits { return i.limits }
 func (i *Instance) dropFunctions() {
 	i.fnAlloc, i.fnOpen, i.fnProcess, i.fnOnTimer, i.fnClose = nil, nil, nil, nil, nil
 	i.fnPreBarrier, i.fnCkptComplete, i.fnCkptAborted = nil, nil, nil
+	i.fnMigrate = nil
 }
 
 // renewFunction replaces the handle of export name by a fresh one, whose
@@ -369,6 +376,8 @@ func (i *Instance) renewFunction(name string) {
 		i.fnCkptComplete = fn
 	case abi.ExportCkptAborted:
 		i.fnCkptAborted = fn
+	case abi.ExportMigrate:
+		i.fnMigrate = fn
 	}
 }
 

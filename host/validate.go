@@ -68,6 +68,7 @@ var exportSignatures = map[string]signature{
 	abi.ExportPreBarrier:   {[]api.ValueType{i32, i64}, []api.ValueType{i32}},
 	abi.ExportCkptComplete: {[]api.ValueType{i32, i64}, []api.ValueType{i32}},
 	abi.ExportCkptAborted:  {[]api.ValueType{i32, i64}, []api.ValueType{i32}},
+	abi.ExportMigrate:      {[]api.ValueType{i32, i32, i32, i32, i32, i32, i32, i32, i32, i32, i32}, []api.ValueType{i64}},
 	exportInitialize:       {nil, nil},
 }
 

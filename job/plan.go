@@ -58,6 +58,10 @@ type Vertex struct {
 	Config      json.RawMessage `json:"config,omitempty"`
 	Parallelism int             `json:"parallelism,omitempty"`
 	Outputs     []string        `json:"outputs,omitempty"`
+	// States declares the operator's keyed states, optionally: an upgrade
+	// (see CheckUpgrade) compares them with the running job's, and a state
+	// whose Version rose is migrated on restore.
+	States []StateDecl `json:"states,omitempty"`
 
 	parallelismSet bool // the plan JSON set parallelism (even to an invalid 0)
 	inherited      bool // Parallelism follows the plan's
@@ -116,6 +120,7 @@ type (
 		Config      json.RawMessage `json:"config,omitempty"`
 		Parallelism *int            `json:"parallelism,omitempty"`
 		Outputs     []string        `json:"outputs,omitempty"`
+		States      []StateDecl     `json:"states,omitempty"`
 	}
 	wireEdge struct {
 		From      string `json:"from"`
@@ -187,7 +192,7 @@ func (l Limits) Parse(data []byte) (*Plan, error) {
 			return nil, err
 		}
 		v := &p.Vertices[i]
-		*v = Vertex{ID: wv.ID, Kind: wv.Kind, Operator: wv.Operator, Connector: wv.Connector, Outputs: wv.Outputs}
+		*v = Vertex{ID: wv.ID, Kind: wv.Kind, Operator: wv.Operator, Connector: wv.Connector, Outputs: wv.Outputs, States: wv.States}
 		if err := l.checkConfigSize(i, v, wv.Config); err != nil {
 			return nil, err
 		}
@@ -316,6 +321,11 @@ func (p *Plan) Normalize() {
 		if c, err := canonicalJSON(v.Config); err == nil {
 			v.Config = c
 		}
+		for k := range v.States {
+			if v.States[k].Version == 0 {
+				v.States[k].Version = 1
+			}
+		}
 	}
 	for i := range p.Edges {
 		e := &p.Edges[i]
@@ -366,7 +376,7 @@ func (p *Plan) JSON() []byte {
 		Checkpoint: p.Checkpoint, Restart: p.Restart}
 	for i := range p.Vertices {
 		v := &p.Vertices[i]
-		wv := wireVertex{ID: v.ID, Kind: v.Kind, Operator: v.Operator, Connector: v.Connector, Config: v.Config, Outputs: v.Outputs}
+		wv := wireVertex{ID: v.ID, Kind: v.Kind, Operator: v.Operator, Connector: v.Connector, Config: v.Config, Outputs: v.Outputs, States: v.States}
 		if c, err := canonicalJSON(v.Config); err == nil {
 			wv.Config = c
 		}
@@ -494,6 +504,7 @@ func (p *Plan) Clone() *Plan {
 		v := &c.Vertices[i]
 		v.Config = slices.Clone(v.Config)
 		v.Outputs = slices.Clone(v.Outputs)
+		v.States = slices.Clone(v.States)
 	}
 	c.Edges = slices.Clone(p.Edges)
 	if p.Checkpoint != nil {

@@ -267,10 +267,55 @@ func (l Limits) validateVertex(p *Plan, i int, index map[string]int) error {
 		}
 		first[name] = j
 	}
+	if err := l.validateStates(path, v); err != nil {
+		return err
+	}
 	if err := l.checkParallelism(p, path+".parallelism", v.Parallelism); err != nil {
 		return err
 	}
 	return validateConfig(path+".config", v)
+}
+
+// MaxStateDecls bounds the states one vertex declares.
+const MaxStateDecls = 256
+
+// validateStates checks a vertex's state declarations: operators only, each
+// named once (within the ABI's bound on state names), of a known kind, at a
+// layout version of at least 1.
+func (l Limits) validateStates(path string, v *Vertex) error {
+	if len(v.States) == 0 {
+		return nil
+	}
+	if v.Kind != KindOperator {
+		return errorf(path+".states", "only operator vertices have keyed state")
+	}
+	if len(v.States) > MaxStateDecls {
+		return errorf(path+".states", "%d states exceed the most a vertex declares, %d", len(v.States), MaxStateDecls)
+	}
+	seen := make(map[string]int, len(v.States))
+	for k, st := range v.States {
+		spath := fmt.Sprintf("%s.states[%d]", path, k)
+		if st.Name == "" {
+			return &Error{Path: spath + ".name", Message: "missing"}
+		}
+		if err := checkName(spath+".name", st.Name, l.MaxNameBytes); err != nil {
+			return err
+		}
+		if len(st.Name) > operator.MaxNameSize {
+			return errorf(spath+".name", "%s is longer than %d bytes", quote(st.Name), operator.MaxNameSize)
+		}
+		if j, dup := seen[st.Name]; dup {
+			return errorf(spath+".name", "%q is also states[%d]", st.Name, j)
+		}
+		seen[st.Name] = k
+		if !slices.Contains(StateKinds, st.Kind) {
+			return errorf(spath+".kind", "%q must be one of %s", st.Kind, strings.Join(StateKinds, ", "))
+		}
+		if st.Version < 1 {
+			return errorf(spath+".version", "%d must be ≥ 1", st.Version)
+		}
+	}
+	return nil
 }
 
 // quoteList renders a list of names as %q does, but with each name cut

@@ -7,7 +7,8 @@ import (
 
 // Action is work a Job hands to its driver through Ready: one of Deploy,
 // CancelAttempt, StartCheckpoints, StopCheckpoints, ReleaseSlots,
-// ScheduleRestart, DropDataStream, PersistSpec and PublishResult.
+// ScheduleRestart, DropDataStream, PersistSpec, PublishResult and
+// UpgradeEnded.
 type Action interface {
 	fmt.Stringer
 	action()
@@ -25,6 +26,9 @@ const (
 	// RestoreLatest: the latest usable completed checkpoint; without one
 	// the savepoint the job started from, or nothing.
 	RestoreLatest
+	// RestoreUpgrade: the savepoint of the upgrade under way (or just
+	// rolled back), at whose barrier the previous attempt stopped.
+	RestoreUpgrade
 )
 
 func (r Restore) String() string {
@@ -33,8 +37,62 @@ func (r Restore) String() string {
 		return "savepoint"
 	case RestoreLatest:
 		return "latest checkpoint"
+	case RestoreUpgrade:
+		return "upgrade savepoint"
 	}
 	return "nothing"
+}
+
+// Module says which module and plan an attempt runs during an upgrade.
+type Module int
+
+const (
+	// ModuleCurrent: the one the job runs (no upgrade under way).
+	ModuleCurrent Module = iota
+	// ModuleNew: the upgrade's new module and plan.
+	ModuleNew
+	// ModuleOld: the module and plan the job ran before the upgrade (it
+	// was rolled back).
+	ModuleOld
+)
+
+func (m Module) String() string {
+	switch m {
+	case ModuleNew:
+		return "new module"
+	case ModuleOld:
+		return "old module"
+	}
+	return "current module"
+}
+
+// UpgradeOutcome is how an upgrade ended.
+type UpgradeOutcome int
+
+const (
+	// UpgradeDone: the new module runs and took over for good (its first
+	// checkpoint completed, or the job finished on it).
+	UpgradeDone UpgradeOutcome = iota + 1
+	// UpgradeRolledBack: the new module's attempt failed before its first
+	// checkpoint (a restore, a migration, a deployment, a subtask): the old
+	// module runs again from the same savepoint.
+	UpgradeRolledBack
+	// UpgradeAborted: the upgrade's savepoint failed, or the job failed,
+	// finished or was cancelled before the upgrade could be done; the old
+	// module goes on (or the job ended).
+	UpgradeAborted
+)
+
+func (o UpgradeOutcome) String() string {
+	switch o {
+	case UpgradeDone:
+		return "done"
+	case UpgradeRolledBack:
+		return "rolled back"
+	case UpgradeAborted:
+		return "aborted"
+	}
+	return fmt.Sprintf("UpgradeOutcome(%d)", int(o))
 }
 
 // Deploy asks the driver to place attempt Attempt's subtasks, report
@@ -42,6 +100,8 @@ func (r Restore) String() string {
 type Deploy struct {
 	Attempt int
 	Restore Restore
+	// Module is the module and plan the attempt runs.
+	Module Module
 	// Restartable says a failure of this attempt would be followed by a
 	// restart: sinks keep their files for recovery instead of aborting.
 	Restartable bool
@@ -92,6 +152,18 @@ type PersistSpec struct {
 // PublishResult announces the job's end.
 type PublishResult struct{ Result Result }
 
+// UpgradeEnded says how the upgrade requested with UpgradeRequested ended:
+// the driver answers the client that asked and records it. Attempt is the
+// attempt that runs (or is deployed next) afterwards; Savepoint the id of
+// the upgrade's savepoint (0 when it never completed); Cause why an
+// upgrade was rolled back or aborted.
+type UpgradeEnded struct {
+	Attempt   int
+	Outcome   UpgradeOutcome
+	Savepoint int64
+	Cause     string
+}
+
 // Result is how a job ended.
 type Result struct {
 	// State is FINISHED, FAILED or CANCELED.
@@ -114,9 +186,13 @@ func (ScheduleRestart) action()  {}
 func (DropDataStream) action()   {}
 func (PersistSpec) action()      {}
 func (PublishResult) action()    {}
+func (UpgradeEnded) action()     {}
 
 func (a Deploy) String() string {
 	s := fmt.Sprintf("deploy attempt %d (restore: %s", a.Attempt, a.Restore)
+	if a.Module != ModuleCurrent {
+		s += ", " + a.Module.String()
+	}
 	if a.Restartable {
 		s += ", restartable"
 	}
@@ -152,6 +228,14 @@ func (a PersistSpec) String() string {
 }
 
 func (a PublishResult) String() string { return "publish-result " + a.Result.String() }
+
+func (a UpgradeEnded) String() string {
+	s := fmt.Sprintf("upgrade-ended %s (attempt %d, savepoint %d)", a.Outcome, a.Attempt, a.Savepoint)
+	if a.Cause != "" {
+		s += ": " + a.Cause
+	}
+	return s
+}
 
 func (r Result) String() string {
 	s := r.State.String()

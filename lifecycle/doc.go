@@ -97,6 +97,29 @@
 // still fails the attempt over (Flink triggers a global failover when a job
 // does not finish after its stop-with-savepoint).
 //
+// # Upgrade
+//
+// An upgrade (UpgradeRequested) replaces the job's module and plan in its
+// next attempt, from a savepoint: the same job, so that its checkpoint ids
+// go on increasing and its sinks keep their identity.
+//
+//  1. Barrier. The upgrade's savepoint goes out as a stop with savepoint
+//     does; the old module runs until it completes (StopCompleted; its
+//     sinks commit on it), then its subtasks stop. StopFailed, or a failure
+//     before the old attempt has ended, aborts the upgrade (UpgradeEnded,
+//     aborted) and the job goes on as it would have.
+//  2. Switch. When every subtask of the old attempt has ended the job is
+//     RESTARTING (no restart is counted) and the next attempt is deployed
+//     with ModuleNew, restoring RestoreUpgrade.
+//  3. Probation. Until the new attempt completes a checkpoint
+//     (UpgradeConfirmed, or the job finishes on it: UpgradeEnded, done) a
+//     failure of its deployment or of any of its subtasks rolls the
+//     upgrade back: once its subtasks have ended the next attempt is
+//     deployed with ModuleOld from the same savepoint, whatever the
+//     restart strategy says, and the roll-back enters the restart log
+//     (UpgradeEnded, rolled back). Nothing the new module wrote was
+//     committed: sinks commit on checkpoints only.
+//
 // A job recovered from the HA store (Recover, then Resume) is CREATED with
 // the attempt after the one that ran, so that heartbeats listing the old
 // attempt cancel it; its restart log gets an entry for the coordinator

@@ -158,6 +158,27 @@ const (
 	submitted origin = iota
 	restarted
 	resumed
+	upgraded
+	rolledBack
+)
+
+// upgradePhase is where an upgrade stands (see doc.go, "Upgrade").
+type upgradePhase int
+
+const (
+	upgNone upgradePhase = iota
+	// upgBarrier: the upgrade's savepoint is under way; the old module
+	// runs.
+	upgBarrier
+	// upgStopping: the savepoint completed; the old attempt's subtasks
+	// stop.
+	upgStopping
+	// upgTrying: the new module's attempt is deployed (or being deployed),
+	// on probation until its first completed checkpoint.
+	upgTrying
+	// upgRollingBack: that attempt failed; once its subtasks have ended the
+	// old module is deployed again from the same savepoint.
+	upgRollingBack
 )
 
 // phase is where the current attempt stands.
@@ -251,6 +272,14 @@ type Job struct {
 	// and then.
 	recancel map[cancelKey]int64
 
+	// upg is where an upgrade stands; upgSavepoint its savepoint's id
+	// (once known); upgCause why its new attempt is rolled back; module
+	// the module the next Deploy asks for.
+	upg          upgradePhase
+	upgSavepoint int64
+	upgCause     string
+	module       Module
+
 	actions []Action
 }
 
@@ -328,6 +357,9 @@ func (j *Job) Result() (Result, bool) {
 // neither completed nor failed.
 func (j *Job) Stopping() bool { return j.a.stopping }
 
+// Upgrading reports whether an upgrade was requested and has not ended.
+func (j *Job) Upgrading() bool { return j.upg != upgNone }
+
 // AwaitsPlacement reports whether attempt n waits for its placement: its
 // Deploy was emitted and nothing has made it unwanted since.
 func (j *Job) AwaitsPlacement(n int) bool {
@@ -386,6 +418,13 @@ func (j *Job) requestDeploy() {
 		}
 	}
 	_, d.Restartable = j.restartAllowed()
+	if j.module != ModuleCurrent {
+		d.Restore, d.Module = RestoreUpgrade, j.module
+		// A failure of the new module's attempt is followed by the old
+		// module's: sinks keep their files for it.
+		d.Restartable = d.Restartable || j.module == ModuleNew
+		j.module = ModuleCurrent
+	}
 	j.emit(d)
 }
 
@@ -480,6 +519,18 @@ func (j *Job) DeployFailed(now int64, n int, reason string, took []string) error
 		why = fmt.Sprintf("restart %d: %s", j.restarts, reason)
 	case resumed:
 		why = fmt.Sprintf("resuming attempt %d: %s", n, reason)
+	case upgraded:
+		if j.upg == upgTrying {
+			// The new module could not be deployed (a restore or a
+			// migration failed on a worker): the old one runs again.
+			j.upgCause = reason
+			j.setState(Restarting)
+			j.rollBack()
+			return nil
+		}
+		why = fmt.Sprintf("deploying attempt %d after an upgrade: %s", n, reason)
+	case rolledBack:
+		why = fmt.Sprintf("deploying the old module again after the upgrade was rolled back: %s", reason)
 	}
 	j.end(Failed, why)
 	return nil
@@ -645,7 +696,52 @@ func (j *Job) StopRequested(now int64) error {
 	if j.state != Running {
 		return errorf(ErrState, "lifecycle: stop with savepoint: the job is %s, not RUNNING: try again", j.state)
 	}
+	if j.upg != upgNone {
+		return errorf(ErrState, "lifecycle: stop with savepoint: an upgrade of the job is under way: try again when it has ended")
+	}
 	j.a.stopping = true
+	return nil
+}
+
+// UpgradeRequested records that an upgrade was asked for: its savepoint
+// goes out as a stop with savepoint does, and the job stays RUNNING on the
+// old module until StopCompleted (the savepoint completed: the subtasks
+// stop, and when they have all ended the new module's attempt is deployed
+// from it) or StopFailed (the upgrade is aborted and the old module goes
+// on). It wraps ErrState unless the job is RUNNING with no stop or upgrade
+// under way.
+func (j *Job) UpgradeRequested(now int64) error {
+	j.advance(now)
+	if j.state.Terminal() {
+		return errorf(ErrEnded, "lifecycle: upgrade: the job is %s", j.state)
+	}
+	switch {
+	case j.state != Running:
+		return errorf(ErrState, "lifecycle: upgrade: the job is %s, not RUNNING: try again", j.state)
+	case j.upg != upgNone:
+		return errorf(ErrState, "lifecycle: upgrade: another upgrade of the job is under way")
+	case j.a.stopping || j.a.stopped:
+		return errorf(ErrState, "lifecycle: upgrade: the job is being stopped with a savepoint")
+	}
+	j.a.stopping = true
+	j.upg = upgBarrier
+	return nil
+}
+
+// UpgradeConfirmed reports that attempt n, the new module's, completed a
+// checkpoint: the upgrade is done, and a later failure restarts the new
+// module as any failure does. It wraps ErrStale unless n is an upgrade's
+// attempt on probation.
+func (j *Job) UpgradeConfirmed(now int64, n int) error {
+	j.advance(now)
+	if j.state.Terminal() {
+		return errorf(ErrEnded, "lifecycle: upgrade confirmation of attempt %d: the job is %s", n, j.state)
+	}
+	if j.upg != upgTrying || n != j.attempt || j.a.phase != deployed || j.doomed() {
+		return j.stale("upgrade confirmation", n)
+	}
+	j.upg = upgNone
+	j.emit(UpgradeEnded{Attempt: n, Outcome: UpgradeDone, Savepoint: j.upgSavepoint})
 	return nil
 }
 
@@ -669,6 +765,12 @@ func (j *Job) StopCompleted(now int64, n int, id int64) error {
 	if !j.a.stopped || id != 0 {
 		j.a.stopped, j.a.stopID = true, id
 	}
+	if j.upg == upgBarrier || j.upg == upgStopping {
+		j.upg = upgStopping
+		if id != 0 {
+			j.upgSavepoint = id
+		}
+	}
 	return nil
 }
 
@@ -683,6 +785,13 @@ func (j *Job) StopFailed(now int64, n int, id int64, reason string) error {
 		return j.stale("failed stop with savepoint", n)
 	}
 	j.a.stopping = false
+	if j.upg == upgBarrier {
+		j.upg = upgNone
+		if reason == "" {
+			reason = fmt.Sprintf("savepoint %d failed", id)
+		}
+		j.emit(UpgradeEnded{Attempt: n, Outcome: UpgradeAborted, Cause: "the upgrade's savepoint failed: " + reason})
+	}
 	return nil
 }
 
@@ -748,6 +857,20 @@ func (j *Job) fail(reason string) {
 	j.a.failure = reason
 	j.a.stopping = false
 	if j.cancel {
+		return
+	}
+	switch j.upg {
+	case upgBarrier, upgStopping:
+		// The old module failed before it stopped for the upgrade: the
+		// job fails over as usual, on the old module.
+		j.upg = upgNone
+		j.emit(UpgradeEnded{Attempt: j.attempt, Outcome: UpgradeAborted, Savepoint: j.upgSavepoint,
+			Cause: "the job failed before the old module stopped for the upgrade: " + reason})
+	case upgTrying:
+		// The new module failed on probation: the old one runs again
+		// from the same savepoint, whatever the restart strategy says.
+		j.upg, j.upgCause = upgRollingBack, reason
+		j.setState(Restarting)
 		return
 	}
 	if delay, ok := j.restartAllowed(); ok {
@@ -838,6 +961,11 @@ func (j *Job) attemptEnded() {
 		switch {
 		case a.finished == a.total:
 			j.end(Finished, "")
+		case a.stopped && j.upg == upgStopping:
+			// The old module stopped at the upgrade's savepoint.
+			j.setState(Restarting)
+			j.upg = upgTrying
+			j.nextAttempt(ModuleNew)
 		case a.stopped:
 			j.end(Finished, "")
 		default:
@@ -850,6 +978,10 @@ func (j *Job) attemptEnded() {
 	case Cancelling:
 		j.end(Canceled, "")
 	case Restarting:
+		if j.upg == upgRollingBack {
+			j.rollBack()
+			return
+		}
 		j.stopCheckpoints()
 		j.releaseSlots()
 		j.restarts++
@@ -861,6 +993,34 @@ func (j *Job) attemptEnded() {
 		j.persist()
 		j.emit(ScheduleRestart{Attempt: j.attempt, Restart: j.restarts, At: j.restartAt, Cause: j.cause})
 	}
+}
+
+// nextAttempt ends the current attempt for an upgrade or its roll-back
+// and deploys the next one with module m from the upgrade's savepoint.
+func (j *Job) nextAttempt(m Module) {
+	j.stopCheckpoints()
+	j.releaseSlots()
+	j.attempt++
+	j.a = attempt{}
+	j.origin = upgraded
+	j.module = m
+	j.persist()
+	j.requestDeploy()
+}
+
+// rollBack deploys the old module again after the new one failed on
+// probation. The roll-back enters the restart log, without counting as a
+// restart of the restart strategy.
+func (j *Job) rollBack() {
+	cause := "upgrade rolled back: " + j.upgCause
+	j.log = append(j.log, Restart{Attempt: j.attempt, Cause: cause, At: j.now})
+	j.cause = cause
+	j.upg = upgNone
+	j.emit(UpgradeEnded{Attempt: j.attempt + 1, Outcome: UpgradeRolledBack, Savepoint: j.upgSavepoint, Cause: j.upgCause})
+	j.nextAttempt(ModuleOld)
+	// Its deployment is no longer the upgrade's: a failure of it ends the
+	// job as any failed deployment does.
+	j.origin = rolledBack
 }
 
 // end ends the job: checkpoints stop, slots are released, the data stream
@@ -885,6 +1045,14 @@ func (j *Job) end(s State, reason string) {
 		r.Stopped, r.Savepoint = true, j.a.stopID
 	}
 	j.result = &r
+	if j.upg != upgNone {
+		u := UpgradeEnded{Attempt: j.attempt, Outcome: UpgradeAborted, Savepoint: j.upgSavepoint, Cause: "the job ended " + s.String()}
+		if j.upg == upgTrying && s == Finished {
+			u.Outcome, u.Cause = UpgradeDone, ""
+		}
+		j.upg = upgNone
+		j.emit(u)
+	}
 	j.emit(DropDataStream{})
 	j.persist()
 	j.emit(PublishResult{Result: r})

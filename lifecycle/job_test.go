@@ -29,6 +29,7 @@ import (
 //	fail now= attempt= reason=(...)
 //	stop-requested now= · stop-completed now= attempt= [id=]
 //	stop-failed now= attempt= [id=] [reason=(...)]
+//	upgrade-requested now= · upgrade-confirmed now= attempt=
 //	status · log
 //
 // Commands that feed an event print the state change ("state: A → B"), if
@@ -138,6 +139,10 @@ func TestLifecycle(t *testing.T) {
 				var id int64
 				d.MaybeScanArgs(t, "id", &id)
 				err = j.StopFailed(now, intArg(t, d, "attempt"), id, strArg(d, "reason"))
+			case "upgrade-requested":
+				err = j.UpgradeRequested(now)
+			case "upgrade-confirmed":
+				err = j.UpgradeConfirmed(now, intArg(t, d, "attempt"))
 			case "status":
 				return status(j)
 			case "log":
@@ -165,6 +170,9 @@ func status(j *Job) string {
 	}
 	if j.Stopping() {
 		b.WriteString(" (stopping)")
+	}
+	if j.Upgrading() {
+		b.WriteString(" (upgrading)")
 	}
 	if at, ok := j.RestartDue(); ok {
 		fmt.Fprintf(&b, " (restart due at %d)", at)

@@ -824,6 +824,18 @@ func ScanCanonical(r io.Reader, fn func(CanonicalRecord) error) (CanonicalTraile
 // stream exceeds that. After the commit the store drops its cached entries
 // and loads the imported timers into its timer queues, as Open does.
 func (s *Store) ImportCanonical(r io.Reader) (ImportStats, error) {
+	return s.ImportCanonicalMigrating(r, nil)
+}
+
+// Migrate converts the value of an entry as it is imported (a state whose
+// value layout changed): it returns the value to store, the record's own
+// when it leaves it as it is. The record's slices are valid only during the
+// call. An error stops the import, which then changes nothing.
+type Migrate func(rec *CanonicalRecord) ([]byte, error)
+
+// ImportCanonicalMigrating is ImportCanonical with every entry of the
+// store's key groups passed through migrate (nil: none is).
+func (s *Store) ImportCanonicalMigrating(r io.Reader, migrate Migrate) (ImportStats, error) {
 	var st ImportStats
 	if s.err != nil {
 		return st, s.err
@@ -851,6 +863,13 @@ func (s *Store) ImportCanonical(r io.Reader) (ImportStats, error) {
 		if rec.Kind == KindEntry {
 			keyBuf = AppendEntryKey(keyBuf[:0], rec.KeyGroup, bstr(rec.Vertex), bstr(rec.State), rec.Key, rec.Namespace)
 			val = rec.Value
+			if migrate != nil {
+				v, err := migrate(rec)
+				if err != nil {
+					return fmt.Errorf("record %d at byte %d (vertex %q, state %q): %w", rec.Index, rec.Offset, rec.Vertex, rec.State, err)
+				}
+				val = v
+			}
 			st.Entries++
 		} else {
 			keyBuf = AppendTimerKey(keyBuf[:0], rec.KeyGroup, bstr(rec.Vertex), rec.Domain, rec.Time, rec.Key, rec.Namespace)

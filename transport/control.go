@@ -11,6 +11,8 @@ import (
 // [A-Za-z0-9_-] so they are single subject tokens.
 const (
 	SubjectSavepoint = "wstream.coord.savepoint"
+	// SubjectUpgrade replaces a running job's module (UpgradeRequest).
+	SubjectUpgrade = "wstream.coord.upgrade"
 	// SubjectTenant manages tenants (admin only).
 	SubjectTenant    = "wstream.coord.tenant"
 	SubjectSubmit    = "wstream.coord.submit"
@@ -104,6 +106,43 @@ type SavepointReply struct {
 	// JobEnded: the job had ended before the request (there is nothing to
 	// stop or to take a savepoint of).
 	JobEnded bool `json:"jobEnded,omitempty"`
+}
+
+// UpgradeRequest asks the coordinator to replace the module and plan of a
+// running job at a savepoint barrier. The module must be in the module
+// store already (ModuleBucket, under its digest). Plan is the new plan;
+// the checkpoint and restart settings it leaves out are the running job's.
+type UpgradeRequest struct {
+	JobID        string          `json:"jobId"`
+	Plan         json.RawMessage `json:"plan"`
+	ModuleDigest string          `json:"moduleDigest"`
+	ModuleName   string          `json:"moduleName"`
+	// CanMigrate says the module exports wstream_migrate (the client
+	// compiled it): without it an upgrade that raises a state's layout
+	// version is refused before anything stops.
+	CanMigrate bool `json:"canMigrate,omitempty"`
+}
+
+// UpgradeReply answers an UpgradeRequest when the upgrade has ended: done
+// (the new module completed a checkpoint, or the job finished on it), or
+// with Error when it was refused, aborted or rolled back (RolledBack: the
+// old module runs again from the upgrade's savepoint).
+type UpgradeReply struct {
+	Error      string `json:"error,omitempty"`
+	RolledBack bool   `json:"rolledBack,omitempty"`
+	// Savepoint is the barrier's savepoint (0 when it never completed),
+	// in SavepointDir; Attempt the attempt that runs afterwards.
+	Savepoint    int64  `json:"savepoint,omitempty"`
+	SavepointDir string `json:"savepointDir,omitempty"`
+	Attempt      int    `json:"attempt,omitempty"`
+	// Downtime is from the barrier (the savepoint's trigger) to the first
+	// record the new module was handed; DowntimeKnown is false when no
+	// record reached it before the reply.
+	Downtime      time.Duration `json:"downtime,omitempty"`
+	DowntimeKnown bool          `json:"downtimeKnown,omitempty"`
+	// Migrated lists the states whose values went through wstream_migrate
+	// ("vertex/state v1→v2").
+	Migrated []string `json:"migrated,omitempty"`
 }
 
 // CancelRequest asks the coordinator to stop a job, or a worker to stop its
@@ -206,6 +245,10 @@ type Deployment struct {
 	MemoryLimitMiB int   `json:"memoryLimitMiB,omitempty"`
 	StateBytes     int64 `json:"stateBytes,omitempty"`
 	Weight         int   `json:"weight,omitempty"`
+	// ReportFirstRecord asks each subtask with operators to report, in a
+	// TaskStatus of state TaskFirstRecord, when its operators are first
+	// handed records (an upgrade measures its downtime so).
+	ReportFirstRecord bool `json:"reportFirstRecord,omitempty"`
 }
 
 // TenantRequest manages tenants: Op is add, update, remove or list.
@@ -278,6 +321,9 @@ const (
 	TaskFinished = "finished"
 	TaskFailed   = "failed"
 	TaskCanceled = "canceled"
+	// TaskFirstRecord is no end: the subtask's operators were handed
+	// their first records (TaskStatus.At), when the deployment asked.
+	TaskFirstRecord = "first-record"
 )
 
 // VertexMetrics counts one vertex's records in one subtask.
@@ -299,6 +345,8 @@ type TaskStatus struct {
 	// AfterPeer: the subtask failed because a channel to another subtask
 	// closed, a consequence of that one's failure (not a root cause).
 	AfterPeer bool `json:"afterPeer,omitempty"`
+	// At is when it happened, in Unix milliseconds (TaskFirstRecord).
+	At int64 `json:"at,omitempty"`
 }
 
 // Job states.

@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"encoding/json"
@@ -10,6 +11,8 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -18,7 +21,9 @@ import (
 	"github.com/wstream/wstream/abi"
 	"github.com/wstream/wstream/checkpoint"
 	"github.com/wstream/wstream/connector"
+	"github.com/wstream/wstream/host"
 	"github.com/wstream/wstream/job"
+	"github.com/wstream/wstream/operator/builtin"
 	"github.com/wstream/wstream/state"
 	"github.com/wstream/wstream/transport"
 )
@@ -39,7 +44,11 @@ type ckptEnv struct {
 	// another parallelism; oldGraph is the graph it was taken with.
 	fromSavepoint bool
 	oldGraph      *job.Graph
-	dataDir       string
+	// migrations are the states whose layout version the plan raised
+	// above the savepoint's: their values pass through the module's
+	// wstream_migrate as they are restored.
+	migrations []job.Migration
+	dataDir    string
 	// incremental: checkpoints upload only SST files not stored yet.
 	incremental bool
 	// nativeSavepoints: savepoints hold the Pebble files, not the
@@ -1044,7 +1053,7 @@ func (e *ckptEnv) oldTasks(vertex string) ([]*checkpoint.SubtaskState, int) {
 // every old subtask of the same vertex whose key groups overlap its own:
 // the import keeps only the key groups the store owns (rescaling). It
 // returns the bytes of savepoint files it read.
-func (t *task) importSavepointState(vertex string) (read int64, err error) {
+func (t *task) importSavepointState(vertex string, migrate state.Migrate) (read int64, err error) {
 	env := t.ckpt
 	olds, _ := env.oldTasks(vertex)
 	mine := t.store.KeyGroups()
@@ -1055,7 +1064,7 @@ func (t *task) importSavepointState(vertex string) (read int64, err error) {
 		if !isCanonical(st.State) {
 			// A checkpoint's native Pebble files: restore them, then move
 			// this subtask's key groups over in the canonical form.
-			n, err := t.importNative(st)
+			n, err := t.importNative(st, migrate)
 			read += n
 			if err != nil {
 				return read, err
@@ -1067,7 +1076,7 @@ func (t *task) importSavepointState(vertex string) (read int64, err error) {
 			if err != nil {
 				return read, err
 			}
-			_, err = t.store.ImportCanonical(r)
+			_, err = t.store.ImportCanonicalMigrating(r, migrate)
 			r.Close()
 			if err != nil {
 				return read, fmt.Errorf("savepoint file %s: %w", f.Path, err)
@@ -1087,7 +1096,7 @@ func isCanonical(files []checkpoint.FileHandle) bool {
 // subtask's native snapshot: the Pebble files are restored into a scratch
 // directory, opened as a store of the old range, and streamed through the
 // canonical format into this subtask's store.
-func (t *task) importNative(old *checkpoint.SubtaskState) (int64, error) {
+func (t *task) importNative(old *checkpoint.SubtaskState, migrate state.Migrate) (int64, error) {
 	env := t.ckpt
 	tmp := filepath.Join(env.tmpDir, fmt.Sprintf("rescale-%d-%d-%d", old.Task.Chain, old.Task.Subtask, t.subtask))
 	_ = os.RemoveAll(tmp)
@@ -1108,7 +1117,7 @@ func (t *task) importNative(old *checkpoint.SubtaskState) (int64, error) {
 		_, err := src.ExportCanonical(pw, 0)
 		pw.CloseWithError(err)
 	}()
-	_, err = t.store.ImportCanonical(pr)
+	_, err = t.store.ImportCanonicalMigrating(pr, migrate)
 	pr.Close()
 	if cerr := src.Close(); err == nil {
 		err = cerr
@@ -1209,4 +1218,55 @@ func (t *task) sstDigest(path string) (string, error) {
 	t.digests[key] = sum
 	t.digestMu.Unlock()
 	return sum, nil
+}
+
+// migrator returns what converts the restored values of the states of head
+// whose layout version the plan raised (nil when there are none): each goes
+// through the module's wstream_migrate, in the subtask's instance, which it
+// makes for the purpose (*inst) before any operator opens.
+func (w *Worker) migrator(j *jobRun, mod *host.Module, t *task, head *job.Vertex, inst **host.Instance) (state.Migrate, error) {
+	versions := map[string]int{}
+	for _, m := range j.ckpt.migrations {
+		if m.Vertex == head.ID {
+			versions[m.State] = m.From
+		}
+	}
+	if len(versions) == 0 {
+		return nil, nil
+	}
+	var names []string
+	for s := range versions {
+		names = append(names, s)
+	}
+	sort.Strings(names)
+	if head.Kind != job.KindOperator || strings.HasPrefix(head.Operator, builtin.Prefix) || mod == nil {
+		return nil, fmt.Errorf("the plan raises the layout version of state %s of vertex %s, whose operator is not the module's: nothing can migrate it", strings.Join(names, ", "), head.ID)
+	}
+	if !mod.CanMigrate() {
+		return nil, fmt.Errorf("the plan raises the layout version of state %s of vertex %s, and module %s does not export wstream_migrate to convert its values", strings.Join(names, ", "), head.ID, mod.Name())
+	}
+	if *inst == nil {
+		in, err := w.instance(j, mod, t.label)
+		if err != nil {
+			return nil, err
+		}
+		*inst = in
+		t.closers = append(t.closers, func() error { return in.Close(context.Background()) })
+	}
+	in := *inst
+	vertex := []byte(head.ID)
+	return func(rec *state.CanonicalRecord) ([]byte, error) {
+		if !bytes.Equal(rec.Vertex, vertex) {
+			return rec.Value, nil
+		}
+		from, ok := versions[string(rec.State)]
+		if !ok {
+			return rec.Value, nil
+		}
+		v, err := in.Migrate(head.Operator, string(rec.State), from, rec.Key, rec.Namespace, rec.Value)
+		if err != nil {
+			return nil, fmt.Errorf("migrating state %q from layout version %d: %w", rec.State, from, err)
+		}
+		return v, nil
+	}, nil
 }

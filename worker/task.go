@@ -224,6 +224,9 @@ type task struct {
 	asyncWG      sync.WaitGroup
 	sinkTxn      bool
 	restored     *checkpoint.SubtaskState
+	// firstRecord, when set, reports the first batch handed to the
+	// operators (Deployment.ReportFirstRecord), once.
+	firstRecord func()
 
 	source   connector.Source
 	srcOut   atomic.Int64
@@ -508,6 +511,10 @@ func (t *task) deliver(ctx context.Context, k int, batch []byte) error {
 		return t.emitTail(ctx, batch)
 	}
 	s := t.stages[k]
+	if t.firstRecord != nil {
+		t.firstRecord()
+		t.firstRecord = nil
+	}
 	s.in.Add(int64(abi.Count(batch)))
 	if err := s.op.Process(batch, &s.coll); err != nil {
 		return t.stageError(s, "failed processing a batch", err)

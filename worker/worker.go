@@ -404,7 +404,9 @@ type jobRun struct {
 	failed atomic.Bool
 	tasks  []*task
 
-	attempt     int
+	attempt int
+	// reportFirst: subtasks report their first records (an upgrade).
+	reportFirst bool
 	restartable bool
 	ckpt        *ckptEnv
 	done        chan struct{} // closed when every subtask has ended
@@ -547,7 +549,7 @@ func (w *Worker) deploy(d transport.Deployment) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	j := &jobRun{id: d.JobID, attempt: d.Attempt, plan: plan, graph: g, ctx: ctx, cancel: cancel,
 		done: make(chan struct{}), restartable: d.Restartable, tenant: d.Tenant, stateBytes: d.StateBytes,
-		memPages: uint32(d.MemoryLimitMiB) * 16, weight: d.Weight}
+		memPages: uint32(d.MemoryLimitMiB) * 16, weight: d.Weight, reportFirst: d.ReportFirstRecord}
 	if err := w.dataConn(j, d); err != nil {
 		cancel()
 		return err
@@ -677,6 +679,7 @@ func (w *Worker) checkpointEnv(j *jobRun, d transport.Deployment) (*ckptEnv, err
 		if err != nil {
 			return nil, fmt.Errorf("savepoint %s: its plan: %w", d.SavepointRoot, err)
 		}
+		env.migrations = job.Migrations(old, j.plan)
 		env.restore, env.restoreStorage, env.fromSavepoint = m, sp, true
 	case d.RestoreID > 0:
 		m, err := st.ReadMetadata(d.RestoreID)
@@ -905,6 +908,9 @@ func (w *Worker) newTask(j *jobRun, mod *host.Module, c *job.Chain, sub int, cha
 		}
 	}
 	var store *state.Store
+	// inst serves the chain's guest operators; a migration of restored
+	// state makes it before they open.
+	var inst *host.Instance
 	if keyed {
 		dir := filepath.Join(w.cfg.DataDir, "jobs", j.id, "state", fmt.Sprintf("%s-%d", c.ID, sub))
 		// State left by an earlier attempt ran past the checkpoint this one
@@ -944,7 +950,11 @@ func (w *Worker) newTask(j *jobRun, mod *host.Module, c *job.Chain, sub int, cha
 		t.closers = append(t.closers, s.Close)
 		t.store = s
 		if j.ckpt != nil && j.ckpt.fromSavepoint {
-			n, err := t.importSavepointState(head.ID)
+			migrate, err := w.migrator(j, mod, t, head, &inst)
+			if err != nil {
+				return fail(fmt.Errorf("subtask %s: restoring state from savepoint %d: %w", t.label, j.ckpt.restore.ID, err))
+			}
+			n, err := t.importSavepointState(head.ID, migrate)
 			w.restoreRead.Add(n)
 			if err != nil {
 				return fail(fmt.Errorf("subtask %s: restoring state from savepoint %d: %w", t.label, j.ckpt.restore.ID, err))
@@ -952,7 +962,6 @@ func (w *Worker) newTask(j *jobRun, mod *host.Module, c *job.Chain, sub int, cha
 		}
 	}
 
-	var inst *host.Instance
 	for i, v := range c.Vertices {
 		switch v.Kind {
 		case job.KindSource:
@@ -1037,6 +1046,16 @@ func (w *Worker) newTask(j *jobRun, mod *host.Module, c *job.Chain, sub int, cha
 		}
 	}
 	t.store = store
+	if j.reportFirst && len(t.stages) > 0 {
+		t.firstRecord = func() {
+			st := transport.TaskStatus{JobID: j.id, Attempt: j.attempt, Worker: w.cfg.ID, Task: transport.TaskRef{Chain: c.Index, Subtask: sub},
+				State: transport.TaskFirstRecord, At: time.Now().UnixMilli()}
+			b, _ := json.Marshal(st)
+			if err := w.cfg.NATS.Publish(transport.TaskStatusSubject(j.id), b); err != nil {
+				w.log.Warn("reporting the first records", logging.Job, j.id, "subtask", t.label, "err", err)
+			}
+		}
+	}
 	return t, nil
 }
 

@@ -24,6 +24,9 @@ func TestGoldenOutput(t *testing.T) {
 	started := time.Date(2026, 11, 29, 10, 2, 11, 0, time.UTC)
 	now = func() time.Time { return started.Add(5 * time.Second) }
 	defer func() { now = time.Now }()
+	// The upgrades table shows local times.
+	defer func(l *time.Location) { time.Local = l }(time.Local)
+	time.Local = time.UTC
 	jobs := []transport.JobInfo{
 		{JobID: "wordcount-9c1e", Name: "wordcount", State: "RESTARTING", Attempt: 2, Restarts: 2, Cause: "worker w1 lost: no heartbeat for 10.2s", Started: started},
 		{JobID: "window-77a0", Name: "window", State: "FAILED", Attempt: 0, Started: started.Add(time.Minute), Error: "operator \"win\" (vertex win, subtask 1) failed processing a batch: wasm error: unreachable", Tenant: "acme"},
@@ -38,6 +41,9 @@ func TestGoldenOutput(t *testing.T) {
 		{ID: 2, Kind: checkpoint.KindCheckpoint, Status: "completed", Duration: 61 * time.Millisecond, StateSize: 201_000, Uploaded: 3_958, InFlightBytes: 1 << 20, Unaligned: true, Attempt: 1},
 		{ID: 3, Kind: checkpoint.KindSavepoint, Status: "aborted", Reason: "checkpoint expired before completing", Attempt: 1},
 	}
+	ups := []coordinator.UpgradeEntry{{Time: started.Add(time.Hour), Outcome: "done", Savepoint: 4, FromAttempt: 1, Attempt: 2,
+		OldModule: "wordcount.wasm", OldDigest: "sha256:0f3a", NewModule: "wordcountv2.wasm", NewDigest: "sha256:77b1",
+		OldSubtasks: 7, NewSubtasks: 9, Migrated: []string{"count/count"}, Downtime: 190 * time.Millisecond, DowntimeKnown: true}}
 	meta := &checkpoint.Metadata{Format: "wstream-checkpoint", Version: 1, JobID: "wordcount-9c1e", ID: 2, Kind: checkpoint.KindCheckpoint,
 		Trigger: started.UnixMilli(), Done: started.UnixMilli() + 61, ModuleDigest: "sha256:0f3a", MaxParallelism: 128,
 		Tasks: []checkpoint.SubtaskState{{Task: checkpoint.TaskID{Chain: 1, Subtask: 0}, KeyGroups: abi.KeyGroupRange{Start: 0, End: 63},
@@ -53,8 +59,9 @@ func TestGoldenOutput(t *testing.T) {
 		{"list-empty.json", func(b *bytes.Buffer) error { return writeJSON(b, orEmpty([]transport.JobInfo(nil))) }},
 		{"workers.txt", func(b *bytes.Buffer) error { return printWorkers(b, workers) }},
 		{"workers.json", func(b *bytes.Buffer) error { return writeJSON(b, orEmpty(workers)) }},
-		{"checkpoints.txt", func(b *bytes.Buffer) error { return printCheckpoints(b, false, "wordcount-9c1e", hist, []int64{2}) }},
-		{"checkpoints.json", func(b *bytes.Buffer) error { return printCheckpoints(b, true, "wordcount-9c1e", hist, []int64{2}) }},
+		{"checkpoints.txt", func(b *bytes.Buffer) error { return printCheckpoints(b, false, "wordcount-9c1e", hist, []int64{2}, nil) }},
+		{"checkpoints-upgraded.txt", func(b *bytes.Buffer) error { return printCheckpoints(b, false, "wordcount-9c1e", hist, []int64{2}, ups) }},
+		{"checkpoints.json", func(b *bytes.Buffer) error { return printCheckpoints(b, true, "wordcount-9c1e", hist, []int64{2}, ups) }},
 		{"inspect.json", func(b *bytes.Buffer) error { return inspectJSON(b, nil, meta, false) }},
 	}
 	for _, c := range cases {

@@ -131,6 +131,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			cancelCommand(),
 			savepointCommand(),
 			stopCommand(),
+			upgradeCommand(),
 			inspectCommand(),
 			tenantCommand(),
 			completionCommand(),
@@ -913,20 +914,25 @@ checkpoints retained on disk.`,
 			if err != nil {
 				return err
 			}
-			return printCheckpoints(c.App.Writer, asJSON, id, hist, ids)
+			ups, err := coordinator.ReadUpgrades(dir, id)
+			if err != nil {
+				return err
+			}
+			return printCheckpoints(c.App.Writer, asJSON, id, hist, ids, ups)
 		},
 	}
 }
 
 // printCheckpoints writes a job's checkpoint history and its retained
 // checkpoints as a table, or as JSON.
-func printCheckpoints(w io.Writer, asJSON bool, id string, hist []coordinator.HistoryEntry, ids []int64) error {
+func printCheckpoints(w io.Writer, asJSON bool, id string, hist []coordinator.HistoryEntry, ids []int64, ups []coordinator.UpgradeEntry) error {
 	if asJSON {
 		return writeJSON(w, struct {
 			Job      string                     `json:"job"`
 			History  []coordinator.HistoryEntry `json:"history"`
 			Retained []int64                    `json:"retained"`
-		}{id, orEmpty(hist), orEmpty(ids)})
+			Upgrades []coordinator.UpgradeEntry `json:"upgrades,omitempty"`
+		}{id, orEmpty(hist), orEmpty(ids), ups})
 	}
 	fmt.Fprintf(w, "%-6s %-11s %-9s %-10s %-10s %-10s %-10s %-10s %-10s %-10s %s\n",
 		"ID", "KIND", "STATUS", "DURATION", "SIZE", "UPLOADED", "IN-FLIGHT", "ALIGNMENT", "SYNC", "ASYNC", "ATTEMPT")
@@ -947,5 +953,6 @@ func printCheckpoints(w io.Writer, asJSON bool, id string, hist []coordinator.Hi
 		fmt.Fprintln(w)
 	}
 	fmt.Fprintf(w, "retained: %v (* = unaligned)\n", ids)
+	printUpgrades(w, ups)
 	return nil
 }

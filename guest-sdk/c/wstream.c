@@ -2177,6 +2177,32 @@ int32_t wstream_open(int32_t op, uint32_t name_ptr, int32_t name_len, uint32_t c
 	return WS_OK;
 }
 
+void ws_migrate_error(const char *msg) {
+	uint32_t n = 0;
+	while (msg[n])
+		n++;
+	ws_host_fail(msg, n);
+}
+
+int64_t ws_migrate_run_(ws_migrate_fn fn, uint32_t op_ptr, int32_t op_len, uint32_t state_ptr, int32_t state_len,
+                        int32_t version, uint32_t key_ptr, int32_t key_len, uint32_t ns_ptr, int32_t ns_len,
+                        uint32_t val_ptr, int32_t val_len) {
+	const uint8_t *op, *state, *key, *ns, *val;
+	if (!region("wstream_migrate", op_ptr, op_len, &op) || !region("wstream_migrate", state_ptr, state_len, &state) ||
+	    !region("wstream_migrate", key_ptr, key_len, &key) || !region("wstream_migrate", ns_ptr, ns_len, &ns) ||
+	    !region("wstream_migrate", val_ptr, val_len, &val))
+		return WS_BAD_POINTER;
+	const uint8_t *out = 0;
+	uint32_t out_len = 0;
+	int st = fn((const char *)op, (uint32_t)op_len, (const char *)state, (uint32_t)state_len, version, key,
+	            (uint32_t)key_len, ns, (uint32_t)ns_len, val, (uint32_t)val_len, &out, &out_len);
+	if (st != 0)
+		return st < 0 ? st : WS_BAD_ARGUMENT;
+	if (out_len == 0)
+		return 0;
+	return (int64_t)(((uint64_t)(uintptr_t)out << 32) | (uint64_t)out_len);
+}
+
 WS_EXPORT("wstream_process") int32_t wstream_process(int32_t op, uint32_t ptr, int32_t len) {
 	ws_ctx *c = slot(op);
 	if (!c)

@@ -130,6 +130,40 @@ extern const ws_operator *const wstream_operators[];
 	}                                                                             \
 	typedef int ws_plan_defined_once_
 
+/* ---- State migration ---------------------------------------------------- */
+
+/*
+ * A migration converts one value of a state whose layout version the plan
+ * raised (abi/ABI.md, wstream_migrate): op and state name the operator and
+ * the state (not NUL-terminated), version is the layout version the value
+ * was written with, key, ns and value the entry. Set *out and *out_len to
+ * the value in the current layout, in memory that stays valid until the
+ * next call (for example a buffer the module keeps), and return 0; or call
+ * ws_migrate_error and return non-zero: the restore fails (an upgrade rolls
+ * back).
+ */
+typedef int (*ws_migrate_fn)(const char *op, uint32_t op_len, const char *state, uint32_t state_len, int32_t version,
+                             const uint8_t *key, uint32_t key_len, const uint8_t *ns, uint32_t ns_len,
+                             const uint8_t *value, uint32_t value_len, const uint8_t **out, uint32_t *out_len);
+
+/* ws_migrate_error says why the migration in progress fails (NUL-terminated). */
+void ws_migrate_error(const char *msg);
+
+/* The body of the wstream_migrate export that WSTREAM_MIGRATE defines. */
+int64_t ws_migrate_run_(ws_migrate_fn fn, uint32_t op_ptr, int32_t op_len, uint32_t state_ptr, int32_t state_len,
+                        int32_t version, uint32_t key_ptr, int32_t key_len, uint32_t ns_ptr, int32_t ns_len,
+                        uint32_t val_ptr, int32_t val_len);
+
+/* WSTREAM_MIGRATE(fn) exports fn, a ws_migrate_fn, as wstream_migrate. Use it
+ * once, at file scope. */
+#define WSTREAM_MIGRATE(fn)                                                                                  \
+	__attribute__((export_name("wstream_migrate"))) int64_t ws_migrate_export_(                              \
+	    uint32_t a, int32_t b, uint32_t c, int32_t d, int32_t v, uint32_t e, int32_t f, uint32_t g, int32_t h, \
+	    uint32_t i, int32_t j) {                                                                             \
+		return ws_migrate_run_(fn, a, b, c, d, v, e, f, g, h, i, j);                                         \
+	}                                                                                                        \
+	typedef int ws_migrate_defined_once_
+
 /* ---- Context ----------------------------------------------------------- */
 
 /* The name the operator was opened under (NUL-terminated). */

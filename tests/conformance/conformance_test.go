@@ -1,6 +1,7 @@
 package conformance_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -38,6 +39,7 @@ var capabilities = []capability{
 	{"checkpoint hooks", hooks},
 	{"errors", failures},
 	{"close", closing},
+	{"state migration", migration},
 }
 
 // TestConformance runs every capability against every language's
@@ -400,6 +402,35 @@ func closing(t *testing.T, m *langModule) {
 		t.Fatalf("close: %v", err)
 	}
 	wantRecords(t, "close", out.recs, "0|0||close")
+}
+
+func migration(t *testing.T, m *langModule) {
+	ctx := context.Background()
+	inst, err := m.mod.NewInstance(ctx, m.lang+"/migrate")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer inst.Close(ctx)
+	if !m.mod.CanMigrate() {
+		t.Fatal("the module does not export wstream_migrate")
+	}
+	got, err := inst.Migrate("conform", "m", 1, []byte("k1"), []byte("ns"), []byte("old"))
+	if err != nil || string(got) != "m|1|k1|ns|old" {
+		t.Fatalf("migrate: %q, %v", got, err)
+	}
+	big := bytes.Repeat([]byte("x"), 200000)
+	got, err = inst.Migrate("conform", "m", 7, nil, nil, big)
+	if err != nil || string(got) != "m|7|||"+string(big) {
+		t.Fatalf("migrate of a large value with an empty key and namespace: %d bytes, %v", len(got), err)
+	}
+	_, err = inst.Migrate("conform", "fail", 1, []byte("k"), nil, []byte("v"))
+	if err == nil || !strings.Contains(err.Error(), "migration refused") {
+		t.Fatalf("a failing migration: %v", err)
+	}
+	got, err = inst.Migrate("conform", "m", 2, []byte("k"), nil, []byte("after"))
+	if err != nil || string(got) != "m|2|k||after" {
+		t.Fatalf("a migration after a failed one: %q, %v", got, err)
+	}
 }
 
 // TestREADMETable checks that the README's conformance table lists every

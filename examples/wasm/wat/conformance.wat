@@ -208,6 +208,12 @@
   (data (i32.const 0x4000) "t\00")
   (data (i32.const 0x4010) "inc:\00")
   (data (i32.const 0x4020) " =\00")
+  (data (i32.const 0x4030) "conform\00")
+  (data (i32.const 0x4040) "m\00")
+  (data (i32.const 0x4050) "fail\00")
+  (data (i32.const 0x4060) "m|\00")
+  (data (i32.const 0x4070) "|\00")
+  (data (i32.const 0x4080) "migration refused\00")
 
   ;; The integer parse_int parsed; the slot of the callback in progress; the
   ;; record being handled (key and timestamp, for replies); whether a
@@ -1445,6 +1451,31 @@
         (local.set $i (i32.add (local.get $i) (i32.const 1)))
         (br $timer)))
     (call $finish))
+
+;; wstream_migrate (SPEC.md, "State migration"): state "m" of operator
+  ;; "conform" becomes "m|VERSION|KEY|NS|VALUE", built in the growable
+  ;; buffer at 0x8e0; state "fail" fails with "migration refused".
+  (func (export "wstream_migrate")
+    (param $op i32) (param $opn i32) (param $st i32) (param $stn i32) (param $ver i32)
+    (param $k i32) (param $kn i32) (param $ns i32) (param $nsn i32) (param $v i32) (param $vn i32)
+    (result i64)
+    (if (i32.eqz (call $eq_cstr (local.get $op) (local.get $opn) (i32.const 0x4030)))
+      (then (call $fail (i32.const 0x4080) (i32.const 17)) (return (i64.const -5))))
+    (if (i32.eqz (call $eq_cstr (local.get $st) (local.get $stn) (i32.const 0x4040)))
+      (then (call $fail (i32.const 0x4080) (i32.const 17)) (return (i64.const -5))))
+    (global.set $oom (i32.const 0))
+    (call $buf_reset (i32.const 0x8e0))
+    (call $buf_cstr (i32.const 0x8e0) (i32.const 0x4060))
+    (call $buf_i64 (i32.const 0x8e0) (i64.extend_i32_s (local.get $ver)))
+    (call $buf_cstr (i32.const 0x8e0) (i32.const 0x4070))
+    (call $buf_add (i32.const 0x8e0) (local.get $k) (local.get $kn))
+    (call $buf_cstr (i32.const 0x8e0) (i32.const 0x4070))
+    (call $buf_add (i32.const 0x8e0) (local.get $ns) (local.get $nsn))
+    (call $buf_cstr (i32.const 0x8e0) (i32.const 0x4070))
+    (call $buf_add (i32.const 0x8e0) (local.get $v) (local.get $vn))
+    (if (global.get $oom) (then (return (i64.extend_i32_s (call $err_oom)))))
+    (i64.or (i64.shl (i64.extend_i32_u (i32.load (i32.const 0x8e0))) (i64.const 32))
+            (i64.extend_i32_u (i32.load offset=8 (i32.const 0x8e0)))))
 
   ;; wstream_close emits "close" with an empty key at time 0.
   (func (export "wstream_close") (param $op i32) (result i32)

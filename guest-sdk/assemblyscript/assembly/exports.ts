@@ -7,7 +7,7 @@
 // aborts go through the host's fail import instead of an env.abort import.
 
 import {
-  ABI_VERSION, abiAlloc, abiOpen, abiProcess, abiOnTimer, abiClose, abiCheckpointHook, abiPlan, abiAbort,
+  ABI_VERSION, abiAlloc, abiOpen, abiProcess, abiOnTimer, abiClose, abiCheckpointHook, abiPlan, abiAbort, abiMigrate,
 } from "./wstream";
 
 export function wstream_abi_version(): i32 {
@@ -48,6 +48,11 @@ export function wstream_checkpoint_complete(op: i32, checkpoint: i64): i32 {
 
 export function wstream_checkpoint_aborted(op: i32, checkpoint: i64): i32 {
   return abiCheckpointHook("wstream_checkpoint_aborted", "checkpoint_aborted", op, checkpoint, 2);
+}
+
+export function wstream_migrate(opPtr: usize, opLen: i32, statePtr: usize, stateLen: i32, version: i32,
+  keyPtr: usize, keyLen: i32, nsPtr: usize, nsLen: i32, valPtr: usize, valLen: i32): i64 {
+  return abiMigrate(opPtr, opLen, statePtr, stateLen, version, keyPtr, keyLen, nsPtr, nsLen, valPtr, valLen);
 }
 
 // wstreamAbort replaces AssemblyScript's abort (--use abort=wstreamAbort):

@@ -7,6 +7,7 @@
 export {
   ABI_VERSION, EVENT_TIME, PROCESSING_TIME, LOG_DEBUG, LOG_INFO, LOG_WARN, LOG_ERROR, MIN_WATERMARK, MAX_WATERMARK,
   Operator, Context, Record, Timer, ValueState, MapState, MapIterator, register, setPlan,
+  MigrateFn, registerMigration, failMigration,
 } from "./wstream";
 export {
   OK, NOT_FOUND, BAD_POINTER, BAD_HANDLE, BAD_OUTPUT, BAD_ARGUMENT, KEY_GROUP, NO_KEYED_STATE, STATE_ERROR, LIMIT,

@@ -303,6 +303,76 @@ export function setPlan(json: string): void {
   planBytes = String.UTF8.encode(json);
 }
 
+// ---- State migration -------------------------------------------------------
+
+/**
+ * A migration converts one value of a state whose layout version the plan
+ * raised (abi/ABI.md, wstream_migrate): version is the layout version the
+ * value was written with; key, ns and value are the entry (valid during the
+ * call only). It returns the value in the current layout, or null after
+ * failMigration to fail the restore (an upgrade then rolls back).
+ */
+export type MigrateFn = (version: i32, key: Uint8Array, ns: Uint8Array, value: Uint8Array) => Uint8Array | null;
+
+const migrationKeys = new Array<string>();
+const migrationFns = new Array<MigrateFn>();
+let migrationError: string | null = null;
+let migrated: Uint8Array | null = null;
+
+/**
+ * registerMigration registers fn for the values of state of operator op
+ * (docs/upgrade.md); call it at the top level of the module.
+ */
+export function registerMigration(op: string, state: string, fn: MigrateFn): void {
+  const k = op + "\u0000" + state;
+  for (let i = 0; i < migrationKeys.length; i++) {
+    assert(migrationKeys[i] != k, "wstream: registerMigration: state registered twice");
+  }
+  migrationKeys.push(k);
+  migrationFns.push(fn);
+}
+
+/** failMigration says why the migration in progress fails; return null after it. */
+export function failMigration(msg: string): void {
+  migrationError = msg;
+}
+
+function view(ptr: usize, len: i32): Uint8Array {
+  const b = new Uint8Array(len);
+  if (len > 0) memory.copy(b.dataStart, ptr, <usize>len);
+  return b;
+}
+
+export function abiMigrate(opPtr: usize, opLen: i32, statePtr: usize, stateLen: i32, version: i32,
+  keyPtr: usize, keyLen: i32, nsPtr: usize, nsLen: i32, valPtr: usize, valLen: i32): i64 {
+  const e = "wstream_migrate";
+  if (!region(e, opPtr, opLen) || !region(e, statePtr, stateLen) || !region(e, keyPtr, keyLen) ||
+    !region(e, nsPtr, nsLen) || !region(e, valPtr, valLen)) return <i64>BAD_POINTER;
+  const op = String.UTF8.decodeUnsafe(opPtr, <usize>opLen);
+  const state = String.UTF8.decodeUnsafe(statePtr, <usize>stateLen);
+  const k = op + "\u0000" + state;
+  let idx = -1;
+  for (let i = 0; i < migrationKeys.length; i++) {
+    if (migrationKeys[i] == k) idx = i;
+  }
+  if (idx < 0) {
+    hostFailString("no migration registered for state " + quoteString(state) + " of operator " + quoteString(op) + " (registerMigration)");
+    return <i64>BAD_ARGUMENT;
+  }
+  migrationError = null;
+  const out = migrationFns[idx](version, view(keyPtr, keyLen), view(nsPtr, nsLen), view(valPtr, valLen));
+  if (out === null) {
+    const why = migrationError;
+    hostFailString("migrating state " + quoteString(state) + " of operator " + quoteString(op) + " from version " +
+      version.toString() + ": " + (why === null ? "the migration returned null" : why));
+    return <i64>BAD_ARGUMENT;
+  }
+  // Kept until the next call: the host copies it after this one.
+  migrated = out;
+  if (out.length == 0) return 0;
+  return (<i64>out.dataStart << 32) | <i64>out.length;
+}
+
 // ---- Context ---------------------------------------------------------------
 
 class StateInfo {

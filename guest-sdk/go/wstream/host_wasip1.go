@@ -201,6 +201,30 @@ func exportPlan() uint64 {
 	return uint64(uintptr(unsafe.Pointer(&mod.plan[0])))<<32 | uint64(len(mod.plan))
 }
 
+//go:wasmexport wstream_migrate
+func exportMigrate(opPtr uint32, opLen int32, statePtr uint32, stateLen int32, version int32,
+	keyPtr uint32, keyLen int32, nsPtr uint32, nsLen int32, valPtr uint32, valLen int32) int64 {
+	var args [5][]byte
+	for i, r := range [5]struct {
+		p uint32
+		n int32
+	}{{opPtr, opLen}, {statePtr, stateLen}, {keyPtr, keyLen}, {nsPtr, nsLen}, {valPtr, valLen}} {
+		b, ok := arg(abi.ExportMigrate, r.p, r.n)
+		if !ok {
+			return int64(abi.StatusBadPointer)
+		}
+		args[i] = b
+	}
+	v, st := mod.migrate(args[0], args[1], version, args[2], args[3], args[4])
+	if st != abi.StatusOK {
+		return int64(st)
+	}
+	if len(v) == 0 {
+		return 0
+	}
+	return int64(uint64(uintptr(unsafe.Pointer(&v[0])))<<32 | uint64(len(v)))
+}
+
 //go:wasmexport wstream_pre_barrier
 func exportPreBarrier(op int32, id int64) int32 { return mod.checkpoint(hookPreBarrier, op, id) }
 

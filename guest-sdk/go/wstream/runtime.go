@@ -16,6 +16,11 @@ import (
 type module struct {
 	factories map[string]func() Operator
 	plan      []byte
+	// migrations convert values of states whose layout changed
+	// (RegisterMigration); migrated holds the last converted value until
+	// the host copied it.
+	migrations map[migrationKey]MigrateFunc
+	migrated   []byte
 
 	// arena is where the host writes call arguments (wstream_alloc). It is
 	// replaced only by a larger one, when the host asks for more room.

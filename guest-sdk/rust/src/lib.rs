@@ -376,6 +376,43 @@ pub trait Operator {
     }
 }
 
+/// Defines the optional `wstream_migrate` export (abi/ABI.md): `$f`, a
+/// [`rt::MigrateFn`], converts one value of a state whose layout version
+/// the plan raised — given the operator's and the state's names, the
+/// version the value was written with, its key, namespace and old value —
+/// into the current layout. An `Err` fails the restore (an upgrade rolls
+/// back). Use it once, next to [`module!`].
+///
+/// ```ignore
+/// wstream::migrate!(|op, state, version, key, ns, value| {
+///     Ok(format!("{}", i64::from_le_bytes(value.try_into()?)).into_bytes())
+/// });
+/// ```
+#[macro_export]
+macro_rules! migrate {
+    ($f:expr $(,)?) => {
+        #[no_mangle]
+        #[allow(clippy::too_many_arguments)]
+        pub extern "C" fn wstream_migrate(
+            op_ptr: i32,
+            op_len: i32,
+            state_ptr: i32,
+            state_len: i32,
+            version: i32,
+            key_ptr: i32,
+            key_len: i32,
+            ns_ptr: i32,
+            ns_len: i32,
+            val_ptr: i32,
+            val_len: i32,
+        ) -> i64 {
+            $crate::rt::migrate(
+                $f, op_ptr, op_len, state_ptr, state_len, version, key_ptr, key_len, ns_ptr, ns_len, val_ptr, val_len,
+            )
+        }
+    };
+}
+
 /// Defines the module's exports: its operators, each a name and a
 /// constructor `fn(&mut Context) -> Result<impl Operator>` run by
 /// `wstream_open`, and optionally its job plan (JSON, the `wstream_plan`

@@ -466,3 +466,67 @@ pub fn plan(json: &'static str) -> i64 {
     }
     (((json.as_ptr() as usize as u64) << 32) | json.len() as u64) as i64
 }
+
+/// The value the last migration returned, kept until the host copied it.
+static MIGRATED: Global<Vec<u8>> = Global(UnsafeCell::new(Vec::new()));
+
+/// A migration (wstream::migrate!): the operator's name, the state's name,
+/// the layout version the value was written with, the key, the namespace
+/// and the old value; it returns the value in the current layout.
+pub type MigrateFn = fn(&str, &str, i32, &[u8], &[u8], &[u8]) -> crate::Result<Vec<u8>>;
+
+/// The wstream_migrate export: runs f on the arguments the host wrote into
+/// the arena and returns (pointer << 32) | length of the new value, or a
+/// status after fail.
+#[allow(clippy::too_many_arguments)]
+pub fn migrate(
+    f: MigrateFn,
+    op_ptr: i32,
+    op_len: i32,
+    state_ptr: i32,
+    state_len: i32,
+    version: i32,
+    key_ptr: i32,
+    key_len: i32,
+    ns_ptr: i32,
+    ns_len: i32,
+    val_ptr: i32,
+    val_len: i32,
+) -> i64 {
+    install_panic_hook();
+    let e = "wstream_migrate";
+    let args = (
+        region(e, op_ptr, op_len),
+        region(e, state_ptr, state_len),
+        region(e, key_ptr, key_len),
+        region(e, ns_ptr, ns_len),
+        region(e, val_ptr, val_len),
+    );
+    let (op, state, key, ns, val) = match args {
+        (Some(a), Some(b), Some(c), Some(d), Some(v)) => (a, b, c, d, v),
+        _ => return BAD_POINTER as i64,
+    };
+    let op = std::str::from_utf8(op).unwrap_or("");
+    let state = std::str::from_utf8(state).unwrap_or("");
+    match f(op, state, version, key, ns, val) {
+        Ok(v) => {
+            // SAFETY: see Global: only this export touches MIGRATED.
+            let out = unsafe { &mut *MIGRATED.0.get() };
+            *out = v;
+            if out.is_empty() {
+                return 0;
+            }
+            (((out.as_ptr() as usize as u64) << 32) | out.len() as u64) as i64
+        }
+        Err(err) => {
+            host_fail(&format!(
+                "migrating state {:?} of operator {:?} from version {}: {}",
+                state,
+                op,
+                version,
+                err.message()
+            ));
+            BAD_ARGUMENT as i64
+        }
+    }
+}

@@ -10,7 +10,7 @@
 
 import {
   Operator, Context, Record, Timer, ValueState, MapState, Bytes, register, quote, str, bytesEqual,
-  parseDecimal, parseStatus, PARSE_OK, BAD_OUTPUT, LOG_INFO, PROCESSING_TIME,
+  parseDecimal, parseStatus, PARSE_OK, BAD_OUTPUT, LOG_INFO, PROCESSING_TIME, registerMigration, failMigration,
 } from "../../../../guest-sdk/assemblyscript/assembly/index";
 export * from "../../../../guest-sdk/assemblyscript/assembly/exports";
 
@@ -324,3 +324,24 @@ function found(reply: Bytes, v: Uint8Array | null): Bytes | null {
 }
 
 register("conform", (): Operator => new Conform());
+
+// SPEC.md, "State migration".
+registerMigration("conform", "m", (version: i32, key: Uint8Array, ns: Uint8Array, value: Uint8Array): Uint8Array | null => {
+  const head = Uint8Array.wrap(String.UTF8.encode("m|" + version.toString() + "|"));
+  const out = new Uint8Array(head.length + key.length + 1 + ns.length + 1 + value.length);
+  let at = 0;
+  out.set(head, at);
+  at += head.length;
+  out.set(key, at);
+  at += key.length;
+  out[at++] = 0x7c;
+  out.set(ns, at);
+  at += ns.length;
+  out[at++] = 0x7c;
+  out.set(value, at);
+  return out;
+});
+registerMigration("conform", "fail", (version: i32, key: Uint8Array, ns: Uint8Array, value: Uint8Array): Uint8Array | null => {
+  failMigration("migration refused");
+  return null;
+});

@@ -519,3 +519,64 @@ static const ws_operator conform_op = {
 };
 
 WSTREAM_OPERATORS(&conform_op);
+
+/* SPEC.md, "State migration". */
+static uint8_t *migrated;
+
+static int eq(const char *a, uint32_t n, const char *lit) {
+	uint32_t i = 0;
+	for (; i < n && lit[i]; i++)
+		if (a[i] != lit[i])
+			return 0;
+	return i == n && !lit[i];
+}
+
+static int conform_migrate(const char *op, uint32_t op_len, const char *state, uint32_t state_len, int32_t version,
+                           const uint8_t *key, uint32_t key_len, const uint8_t *ns, uint32_t ns_len,
+                           const uint8_t *value, uint32_t value_len, const uint8_t **out, uint32_t *out_len) {
+	if (!eq(op, op_len, "conform") || eq(state, state_len, "fail")) {
+		ws_migrate_error("migration refused");
+		return -1;
+	}
+	if (!eq(state, state_len, "m")) {
+		ws_migrate_error("no migration for this state");
+		return -1;
+	}
+	char v[24];
+	uint32_t vn = 0;
+	uint32_t u = version < 0 ? 0 : (uint32_t)version;
+	char rev[12];
+	uint32_t rn = 0;
+	do {
+		rev[rn++] = (char)('0' + u % 10);
+		u /= 10;
+	} while (u);
+	while (rn)
+		v[vn++] = rev[--rn];
+	uint32_t n = 2 + vn + 1 + key_len + 1 + ns_len + 1 + value_len;
+	uint8_t *b = ws_realloc(migrated, n);
+	if (!b) {
+		ws_migrate_error("out of memory");
+		return -1;
+	}
+	migrated = b;
+	uint32_t at = 0;
+	b[at++] = 'm';
+	b[at++] = '|';
+	for (uint32_t i = 0; i < vn; i++)
+		b[at++] = (uint8_t)v[i];
+	b[at++] = '|';
+	for (uint32_t i = 0; i < key_len; i++)
+		b[at++] = key[i];
+	b[at++] = '|';
+	for (uint32_t i = 0; i < ns_len; i++)
+		b[at++] = ns[i];
+	b[at++] = '|';
+	for (uint32_t i = 0; i < value_len; i++)
+		b[at++] = value[i];
+	*out = b;
+	*out_len = at;
+	return 0;
+}
+
+WSTREAM_MIGRATE(conform_migrate);

@@ -18,6 +18,13 @@ import (
 
 func init() {
 	wstream.Register("conform", func() wstream.Operator { return &conform{} })
+	// SPEC.md, "State migration".
+	wstream.RegisterMigration("conform", "m", func(version int, key, ns, value []byte) ([]byte, error) {
+		return fmt.Appendf(nil, "m|%d|%s|%s|%s", version, key, ns, value), nil
+	})
+	wstream.RegisterMigration("conform", "fail", func(int, []byte, []byte, []byte) ([]byte, error) {
+		return nil, errors.New("migration refused")
+	})
 }
 
 // main is never run: a -buildmode=c-shared module only runs init functions.

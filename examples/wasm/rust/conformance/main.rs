@@ -5,10 +5,29 @@
 //! the reference); the suite requires them all to answer alike.
 
 use wstream::text::{append_i64, parse_i64, quote};
-use wstream::{error, Context, Level, MapState, Operator, Record, Result, Status, TimeDomain, Timer, ValueState};
+use wstream::{error, Context, Error, Level, MapState, Operator, Record, Result, Status, TimeDomain, Timer, ValueState};
 
 wstream::module! {
     operators: { "conform" => Conform::open },
+}
+
+// SPEC.md, "State migration".
+wstream::migrate!(migrate);
+
+fn migrate(op: &str, state: &str, version: i32, key: &[u8], ns: &[u8], value: &[u8]) -> Result<Vec<u8>> {
+    match (op, state) {
+        ("conform", "m") => {
+            let mut out = format!("m|{}|", version).into_bytes();
+            out.extend_from_slice(key);
+            out.push(b'|');
+            out.extend_from_slice(ns);
+            out.push(b'|');
+            out.extend_from_slice(value);
+            Ok(out)
+        }
+        ("conform", "fail") => Err(Error::new("migration refused")),
+        _ => Err(Error::new(format!("no migration for state {:?} of operator {:?}", state, op))),
+    }
 }
 
 struct Conform {

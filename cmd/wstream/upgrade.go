@@ -1,0 +1,119 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/wstream/wstream/coordinator"
+	"github.com/wstream/wstream/engine"
+	"github.com/wstream/wstream/host"
+	"github.com/wstream/wstream/job"
+)
+
+func upgradeCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "upgrade",
+		Usage:     "replace the operators of a running job with a new module's, at a savepoint",
+		ArgsUsage: "JOB NEW.wasm",
+		Description: `Replaces the module and plan of the running JOB with NEW.wasm (and its plan,
+or --plan FILE), keeping its state, with no output lost or repeated. The new plan
+is checked against the running one before anything stops: vertex ids kept, kinds
+and connectors unchanged, declared states of the same kind and no older layout
+version, the same max parallelism. Then the job stops at a savepoint (its sinks
+commit on it), and its next attempt runs the new module from the savepoint, at
+the new plan's parallelism (-p), converting the values of states whose layout
+version rose through the module's wstream_migrate export.
+
+If the new module fails before its first checkpoint (a restore, a migration, a
+subtask), the old module runs again from the same savepoint and the command exits
+non-zero with the cause. On success it prints the downtime: from the barrier to
+the first record the new module was handed. See docs/upgrade.md.`,
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "plan", Usage: "plan `FILE` replacing the new module's plan"},
+			&cli.IntFlag{Name: "parallelism", Aliases: []string{"p"}, Usage: "default parallelism of the new plan's vertices (vertices that set their own keep it)"},
+			natsFlag, dataFlag,
+			&cli.DurationFlag{Name: "timeout", Usage: "give up waiting after this long (the upgrade goes on)", Value: 10 * time.Minute},
+		},
+		Action: func(c *cli.Context) error {
+			if c.NArg() != 2 {
+				return usageError{fmt.Errorf("upgrade: want JOB NEW.wasm, got %d arguments", c.NArg())}
+			}
+			ov := job.Overrides{Parallelism: c.Int("parallelism")}
+			if c.IsSet("parallelism") && ov.Parallelism < 1 {
+				return usageError{fmt.Errorf("--parallelism %d: must be ≥ 1", ov.Parallelism)}
+			}
+			return upgrade(c, c.Args().Get(0), c.Args().Get(1), ov)
+		},
+	}
+}
+
+func upgrade(c *cli.Context, jobID, module string, ov job.Overrides) error {
+	ctx, cancel := context.WithTimeout(c.Context, c.Duration("timeout"))
+	defer cancel()
+	// The module and its plan are checked here, before the job is asked.
+	rt, err := host.NewRuntime(ctx, engine.HostConfig(engine.Options{DataDir: c.String("data")}))
+	if err != nil {
+		return err
+	}
+	defer rt.Close(context.Background())
+	d, err := engine.Prepare(ctx, rt, engine.PrepareOptions{ModulePath: module, PlanPath: c.String("plan"), Overrides: ov})
+	if err != nil {
+		return err
+	}
+	e, err := clientEngine(c)
+	if err != nil {
+		return err
+	}
+	defer e.Close(context.Background())
+	r, err := e.Upgrade(ctx, jobID, d)
+	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) {
+			return fmt.Errorf("upgrade of job %s: no answer within %s; the upgrade may still end: see wstream checkpoints %s", jobID, c.Duration("timeout"), jobID)
+		}
+		return cli.Exit(err.Error(), 1)
+	}
+	w := c.App.Writer
+	fmt.Fprintf(w, "job %s upgraded to %s at savepoint %d (attempt %d)\n", jobID, d.ModuleName, r.Savepoint, r.Attempt)
+	if r.SavepointDir != "" {
+		fmt.Fprintf(w, "  savepoint: %s\n", r.SavepointDir)
+	}
+	if len(r.Migrated) > 0 {
+		fmt.Fprintf(w, "  migrated: %s\n", strings.Join(r.Migrated, ", "))
+	}
+	if r.DowntimeKnown {
+		fmt.Fprintf(w, "  downtime: %s (barrier to the new module's first record)\n", r.Downtime)
+	} else {
+		fmt.Fprintf(w, "  downtime: unknown (no record reached the new module yet)\n")
+	}
+	return nil
+}
+
+// printUpgrades prints a job's upgrade history under its checkpoints.
+func printUpgrades(w io.Writer, ups []coordinator.UpgradeEntry) {
+	if len(ups) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\nupgrades:\n%-20s %-12s %-9s %-8s %-10s %s\n", "TIME", "OUTCOME", "SAVEPOINT", "ATTEMPT", "DOWNTIME", "MODULE")
+	for _, u := range ups {
+		down := "-"
+		if u.DowntimeKnown {
+			down = u.Downtime.Round(time.Millisecond).String()
+		}
+		fmt.Fprintf(w, "%-20s %-12s %-9d %-8s %-10s %s → %s (%d → %d subtasks)",
+			u.Time.Local().Format("2006-01-02 15:04:05"), u.Outcome, u.Savepoint, fmt.Sprintf("%d→%d", u.FromAttempt, u.Attempt), down,
+			u.OldModule, u.NewModule, u.OldSubtasks, u.NewSubtasks)
+		if len(u.Migrated) > 0 {
+			fmt.Fprintf(w, ", migrated %s", strings.Join(u.Migrated, ", "))
+		}
+		if u.Cause != "" {
+			fmt.Fprintf(w, "  (%s)", u.Cause)
+		}
+		fmt.Fprintln(w)
+	}
+}

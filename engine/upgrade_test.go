@@ -1,0 +1,169 @@
+package engine
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/wstream/wstream/coordinator"
+	"github.com/wstream/wstream/internal/testmod"
+	"github.com/wstream/wstream/job"
+	"github.com/wstream/wstream/transport"
+)
+
+// upgradeWordcount is a paced wordcount: about three seconds of input.
+const upgradeWordcount = `{"name":"wc","parallelism":2,"vertices":[
+ {"id":"src","kind":"source","connector":"gen","config":{"count":60000,"keys":500,"words":3,"seed":7,"rate":20000}},
+ {"id":"split","kind":"operator","operator":"split"},
+ {"id":"count","kind":"operator","operator":"count"},
+ {"id":"out","kind":"sink","connector":"stdout","parallelism":1}],
+ "edges":[{"from":"src","to":"split","partition":"rebalance"},{"from":"split","to":"count","partition":"key"},
+  {"from":"count","to":"out","partition":"rebalance"}],
+ "checkpoint":{"interval":200}}`
+
+// TestUpgradeAcrossWorkers upgrades a wordcount running on two workers
+// (channels through JetStream) from the Go module to the Rust one at
+// parallelism 3, after a refused upgrade: the counts must be those of a
+// run without upgrades, and the job's lifecycle must show one more attempt
+// and no restart.
+func TestUpgradeAcrossWorkers(t *testing.T) {
+	ref, refOut := startWorkers(t, 1)
+	if r := run(t, ref, prepare(t, ref, "wordcount", upgradeWordcount)); r.State != transport.JobFinished {
+		t.Fatalf("the run without upgrades: %s %s", r.State, r.Error)
+	}
+	want := sortedLines(refOut.String())
+	if len(want) != 500 {
+		t.Fatalf("the run without upgrades printed %d counts, want 500", len(want))
+	}
+
+	e, out := startWorkers(t, 2)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	ids := make(chan string, 1)
+	type outcome struct {
+		r   *transport.JobResult
+		err error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		r, err := e.Run(ctx, prepare(t, e, "wordcount", upgradeWordcount), func(id string) { ids <- id })
+		done <- outcome{r, err}
+	}()
+	id := <-ids
+	waitFor(t, 2*time.Minute, "no completed checkpoint", func() bool {
+		h, _ := coordinator.ReadHistory(e.opts.DataDir, id)
+		return len(h) > 0
+	})
+
+	rust, err := testmod.Build("rust", "wordcount")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	upgradeTo := func(plan string) (*transport.UpgradeReply, error) {
+		path := filepath.Join(dir, "plan.json")
+		if err := os.WriteFile(path, []byte(plan), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		d, err := Prepare(ctx, e.Runtime(), PrepareOptions{ModulePath: rust, PlanPath: path, Overrides: job.Overrides{Parallelism: 3}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return e.Upgrade(ctx, id, d)
+	}
+	noSplit := strings.Replace(strings.Replace(upgradeWordcount, `{"id":"split","kind":"operator","operator":"split"},`, "", 1),
+		`{"from":"src","to":"split","partition":"rebalance"},{"from":"split","to":"count","partition":"key"}`, `{"from":"src","to":"count","partition":"key"}`, 1)
+	if _, err := upgradeTo(noSplit); err == nil || !strings.Contains(err.Error(), `vertex "split" (operator) of the running job is missing`) {
+		t.Fatalf("an upgrade without vertex split: %v", err)
+	}
+	r, err := upgradeTo(upgradeWordcount)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Attempt != 1 || r.Savepoint == 0 || !r.DowntimeKnown || r.Downtime <= 0 {
+		t.Fatalf("upgrade reply %+v", r)
+	}
+	t.Logf("upgraded at savepoint %d, downtime %s", r.Savepoint, r.Downtime)
+
+	o := <-done
+	if o.err != nil {
+		t.Fatal(o.err)
+	}
+	if o.r.State != transport.JobFinished || o.r.Restarts != 0 {
+		t.Fatalf("job %s: %s after %d restarts: %s", id, o.r.State, o.r.Restarts, o.r.Error)
+	}
+	if got := sortedLines(out.String()); !slices.Equal(got, want) {
+		t.Fatalf("%d counts after the upgrade differ from the %d of a run without upgrades", len(got), len(want))
+	}
+	rec, err := coordinator.ReadRecord(e.opts.DataDir, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.Attempt != 1 || !strings.Contains(rec.ModuleName, filepath.Base(rust)) {
+		t.Fatalf("the job's record: attempt %d, module %s", rec.Attempt, rec.ModuleName)
+	}
+}
+
+func sortedLines(s string) []string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	slices.Sort(lines)
+	return lines
+}
+
+// TestUpgradeRollsBackInProcess: an upgrade whose new module fails to
+// restore (its plan raises the count state's layout version and the
+// module registers no migration) rolls back to the old module from the
+// same savepoint; the job then finishes with the counts of a run without
+// upgrades, after no restart.
+func TestUpgradeRollsBackInProcess(t *testing.T) {
+	ref, refOut := startWorkers(t, 1)
+	if r := run(t, ref, prepare(t, ref, "wordcount", upgradeWordcount)); r.State != transport.JobFinished {
+		t.Fatalf("the run without upgrades: %s %s", r.State, r.Error)
+	}
+	want := sortedLines(refOut.String())
+
+	e, out := startWorkers(t, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	ids := make(chan string, 1)
+	type outcome struct {
+		r   *transport.JobResult
+		err error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		r, err := e.Run(ctx, prepare(t, e, "wordcount", upgradeWordcount), func(id string) { ids <- id })
+		done <- outcome{r, err}
+	}()
+	id := <-ids
+	waitFor(t, 2*time.Minute, "no completed checkpoint", func() bool {
+		h, _ := coordinator.ReadHistory(e.opts.DataDir, id)
+		return len(h) > 0
+	})
+	v2 := strings.Replace(upgradeWordcount, `"operator":"count"}`, `"operator":"count","states":[{"name":"count","kind":"value","version":2}]}`, 1)
+	r, err := e.Upgrade(ctx, id, prepare(t, e, "wordcount", v2))
+	if err == nil || r == nil || !r.RolledBack || !strings.Contains(err.Error(), "no migration registered") {
+		t.Fatalf("an upgrade whose restore fails: %+v, %v", r, err)
+	}
+	if r.Attempt != 2 || r.Savepoint == 0 {
+		t.Fatalf("roll-back reply %+v", r)
+	}
+	o := <-done
+	if o.err != nil {
+		t.Fatal(o.err)
+	}
+	if o.r.State != transport.JobFinished || o.r.Restarts != 0 {
+		t.Fatalf("job %s: %s after %d restarts: %s", id, o.r.State, o.r.Restarts, o.r.Error)
+	}
+	if got := sortedLines(out.String()); !slices.Equal(got, want) {
+		t.Fatalf("%d counts after the roll-back differ from the %d of a run without upgrades", len(got), len(want))
+	}
+	ups, err := coordinator.ReadUpgrades(e.opts.DataDir, id)
+	if err != nil || len(ups) != 1 || ups[0].Outcome != "rolled back" {
+		t.Fatalf("upgrade history %+v, %v", ups, err)
+	}
+}
