@@ -756,6 +756,7 @@ func (d *ckptDriver) sweep() {
 // record appends a history line; d.mu is held.
 func (d *ckptDriver) record(e HistoryEntry) {
 	e.Attempt = d.attempt
+	d.c.board.checkpoint(d.j.info.JobID, e)
 	b, _ := json.Marshal(e)
 	_, _ = d.history.Write(append(b, '\n'))
 }

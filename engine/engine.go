@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -23,6 +24,7 @@ import (
 	"github.com/wstream/wstream/coordinator"
 	"github.com/wstream/wstream/host"
 	"github.com/wstream/wstream/job"
+	"github.com/wstream/wstream/metrics"
 	"github.com/wstream/wstream/operator/builtin"
 	"github.com/wstream/wstream/tenant"
 	"github.com/wstream/wstream/transport"
@@ -110,6 +112,8 @@ type Engine struct {
 	urlFile string
 	// unlock lets go of the data directory (lockDataDir).
 	unlock func()
+	// metrics is the process's registry (MetricsHandler).
+	metrics *metrics.Registry
 }
 
 // URLFile is where an embedded server that listens writes its client URL.
@@ -293,8 +297,37 @@ func Start(ctx context.Context, o Options) (e *Engine, err error) {
 			return nil, werr
 		}
 	}
+	if err := e.registerMetrics(); err != nil {
+		return nil, err
+	}
 	return e, nil
 }
+
+// registerMetrics makes the process's metrics registry with the collectors
+// of what the engine runs.
+func (e *Engine) registerMetrics() error {
+	reg := metrics.New()
+	if e.srv != nil {
+		if err := reg.AddNATSServer(e.srv); err != nil {
+			return err
+		}
+	}
+	if e.coord != nil {
+		if err := reg.AddCoordinator(e.coord); err != nil {
+			return err
+		}
+	}
+	if err := reg.AddWorkers(e.workers...); err != nil {
+		return err
+	}
+	e.metrics = reg
+	return nil
+}
+
+// MetricsHandler serves the process's Prometheus metrics (docs/metrics.md):
+// its workers', coordinator's and embedded NATS server's, with Go's and
+// the process's.
+func (e *Engine) MetricsHandler() http.Handler { return e.metrics.Handler() }
 
 // HostConfig is o.Host with the engine's defaults filled in: the
 // compilation cache under the data directory, and guest logs through
