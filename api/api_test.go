@@ -207,7 +207,6 @@ func TestRESTErrors(t *testing.T) {
 		{"GET", "/v1/nothing", "", 404, "no endpoint GET /v1/nothing"},
 		{"POST", "/v1/jobs", "{}", 404, "no endpoint POST /v1/jobs"},
 		{"POST", "/", "{}", 405, "GET"},
-		{"GET", "/metrics", "", 404, "no metrics"},
 		{"POST", "/v1/jobs/" + id + "/savepoints", `{"dri":"x"}`, 400, "unknown field"},
 		{"POST", "/v1/jobs/" + id + "/savepoints", `{"drain":true}`, 400, "drain goes with stop"},
 		{"POST", "/v1/jobs/" + id + "/savepoints", `{}`, 409, "does not checkpoint"},

@@ -68,6 +68,12 @@ func BenchmarkKeyedState(b *testing.B) {
 			return testmod.BuildCFlags("examples/wasm/c/wordcount", "-DWSTREAM_UNBATCHED_STATE")
 		}))
 	})
+	// As a worker runs it: its guest and host calls counted for metrics.
+	b.Run("wasm-c-v1-stats", func(b *testing.B) {
+		keyedStateRun(b, wasmOpStats(func() (string, error) {
+			return testmod.BuildCFlags("examples/wasm/c/wordcount", "-DWSTREAM_UNBATCHED_STATE")
+		}, &host.CallStats{}))
+	})
 	b.Run("wasm-go-v1", func(b *testing.B) {
 		keyedStateRun(b, wasmOp(func() (string, error) { return testmod.BuildGoTags("examples/wasm/go/wordcount", "wstream_unbatched") }))
 	})
@@ -144,6 +150,12 @@ func timePasses(b *testing.B, pass func(), records *int) {
 // instance of a runtime with the call timeout given (default: the
 // default deadline; negative: none).
 func wasmOp(build func() (string, error), timeout ...time.Duration) func(b *testing.B) operator.Operator {
+	return wasmOpStats(build, nil, timeout...)
+}
+
+// wasmOpStats is wasmOp with the slot's calls counted in st (none when
+// nil), as workers count them for metrics.
+func wasmOpStats(build func() (string, error), st *host.CallStats, timeout ...time.Duration) func(b *testing.B) operator.Operator {
 	return func(b *testing.B) operator.Operator {
 		path, err := build()
 		if err != nil {
@@ -172,6 +184,9 @@ func wasmOp(build func() (string, error), timeout ...time.Duration) func(b *test
 			b.Fatal(err)
 		}
 		b.Cleanup(func() { _ = inst.Close(ctx) })
+		if st != nil {
+			return inst.OperatorWithStats(st)
+		}
 		return inst.Operator()
 	}
 }

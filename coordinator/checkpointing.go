@@ -794,6 +794,7 @@ func (d *ckptDriver) record(e HistoryEntry, tasks map[checkpoint.TaskID]checkpoi
 	} else {
 		d.c.cfg.Log.Warn(e.Kind.String()+" "+e.Status, logging.Job, d.j.info.JobID, logging.Attempt, e.Attempt, logging.Checkpoint, e.ID, "reason", e.Reason)
 	}
+	d.c.board.checkpoint(d.j.info.JobID, e)
 	b, _ := json.Marshal(e)
 	d.j.stats.record(d.c, d.j.info.JobID, e, tasks, func() { _, _ = d.history.Write(append(b, '\n')) })
 }

@@ -257,6 +257,7 @@ func (c *Coordinator) Start() error {
 	handlers := map[string]nats.MsgHandler{
 		transport.SubjectRegister:  c.onRegister,
 		transport.SubjectHeartbeat: c.onHeartbeat,
+		transport.SubjectMetrics:   c.onMetrics,
 	}
 	// Requests made in the coordinator's own account come from the admin
 	// (on a cluster without tenants, from every user).

@@ -79,6 +79,13 @@
 // lost). Clients (Watch.Wait) take a job's result from its spec when
 // they missed the done message.
 //
+// Workers send their subtasks' metrics samples about once a second
+// (transport.SubjectMetrics, a subject of the service account that tenants
+// cannot reach). The coordinator keeps the latest sample of each subtask of
+// a job's current attempt, with rates from consecutive samples, for the
+// REST API (SubtaskMetrics), and each job's checkpoint figures for the
+// metrics endpoint (MetricsStats); both are dropped when the job ends.
+//
 // Checkpoint ids come from one counter per job in the key-value bucket
 // transport.CheckpointIDsBucket, raised with compare-and-set before each
 // trigger goes out (idCounter): storage cannot serve, it deletes the

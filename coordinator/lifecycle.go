@@ -93,6 +93,10 @@ func (c *Coordinator) syncLocked(j *jobState) {
 	}
 	if done := j.lc.State().Terminal(); done != j.done {
 		j.done = done
+		if done {
+			// Its series leave the metrics endpoint with it.
+			c.board.drop(j.info.JobID)
+		}
 	}
 	if log := j.lc.Log(); len(log) != len(j.restartLog) {
 		j.restartLog = restartEntries(log)

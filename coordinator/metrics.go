@@ -1,9 +1,14 @@
 package coordinator
 
 import (
+	"encoding/json"
 	"slices"
 	"sync"
+	"time"
 
+	"github.com/nats-io/nats.go"
+
+	"github.com/wstream/wstream/lifecycle"
 	"github.com/wstream/wstream/transport"
 )
 
@@ -13,6 +18,8 @@ import (
 type metricsBoard struct {
 	mu    sync.Mutex
 	byJob map[string]map[subtaskKey]transport.SubtaskMetrics
+	// ckpts holds each running job's checkpoint figures.
+	ckpts map[string]*CheckpointMetrics
 }
 
 type subtaskKey struct {
@@ -83,7 +90,161 @@ func (b *metricsBoard) get(jobID string) []transport.SubtaskMetrics {
 func (b *metricsBoard) drop(jobID string) {
 	b.mu.Lock()
 	delete(b.byJob, jobID)
+	delete(b.ckpts, jobID)
 	b.mu.Unlock()
+}
+
+// CheckpointBuckets are the upper bounds, in seconds, of the checkpoint
+// duration histogram.
+var CheckpointBuckets = []float64{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600}
+
+// CheckpointMetrics are a job's checkpoint figures since the coordinator
+// took the job on (across its attempts).
+type CheckpointMetrics struct {
+	// Completed and Aborted count checkpoints and savepoints that completed
+	// or were aborted (declined, expired, or cut short by a failure).
+	Completed, Aborted int64
+	// DurationCount, DurationSum (seconds) and DurationBuckets
+	// (cumulative, at CheckpointBuckets) are the histogram of the
+	// completed ones' durations, trigger to completion.
+	DurationCount   uint64
+	DurationSum     float64
+	DurationBuckets []uint64
+	// Last is the latest completed checkpoint's history entry (zero ID:
+	// none yet).
+	Last HistoryEntry
+}
+
+// checkpoint records the outcome of one checkpoint of a job.
+func (b *metricsBoard) checkpoint(jobID string, e HistoryEntry) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.ckpts == nil {
+		b.ckpts = map[string]*CheckpointMetrics{}
+	}
+	st := b.ckpts[jobID]
+	if st == nil {
+		st = &CheckpointMetrics{DurationBuckets: make([]uint64, len(CheckpointBuckets))}
+		b.ckpts[jobID] = st
+	}
+	if e.Status != "completed" {
+		st.Aborted++
+		return
+	}
+	st.Completed++
+	secs := e.Duration.Seconds()
+	st.DurationCount++
+	st.DurationSum += secs
+	for k, le := range CheckpointBuckets {
+		if secs <= le {
+			st.DurationBuckets[k]++
+		}
+	}
+	st.Last = e
+}
+
+func (b *metricsBoard) checkpointStats(jobID string) CheckpointMetrics {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	st := b.ckpts[jobID]
+	if st == nil {
+		return CheckpointMetrics{DurationBuckets: make([]uint64, len(CheckpointBuckets))}
+	}
+	out := *st
+	out.DurationBuckets = slices.Clone(st.DurationBuckets)
+	return out
+}
+
+// onMetrics takes a worker's samples (transport.SubjectMetrics). Only
+// samples of the current attempt of a job that has not ended are kept, so
+// a late report cannot bring back a job's figures once it has ended; the
+// tenant is the coordinator's own record of the job's owner.
+func (c *Coordinator) onMetrics(m *nats.Msg) {
+	var r transport.MetricsReport
+	if json.Unmarshal(m.Data, &r) != nil || !idChars.MatchString(r.Worker) {
+		return
+	}
+	keep := r.Subtasks[:0]
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, s := range r.Subtasks {
+		j := c.jobs[s.JobID]
+		if j == nil || j.done || s.Attempt != j.attempt {
+			continue
+		}
+		s.Worker, s.Tenant = r.Worker, j.info.Tenant
+		keep = append(keep, s)
+	}
+	// Under c.mu, so that a job that ends meanwhile (syncLocked drops its
+	// figures) is not filled again.
+	c.board.put(keep)
+}
+
+// JobStats is what the metrics endpoint reports of one job that has not
+// ended.
+type JobStats struct {
+	JobID, Name, Tenant string
+	// State is the lifecycle's (RUNNING, RESTARTING, …); Restarts counts
+	// the restarts its restart strategy made; Started is when it was
+	// submitted.
+	State       string
+	Attempt     int
+	Restarts    int
+	Started     time.Time
+	Checkpoints CheckpointMetrics
+}
+
+// Stats is the coordinator's figures for the metrics endpoint.
+type Stats struct {
+	// Jobs are the jobs that have not ended, ordered by id.
+	Jobs []JobStats
+	// JobsByState counts every job the coordinator knows, ended or not,
+	// by state; every state is present.
+	JobsByState map[string]int
+	// Workers and LiveWorkers count the registered workers and those
+	// heard from within the worker timeout.
+	Workers, LiveWorkers int
+}
+
+// MetricsStats returns the coordinator's figures for the metrics endpoint.
+func (c *Coordinator) MetricsStats() Stats {
+	out := Stats{JobsByState: map[string]int{}}
+	// Every state, so that a state no job is in reads 0 rather than
+	// vanishing.
+	for st := lifecycle.Created; st <= lifecycle.Suspended; st++ {
+		out.JobsByState[st.String()] = 0
+	}
+	c.mu.Lock()
+	for _, j := range c.jobs {
+		st := j.lc.State()
+		out.JobsByState[st.String()]++
+		if st.Terminal() {
+			continue
+		}
+		out.Jobs = append(out.Jobs, JobStats{JobID: j.info.JobID, Name: j.info.Name, Tenant: j.info.Tenant,
+			State: st.String(), Attempt: j.lc.Attempt(), Restarts: j.lc.Restarts(), Started: j.info.Started})
+	}
+	now := c.now()
+	for _, w := range c.workers {
+		out.Workers++
+		if now.Sub(w.lastSeen) <= c.cfg.WorkerTimeout {
+			out.LiveWorkers++
+		}
+	}
+	c.mu.Unlock()
+	for k := range out.Jobs {
+		out.Jobs[k].Checkpoints = c.board.checkpointStats(out.Jobs[k].JobID)
+	}
+	slices.SortFunc(out.Jobs, func(a, b JobStats) int {
+		if a.JobID < b.JobID {
+			return -1
+		}
+		if a.JobID > b.JobID {
+			return 1
+		}
+		return 0
+	})
+	return out
 }
 
 // SubtaskMetrics returns the latest sample of each subtask of a job's

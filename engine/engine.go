@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -26,6 +27,7 @@ import (
 	"github.com/wstream/wstream/host"
 	"github.com/wstream/wstream/internal/logging"
 	"github.com/wstream/wstream/job"
+	"github.com/wstream/wstream/metrics"
 	"github.com/wstream/wstream/operator/builtin"
 	"github.com/wstream/wstream/tenant"
 	"github.com/wstream/wstream/transport"
@@ -126,6 +128,8 @@ type Engine struct {
 	api *api.Server
 	// unlock lets go of the data directory (lockDataDir).
 	unlock func()
+	// metrics is the process's registry (MetricsHandler).
+	metrics *metrics.Registry
 }
 
 // URLFile is where an embedded server that listens writes its client URL.
@@ -271,11 +275,6 @@ func Start(ctx context.Context, o Options) (e *Engine, err error) {
 		if err = e.coord.Start(); err != nil {
 			return nil, err
 		}
-		if o.HTTP != "" {
-			if err := e.startAPI(o); err != nil {
-				return nil, err
-			}
-		}
 	}
 	for i := 0; i < o.Workers; i++ {
 		nc := e.nc
@@ -312,8 +311,43 @@ func Start(ctx context.Context, o Options) (e *Engine, err error) {
 			return nil, werr
 		}
 	}
+	if err := e.registerMetrics(); err != nil {
+		return nil, err
+	}
+	// Last: the listener serves the metrics of everything above.
+	if e.coord != nil && o.HTTP != "" {
+		if err := e.startAPI(o); err != nil {
+			return nil, err
+		}
+	}
 	return e, nil
 }
+
+// registerMetrics makes the process's metrics registry with the collectors
+// of what the engine runs.
+func (e *Engine) registerMetrics() error {
+	reg := metrics.New()
+	if e.srv != nil {
+		if err := reg.AddNATSServer(e.srv); err != nil {
+			return err
+		}
+	}
+	if e.coord != nil {
+		if err := reg.AddCoordinator(e.coord); err != nil {
+			return err
+		}
+	}
+	if err := reg.AddWorkers(e.workers...); err != nil {
+		return err
+	}
+	e.metrics = reg
+	return nil
+}
+
+// MetricsHandler serves the process's Prometheus metrics (docs/metrics.md):
+// its workers', coordinator's and embedded NATS server's, with Go's and
+// the process's.
+func (e *Engine) MetricsHandler() http.Handler { return e.metrics.Handler() }
 
 // HostConfig is o.Host with the engine's defaults filled in: the
 // compilation cache under the data directory, and guest logs through

@@ -17,7 +17,7 @@ func HTTPURLFile(dataDir string) string { return filepath.Join(dataDir, "http.ur
 // startAPI starts the HTTP listener of the UI and the REST API; with
 // tenants, a request is whoever its API token names.
 func (e *Engine) startAPI(o Options) error {
-	cfg := api.Config{Coordinator: e.coord, Addr: o.HTTP, Log: o.Log}
+	cfg := api.Config{Coordinator: e.coord, Addr: o.HTTP, Log: o.Log, Metrics: e.MetricsHandler()}
 	if a := o.Tenants; a != nil {
 		cfg.Auth = func(token string) (coordinator.Caller, bool) {
 			name, ok := a.CheckAPIToken(token)

@@ -78,9 +78,20 @@ func benchBatch() []byte {
 }
 
 func benchOperator(tb testing.TB, src string) (operator.Operator, *discard) {
+	return benchOperatorStats(tb, src, nil)
+}
+
+// benchOperatorStats is benchOperator with the slot's calls counted in st
+// (none when nil), as workers run guest operators.
+func benchOperatorStats(tb testing.TB, src string, st *CallStats) (operator.Operator, *discard) {
 	r := newTestRuntime(tb, Config{})
 	m := compileWAT(tb, r, src)
-	op := newInstance(tb, m).Operator()
+	var op operator.Operator
+	if st != nil {
+		op = newInstance(tb, m).OperatorWithStats(st)
+	} else {
+		op = newInstance(tb, m).Operator()
+	}
 	svc := &benchServices{fakeServices: *newFakeServices(), m: map[string]*[]byte{}}
 	if err := op.Open(testSpec(), svc); err != nil {
 		tb.Fatal(err)
@@ -88,8 +99,10 @@ func benchOperator(tb testing.TB, src string) (operator.Operator, *discard) {
 	return op, &discard{}
 }
 
-func runBench(b *testing.B, src string) {
-	op, out := benchOperator(b, src)
+func runBench(b *testing.B, src string) { runBenchStats(b, src, nil) }
+
+func runBenchStats(b *testing.B, src string, st *CallStats) {
+	op, out := benchOperatorStats(b, src, st)
 	in := benchBatch()
 	if err := op.Process(in, out); err != nil { // warm up: arena, keys
 		b.Fatal(err)
@@ -111,6 +124,10 @@ func BenchmarkProcessPassThrough(b *testing.B) { runBench(b, passWAT) }
 
 // BenchmarkProcessStateGetPut: plus a state_get and a state_put per record.
 func BenchmarkProcessStateGetPut(b *testing.B) { runBench(b, counterWAT) }
+
+// BenchmarkProcessStateGetPutStats is BenchmarkProcessStateGetPut with the
+// calls counted in CallStats, as workers run guest operators (metrics).
+func BenchmarkProcessStateGetPutStats(b *testing.B) { runBenchStats(b, counterWAT, &CallStats{}) }
 
 // TestProcessAllocations pins the hot path's allocations: none per record,
 // and only wazero's per-call deadline watcher per batch.

@@ -42,6 +42,13 @@
 // panic), and allocate nothing on the per-record paths (state_get, state_put,
 // emit, emit_batch).
 //
+// An operator made with Instance.OperatorWithStats counts its guest calls,
+// by kind with a histogram of their durations, and the host functions its
+// guest called (CallStats, for the worker's metrics): every host function
+// adds one to a plain counter in the instance, and the call wrapper moves
+// those counts and the call's duration into the CallStats once per guest
+// call.
+//
 // An Instance and its operators are used from one goroutine at a time, as
 // operator.Operator requires; Runtime and Module are safe for concurrent use.
 package host

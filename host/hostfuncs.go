@@ -73,6 +73,36 @@ func instantiateHostModule(ctx context.Context, rt wazero.Runtime) (api.Module, 
 	return b.Instantiate(ctx)
 }
 
+// Indices of the host functions in hostFuncs, for Instance.hostCalls.
+const (
+	hfEmit = iota
+	hfEmitBatch
+	hfOutputIndex
+	hfStateRegister
+	hfStateGet
+	hfStatePut
+	hfStateDelete
+	hfStateIter
+	hfStateGetMany
+	hfStateWriteBatch
+	hfTimerRegister
+	hfTimerDelete
+	hfWatermark
+	hfProcTime
+	hfLog
+	hfFail
+	numHostFuncs
+)
+
+// count counts a call of host function k (an index in hostFuncs) in the
+// instance of the call in progress (nil: none): a plain increment, which
+// the slot's CallStats takes once the guest call returns.
+func (i *Instance) count(k int) {
+	if i != nil {
+		i.hostCalls[k]++
+	}
+}
+
 // emptyBytes is a non-nil empty slice: state_iter's "after" distinguishes
 // an empty namespace (after_len 0) from none (after_len -1).
 var emptyBytes = []byte{}
@@ -130,6 +160,7 @@ func (i *Instance) status(err error) int32 {
 // emit_batch.
 var hostEmit = api.GoModuleFunc(func(ctx context.Context, mod api.Module, stack []uint64) {
 	i, s := callback(ctx)
+	i.count(hfEmit)
 	if s == nil || i.out == nil {
 		setStatus(stack, abi.StatusNotInCallback)
 		return
@@ -166,6 +197,7 @@ var hostEmit = api.GoModuleFunc(func(ctx context.Context, mod api.Module, stack 
 //	record := port:u32 ts:i64 klen:u32 vlen:u32 key[klen] value[vlen]
 var hostEmitBatch = api.GoModuleFunc(func(ctx context.Context, mod api.Module, stack []uint64) {
 	i, s := callback(ctx)
+	i.count(hfEmitBatch)
 	if s == nil || i.out == nil {
 		setStatus(stack, abi.StatusNotInCallback)
 		return
@@ -219,6 +251,7 @@ func checkBatch(b []byte, outputs int) int32 {
 // position of the named output in the operator's outputs, or BAD_OUTPUT.
 var hostOutputIndex = api.GoModuleFunc(func(ctx context.Context, mod api.Module, stack []uint64) {
 	i, s := callback(ctx)
+	i.count(hfOutputIndex)
 	if s == nil {
 		setStatus(stack, abi.StatusNotInCallback)
 		return
@@ -241,6 +274,7 @@ var hostOutputIndex = api.GoModuleFunc(func(ctx context.Context, mod api.Module,
 // -> i32: a state handle ≥ 0. Only inside wstream_open.
 var hostStateRegister = api.GoModuleFunc(func(ctx context.Context, mod api.Module, stack []uint64) {
 	i, s := callback(ctx)
+	i.count(hfStateRegister)
 	if s == nil || i.phase != phaseOpen {
 		setStatus(stack, abi.StatusNotInCallback)
 		return
@@ -285,6 +319,7 @@ const maxScratch = 1 << 20
 // copied to out only when n ≤ out_cap; NOT_FOUND when absent.
 var hostStateGet = api.GoModuleFunc(func(ctx context.Context, mod api.Module, stack []uint64) {
 	i, s := callback(ctx)
+	i.count(hfStateGet)
 	if s == nil {
 		setStatus(stack, abi.StatusNotInCallback)
 		return
@@ -324,6 +359,7 @@ var hostStateGet = api.GoModuleFunc(func(ctx context.Context, mod api.Module, st
 // ns_len i32, val_ptr i32, val_len i32) -> i32.
 var hostStatePut = api.GoModuleFunc(func(ctx context.Context, mod api.Module, stack []uint64) {
 	i, s := callback(ctx)
+	i.count(hfStatePut)
 	if s == nil {
 		setStatus(stack, abi.StatusNotInCallback)
 		return
@@ -351,6 +387,7 @@ var hostStatePut = api.GoModuleFunc(func(ctx context.Context, mod api.Module, st
 // i32, ns_len i32) -> i32; deleting an absent entry is OK.
 var hostStateDelete = api.GoModuleFunc(func(ctx context.Context, mod api.Module, stack []uint64) {
 	i, s := callback(ctx)
+	i.count(hfStateDelete)
 	if s == nil {
 		setStatus(stack, abi.StatusNotInCallback)
 		return
@@ -377,6 +414,7 @@ var hostStateDelete = api.GoModuleFunc(func(ctx context.Context, mod api.Module,
 //	entry := ns_len:u32 val_len:u32 ns[ns_len] value[val_len]
 var hostStateIter = api.GoModuleFunc(func(ctx context.Context, mod api.Module, stack []uint64) {
 	i, s := callback(ctx)
+	i.count(hfStateIter)
 	if s == nil {
 		setStatus(stack, abi.StatusNotInCallback)
 		return
@@ -456,8 +494,9 @@ func (i *Instance) iterEntry(ns, value []byte) bool {
 
 // timer is timer_register and timer_delete: (domain i32, key_ptr i32,
 // key_len i32, ns_ptr i32, ns_len i32, ts i64) -> i32.
-func timer(ctx context.Context, mod api.Module, stack []uint64, fn string, delete bool) {
+func timer(ctx context.Context, mod api.Module, stack []uint64, fn string, k int, delete bool) {
 	i, s := callback(ctx)
+	i.count(k)
 	if s == nil {
 		setStatus(stack, abi.StatusNotInCallback)
 		return
@@ -509,19 +548,21 @@ func timer(ctx context.Context, mod api.Module, stack []uint64, fn string, delet
 // hostTimerRegister is timer_register(domain i32, key_ptr i32, key_len i32,
 // ns_ptr i32, ns_len i32, ts i64) -> i32.
 var hostTimerRegister = api.GoModuleFunc(func(ctx context.Context, mod api.Module, stack []uint64) {
-	timer(ctx, mod, stack, abi.ImportTimerRegister, false)
+	timer(ctx, mod, stack, abi.ImportTimerRegister, hfTimerRegister, false)
 })
 
 // hostTimerDelete is timer_delete(domain i32, key_ptr i32, key_len i32,
 // ns_ptr i32, ns_len i32, ts i64) -> i32; deleting an absent timer is OK.
 var hostTimerDelete = api.GoModuleFunc(func(ctx context.Context, mod api.Module, stack []uint64) {
-	timer(ctx, mod, stack, abi.ImportTimerDelete, true)
+	timer(ctx, mod, stack, abi.ImportTimerDelete, hfTimerDelete, true)
 })
 
 // hostWatermark is current_watermark() -> i64: the subtask's event-time
 // watermark; MinWatermark outside a callback.
 var hostWatermark = api.GoModuleFunc(func(ctx context.Context, _ api.Module, stack []uint64) {
-	if _, s := callback(ctx); s != nil {
+	i, s := callback(ctx)
+	i.count(hfWatermark)
+	if s != nil {
 		stack[0] = uint64(s.svc.Watermark())
 		return
 	}
@@ -530,7 +571,9 @@ var hostWatermark = api.GoModuleFunc(func(ctx context.Context, _ api.Module, sta
 
 // hostProcTime is processing_time() -> i64: the wall clock in milliseconds.
 var hostProcTime = api.GoModuleFunc(func(ctx context.Context, _ api.Module, stack []uint64) {
-	if _, s := callback(ctx); s != nil {
+	i, s := callback(ctx)
+	i.count(hfProcTime)
+	if s != nil {
 		stack[0] = uint64(s.svc.ProcessingTime())
 		return
 	}
@@ -542,6 +585,7 @@ var hostProcTime = api.GoModuleFunc(func(ctx context.Context, _ api.Module, stac
 // Limits.MaxMessageBytes, and subject to Limits.LogLinesPerSecond.
 var hostLog = api.GoModuleFunc(func(ctx context.Context, mod api.Module, stack []uint64) {
 	i := instanceOf(ctx)
+	i.count(hfLog)
 	if i == nil {
 		return
 	}
@@ -564,6 +608,7 @@ var hostLog = api.GoModuleFunc(func(ctx context.Context, mod api.Module, stack [
 // message of a call wins.
 var hostFail = api.GoModuleFunc(func(ctx context.Context, mod api.Module, stack []uint64) {
 	i, s := callback(ctx)
+	i.count(hfFail)
 	if i == nil {
 		return
 	}

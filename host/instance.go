@@ -32,6 +32,7 @@ const (
 	phaseBarrier              // wstream_pre_barrier
 	phaseNotify               // checkpoint_complete / checkpoint_aborted: no output
 	phaseMigrate              // wstream_migrate: no operator slot; fail works
+	numPhases
 )
 
 // minArena is the smallest argument buffer requested from wstream_alloc.
@@ -69,6 +70,10 @@ type Instance struct {
 	emitted     int   // records emitted
 	emitBytes   int   // their encoded size
 	stateBytes  int   // state written, as MaxStateBytesPerCall counts it
+
+	// hostCalls counts the host functions called during the call in
+	// progress (by index in hostFuncs), for the slot's CallStats.
+	hostCalls [numHostFuncs]int64
 
 	timers timerBook   // timers registered and not yet fired or deleted
 	logs   logThrottle // guest-triggered log lines
@@ -173,8 +178,9 @@ func (c *callCtx) end(why int32) {
 
 func (c *callCtx) canceled() bool { return c.ended.Load() == ctxCanceled }
 
-func (c *callCtx) arm(d time.Duration) {
-	c.deadline = time.Now().Add(d)
+// armAt starts the deadline of a call that started at now.
+func (c *callCtx) armAt(now time.Time, d time.Duration) {
+	c.deadline = now.Add(d)
 	c.timer.Reset(d)
 }
 
@@ -504,9 +510,15 @@ func (i *Instance) call(s *slot, ph phase, out operator.Collector, fn api.Functi
 	i.grow.refused = 0
 	i.emitted, i.emitBytes, i.stateBytes = 0, 0, 0
 	i.stderr.resetTail()
-	i.cc.arm(i.r.timeout)
+	start := time.Now()
+	i.cc.armAt(start, i.r.timeout)
 	err := fn.CallWithStack(&i.cc, i.stack[:max(n, 1)])
 	expired := i.cc.disarm()
+	if s != nil && s.stats != nil {
+		s.stats.observe(ph, time.Since(start), &i.hostCalls)
+	} else {
+		i.hostCalls = [numHostFuncs]int64{}
+	}
 	i.phase, i.out = phaseIdle, nil
 	i.inputs, i.inputTimers, i.timerDomain = 0, false, -1
 	if err != nil || expired {

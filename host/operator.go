@@ -28,6 +28,8 @@ type slot struct {
 	outputs []string // spec.Outputs, or ["main"]
 	svc     operator.Services
 	who     string // "vertex (operator)" for errors and logs
+	// stats, when set, counts the slot's guest and host calls.
+	stats *CallStats
 
 	// cascade counts the already-due timers registered by consecutive
 	// on_timer calls firing timers of domain cascadeDomain (at watermark

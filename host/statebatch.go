@@ -64,6 +64,7 @@ const maxKeptGetMany = 1 << 20
 // repeat the first one's result, with its index.
 var hostStateGetMany = api.GoModuleFunc(func(ctx context.Context, mod api.Module, stack []uint64) {
 	i, s := callback(ctx)
+	i.count(hfStateGetMany)
 	if s == nil {
 		setStatus(stack, abi.StatusNotInCallback)
 		return
@@ -269,6 +270,7 @@ func (i *Instance) badPair(mem api.Memory, b []byte, fn, what string) {
 // that fails stops the call with its status, the writes before it applied.
 var hostStateWriteBatch = api.GoModuleFunc(func(ctx context.Context, mod api.Module, stack []uint64) {
 	i, s := callback(ctx)
+	i.count(hfStateWriteBatch)
 	if s == nil {
 		setStatus(stack, abi.StatusNotInCallback)
 		return

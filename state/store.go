@@ -420,3 +420,49 @@ func (quietLogger) Errorf(string, ...any) {}
 func (quietLogger) Fatalf(format string, args ...any) {
 	panic(fmt.Sprintf("pebble: "+format, args...))
 }
+
+// StoreMetrics are a store's figures from Pebble, for the metrics endpoint.
+// Counters count since the store was opened.
+type StoreMetrics struct {
+	// DiskBytes is the space its files take on disk, MemTableBytes what
+	// its memtables hold (not in files yet).
+	DiskBytes     int64
+	MemTableBytes int64
+	// Compactions and Flushes count Pebble's compactions and memtable
+	// flushes; WALBytes is what was written to the write-ahead log.
+	Compactions int64
+	Flushes     int64
+	WALBytes    int64
+	// ReadAmp is the read amplification (sub-levels of L0 plus non-empty
+	// levels): how many files a read may look in.
+	ReadAmp int64
+	// Stores is how many stores are summed (1 for one store).
+	Stores int
+}
+
+// Add sums o into m; ReadAmp takes the largest.
+func (m *StoreMetrics) Add(o StoreMetrics) {
+	m.DiskBytes += o.DiskBytes
+	m.MemTableBytes += o.MemTableBytes
+	m.Compactions += o.Compactions
+	m.Flushes += o.Flushes
+	m.WALBytes += o.WALBytes
+	m.ReadAmp = max(m.ReadAmp, o.ReadAmp)
+	m.Stores += o.Stores
+}
+
+// Metrics reads the store's figures from Pebble. It walks Pebble's
+// metrics (microseconds): call it at most every second or so, and not
+// concurrently with Close.
+func (s *Store) Metrics() StoreMetrics {
+	m := s.db.Metrics()
+	return StoreMetrics{
+		DiskBytes:     int64(m.DiskSpaceUsage()),
+		MemTableBytes: int64(m.MemTable.Size),
+		Compactions:   m.Compact.Count,
+		Flushes:       m.Flush.Count,
+		WALBytes:      int64(m.WAL.BytesWritten),
+		ReadAmp:       int64(m.ReadAmp()),
+		Stores:        1,
+	}
+}

@@ -47,8 +47,12 @@ func TestTenantsAreIsolated(t *testing.T) {
 		!strings.Contains(r.stderr, "Authorization Violation") || !strings.Contains(r.stderr, "auth/worker.creds") {
 		t.Fatalf("worker without credentials: exit %d\n%s", r.code, r.stderr)
 	}
-	wk := startEdge(t, dir, "worker", "--nats", url, "--nats-creds", filepath.Join(auth, "worker.creds"), "--data", filepath.Join(dir, "worker"))
-	wk.until(t, "worker connected", false, func() bool { return strings.Contains(wk.stderr.String(), "connected") })
+	wk := startEdge(t, dir, "worker", "--nats", url, "--nats-creds", filepath.Join(auth, "worker.creds"), "--data", filepath.Join(dir, "worker"),
+		"--http", "127.0.0.1:0")
+	wk.until(t, "worker connected", false, func() bool {
+		return strings.Contains(wk.stderr.String(), "connected") && metricsURLOf.MatchString(wk.stderr.String())
+	})
+	metricsURL := metricsURLOf.FindStringSubmatch(wk.stderr.String())[1]
 
 	for _, name := range []string{"acme", "bolt"} {
 		if r := runCLI(t, dir, "tenant", "add", "--data", data, name); r.code != 0 {
@@ -87,6 +91,20 @@ func TestTenantsAreIsolated(t *testing.T) {
 	writePlan(t, dir, countPlan(g, 300, `"connector":"jetstream","config":{"stream":"OUT","subject":"out.{key}"}`))
 	d := startEdge(t, dir, "deploy", "--nats", url, "--nats-creds", acmeCreds, "--plan", "plan.json", mod)
 	job := d.jobID(t)
+	// The worker's metrics name the job's tenant.
+	d.until(t, "acme's series at the worker's metrics endpoint", false, func() bool {
+		labels, _, err := scrapeSeries(metricsURL, "wstream_subtask_records_in_total")
+		n := 0
+		for _, l := range labels {
+			if l["job"] == job {
+				if l["tenant"] != "acme" {
+					t.Fatalf("a series of acme's job labelled tenant %q: %v", l["tenant"], l)
+				}
+				n++
+			}
+		}
+		return err == nil && n > 0
+	})
 	// A checkpoint of acme's job, for bolt to try to restore.
 	ckpts := filepath.Join(data, "jobs", job, "checkpoints")
 	d.until(t, "a checkpoint", false, func() bool { _, id := newestCheckpoint(data); return id >= 1 })

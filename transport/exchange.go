@@ -763,11 +763,22 @@ func (o *JetStreamOutput) Stats() (messages, bytes int64) {
 	return o.published, o.publishedSize
 }
 
+// InFlight is the number of messages published on the channel that its
+// consumer has not taken yet (at most the window).
+func (o *JetStreamOutput) InFlight() int64 {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return int64(o.seq - o.taken)
+}
+
 // inEntry is a message the consumer has received and not handed out.
 type inEntry struct {
 	m    Message
 	seq  uint64 // 0: a message that overtook the data
 	sseq uint64 // the message's stream sequence
+	// stored is when the stream stored the message (Unix nanoseconds; 0:
+	// unknown, or a message that overtook the data), for Lag.
+	stored int64
 }
 
 // JetStreamInput is the consumer side of a channel from a subtask on another
@@ -861,8 +872,10 @@ func (in *JetStreamInput) onData(msg jetstream.Msg) {
 	_ = msg.Ack()
 	m, seq, err := decodeFrame(msg.Data())
 	var sseq uint64
+	var stored int64
 	if meta, merr := msg.Metadata(); merr == nil {
 		sseq = meta.Sequence.Stream
+		stored = meta.Timestamp.UnixNano()
 	}
 	in.mu.Lock()
 	switch {
@@ -880,7 +893,7 @@ func (in *JetStreamInput) onData(msg jetstream.Msg) {
 		in.err = fmt.Errorf("channel %s: message %d follows %d", in.subject, seq, in.received)
 	}
 	in.received = seq
-	in.q = append(in.q, inEntry{m: m, seq: seq, sseq: sseq})
+	in.q = append(in.q, inEntry{m: m, seq: seq, sseq: sseq, stored: stored})
 	wake := in.wake
 	in.mu.Unlock()
 	signal(wake)
@@ -964,6 +977,23 @@ func (in *JetStreamInput) pop() (Message, uint64) {
 		return e.m, in.pos
 	}
 	return e.m, 0
+}
+
+// Lag is the age of the oldest message the channel has received and the
+// subtask has not taken yet, since the stream stored it (by the NATS
+// server's clock against the worker's): how far the subtask's reading of
+// the channel trails its producer. It is 0 when nothing waits. The flow
+// control window keeps the producer at most a window ahead of the
+// consumer, so what waits is mostly here rather than in the stream.
+func (in *JetStreamInput) Lag() time.Duration {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	for _, e := range in.q {
+		if e.stored > 0 {
+			return max(0, time.Duration(time.Now().UnixNano()-e.stored))
+		}
+	}
+	return 0
 }
 
 func (in *JetStreamInput) sendCredit(pos uint64) {

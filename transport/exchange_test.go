@@ -355,3 +355,49 @@ func TestFrameDecodeRejects(t *testing.T) {
 		}
 	}
 }
+
+// TestExchangeLagAndInFlight checks the figures the workers' metrics read:
+// the producer's messages not taken yet, and the age of the oldest message
+// waiting at the consumer, which is 0 once the consumer has taken all.
+func TestExchangeLagAndInFlight(t *testing.T) {
+	prod, cons, _ := exchangePair(t, "lag", 8)
+	out, in := channelPair(t, prod, cons)
+	if in.Lag() != 0 || out.InFlight() != 0 {
+		t.Fatalf("before any message: lag %v, in flight %d", in.Lag(), out.InFlight())
+	}
+	ctx := context.Background()
+	for i := range 3 {
+		if err := out.Send(ctx, Message{Kind: KindData, Data: batch(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitLen(t, in, 3)
+	if n := out.InFlight(); n != 3 {
+		t.Errorf("in flight %d, want 3", n)
+	}
+	// The oldest waiting message ages while nobody takes it.
+	deadline := time.Now().Add(10 * time.Second)
+	for in.Lag() < 5*time.Millisecond {
+		if time.Now().After(deadline) {
+			t.Fatalf("lag %v after 10s with three messages waiting", in.Lag())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	for i := range 3 {
+		m, ok := in.TryRecv()
+		if !ok || string(m.Data) != string(batch(i)) {
+			t.Fatalf("message %d: %v %q", i, ok, m.Data)
+		}
+	}
+	if l := in.Lag(); l != 0 {
+		t.Errorf("lag %v with nothing waiting, want 0", l)
+	}
+	// Taking the last message credits the producer.
+	deadline = time.Now().Add(10 * time.Second)
+	for out.InFlight() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("in flight %d after the consumer took everything", out.InFlight())
+		}
+		time.Sleep(time.Millisecond)
+	}
+}

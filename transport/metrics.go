@@ -10,6 +10,8 @@ type SubtaskMetrics struct {
 	Worker  string `json:"worker"`
 	Vertex  string `json:"vertex"`
 	Subtask int    `json:"subtask"`
+	// Tenant owns the job ("" on a cluster without tenants).
+	Tenant string `json:"tenant,omitempty"`
 
 	RecordsIn  int64 `json:"recordsIn"`
 	RecordsOut int64 `json:"recordsOut"`
@@ -28,8 +30,22 @@ type SubtaskMetrics struct {
 	Watermark    int64 `json:"watermark"`
 	HasWatermark bool  `json:"hasWatermark"`
 
-	// StateBytes is the keyed state's estimated size on disk.
+	// StateBytes is the keyed state's estimated size on disk (its Pebble
+	// files and memtables), as of the subtask's last measurement (about
+	// once a second while it processes input).
 	StateBytes int64 `json:"stateBytes"`
+
+	// RemoteInputs counts the subtask's input channels from other workers
+	// and ExchangeLagMillis is the largest age over them of the oldest
+	// message received and not yet taken, since JetStream stored it (on
+	// the row of the chain's first vertex). RemoteOutputs counts its
+	// output channels to other workers and ExchangeInFlight the messages
+	// they published that the consumers have not taken (on the row of the
+	// chain's last vertex).
+	RemoteInputs      int   `json:"remoteInputs,omitempty"`
+	ExchangeLagMillis int64 `json:"exchangeLagMillis,omitempty"`
+	RemoteOutputs     int   `json:"remoteOutputs,omitempty"`
+	ExchangeInFlight  int64 `json:"exchangeInFlight,omitempty"`
 
 	// RecordsInPerSec and RecordsOutPerSec are filled in by the
 	// coordinator from the previous sample.
@@ -38,4 +54,16 @@ type SubtaskMetrics struct {
 
 	// SampledAt is when the worker took the sample (Unix milliseconds).
 	SampledAt int64 `json:"sampledAt"`
+}
+
+// SubjectMetrics is where workers publish their subtasks' samples
+// (MetricsReport), about once a second. Workers are users of the service
+// account; a tenant's requests arrive under tenant.APIPrefix and never on
+// this subject.
+const SubjectMetrics = "wstream.coord.metrics"
+
+// MetricsReport carries a worker's latest samples of the subtasks it runs.
+type MetricsReport struct {
+	Worker   string           `json:"worker"`
+	Subtasks []SubtaskMetrics `json:"subtasks"`
 }

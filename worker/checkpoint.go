@@ -364,11 +364,13 @@ func (t *task) awaitFinalCheckpoint(ctx context.Context) error {
 	t.ended = true
 	t.ckpt.publish(transport.CheckpointAck{JobID: t.jobID, Attempt: t.attempt, Task: t.id, EndOfInput: true})
 	for !t.finalDone {
+		t.split.to(timeIdle)
 		select {
 		case <-t.mbox.ready:
 		case <-ctx.Done():
 			return ctx.Err()
 		}
+		t.split.to(timeBusy)
 		if err := t.handleControl(ctx); err != nil {
 			return err
 		}

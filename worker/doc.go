@@ -28,4 +28,14 @@
 // is a pair of JetStream channels on the job's data stream
 // (transport.JetStreamOutput/JetStreamInput), with credits from the consumer
 // bounding the data in flight, so backpressure crosses hosts the same way.
+//
+// Every subtask keeps live figures for metrics (metrics.go): records and
+// bytes in and out per vertex as atomic counters added per batch, its time
+// split into busy, backpressured and idle (switched where it starts and
+// stops waiting, never per record), its watermark, its keyed state's size
+// (measured on its own goroutine about once a second) and its exchange
+// channels' lag. Worker.SubtaskMetrics, GuestCalls and StateStats read
+// them for the metrics endpoint; with each heartbeat the worker also sends
+// the coordinator its subtasks' samples (transport.SubjectMetrics), which
+// the REST API serves.
 package worker

@@ -11,6 +11,7 @@ import (
 	"github.com/wstream/wstream/abi"
 	"github.com/wstream/wstream/checkpoint"
 	"github.com/wstream/wstream/connector"
+	"github.com/wstream/wstream/host"
 	"github.com/wstream/wstream/job"
 	"github.com/wstream/wstream/operator"
 	"github.com/wstream/wstream/state"
@@ -57,9 +58,16 @@ type stage struct {
 	op     operator.Operator
 	state  keyedState
 	coll   stageCollector
-	// Counters are read by Worker.Metrics while the task runs.
-	in  atomic.Int64
-	out atomic.Int64
+	// Counters are read by Worker.Metrics and Worker.SubtaskMetrics while
+	// the task runs: records and their encoded bytes.
+	in       atomic.Int64
+	out      atomic.Int64
+	inBytes  atomic.Int64
+	outBytes atomic.Int64
+	// keyed: the stage holds the subtask's keyed state.
+	keyed bool
+	// calls counts a guest operator's calls (nil for built-in operators).
+	calls *host.CallStats
 }
 
 // stageCollector gathers a stage's output during one call. For a stage that
@@ -228,20 +236,32 @@ type task struct {
 	// operators (Deployment.ReportFirstRecord), once.
 	firstRecord func()
 
-	source   connector.Source
-	srcOut   atomic.Int64
-	gate     *transport.InputGate
-	chanWM   []int64
-	stages   []*stage
-	sink     connector.Sink
-	sinkIn   atomic.Int64
-	outs     []*outEdge
-	wm       int64
-	srcBuf   abi.Builder
-	timerBuf abi.Builder
-	store    *state.Store
-	closers  []func() error
-	now      func() time.Time
+	source      connector.Source
+	srcOut      atomic.Int64
+	srcOutBytes atomic.Int64
+	gate        *transport.InputGate
+	chanWM      []int64
+	stages      []*stage
+	sink        connector.Sink
+	sinkIn      atomic.Int64
+	sinkInBytes atomic.Int64
+	outs        []*outEdge
+	wm          int64
+	srcBuf      abi.Builder
+	timerBuf    abi.Builder
+	store       *state.Store
+	closers     []func() error
+	now         func() time.Time
+
+	// Live figures for Worker.SubtaskMetrics: the time split, the
+	// watermark (t.wm, published), the input channels from other workers,
+	// and the keyed state's last measurement (measureState).
+	split       timeSplit
+	wmPub       atomic.Int64
+	remoteIns   []*transport.JetStreamInput
+	nextMeasure time.Time
+	statsMu     sync.Mutex
+	storeStats  state.StoreMetrics
 }
 
 // stageServices is the operator.Services of one stage.
@@ -285,6 +305,10 @@ func (t *task) stageError(s *stage, what string, err error) error {
 
 // run drives the subtask until its input ends, it fails, or ctx is done.
 func (t *task) run(ctx context.Context) error {
+	now := time.Now()
+	t.split.start(now)
+	defer t.split.to(timeIdle)
+	t.measureState(now)
 	if t.source != nil {
 		return t.runSource(ctx)
 	}
@@ -304,16 +328,24 @@ func (t *task) runSource(ctx context.Context) error {
 			}
 			if t.idle {
 				// Stopped emitting: wait for the stop (or a notification).
+				t.split.to(timeIdle)
 				select {
 				case <-t.mbox.ready:
 				case <-ctx.Done():
 					return ctx.Err()
 				}
+				t.split.to(timeBusy)
 				continue
 			}
 		}
 		t.srcBuf.Reset()
+		// A source's time counts as busy, except a call that brought no
+		// record: it waited for input (an unbounded source that has none).
+		t.split.charge(timeBusy)
 		wm, done, err := t.source.Next(ctx, &t.srcBuf, sourceBatch)
+		if t.srcBuf.Len() == 0 {
+			t.split.charge(timeIdle)
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
@@ -322,6 +354,7 @@ func (t *task) runSource(ctx context.Context) error {
 		}
 		if n := t.srcBuf.Len(); n > 0 {
 			t.srcOut.Add(int64(n))
+			t.srcOutBytes.Add(int64(t.srcBuf.Size()))
 			if err := t.deliver(ctx, 0, t.srcBuf.Bytes()); err != nil {
 				return err
 			}
@@ -380,7 +413,9 @@ func (t *task) runGate(ctx context.Context) error {
 				tc, armed = timer.C, true
 			}
 		}
+		t.split.to(timeIdle)
 		ch, m, err := t.gate.Next(ctx, tc)
+		t.split.to(timeBusy)
 		fired = false
 		if armed && !timer.Stop() {
 			select {
@@ -516,6 +551,7 @@ func (t *task) deliver(ctx context.Context, k int, batch []byte) error {
 		t.firstRecord = nil
 	}
 	s.in.Add(int64(abi.Count(batch)))
+	s.inBytes.Add(int64(len(batch)))
 	if err := s.op.Process(batch, &s.coll); err != nil {
 		return t.stageError(s, "failed processing a batch", err)
 	}
@@ -529,6 +565,7 @@ func (t *task) drain(ctx context.Context, k int) error {
 		return nil
 	}
 	t.stages[k].out.Add(int64(c.b.Len()))
+	t.stages[k].outBytes.Add(int64(c.b.Size()))
 	b := c.take()
 	err := t.deliver(ctx, k+1, b.Bytes())
 	c.give(b)
@@ -538,6 +575,7 @@ func (t *task) drain(ctx context.Context, k int) error {
 func (t *task) emitTail(ctx context.Context, batch []byte) error {
 	if t.sink != nil {
 		t.sinkIn.Add(int64(abi.Count(batch)))
+		t.sinkInBytes.Add(int64(len(batch)))
 		if err := t.sink.Write(batch); err != nil {
 			v := t.chain.Vertices[len(t.chain.Vertices)-1]
 			return fmt.Errorf("sink %q (vertex %s, subtask %d): %w", v.Connector, v.ID, t.subtask, err)
@@ -639,7 +677,9 @@ func (t *task) send(ctx context.Context, o *outEdge, i int) error {
 // barriers that overtook its input (handleBlocked), as Flink's mailbox does.
 func (t *task) sendMsg(ctx context.Context, o *outEdge, i int, m transport.Message) error {
 	for {
+		t.split.to(timeBackpressured)
 		err := o.chans[i].SendOr(ctx, m, t.prio)
+		t.split.to(timeBusy)
 		if !errors.Is(err, transport.ErrInterrupted) {
 			return err
 		}
@@ -658,6 +698,9 @@ func (t *task) sendMsg(ctx context.Context, o *outEdge, i int, m transport.Messa
 // repeated updates of a hot key cost nothing; nothing needs them in Pebble
 // sooner (snapshots flush first).
 func (t *task) flush(ctx context.Context) error {
+	if t.store != nil {
+		t.measureState(time.Now())
+	}
 	if err := t.flushState(); err != nil {
 		return err
 	}
@@ -704,6 +747,7 @@ func (t *task) advanceWatermark(ctx context.Context, wm int64) error {
 		return nil
 	}
 	t.wm = wm
+	t.wmPub.Store(wm)
 	for k := range t.stages {
 		if err := t.fireTimers(ctx, k, abi.TimeEvent, wm); err != nil {
 			return err

@@ -72,19 +72,21 @@ type Config struct {
 
 // Worker runs the subtasks the coordinator assigns to it.
 type Worker struct {
-	cfg      Config
-	log      *slog.Logger
-	rt       *host.Runtime
-	ownsRT   bool
-	js       jetstream.JetStream
-	cache    *pebble.Cache
-	subs     []*nats.Subscription
-	mu       sync.Mutex
-	modules  map[string]*host.Module
-	jobs     map[string]*jobRun
-	closed   bool
-	stopBeat chan struct{}
-	beatDone chan struct{}
+	cfg     Config
+	log     *slog.Logger
+	rt      *host.Runtime
+	ownsRT  bool
+	js      jetstream.JetStream
+	cache   *pebble.Cache
+	subs    []*nats.Subscription
+	mu      sync.Mutex
+	modules map[string]*host.Module
+	jobs    map[string]*jobRun
+	closed  bool
+	// cacheGone: Close released the block cache (BlockCache).
+	cacheGone bool
+	stopBeat  chan struct{}
+	beatDone  chan struct{}
 
 	// restoreRead counts the bytes of keyed-state files that restores read
 	// from checkpoint storage, localRead those they took from local
@@ -217,7 +219,8 @@ func (w *Worker) Start(ctx context.Context) error {
 }
 
 // heartbeat tells the coordinator, every HeartbeatInterval, that the worker
-// is alive and which job attempts it runs. A heartbeat carries everything
+// is alive and which job attempts it runs, and sends it the latest metrics
+// samples of its subtasks. A heartbeat carries everything
 // registration needs, so a coordinator that restarted, or a NATS server
 // that came back, sees the worker again without a new handshake; after the
 // worker's connection was re-established it heartbeats at once.
@@ -242,6 +245,7 @@ func (w *Worker) heartbeat() {
 			}
 		case <-t.C:
 			_ = w.cfg.NATS.Publish(transport.SubjectHeartbeat, w.beat())
+			w.publishMetrics()
 		}
 	}
 }
@@ -289,6 +293,7 @@ func (w *Worker) Close(ctx context.Context) error {
 		_ = m.Close(ctx)
 	}
 	w.modules = nil
+	w.cacheGone = true
 	w.mu.Unlock()
 	w.cache.Unref()
 	if w.ownsRT {
@@ -818,6 +823,7 @@ func (w *Worker) newTask(j *jobRun, mod *host.Module, c *job.Chain, sub int, cha
 	p := j.plan
 	t := &task{jobID: j.id, attempt: j.attempt, id: checkpoint.TaskID{Chain: c.Index, Subtask: sub}, chain: c, subtask: sub,
 		label: fmt.Sprintf("%s/%d", c.ID, sub), now: time.Now, wm: abi.MinWatermark}
+	t.wmPub.Store(abi.MinWatermark)
 	fail := func(err error) (*task, error) {
 		_ = t.close()
 		return nil, err
@@ -856,6 +862,9 @@ func (w *Worker) newTask(j *jobRun, mod *host.Module, c *job.Chain, sub int, cha
 			}
 			ins = append(ins, ch)
 			t.inputs = append(t.inputs, inputRef{edge: e.Index, peer: up})
+			if in, ok := ch.(*transport.JetStreamInput); ok {
+				t.remoteIns = append(t.remoteIns, in)
+			}
 		}
 	}
 	if len(ins) > 0 {
@@ -1010,6 +1019,7 @@ func (w *Worker) newTask(j *jobRun, mod *host.Module, c *job.Chain, sub int, cha
 			}
 		default:
 			var op operator.Operator
+			var calls *host.CallStats
 			if name, ok := strings.CutPrefix(v.Operator, builtin.Prefix); ok {
 				o, err := builtin.New(name)
 				if err != nil {
@@ -1025,13 +1035,14 @@ func (w *Worker) newTask(j *jobRun, mod *host.Module, c *job.Chain, sub int, cha
 					inst = in
 					t.closers = append(t.closers, func() error { return in.Close(context.Background()) })
 				}
-				op = inst.Operator()
+				calls = &host.CallStats{}
+				op = inst.OperatorWithStats(calls)
 				if j.tenant != "" {
 					// A tenant's guest calls take their share of the cores.
 					op = NewFairOperator(j.ctx, w.gate(), j.tenant, float64(j.weight), op)
 				}
 			}
-			s := &stage{vertex: v, op: op}
+			s := &stage{vertex: v, op: op, calls: calls}
 			s.coll.nOut = len(v.Outputs)
 			s.coll.keep = -1
 			if i+1 < len(c.Vertices) {
@@ -1039,6 +1050,7 @@ func (w *Worker) newTask(j *jobRun, mod *host.Module, c *job.Chain, sub int, cha
 			}
 			if i == 0 && store != nil {
 				s.state = store.Vertex(v.ID, true)
+				s.keyed = true
 			} else {
 				s.state = noKeyedState{}
 			}

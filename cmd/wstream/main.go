@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -786,6 +787,7 @@ func workerCommand() *cli.Command {
 		Flags: append([]cli.Flag{
 			&cli.IntFlag{Name: "slots", Usage: "subtasks this worker runs at once (0 = no limit)"},
 			&cli.StringFlag{Name: "id", Usage: "worker id (default: host name and process id)"},
+			&cli.StringFlag{Name: "http", Usage: "serve Prometheus metrics at http://`ADDR`/metrics (host:port; port 0 picks one)"},
 			dataFlag, natsFlag, verboseFlag, logFormatFlag, logLevelFlag,
 		}, hostFlags()...),
 		Action: func(c *cli.Context) error {
@@ -804,6 +806,12 @@ func workerCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
+			var l net.Listener
+			if addr := c.String("http"); addr != "" {
+				if l, err = listenMetrics(addr); err != nil {
+					return fmt.Errorf("worker: %w", err)
+				}
+			}
 			ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			e, err := engine.Start(ctx, engine.Options{
@@ -811,7 +819,15 @@ func workerCommand() *cli.Command {
 				Host: hc, Log: log, Stdout: c.App.Writer, NoCoordinator: true,
 			})
 			if err != nil {
+				if l != nil {
+					l.Close()
+				}
 				return err
+			}
+			if l != nil {
+				url, stopHTTP := serveMetrics(l, e.MetricsHandler(), log)
+				defer stopHTTP()
+				fmt.Fprintf(c.App.ErrWriter, "wstream worker: metrics at %s\n", url)
 			}
 			fmt.Fprintf(c.App.ErrWriter, "wstream worker: connected to %s\n", c.String("nats"))
 			<-ctx.Done()
