@@ -57,14 +57,20 @@
 // waits for the first of those calls to return (at most the call
 // deadline); from then on the division holds.
 //
-// # What the gate does not cover
+// # What the gate covers
 //
-// Only time inside guest calls is admitted and charged. Host work that
-// follows from a call but runs outside it (routing and sending a flood of
-// output, flushing written state to Pebble, firing timers, instantiating a
-// module) competes for the cores through the Go scheduler alone, and needs
-// bounds of its own (output buffer limits, state and timer quotas, restart
-// back-off) or a gate of its own around it.
+// The gate admits and charges whatever holds a slot; it cannot tell a guest
+// call from host work. The worker holds its tenant's slot for a subtask's
+// guest calls and for the host work they cause around them (routing and
+// copying a flood of output, handing it to a sink, flushing written state
+// to Pebble, firing timers), and gives it back whenever the subtask waits
+// (for input, for room in a full channel, for a control message), so that
+// no slot is held by a subtask waiting on another. What remains outside
+// every slot competes for the cores through the Go scheduler alone and
+// needs bounds of its own: a source producing its input, sending into a
+// channel, the garbage collector's work on the garbage a tenant makes, and
+// deploying a job's subtasks again after a failure (opening state, setting
+// up channels; instantiation holds a slot), which restart back-off bounds.
 //
 // # Shape
 //

@@ -206,8 +206,9 @@ type TenantStats struct {
 	Waits            uint64 // calls that queued before running
 	Canceled         uint64 // calls that gave up waiting
 	// Busy is the time the tenant's calls have held slots, those in
-	// progress up to now: the core time its guests took, as far as the
-	// gate can tell.
+	// progress up to now: the core time its guests took, and the host
+	// work done for it under its slots (package worker holds a slot for a
+	// subtask's work around its calls), as far as the gate can tell.
 	Busy time.Duration
 	// Waited is the time calls spent queued; MaxWait the longest wait.
 	Waited, MaxWait time.Duration

@@ -27,6 +27,10 @@ type hotCache struct {
 	dirty    []int32 // dirty entries, in the order they became dirty
 	capacity int
 	live     int
+	// cleanBytes bounds the key and value buffers that clean entries,
+	// and free entries kept for reuse, hold after a flush (maxCleanBytes
+	// unless the store's memory budget is smaller).
+	cleanBytes int
 }
 
 type cacheEntry struct {
@@ -65,7 +69,7 @@ func newHotCache(capacity int) *hotCache {
 	if capacity < 1 {
 		capacity = 1
 	}
-	c := &hotCache{seed: maphash.MakeSeed(), capacity: capacity, head: noSlot, tail: noSlot}
+	c := &hotCache{seed: maphash.MakeSeed(), capacity: capacity, head: noSlot, tail: noSlot, cleanBytes: maxCleanBytes}
 	c.resize(tableSizeFor(min(capacity, startEntries)))
 	return c
 }
@@ -226,10 +230,21 @@ func (c *hotCache) flushed() {
 		e := &c.entries[idx]
 		next := e.next
 		n += cap(e.key) + cap(e.val)
-		if n > maxCleanBytes {
+		if n > c.cleanBytes {
 			c.evict(idx)
 		}
 		idx = next
+	}
+	// What is left of the budget bounds the buffers that free entries
+	// keep for reuse: a flood of small values leaves as many free
+	// entries as it dirtied.
+	for _, idx := range c.free {
+		e := &c.entries[idx]
+		n += cap(e.key) + cap(e.val)
+		if n > c.cleanBytes {
+			n -= cap(e.key) + cap(e.val)
+			e.key, e.val = nil, nil
+		}
 	}
 }
 

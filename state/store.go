@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -63,6 +64,14 @@ type Options struct {
 	// state quota): a Flush that finds the store larger fails with a
 	// *QuotaError, and the store stays failed.
 	MaxBytes int64
+	// MemoryBytes, when positive, bounds the memory the store holds for
+	// the subtask beyond Pebble's memtables (a tenant's memory quota): the
+	// changes written since the last Flush reach Pebble as soon as their
+	// bytes come to half of it, within a guest call too, and the clean
+	// entries the cache keeps after a flush hold at most the other half.
+	// When 0, changes wait for the caller's Flush and clean entries hold
+	// up to 16 MiB.
+	MemoryBytes int64
 
 	// eventListener, when set, receives Pebble's events (tests use it to
 	// wait for compactions).
@@ -93,6 +102,9 @@ type Store struct {
 	vertices   map[string]*VertexState
 	// pendingBytes counts value bytes put since the last Flush.
 	pendingBytes int
+	// flushAt, when positive, is the pending bytes at which a write
+	// flushes (Options.MemoryBytes).
+	flushAt int
 
 	keyBuf []byte // scratch for the Pebble key of the current call
 	err    error  // sticky: set when Pebble failed a commit, or by Close
@@ -156,6 +168,9 @@ func Open(o Options) (*Store, error) {
 	}
 	if o.CacheEntries < 0 {
 		return nil, fmt.Errorf("state: cache entries %d is negative", o.CacheEntries)
+	}
+	if o.MemoryBytes < 0 {
+		return nil, fmt.Errorf("state: memory bound %d is negative", o.MemoryBytes)
 	}
 	entries := o.CacheEntries
 	if entries == 0 {
@@ -234,6 +249,11 @@ func Open(o Options) (*Store, error) {
 		dirtyBases: make(map[uint64]struct{}),
 		vertices:   make(map[string]*VertexState),
 	}
+	if o.MemoryBytes > 0 {
+		half := int(min(o.MemoryBytes/2, math.MaxInt32))
+		s.flushAt = max(half, 1)
+		s.cache.cleanBytes = min(s.cache.cleanBytes, half)
+	}
 	if err := s.loadTimers(); err != nil {
 		_ = s.batch.Close()
 		_ = db.Close()
@@ -280,6 +300,19 @@ func (s *Store) Pending() int { return len(s.cache.dirty) + int(s.batch.Count())
 // written twice counts twice), for callers that bound unflushed memory.
 func (s *Store) PendingBytes() int { return s.pendingBytes + len(s.batch.Repr()) }
 
+// HeldBytes is the memory the store holds for its subtask outside Pebble:
+// the key and value buffers of the cache's entries (changed, clean and kept
+// for reuse) and the batch not yet committed. It walks the cache, for
+// tests and metrics rather than the hot path.
+func (s *Store) HeldBytes() int {
+	n := cap(s.batch.Repr())
+	for i := range s.cache.entries {
+		e := &s.cache.entries[i]
+		n += cap(e.key) + cap(e.val)
+	}
+	return n
+}
+
 // CacheEntries is the hot-key cache's capacity in entries.
 func (s *Store) CacheEntries() int { return s.cache.capacity }
 
@@ -305,20 +338,47 @@ func (s *Store) Flush() error {
 		if err != nil {
 			return s.fail("stage write", err)
 		}
+		if len(s.batch.Repr()) >= commitChunk {
+			if err := s.commit(); err != nil {
+				return err
+			}
+		}
 	}
-	if !s.batch.Empty() {
-		n := len(s.batch.Repr())
-		if err := s.batch.Commit(pebble.NoSync); err != nil {
-			return s.fail("commit batch", err)
-		}
-		s.batch.Reset()
-		if err := s.checkSize(n); err != nil {
-			return err
-		}
+	if err := s.commit(); err != nil {
+		return err
 	}
 	c.flushed()
 	clear(s.dirtyBases)
 	s.pendingBytes = 0
+	return nil
+}
+
+// commitChunk bounds the batches Flush commits. Pebble copies a batch of
+// up to half a memtable into the memtable and reuses the batch's buffer;
+// it keeps a larger one as it is, in memory until its own flush, and the
+// next batch grows a new buffer: committed in chunks, a flush of many
+// megabytes costs Pebble no more memory than its memtables.
+const commitChunk = 1 << 20
+
+// commit writes the batch to Pebble, if it holds anything.
+func (s *Store) commit() error {
+	if s.batch.Empty() {
+		return nil
+	}
+	n := len(s.batch.Repr())
+	if err := s.batch.Commit(pebble.NoSync); err != nil {
+		return s.fail("commit batch", err)
+	}
+	s.batch.Reset()
+	return s.checkSize(n)
+}
+
+// written flushes once the changes since the last Flush reach the store's
+// memory bound (Options.MemoryBytes).
+func (s *Store) written() error {
+	if s.flushAt > 0 && s.PendingBytes() >= s.flushAt {
+		return s.Flush()
+	}
 	return nil
 }
 

@@ -116,7 +116,7 @@ func (v *VertexState) StatePut(h int32, key, ns, value []byte) error {
 	e.val = append(e.val[:0], value...)
 	e.present = true
 	v.s.pendingBytes += len(value)
-	return nil
+	return v.s.written()
 }
 
 // StateDelete removes (key, ns); removing an absent entry is not an error.
@@ -222,7 +222,7 @@ func (v *VertexState) RegisterTimer(domain int32, key, ns []byte, ts int64) erro
 		return v.s.fail("stage timer", err)
 	}
 	q.add(newTimer(ts, pk, len(key), len(ns)))
-	return nil
+	return v.s.written()
 }
 
 // DeleteTimer removes a timer; removing an absent timer is not an error.

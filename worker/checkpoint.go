@@ -365,6 +365,7 @@ func (t *task) awaitFinalCheckpoint(ctx context.Context) error {
 	t.ckpt.publish(transport.CheckpointAck{JobID: t.jobID, Attempt: t.attempt, Task: t.id, EndOfInput: true})
 	for !t.finalDone {
 		t.split.to(timeIdle)
+		t.turn.yield()
 		select {
 		case <-t.mbox.ready:
 		case <-ctx.Done():
@@ -564,6 +565,7 @@ func (t *task) snapshot(ctx context.Context, id int64, kind checkpoint.Kind, tri
 		}
 		for i, ch := range o.chans {
 			if !unaligned {
+				t.turn.yield()
 				if err := ch.Send(ctx, barrier); err != nil && !errors.Is(err, transport.ErrClosed) {
 					return err
 				}
@@ -597,6 +599,9 @@ func (t *task) snapshot(ctx context.Context, id int64, kind checkpoint.Kind, tri
 				if r.out == o && r.ch == i {
 					over = append(over, r.data)
 				}
+			}
+			if o.hasReady(i) {
+				over = append(over, o.ready[i]...)
 			}
 			if b := &o.bufs[i]; b.Len() > 0 {
 				over = append(over, append([]byte(nil), b.Bytes()...))

@@ -18,10 +18,20 @@
 //     timer fires, operators close in chain order, the sink flushes, and the
 //     end is sent downstream.
 //
-// Keyed state is written through one Pebble batch per input message: the
-// subtask flushes its state store after each message. Output buffers are
-// sent when they reach 32 KiB and after each message; sending blocks on a
-// full channel, which is how backpressure reaches sources.
+// Keyed state changes gather in the state store's write-back cache and
+// reach Pebble when enough have gathered (for a tenant's job, as soon as
+// they come to half of the tenant's memory quota, within a call too).
+// Output is cut into batches of 32 KiB per channel as it is routed, and
+// sent after each call and after each message; sending blocks on a full
+// channel, which is how backpressure reaches sources.
+//
+// A tenant's subtask works holding a slot of the fair-share gate (package
+// fairshare) for its tenant: its guest calls and the host work around them
+// (routing output, sinks, state flushes, timers), from taking up an input
+// message until it next waits for input, for room in a channel or for a
+// control message. So the host work a guest causes counts against its
+// tenant's share of the cores, and no subtask ever waits for another while
+// holding a slot.
 //
 // Channels between two subtasks of this worker are in-memory rings
 // (transport.LocalChannel); a channel to or from a subtask on another worker

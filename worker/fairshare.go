@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/wstream/wstream/fairshare"
 	"github.com/wstream/wstream/host"
@@ -31,6 +32,9 @@ type FairOperator struct {
 	leave  sync.Once
 	mu     sync.Mutex
 	stop   func() bool // unregisters the leave at ctx's end
+	// turn, when set and started, is the subtask's hold on the slot: a
+	// call takes the slot through it and leaves it held (see fairTurn).
+	turn *fairTurn
 }
 
 var _ operator.Operator = (*FairOperator)(nil)
@@ -76,10 +80,20 @@ func (f *FairOperator) Leave() {
 // Unwrap returns the wrapped operator.
 func (f *FairOperator) Unwrap() operator.Operator { return f.op }
 
+// noRelease is the release of a call that runs in its subtask's turn: the
+// turn gives the slot back.
+func noRelease() {}
+
 // acquire waits for a slot; the release function is never nil on success.
 func (f *FairOperator) acquire(call string) (func(), error) {
 	if f.gate == nil {
-		return func() {}, nil
+		return noRelease, nil
+	}
+	if f.turn.started() {
+		if err := f.turn.hold(call); err != nil {
+			return nil, err
+		}
+		return noRelease, nil
 	}
 	rel, err := f.gate.Acquire(f.ctx, f.tenant)
 	if err != nil {
@@ -172,4 +186,75 @@ func NewFairInstance(ctx context.Context, g *fairshare.Gate, tenant string, mod 
 	}
 	defer rel()
 	return mod.NewInstance(ctx, label, opts...)
+}
+
+// fairTurn charges a subtask's host work to its tenant's share: the work
+// that a guest call causes but that runs outside the call (routing and
+// copying its output, handing it to the sink, writing its state to Pebble,
+// firing its timers) costs the worker's cores as much as the call, and a
+// tenant whose guest floods output would otherwise take far more than its
+// share through it. While the subtask's loop runs (start to stop), it
+// holds a slot of the gate for its tenant from the moment it takes up an
+// input message (or the first guest call, which then runs under it) until
+// it next has to wait: for input, for room in a full output channel, for a
+// control message. So a slot is never held while its subtask waits on
+// another subtask (which may need the same tenant's slot: with one slot,
+// that would deadlock), and every other blocking point lies outside a turn
+// too. A turn is bounded by one input message's processing, so a barrier
+// or a control message waits for the slot at most that long behind the
+// tenant's other subtasks.
+//
+// Only the subtask's goroutine uses a started turn; a nil *fairTurn is a
+// subtask outside any tenant, and does nothing.
+type fairTurn struct {
+	gate   *fairshare.Gate
+	ctx    context.Context
+	tenant string
+	on     atomic.Bool
+	rel    func() // the slot, when held
+}
+
+func newFairTurn(ctx context.Context, g *fairshare.Gate, tenant string) *fairTurn {
+	return &fairTurn{gate: g, ctx: ctx, tenant: tenant}
+}
+
+// start makes the subtask's work take the slot in turns; guest calls made
+// before (opening, restoring) take a slot each.
+func (f *fairTurn) start() {
+	if f != nil {
+		f.on.Store(true)
+	}
+}
+
+// stop gives the slot back and ends the turns.
+func (f *fairTurn) stop() {
+	if f != nil {
+		f.yield()
+		f.on.Store(false)
+	}
+}
+
+func (f *fairTurn) started() bool { return f != nil && f.on.Load() }
+
+// hold waits for the slot unless the subtask holds it already. It fails
+// with an error wrapping ctx's when the job ends first.
+func (f *fairTurn) hold(what string) error {
+	if f == nil || f.rel != nil || !f.on.Load() {
+		return nil
+	}
+	rel, err := f.gate.Acquire(f.ctx, f.tenant)
+	if err != nil {
+		return fmt.Errorf("tenant %q: waiting for a slot for %s: %w", f.tenant, what, err)
+	}
+	f.rel = rel
+	return nil
+}
+
+// yield gives the slot back, if held, before the subtask waits.
+func (f *fairTurn) yield() {
+	if f != nil && f.rel != nil {
+		rel := f.rel
+		f.rel = nil
+		rel()
+	}
 }

@@ -24,7 +24,9 @@ const flushBytes = 32 << 10
 
 // A subtask writes its unflushed state changes to Pebble when they fill its
 // hot-key cache (dirty entries cannot be evicted, so the cache would grow
-// past its size) or hold stateFlushBytes of values.
+// past its size) or hold stateFlushBytes of values. A tenant's store
+// flushes sooner by itself, at half the tenant's memory quota
+// (state.Options.MemoryBytes).
 const stateFlushBytes = 32 << 20
 
 // sourceBatch is how many records a source is asked for at a time.
@@ -83,6 +85,15 @@ type stageCollector struct {
 	nOut     int
 	keep     int // output index kept; -1 keeps all
 	scratch  abi.Record
+	// tail, set on the chain's last stage when it feeds output edges
+	// (keep < 0), routes each record into the channel buffers as it is
+	// emitted instead of collecting it first: a guest that emits a flood
+	// of output then costs one copy of it, not three and a batch the size
+	// of the flood. routed counts the records routed since the last drain,
+	// routedBytes their encoded size.
+	tail        *task
+	routed      int
+	routedBytes int
 }
 
 func (c *stageCollector) Emit(port uint32, ts int64, key, value []byte) error {
@@ -90,6 +101,12 @@ func (c *stageCollector) Emit(port uint32, ts int64, key, value []byte) error {
 		return operator.ErrBadOutput
 	}
 	switch {
+	case c.keep < 0 && c.tail != nil:
+		c.scratch = abi.Record{Port: port, Timestamp: ts, Key: key, Value: value}
+		c.tail.routeRecord(&c.scratch)
+		c.scratch = abi.Record{}
+		c.routed++
+		c.routedBytes += abi.RecordHeaderSize + len(key) + len(value)
 	case c.keep < 0:
 		c.b.Add(port, ts, key, value)
 	case int(port) == c.keep:
@@ -99,17 +116,32 @@ func (c *stageCollector) Emit(port uint32, ts int64, key, value []byte) error {
 }
 
 func (c *stageCollector) EmitBatch(batch []byte) error {
-	if _, err := abi.Validate(batch); err != nil {
-		return fmt.Errorf("%w: %v", operator.ErrBadArgument, err)
+	unchanged, err := c.check(batch)
+	if err != nil {
+		return err
+	}
+	r := &c.scratch
+	defer func() { *r = abi.Record{} }()
+	if c.keep < 0 && c.tail != nil {
+		// check found every port valid: nothing can fail from here on.
+		c.routedBytes += len(batch)
+		rd, _ := abi.NewReader(batch)
+		for {
+			ok, _ := rd.Next(r)
+			if !ok {
+				return nil
+			}
+			c.tail.routeRecord(r)
+			c.routed++
+		}
 	}
 	// Fast path: when every record keeps its port, the batch is appended
 	// with one copy instead of record by record.
-	if c.keep <= 0 && c.portsAll(batch, c.keep) {
+	if unchanged {
 		c.b.AppendBatch(batch)
 		return nil
 	}
 	rd, _ := abi.NewReader(batch)
-	r := &c.scratch
 	for {
 		ok, _ := rd.Next(r)
 		if !ok {
@@ -119,6 +151,43 @@ func (c *stageCollector) EmitBatch(batch []byte) error {
 			return err
 		}
 	}
+}
+
+// check validates batch in one pass before any of it is emitted: a
+// malformed batch is ErrBadArgument, a port beyond the stage's outputs
+// ErrBadOutput. unchanged reports whether the batch can be appended as it
+// is: with keep < 0 every port is valid then; with keep == 0 every port
+// must be 0.
+func (c *stageCollector) check(batch []byte) (unchanged bool, err error) {
+	rd, err := abi.NewReader(batch)
+	if err != nil {
+		return false, fmt.Errorf("%w: %v", operator.ErrBadArgument, err)
+	}
+	r := &c.scratch
+	defer func() { *r = abi.Record{} }()
+	unchanged = c.keep <= 0
+	badPort := false
+	for {
+		ok, err := rd.Next(r)
+		if err != nil {
+			return false, fmt.Errorf("%w: %v", operator.ErrBadArgument, err)
+		}
+		if !ok {
+			break
+		}
+		if int(r.Port) >= c.nOut {
+			badPort = true
+		}
+		if c.keep == 0 && r.Port != 0 {
+			unchanged = false
+		}
+	}
+	if badPort {
+		// The batch is well-formed, so the whole of it is checked before
+		// the port is refused, as emit_batch does.
+		return false, operator.ErrBadOutput
+	}
+	return unchanged, nil
 }
 
 // take returns the collected batch and leaves the collector empty with
@@ -144,22 +213,6 @@ func (c *stageCollector) give(b abi.Builder) {
 	}
 }
 
-// portsAll reports whether batch can be appended unchanged: with keep < 0
-// every port must be a valid output; with keep == 0 every port must be 0.
-func (c *stageCollector) portsAll(batch []byte, keep int) bool {
-	rd, _ := abi.NewReader(batch)
-	r := &c.scratch
-	for {
-		ok, _ := rd.Next(r)
-		if !ok {
-			return true
-		}
-		if (keep < 0 && int(r.Port) >= c.nOut) || (keep == 0 && r.Port != 0) {
-			return false
-		}
-	}
-}
-
 // outEdge routes the chain's output on one plan edge to its channels.
 type outEdge struct {
 	edge   *job.ChainEdge
@@ -168,6 +221,12 @@ type outEdge struct {
 	inPort uint32 // input index at the downstream vertex
 	chans  []transport.OutputChannel
 	bufs   []abi.Builder
+	// ready holds, per channel, batches cut from its buffer when it
+	// reached flushBytes, in order, not sent yet: a call's output however
+	// large travels in batches of tens of KiB, so that a channel's queue
+	// of a few batches holds that little memory, and the buffer never
+	// grows past one batch.
+	ready  [][][]byte
 	rr     int
 	maxPar int
 }
@@ -262,6 +321,9 @@ type task struct {
 	nextMeasure time.Time
 	statsMu     sync.Mutex
 	storeStats  state.StoreMetrics
+	// turn holds the tenant's slot of the fair-share gate while the
+	// subtask works (nil: not a tenant's job).
+	turn *fairTurn
 }
 
 // stageServices is the operator.Services of one stage.
@@ -309,6 +371,8 @@ func (t *task) run(ctx context.Context) error {
 	t.split.start(now)
 	defer t.split.to(timeIdle)
 	t.measureState(now)
+	t.turn.start()
+	defer t.turn.stop()
 	if t.source != nil {
 		return t.runSource(ctx)
 	}
@@ -329,6 +393,7 @@ func (t *task) runSource(ctx context.Context) error {
 			if t.idle {
 				// Stopped emitting: wait for the stop (or a notification).
 				t.split.to(timeIdle)
+				t.turn.yield()
 				select {
 				case <-t.mbox.ready:
 				case <-ctx.Done():
@@ -342,6 +407,8 @@ func (t *task) runSource(ctx context.Context) error {
 		// A source's time counts as busy, except a call that brought no
 		// record: it waited for input (an unbounded source that has none).
 		t.split.charge(timeBusy)
+		// A source may wait for its input: not while holding the slot.
+		t.turn.yield()
 		wm, done, err := t.source.Next(ctx, &t.srcBuf, sourceBatch)
 		if t.srcBuf.Len() == 0 {
 			t.split.charge(timeIdle)
@@ -351,6 +418,9 @@ func (t *task) runSource(ctx context.Context) error {
 				return ctx.Err()
 			}
 			return fmt.Errorf("source %q (vertex %s, subtask %d): %w", t.chain.Vertices[0].Connector, t.chain.Vertices[0].ID, t.subtask, err)
+		}
+		if err := t.turn.hold("the source's output"); err != nil {
+			return err
 		}
 		if n := t.srcBuf.Len(); n > 0 {
 			t.srcOut.Add(int64(n))
@@ -414,6 +484,7 @@ func (t *task) runGate(ctx context.Context) error {
 			}
 		}
 		t.split.to(timeIdle)
+		t.turn.yield()
 		ch, m, err := t.gate.Next(ctx, tc)
 		t.split.to(timeBusy)
 		fired = false
@@ -421,6 +492,13 @@ func (t *task) runGate(ctx context.Context) error {
 			select {
 			case <-timer.C:
 			default:
+			}
+		}
+		if err == nil || transport.IsTimer(err) || errors.Is(err, transport.ErrInterrupted) {
+			// What the subtask does now, and the output it causes, is its
+			// tenant's work.
+			if err := t.turn.hold("its input"); err != nil {
+				return err
 			}
 		}
 		if err != nil {
@@ -520,6 +598,9 @@ func (t *task) alignDeadline() (int64, bool) {
 
 // wakeUp fires due processing-time timers and checks the aligned timeout.
 func (t *task) wakeUp(ctx context.Context) error {
+	if err := t.turn.hold("its timers"); err != nil {
+		return err
+	}
 	if t.handler != nil {
 		t.handler.Tick(time.Now().UnixMilli())
 		if err := t.runHandler(ctx); err != nil {
@@ -558,9 +639,19 @@ func (t *task) deliver(ctx context.Context, k int, batch []byte) error {
 	return t.drain(ctx, k)
 }
 
-// drain moves what stage k collected in its last call to the next stage.
+// drain moves what stage k collected in its last call to the next stage;
+// for a stage that routed its output as it came (stageCollector.tail), it
+// sends the buffers that filled.
 func (t *task) drain(ctx context.Context, k int) error {
 	c := &t.stages[k].coll
+	if c.routed > 0 {
+		t.stages[k].out.Add(int64(c.routed))
+		t.stages[k].outBytes.Add(int64(c.routedBytes))
+		c.routed, c.routedBytes = 0, 0
+		if err := t.sendFull(ctx); err != nil {
+			return err
+		}
+	}
 	if c.b.Len() == 0 {
 		return nil
 	}
@@ -595,69 +686,110 @@ func (t *task) emitTail(ctx context.Context, batch []byte) error {
 		if !ok {
 			return t.sendFull(ctx)
 		}
-		for _, o := range t.outs {
-			if o.port != r.Port {
-				continue
-			}
-			if err := t.route(ctx, o, &r); err != nil {
-				return err
-			}
+		t.routeRecord(&r)
+	}
+}
+
+// routeRecord appends r to the buffers of the output edges of its port.
+func (t *task) routeRecord(r *abi.Record) {
+	for _, o := range t.outs {
+		if o.port == r.Port {
+			o.route(r)
 		}
 	}
 }
 
-// route appends r to the buffer of the channel its edge's partitioning picks.
-func (t *task) route(ctx context.Context, o *outEdge, r *abi.Record) error {
+// route appends r to the buffer of the channel its edge's partitioning
+// picks. It never sends: a batch's output is routed whole before any of it
+// is sent, so that at every point where a send can block, all not-yet-sent
+// output sits in the buffers (what an unaligned checkpoint taken while
+// blocked captures).
+func (o *outEdge) route(r *abi.Record) {
 	switch o.edge.Partition {
 	case job.PartitionKey:
 		kg := abi.KeyGroup(r.Key, o.maxPar)
-		return t.appendTo(ctx, o, abi.SubtaskForKeyGroup(kg, len(o.chans), o.maxPar), r)
+		o.appendTo(abi.SubtaskForKeyGroup(kg, len(o.chans), o.maxPar), r)
 	case job.PartitionRebalance:
 		i := o.rr
 		o.rr++
 		if o.rr == len(o.chans) {
 			o.rr = 0
 		}
-		return t.appendTo(ctx, o, i, r)
+		o.appendTo(i, r)
 	case job.PartitionBroadcast:
 		for i := range o.chans {
-			if err := t.appendTo(ctx, o, i, r); err != nil {
-				return err
-			}
+			o.appendTo(i, r)
 		}
-		return nil
 	default: // forward: one channel
-		return t.appendTo(ctx, o, 0, r)
+		o.appendTo(0, r)
 	}
 }
 
-// appendTo adds r to the buffer of channel i. It never sends: a batch's
-// output is routed whole before any of it is sent, so that at every point
-// where a send can block, all not-yet-sent output sits in the buffers (what
-// an unaligned checkpoint taken while blocked captures).
-func (t *task) appendTo(ctx context.Context, o *outEdge, i int, r *abi.Record) error {
-	o.bufs[i].Add(o.inPort, r.Timestamp, r.Key, r.Value)
-	return nil
+// appendTo adds r to the buffer of channel i, and cuts the buffer into a
+// ready batch once it reaches flushBytes.
+func (o *outEdge) appendTo(i int, r *abi.Record) {
+	b := &o.bufs[i]
+	b.Add(o.inPort, r.Timestamp, r.Key, r.Value)
+	if b.Size() < flushBytes {
+		return
+	}
+	if o.ready == nil {
+		o.ready = make([][][]byte, len(o.bufs))
+	}
+	// The channel will own the batch: copied out of the reusable builder.
+	o.ready[i] = append(o.ready[i], append([]byte(nil), b.Bytes()...))
+	if cap(b.Bytes()) > maxKeptOutput {
+		*b = abi.Builder{}
+	} else {
+		b.Reset()
+	}
 }
 
-// sendFull sends the buffers that reached flushBytes.
+// hasReady reports whether channel i has batches cut and not sent.
+func (o *outEdge) hasReady(i int) bool { return o.ready != nil && len(o.ready[i]) > 0 }
+
+// sendFull sends the batches cut from the buffers (appendTo).
 func (t *task) sendFull(ctx context.Context) error {
 	if t.snapshotting {
 		return nil
 	}
 	for _, o := range t.outs {
 		for i := range o.bufs {
-			if o.bufs[i].Size() >= flushBytes {
-				if err := t.send(ctx, o, i); err != nil {
-					return err
-				}
+			if err := t.sendReady(ctx, o, i); err != nil {
+				return err
 			}
 		}
 	}
 	return nil
 }
 
+// sendReady sends the ready batches of channel i in order. Each leaves the
+// queue before its send, so that while a send blocks, the batch is the
+// pending one and the rest still queued (what an unaligned checkpoint
+// captures, in that order).
+func (t *task) sendReady(ctx context.Context, o *outEdge, i int) error {
+	for o.hasReady(i) {
+		q := o.ready[i]
+		data := q[0]
+		q[0] = nil
+		if len(q) == 1 {
+			o.ready[i] = q[:0]
+		} else {
+			o.ready[i] = q[1:]
+		}
+		if err := t.sendMsg(ctx, o, i, transport.Message{Kind: transport.KindData, Data: data}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// send sends everything channel i holds: its ready batches, then its
+// buffer.
 func (t *task) send(ctx context.Context, o *outEdge, i int) error {
+	if err := t.sendReady(ctx, o, i); err != nil {
+		return err
+	}
 	b := &o.bufs[i]
 	if b.Len() == 0 {
 		return nil
@@ -678,6 +810,8 @@ func (t *task) send(ctx context.Context, o *outEdge, i int) error {
 func (t *task) sendMsg(ctx context.Context, o *outEdge, i int, m transport.Message) error {
 	for {
 		t.split.to(timeBackpressured)
+		// A full channel waits for its consumer, which may need the slot.
+		t.turn.yield()
 		err := o.chans[i].SendOr(ctx, m, t.prio)
 		t.split.to(timeBusy)
 		if !errors.Is(err, transport.ErrInterrupted) {
@@ -717,6 +851,10 @@ func (t *task) flush(ctx context.Context) error {
 // flushState writes the state changes to Pebble once enough have gathered.
 func (t *task) flushState() error {
 	if t.store != nil && (t.store.Pending() >= t.store.CacheEntries() || t.store.PendingBytes() >= stateFlushBytes) {
+		// The tenant's work, even after a send gave the slot back.
+		if err := t.turn.hold("writing state"); err != nil {
+			return err
+		}
 		if err := t.store.Flush(); err != nil {
 			return fmt.Errorf("subtask %s: writing state: %w", t.label, err)
 		}

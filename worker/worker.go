@@ -824,6 +824,11 @@ func (w *Worker) newTask(j *jobRun, mod *host.Module, c *job.Chain, sub int, cha
 	t := &task{jobID: j.id, attempt: j.attempt, id: checkpoint.TaskID{Chain: c.Index, Subtask: sub}, chain: c, subtask: sub,
 		label: fmt.Sprintf("%s/%d", c.ID, sub), now: time.Now, wm: abi.MinWatermark}
 	t.wmPub.Store(abi.MinWatermark)
+	if j.tenant != "" {
+		// A tenant's subtask works holding a slot of the gate, guest
+		// calls and the host work they cause alike.
+		t.turn = newFairTurn(j.ctx, w.gate(), j.tenant)
+	}
 	fail := func(err error) (*task, error) {
 		_ = t.close()
 		return nil, err
@@ -951,6 +956,9 @@ func (w *Worker) newTask(j *jobRun, mod *host.Module, c *job.Chain, sub int, cha
 			KeyGroups:      abi.RangeForSubtask(sub, c.Parallelism, p.MaxParallelism),
 			Cache:          w.cache,
 			MaxBytes:       j.stateBytes,
+			// A tenant's state in the host's memory is bounded by its
+			// memory quota, like its instances' linear memory.
+			MemoryBytes: int64(j.memPages) * 65536,
 		})
 		if err != nil {
 			return fail(fmt.Errorf("subtask %s: opening state: %w", t.label, err))
@@ -1039,7 +1047,9 @@ func (w *Worker) newTask(j *jobRun, mod *host.Module, c *job.Chain, sub int, cha
 				op = inst.OperatorWithStats(calls)
 				if j.tenant != "" {
 					// A tenant's guest calls take their share of the cores.
-					op = NewFairOperator(j.ctx, w.gate(), j.tenant, float64(j.weight), op)
+					fo := NewFairOperator(j.ctx, w.gate(), j.tenant, float64(j.weight), op)
+					fo.turn = t.turn
+					op = fo
 				}
 			}
 			s := &stage{vertex: v, op: op, calls: calls}
@@ -1047,6 +1057,9 @@ func (w *Worker) newTask(j *jobRun, mod *host.Module, c *job.Chain, sub int, cha
 			s.coll.keep = -1
 			if i+1 < len(c.Vertices) {
 				s.coll.keep = chainedOutput(p, v.ID, c.Vertices[i+1].ID)
+			} else {
+				// The chain's end: its output goes straight to the edges.
+				s.coll.tail = t
 			}
 			if i == 0 && store != nil {
 				s.state = store.Vertex(v.ID, true)

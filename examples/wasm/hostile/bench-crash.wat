@@ -9,8 +9,8 @@
 ;;
 ;; Sustained misbehaviour for BenchmarkTenantFairness (bench/): each attempt
 ;; is short, and its costs are mostly host work (coordinator, deployment,
-;; channels, Pebble) outside the guest calls that the fair-share gate
-;; admits; only instantiation goes through the gate.
+;; channels, Pebble) outside the fair-share gate's slots; only
+;; instantiation and the guest's calls go through the gate.
 (module
   (memory (export "memory") 2)
 

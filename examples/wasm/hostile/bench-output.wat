@@ -7,9 +7,10 @@
 ;; record. The source never ends, so it does so call after call.
 ;;
 ;; Sustained misbehaviour for BenchmarkTenantFairness (bench/): the calls
-;; are short, but the host work that follows them (buffering, routing,
-;; channel transfers, the sink) runs outside the guest calls that the
-;; fair-share gate admits.
+;; are short, but the host work they cause (checking, routing and copying
+;; the output into batches, the sink) is several times theirs; the worker
+;; does it under the tenant's slot of the fair-share gate, and the garbage
+;; it leaves is the process's to collect.
 (module
   (import "wstream" "emit_batch" (func $emit_batch (param i32 i32) (result i32)))
   (memory (export "memory") 5)

@@ -9,9 +9,10 @@
 ;; after call.
 ;;
 ;; Sustained misbehaviour for BenchmarkTenantFairness (bench/): the writes
-;; are cheap inside the call; flushing them to Pebble, its compactions and
-;; the write-back cache are host work and memory outside the guest calls
-;; that the fair-share gate admits.
+;; are cheap inside the call; flushing them to Pebble (under the tenant's
+;; slot of the fair-share gate), Pebble's compactions (outside it) and the
+;; write-back cache (bounded by the tenant's memory quota) are host work
+;; and memory beyond the call.
 (module
   (import "wstream" "state_register" (func $state_register (param i32 i32 i32) (result i32)))
   (import "wstream" "state_put" (func $state_put (param i32 i32 i32 i32 i32 i32 i32) (result i32)))

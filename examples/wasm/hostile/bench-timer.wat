@@ -10,8 +10,9 @@
 ;;
 ;; Sustained misbehaviour for BenchmarkTenantFairness (bench/): registering
 ;; costs host calls inside the guest's calls, but keeping, ordering and
-;; firing the timers (and writing them to Pebble) is host work outside the
-;; guest calls that the fair-share gate admits.
+;; firing the timers (and writing them to Pebble) is host work beyond the
+;; calls, which the worker does under the tenant's slot of the fair-share
+;; gate.
 (module
   (import "wstream" "timer_register" (func $timer_register (param i32 i32 i32 i32 i32 i64) (result i32)))
   (import "wstream" "processing_time" (func $processing_time (result i64)))
