@@ -93,6 +93,8 @@ type Store struct {
 	vertices   map[string]*VertexState
 	// pendingBytes counts value bytes put since the last Flush.
 	pendingBytes int
+	// undo is the journal of revocable changes (BeginUndo).
+	undo undoJournal
 
 	keyBuf []byte // scratch for the Pebble key of the current call
 	err    error  // sticky: set when Pebble failed a commit, or by Close

@@ -31,6 +31,10 @@ type SubtaskMetrics struct {
 	// StateBytes is the keyed state's estimated size on disk.
 	StateBytes int64 `json:"stateBytes"`
 
+	// DeadLetters counts the records and timers the subtask's operator
+	// sent to the dead-letter sink (docs/dead-letters.md).
+	DeadLetters int64 `json:"deadLetters"`
+
 	// RecordsInPerSec and RecordsOutPerSec are filled in by the
 	// coordinator from the previous sample.
 	RecordsInPerSec  float64 `json:"recordsInPerSec"`

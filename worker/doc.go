@@ -18,6 +18,11 @@
 //     timer fires, operators close in chain order, the sink flushes, and the
 //     end is sent downstream.
 //
+// With the plan's onGuestError in dead-letter mode, a guest failure in a
+// batch or timer call is undone and the failing records are found and sent
+// to a dead-letter sink instead of failing the subtask (deadletter.go,
+// docs/dead-letters.md).
+//
 // Keyed state is written through one Pebble batch per input message: the
 // subtask flushes its state store after each message. Output buffers are
 // sent when they reach 32 KiB and after each message; sending blocks on a

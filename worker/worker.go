@@ -1007,7 +1007,10 @@ func (w *Worker) newTask(j *jobRun, mod *host.Module, c *job.Chain, sub int, cha
 						return fail(fmt.Errorf("subtask %s: %w", t.label, err))
 					}
 					inst = in
-					t.closers = append(t.closers, func() error { return in.Close(context.Background()) })
+					t.inst = in
+					t.newInstance = func() (*host.Instance, error) { return w.instance(j, mod, t.label) }
+					// t.inst: a trap in dead-letter mode replaces the instance.
+					t.closers = append(t.closers, func() error { return t.inst.Close(context.Background()) })
 				}
 				op = inst.Operator()
 				if j.tenant != "" {
@@ -1015,7 +1018,7 @@ func (w *Worker) newTask(j *jobRun, mod *host.Module, c *job.Chain, sub int, cha
 					op = NewFairOperator(j.ctx, w.gate(), j.tenant, float64(j.weight), op)
 				}
 			}
-			s := &stage{vertex: v, op: op}
+			s := &stage{vertex: v, op: op, guest: inst != nil && !strings.HasPrefix(v.Operator, builtin.Prefix)}
 			s.coll.nOut = len(v.Outputs)
 			s.coll.keep = -1
 			if i+1 < len(c.Vertices) {
@@ -1030,6 +1033,12 @@ func (w *Worker) newTask(j *jobRun, mod *host.Module, c *job.Chain, sub int, cha
 		}
 	}
 	t.store = store
+	dl, err := w.newDeadLetters(j, c)
+	if err != nil {
+		return fail(fmt.Errorf("subtask %s: %w", t.label, err))
+	}
+	t.dl = dl
+	t.curChan = -1
 	return t, nil
 }
 
@@ -1178,11 +1187,12 @@ func (w *Worker) open(j *jobRun, t *task) error {
 			MaxParallelism: p.MaxParallelism,
 			Keyed:          k == 0 && t.store != nil,
 		}
+		s.spec, s.svc = spec, svc
 		if err := s.op.Open(spec, svc); err != nil {
 			return t.stageError(s, "failed to open", err)
 		}
 	}
-	return nil
+	return t.openDeadLetters(j.ctx, j)
 }
 
 func levelName(l int32) string {
@@ -1205,6 +1215,14 @@ func (w *Worker) runTask(j *jobRun, t *task) {
 		// is complete, so it only commits what its sink pre-committed for
 		// that checkpoint and tells downstream that it has ended.
 		err = w.recoverFinishedSink(j, t)
+		if err == nil && t.dl != nil {
+			// Its dead letters too: commit what the checkpoint lists.
+			if err = t.openDeadLetters(j.ctx, j); err == nil {
+				err = t.closeDeadLetters()
+			} else {
+				t.endDeadLetters(true)
+			}
+		}
 		if err == nil {
 			err = t.broadcast(j.ctx, transport.Message{Kind: transport.KindEnd})
 		}
@@ -1249,6 +1267,7 @@ func (w *Worker) runTask(j *jobRun, t *task) {
 			_ = t.sink.Close()
 		}
 	}
+	t.endDeadLetters(j.failed.Load() || (err != nil && !errors.Is(err, errStopped)))
 	if cerr := t.close(); err == nil && cerr != nil {
 		err = fmt.Errorf("subtask %s: releasing resources: %w", t.label, cerr)
 	}
@@ -1310,6 +1329,7 @@ func (w *Worker) Metrics(jobID string) []transport.VertexMetrics {
 			}
 			a.RecordsIn += m.RecordsIn
 			a.RecordsOut += m.RecordsOut
+			a.DeadLetters += m.DeadLetters
 		}
 	}
 	out := make([]transport.VertexMetrics, 0, len(sum))
