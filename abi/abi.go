@@ -49,6 +49,9 @@ const (
 	ImportProcTime      = "processing_time"
 	ImportLog           = "log"
 	ImportFail          = "fail"
+	// ImportProgressAt is optional: the guest names where it keeps the
+	// index of the record or timer its batch callback is at (ABI.md).
+	ImportProgressAt = "progress_at"
 )
 
 // Status codes. Host functions return them (negative values) instead of

@@ -215,3 +215,20 @@ func Encode(recs []Record) []byte {
 	}
 	return append([]byte(nil), b.Bytes()...)
 }
+
+// Mark is a position in a Builder, for Truncate.
+type Mark struct {
+	n    uint32
+	size int
+}
+
+// Mark returns the builder's current position.
+func (b *Builder) Mark() Mark { return Mark{n: b.n, size: len(b.buf)} }
+
+// Truncate drops the records added after m, a Mark of this builder taken
+// since its last Reset.
+func (b *Builder) Truncate(m Mark) {
+	if m.size <= len(b.buf) && m.n <= b.n {
+		b.buf, b.n = b.buf[:m.size], m.n
+	}
+}

@@ -129,4 +129,7 @@ type Metrics struct {
 	// checkpoint references earlier uploads instead of writing them again).
 	Uploaded  int64 `json:"uploaded"`
 	Unaligned bool  `json:"unaligned"`
+	// DeadLetters: records and timers the subtask sent to its dead-letter
+	// sink since its previous snapshot (docs/dead-letters.md).
+	DeadLetters int64 `json:"deadLetters,omitempty"`
 }

@@ -157,6 +157,9 @@ type HistoryEntry struct {
 	Sync          time.Duration `json:"sync"`
 	Async         time.Duration `json:"async"`
 	Unaligned     bool          `json:"unaligned,omitempty"`
+	// DeadLetters: records and timers sent to dead-letter sinks in the
+	// checkpoint's interval, summed over subtasks.
+	DeadLetters int64 `json:"deadLetters,omitempty"`
 }
 
 // ReadHistory reads a job's checkpoint history.
@@ -712,6 +715,7 @@ func (d *ckptDriver) persist(cp checkpoint.Completed) {
 		e.StateSize += m.StateSize
 		e.Uploaded += m.Uploaded
 		e.InFlightBytes += m.InFlightBytes
+		e.DeadLetters += m.DeadLetters
 		e.Alignment = max(e.Alignment, m.Alignment)
 		e.Sync = max(e.Sync, m.Sync)
 		e.Async = max(e.Async, m.Async)

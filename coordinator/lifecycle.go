@@ -476,6 +476,7 @@ func (c *Coordinator) onTaskStatus(m *nats.Msg) {
 			}
 			agg.RecordsIn += vm.RecordsIn
 			agg.RecordsOut += vm.RecordsOut
+			agg.DeadLetters += vm.DeadLetters
 		}
 		if end == lifecycle.TaskFinished && j.ckpt != nil && j.ckpt.attempt == st.Attempt {
 			j.ckpt.taskFinished(checkpoint.TaskID{Chain: st.Task.Chain, Subtask: st.Task.Subtask})

@@ -59,6 +59,7 @@ var hostFuncs = []hostFunc{
 	{abi.ImportProcTime, hostProcTime, nil, nil, []api.ValueType{i64}},
 	{abi.ImportLog, hostLog, []string{"level", "ptr", "len"}, []api.ValueType{i32, i32, i32}, nil},
 	{abi.ImportFail, hostFail, []string{"ptr", "len"}, []api.ValueType{i32, i32}, nil},
+	{abi.ImportProgressAt, hostProgressAt, []string{"ptr"}, []api.ValueType{i32}, []api.ValueType{i32}},
 }
 
 // instantiateHostModule instantiates module "wstream" once per runtime.
@@ -91,6 +92,7 @@ const (
 	hfProcTime
 	hfLog
 	hfFail
+	hfProgressAt
 	numHostFuncs
 )
 
@@ -629,4 +631,33 @@ var hostFail = api.GoModuleFunc(func(ctx context.Context, mod api.Module, stack 
 		return
 	}
 	i.failMsg = append(i.failMsg[:0], EscapeGuestText(msg, i.q.messageBytes, false)...)
+})
+
+// hostProgressAt is progress_at(ptr i32) -> i32: the guest names the
+// address of a little-endian u32 in its memory where its batch callbacks
+// keep the index of the record or timer in progress (0 turns it off). The
+// host sets it to 0xFFFFFFFF before each wstream_process and
+// wstream_on_timer and reads it when the call fails: dead-letter mode then
+// knows which record failed without searching (Instance.FailedAt).
+//
+//	ptr ──▶ ┌──────────────┐
+//	        │ index u32 le │  0xFFFFFFFF: no record in progress
+//	        └──────────────┘
+//
+// Result: OK, or BAD_ARGUMENT for an address that is not 4-aligned or
+// whose 4 bytes are not in memory.
+var hostProgressAt = api.GoModuleFunc(func(ctx context.Context, mod api.Module, stack []uint64) {
+	i := instanceOf(ctx)
+	if i == nil {
+		setStatus(stack, abi.StatusNotInCallback)
+		return
+	}
+	i.count(hfProgressAt)
+	ptr := uint32(stack[0])
+	if ptr != 0 && (ptr%4 != 0 || uint64(ptr)+4 > uint64(mod.Memory().Size())) {
+		setStatus(stack, abi.StatusBadArgument)
+		return
+	}
+	i.progress = ptr
+	setStatus(stack, abi.StatusOK)
 })

@@ -106,6 +106,13 @@ type Instance struct {
 
 	broken *GuestError // set when a trap or deadline made the instance unusable
 	closed bool
+
+	// progress is the address the guest named with progress_at (0: none);
+	// failedAt the index it held when the last batch call failed (-1:
+	// unknown).
+	progress uint32
+	failedAt int
+	inBatch  bool // a wstream_process or wstream_on_timer call is running
 }
 
 // callCtx is the context of every guest call of one instance. It is reused
@@ -236,7 +243,7 @@ func instanceOf(ctx context.Context) *Instance {
 // when that is below the runtime's limit (0: the runtime's limit).
 func (r *Runtime) instantiate(ctx context.Context, cc code, label string, lim Limits, memPages uint32) (_ *Instance, err error) {
 	cm := cc.cm
-	i := &Instance{r: r, label: label, limits: lim, q: lim.quotas(), timerDomain: -1, memPages: r.limit}
+	i := &Instance{r: r, label: label, limits: lim, q: lim.quotas(), timerDomain: -1, memPages: r.limit, failedAt: -1}
 	defer func() {
 		if err != nil {
 			i.grow.release()
@@ -542,6 +549,7 @@ func (i *Instance) call(s *slot, ph phase, out operator.Collector, fn api.Functi
 // by a deadline or cancellation did not finish its call (wazero closed it
 // already when it was compiled with wazero's own checks).
 func (i *Instance) failure(s *slot, call string, err error, expired bool) *GuestError {
+	i.readProgress()
 	op, sub := i.who(s)
 	ge := &GuestError{Operator: op, Subtask: sub, Call: call, Err: err}
 	var exit *sys.ExitError
@@ -711,4 +719,28 @@ func firstLine(s string) string {
 		}
 	}
 	return s
+}
+
+// Broken reports whether a trap, a deadline, a quota or a cancellation
+// left the instance unusable (or it was closed): its operators must be
+// opened again in a new instance to go on.
+func (i *Instance) Broken() bool { return i.broken != nil || i.closed }
+
+// FailedAt returns the index, within the batch, of the record or timer
+// that the guest reported in progress (progress_at) when its last
+// wstream_process or wstream_on_timer call failed, or -1 when it did not
+// report one. The guest says so: a hint for finding the record, not a
+// fact.
+func (i *Instance) FailedAt() int { return i.failedAt }
+
+// readProgress records in failedAt the index the guest reported in
+// progress, if it names where it keeps one.
+func (i *Instance) readProgress() {
+	i.failedAt = -1
+	if i.progress == 0 || i.mem == nil || !i.inBatch {
+		return
+	}
+	if v, ok := i.mem.ReadUint32Le(i.progress); ok && v != math.MaxUint32 {
+		i.failedAt = int(v)
+	}
 }

@@ -2,6 +2,7 @@ package host
 
 import (
 	"fmt"
+	"math"
 	"slices"
 
 	"github.com/tetratelabs/wazero/api"
@@ -135,7 +136,16 @@ func (s *slot) batchCall(call string, ph phase, batch []byte, out operator.Colle
 	i.stack[0] = uint64(s.index)
 	i.stack[1] = uint64(ptr)
 	i.stack[2] = uint64(len(batch))
+	i.failedAt = -1
+	if i.progress != 0 {
+		i.mem.WriteUint32Le(i.progress, math.MaxUint32)
+	}
+	i.inBatch = true
 	st, err := i.call(s, ph, out, fn, call, 3)
+	if err == nil && (i.failed || i.fatal != nil || st != abi.StatusOK) {
+		i.readProgress()
+	}
+	i.inBatch = false
 	return s.result(call, st, err)
 }
 

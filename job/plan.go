@@ -42,6 +42,8 @@ type Plan struct {
 	// Checkpoint and Restart are optional; nil means off / no restarts.
 	Checkpoint *CheckpointSettings `json:"checkpoint,omitempty"`
 	Restart    *RestartSettings    `json:"restart,omitempty"`
+	// OnGuestError is optional; nil fails the job on a guest error.
+	OnGuestError *GuestErrorSettings `json:"onGuestError,omitempty"`
 
 	// Parse records which plan-level values the JSON set, so that an
 	// explicit 0 is reported rather than replaced by the default.
@@ -111,6 +113,7 @@ type (
 		Edges          []json.RawMessage `json:"edges"`
 		Checkpoint     json.RawMessage   `json:"checkpoint"`
 		Restart        json.RawMessage   `json:"restart"`
+		OnGuestError   json.RawMessage   `json:"onGuestError"`
 	}
 	wireVertex struct {
 		ID          string          `json:"id"`
@@ -136,6 +139,7 @@ type (
 		Edges          []wireEdge          `json:"edges"`
 		Checkpoint     *CheckpointSettings `json:"checkpoint,omitempty"`
 		Restart        *RestartSettings    `json:"restart,omitempty"`
+		OnGuestError   *GuestErrorSettings `json:"onGuestError,omitempty"`
 	}
 )
 
@@ -174,6 +178,12 @@ func (l Limits) Parse(data []byte) (*Plan, error) {
 	if len(w.Restart) > 0 && string(w.Restart) != "null" {
 		p.Restart = &RestartSettings{}
 		if err := decodeStrict(w.Restart, p.Restart, "restart"); err != nil {
+			return nil, err
+		}
+	}
+	if len(w.OnGuestError) > 0 && string(w.OnGuestError) != "null" {
+		p.OnGuestError = &GuestErrorSettings{}
+		if err := decodeStrict(w.OnGuestError, p.OnGuestError, "onGuestError"); err != nil {
 			return nil, err
 		}
 	}
@@ -373,7 +383,7 @@ func canonicalJSON(raw json.RawMessage) (json.RawMessage, error) {
 func (p *Plan) JSON() []byte {
 	w := wirePlanOut{Name: p.Name, MaxParallelism: p.MaxParallelism, Parallelism: p.Parallelism,
 		Vertices: make([]wireVertex, len(p.Vertices)), Edges: make([]wireEdge, len(p.Edges)),
-		Checkpoint: p.Checkpoint, Restart: p.Restart}
+		Checkpoint: p.Checkpoint, Restart: p.Restart, OnGuestError: p.OnGuestError}
 	for i := range p.Vertices {
 		v := &p.Vertices[i]
 		wv := wireVertex{ID: v.ID, Kind: v.Kind, Operator: v.Operator, Connector: v.Connector, Config: v.Config, Outputs: v.Outputs, States: v.States}
@@ -515,5 +525,6 @@ func (p *Plan) Clone() *Plan {
 		r := *p.Restart
 		c.Restart = &r
 	}
+	c.OnGuestError = p.OnGuestError.clone()
 	return &c
 }

@@ -209,7 +209,7 @@ func TestJSONInvalidConfig(t *testing.T) {
 
 func TestParseErrors(t *testing.T) {
 	for _, tc := range []struct{ in, want string }{
-		{`{"name":"x","vertexes":[]}`, `plan: unknown field "vertexes" (known: checkpoint, edges, maxParallelism, name, parallelism, restart, vertices)`},
+		{`{"name":"x","vertexes":[]}`, `plan: unknown field "vertexes" (known: checkpoint, edges, maxParallelism, name, onGuestError, parallelism, restart, vertices)`},
 		{`{"name":"x","vertices":[{"id":"a","kind":"source","parallelsim":2}]}`, `plan: vertices[0]: unknown field "parallelsim" (known: config, connector, id, kind, operator, outputs, parallelism, states)`},
 		{`{"edges":[{"from":"a","to":"b"},{"from":"a","too":"b"}]}`, `plan: edges[1]: unknown field "too" (known: from, output, partition, to)`},
 		{`{"parallelism":"2"}`, `plan: parallelism: JSON string is not a valid integer`},

@@ -101,6 +101,9 @@ func (l Limits) Validate(p *Plan) error {
 	if err := p.Restart.validate(); err != nil {
 		return err
 	}
+	if err := p.OnGuestError.validate(); err != nil {
+		return err
+	}
 	if len(p.Vertices) == 0 {
 		return &Error{Path: "vertices", Message: "empty: a plan needs at least a source and a sink"}
 	}

@@ -34,6 +34,7 @@ func desc(name, help string, labels ...string) *prometheus.Desc {
 // workerDescs are the worker collector's metrics.
 var workerDescs = struct {
 	recordsIn, recordsOut, bytesIn, bytesOut     *prometheus.Desc
+	deadLetters                                  *prometheus.Desc
 	busy, backpressured, idle                    *prometheus.Desc
 	watermark, watermarkLag, stateBytes          *prometheus.Desc
 	exchangeLag, exchangeInFlight                *prometheus.Desc
@@ -45,9 +46,11 @@ var workerDescs = struct {
 }{
 	recordsIn:  desc("wstream_subtask_records_in_total", "Records a vertex's subtask took in (its current attempt).", subtaskLabels...),
 	recordsOut: desc("wstream_subtask_records_out_total", "Records a vertex's subtask emitted (its current attempt).", subtaskLabels...),
-	bytesIn:    desc("wstream_subtask_bytes_in_total", "Bytes of record batches (ABI encoding) a vertex's subtask took in.", subtaskLabels...),
-	bytesOut:   desc("wstream_subtask_bytes_out_total", "Bytes of record batches (ABI encoding) a vertex's subtask emitted.", subtaskLabels...),
-	busy:       desc("wstream_subtask_busy_seconds_total", "Time the subtask spent processing (guest calls and host work); chained vertices share their subtask's.", subtaskLabels...),
+	deadLetters: desc("wstream_subtask_dead_letters_total",
+		"Records and timers the vertex's operator sent to the dead-letter sink (--on-guest-error dead-letter), its current attempt.", subtaskLabels...),
+	bytesIn:  desc("wstream_subtask_bytes_in_total", "Bytes of record batches (ABI encoding) a vertex's subtask took in.", subtaskLabels...),
+	bytesOut: desc("wstream_subtask_bytes_out_total", "Bytes of record batches (ABI encoding) a vertex's subtask emitted.", subtaskLabels...),
+	busy:     desc("wstream_subtask_busy_seconds_total", "Time the subtask spent processing (guest calls and host work); chained vertices share their subtask's.", subtaskLabels...),
 	backpressured: desc("wstream_subtask_backpressured_seconds_total",
 		"Time the subtask spent blocked sending downstream (backpressure).", subtaskLabels...),
 	idle:         desc("wstream_subtask_idle_seconds_total", "Time the subtask spent waiting for input.", subtaskLabels...),
@@ -88,7 +91,7 @@ func NewWorkerCollector(ws ...WorkerSource) *WorkerCollector {
 // Describe implements prometheus.Collector.
 func (c *WorkerCollector) Describe(ch chan<- *prometheus.Desc) {
 	d := workerDescs
-	for _, x := range []*prometheus.Desc{d.recordsIn, d.recordsOut, d.bytesIn, d.bytesOut, d.busy, d.backpressured, d.idle,
+	for _, x := range []*prometheus.Desc{d.recordsIn, d.recordsOut, d.deadLetters, d.bytesIn, d.bytesOut, d.busy, d.backpressured, d.idle,
 		d.watermark, d.watermarkLag, d.stateBytes, d.exchangeLag, d.exchangeInFlight, d.guestCalls, d.hostCalls,
 		d.pebbleDisk, d.pebbleMemtable, d.pebbleReadAmp, d.pebbleCompactions, d.pebbleFlushes, d.pebbleWAL, d.pebbleStores,
 		d.blockCacheBytes, d.blockCacheHits, d.blockMisses} {
@@ -112,6 +115,9 @@ func (c *WorkerCollector) Collect(ch chan<- prometheus.Metric) {
 			}
 			counter(d.recordsIn, float64(m.RecordsIn))
 			counter(d.recordsOut, float64(m.RecordsOut))
+			if m.DeadLetters > 0 {
+				counter(d.deadLetters, float64(m.DeadLetters))
+			}
 			counter(d.bytesIn, float64(m.BytesIn))
 			counter(d.bytesOut, float64(m.BytesOut))
 			counter(d.busy, float64(m.BusyMillis)/1000)

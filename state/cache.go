@@ -41,7 +41,8 @@ type cacheEntry struct {
 	next    int32
 	present bool // false: the entry is known absent (deleted or never written)
 	dirty   bool
-	used    bool // false: the entry is on the free list
+	used    bool   // false: the entry is on the free list
+	undo    uint32 // epoch of the undo journal that recorded its old value
 }
 
 const noSlot = -1
@@ -124,6 +125,7 @@ func (c *hotCache) insert(key []byte, h uint64) int32 {
 	e.present = false
 	e.dirty = false
 	e.used = true
+	e.undo = 0
 	c.place(idx)
 	c.live++
 	c.pushFront(idx)

@@ -62,4 +62,12 @@
 //
 // A Store and its VertexStates are not safe for concurrent use: the
 // subtask's goroutine owns them.
+//
+// # Undoing a call
+//
+// Store.BeginUndo opens a journal of the old value of every state entry and
+// timer changed afterwards; RollbackUndo puts them back (as ordinary writes,
+// so a Flush in between does not matter) and CommitUndo keeps the changes.
+// The runtime opens one around each guest call in dead-letter mode, so that
+// a failed call leaves no trace in keyed state (undo.go).
 package state

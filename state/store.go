@@ -105,6 +105,8 @@ type Store struct {
 	// flushAt, when positive, is the pending bytes at which a write
 	// flushes (Options.MemoryBytes).
 	flushAt int
+	// undo is the journal of revocable changes (BeginUndo).
+	undo undoJournal
 
 	keyBuf []byte // scratch for the Pebble key of the current call
 	err    error  // sticky: set when Pebble failed a commit, or by Close

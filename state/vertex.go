@@ -140,9 +140,18 @@ func (v *VertexState) dirtyEntry(h int32, key, ns []byte) (int32, error) {
 	c := v.s.cache
 	hash := c.hash(pk)
 	idx := c.lookup(pk, hash)
-	if idx == noSlot {
+	switch {
+	case idx == noSlot && v.s.undo.open:
+		// The journal needs the old value.
+		if idx, err = v.s.load(pk, hash); err != nil {
+			return noSlot, err
+		}
+	case idx == noSlot:
 		// A blind write: the old value does not matter.
 		idx = c.insert(pk, hash)
+	}
+	if v.s.undo.open {
+		v.s.journalEntry(idx, pk, len(ns))
 	}
 	if c.markDirty(idx) {
 		v.s.dirtyBases[c.hash(pk[:len(pk)-len(ns)])] = struct{}{}
@@ -221,6 +230,9 @@ func (v *VertexState) RegisterTimer(domain int32, key, ns []byte, ts int64) erro
 	if err := v.s.batch.Set(pk, nil, nil); err != nil {
 		return v.s.fail("stage timer", err)
 	}
+	if v.s.undo.open {
+		v.s.journalNewTimer(v, domain, pk, ts, len(key), len(ns))
+	}
 	q.add(newTimer(ts, pk, len(key), len(ns)))
 	return v.s.written()
 }
@@ -238,6 +250,9 @@ func (v *VertexState) DeleteTimer(domain int32, key, ns []byte, ts int64) error 
 	}
 	if err := v.s.batch.Delete(pk, nil); err != nil {
 		return v.s.fail("stage timer deletion", err)
+	}
+	if v.s.undo.open {
+		v.s.journalTimer(undoTimerDeleted, v, domain, t)
 	}
 	q.remove(t)
 	return nil
@@ -262,6 +277,9 @@ func (v *VertexState) PopTimers(domain int32, upTo int64, b *abi.Builder) (int, 
 	for t := q.peek(); t != nil && t.ts <= upTo && n < MaxTimersPerPop; t = q.peek() {
 		if err := v.s.batch.Delete(t.pk, nil); err != nil {
 			return n, v.s.fail("stage timer deletion", err)
+		}
+		if v.s.undo.open {
+			v.s.journalTimer(undoTimerDeleted, v, domain, t)
 		}
 		q.remove(t)
 		b.Add(uint32(domain), t.ts, t.key, t.ns)

@@ -331,6 +331,9 @@ type VertexMetrics struct {
 	Vertex     string `json:"vertex"`
 	RecordsIn  int64  `json:"recordsIn"`
 	RecordsOut int64  `json:"recordsOut"`
+	// DeadLetters counts the records and timers the vertex sent to the
+	// dead-letter sink (docs/dead-letters.md).
+	DeadLetters int64 `json:"deadLetters,omitempty"`
 }
 
 // TaskStatus reports a subtask's state change.

@@ -46,6 +46,9 @@ type SubtaskMetrics struct {
 	ExchangeLagMillis int64 `json:"exchangeLagMillis,omitempty"`
 	RemoteOutputs     int   `json:"remoteOutputs,omitempty"`
 	ExchangeInFlight  int64 `json:"exchangeInFlight,omitempty"`
+	// DeadLetters counts the records and timers the subtask's operator
+	// sent to the dead-letter sink (docs/dead-letters.md).
+	DeadLetters int64 `json:"deadLetters"`
 
 	// RecordsInPerSec and RecordsOutPerSec are filled in by the
 	// coordinator from the previous sample.

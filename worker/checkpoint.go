@@ -555,6 +555,15 @@ func (t *task) snapshot(ctx context.Context, id int64, kind checkpoint.Kind, tri
 		}
 		st.Operator[t.chain.Vertices[len(t.chain.Vertices)-1].ID] = state
 	}
+	if t.dl != nil {
+		state, err := t.preCommitDeadLetters(id)
+		if err != nil {
+			return err
+		}
+		st.Operator[t.dl.key] = state
+		m.DeadLetters = t.dl.sinceSnapshot
+		t.dl.sinceSnapshot = 0
+	}
 	m.Sync = time.Since(start)
 	m.Unaligned = unaligned
 	snap.metrics = m
@@ -830,6 +839,11 @@ func (t *task) notifyComplete(id int64, kind checkpoint.Kind, stop bool) error {
 	if tx, ok := t.sink.(connector.Transactional); ok && t.sinkTxn && commit {
 		if err := tx.Commit(id); err != nil {
 			return fmt.Errorf("subtask %s: committing checkpoint %d: %w", t.label, id, err)
+		}
+	}
+	if d := t.dl; d != nil && d.txn && d.sink != nil && commit {
+		if err := d.sink.(connector.Transactional).Commit(id); err != nil {
+			return fmt.Errorf("subtask %s: committing the dead letters of checkpoint %d: %w", t.label, id, err)
 		}
 	}
 	if t.ended && t.finalID > 0 && id >= t.finalID && commit {

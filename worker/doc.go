@@ -18,6 +18,11 @@
 //     timer fires, operators close in chain order, the sink flushes, and the
 //     end is sent downstream.
 //
+// With the plan's onGuestError in dead-letter mode, a guest failure in a
+// batch or timer call is undone and the failing records are found and sent
+// to a dead-letter sink instead of failing the subtask (deadletter.go,
+// docs/dead-letters.md).
+//
 // Keyed state changes gather in the state store's write-back cache and
 // reach Pebble when enough have gathered (for a tenant's job, as soon as
 // they come to half of the tenant's memory quota, within a call too).

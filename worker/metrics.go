@@ -159,6 +159,7 @@ func (t *task) samples(base transport.SubtaskMetrics) []transport.SubtaskMetrics
 			k++
 			m.RecordsIn, m.RecordsOut = s.in.Load(), s.out.Load()
 			m.BytesIn, m.BytesOut = s.inBytes.Load(), s.outBytes.Load()
+			m.DeadLetters = s.dead.Load()
 			if s.keyed {
 				m.StateBytes = stateBytes
 			}

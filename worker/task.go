@@ -60,12 +60,18 @@ type stage struct {
 	op     operator.Operator
 	state  keyedState
 	coll   stageCollector
+	// guest: op is a slot of the subtask's instance (or a FairOperator
+	// around one), opened with spec and svc.
+	guest bool
+	spec  operator.Spec
+	svc   operator.Services
 	// Counters are read by Worker.Metrics and Worker.SubtaskMetrics while
-	// the task runs: records and their encoded bytes.
+	// the task runs: records and their encoded bytes, and dead letters.
 	in       atomic.Int64
 	out      atomic.Int64
 	inBytes  atomic.Int64
 	outBytes atomic.Int64
+	dead     atomic.Int64
 	// keyed: the stage holds the subtask's keyed state.
 	keyed bool
 	// calls counts a guest operator's calls (nil for built-in operators).
@@ -324,6 +330,22 @@ type task struct {
 	// turn holds the tenant's slot of the fair-share gate while the
 	// subtask works (nil: not a tenant's job).
 	turn *fairTurn
+
+	// inst is the instance of the chain's guest stages (nil without one);
+	// newInstance makes another when a trap leaves it unusable.
+	inst        *host.Instance
+	newInstance func() (*host.Instance, error)
+	renewals    int // instances replaced after a failure
+	// spare delivers the instance made ahead for the next renewal (nil:
+	// none is being made); spareCloser: dropSpare is among the closers.
+	spare       chan spareResult
+	spareCloser bool
+	// dl is the dead-letter output (nil: guest errors fail the subtask).
+	dl *deadLetters
+	// curChan is the input channel of the batch being processed (-1: the
+	// source, or timers); chanBatches counts each channel's data messages.
+	curChan     int
+	chanBatches []int64
 }
 
 // stageServices is the operator.Services of one stage.
@@ -443,6 +465,8 @@ func (t *task) runSource(ctx context.Context) error {
 
 func (t *task) runGate(ctx context.Context) error {
 	t.chanWM = make([]int64, t.gate.Len())
+	t.chanBatches = make([]int64, t.gate.Len())
+	t.curChan = -1
 	for i := range t.chanWM {
 		t.chanWM[i] = abi.MinWatermark
 	}
@@ -523,8 +547,12 @@ func (t *task) runGate(ctx context.Context) error {
 				t.capture(ch, m.Data)
 				t.handler.Data(ch, len(m.Data))
 			}
+			t.curChan = ch
+			t.chanBatches[ch]++
 			// Upstream wrote this subtask's input index into every record.
-			if err := t.deliver(ctx, 0, m.Data); err != nil {
+			err := t.deliver(ctx, 0, m.Data)
+			t.curChan = -1
+			if err != nil {
 				return err
 			}
 		case transport.KindWatermark:
@@ -633,6 +661,9 @@ func (t *task) deliver(ctx context.Context, k int, batch []byte) error {
 	}
 	s.in.Add(int64(abi.Count(batch)))
 	s.inBytes.Add(int64(len(batch)))
+	if t.dl != nil && s.guest {
+		return t.processGuarded(ctx, k, batch, false)
+	}
 	if err := s.op.Process(batch, &s.coll); err != nil {
 		return t.stageError(s, "failed processing a batch", err)
 	}
@@ -920,6 +951,16 @@ func (t *task) fireTimers(ctx context.Context, k int, domain int32, upTo int64) 
 		if n == 0 {
 			return nil
 		}
+		if t.dl != nil && s.guest {
+			err = t.processGuarded(ctx, k, t.timerBuf.Bytes(), true)
+			if cap(t.timerBuf.Bytes()) > maxKeptOutput {
+				t.timerBuf = abi.Builder{}
+			}
+			if err != nil {
+				return err
+			}
+			continue
+		}
 		err = s.op.OnTimers(t.timerBuf.Bytes(), &s.coll)
 		if cap(t.timerBuf.Bytes()) > maxKeptOutput {
 			t.timerBuf = abi.Builder{}
@@ -987,6 +1028,10 @@ func (t *task) finish(ctx context.Context) error {
 			return err
 		}
 	}
+	// Committed by the final checkpoint, or written out now without one.
+	if err := t.closeDeadLetters(); err != nil {
+		return err
+	}
 	if t.sink != nil {
 		// Everything is committed by now: closing commits nothing new.
 		return t.closeSink()
@@ -1020,6 +1065,7 @@ func (t *task) metrics() []transport.VertexMetrics {
 			s := t.stages[k]
 			k++
 			m.RecordsIn, m.RecordsOut = s.in.Load(), s.out.Load()
+			m.DeadLetters = s.dead.Load()
 		}
 		out = append(out, m)
 	}

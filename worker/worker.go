@@ -1041,7 +1041,10 @@ func (w *Worker) newTask(j *jobRun, mod *host.Module, c *job.Chain, sub int, cha
 						return fail(fmt.Errorf("subtask %s: %w", t.label, err))
 					}
 					inst = in
-					t.closers = append(t.closers, func() error { return in.Close(context.Background()) })
+					t.inst = in
+					t.newInstance = func() (*host.Instance, error) { return w.instance(j, mod, t.label) }
+					// t.inst: a trap in dead-letter mode replaces the instance.
+					t.closers = append(t.closers, func() error { return t.inst.Close(context.Background()) })
 				}
 				calls = &host.CallStats{}
 				op = inst.OperatorWithStats(calls)
@@ -1052,7 +1055,7 @@ func (w *Worker) newTask(j *jobRun, mod *host.Module, c *job.Chain, sub int, cha
 					op = fo
 				}
 			}
-			s := &stage{vertex: v, op: op, calls: calls}
+			s := &stage{vertex: v, op: op, calls: calls, guest: inst != nil && !strings.HasPrefix(v.Operator, builtin.Prefix)}
 			s.coll.nOut = len(v.Outputs)
 			s.coll.keep = -1
 			if i+1 < len(c.Vertices) {
@@ -1081,6 +1084,18 @@ func (w *Worker) newTask(j *jobRun, mod *host.Module, c *job.Chain, sub int, cha
 			}
 		}
 	}
+	dl, err := w.newDeadLetters(j, c)
+	if err != nil {
+		return fail(fmt.Errorf("subtask %s: %w", t.label, err))
+	}
+	t.dl = dl
+	if dl != nil && len(t.stages) > 0 {
+		// A failed call's output is dropped (task.guarded): it must stay
+		// in the collector until the call returns, not be routed into the
+		// channels as it is emitted.
+		t.stages[len(t.stages)-1].coll.tail = nil
+	}
+	t.curChan = -1
 	return t, nil
 }
 
@@ -1230,11 +1245,12 @@ func (w *Worker) open(j *jobRun, t *task) error {
 			MaxParallelism: p.MaxParallelism,
 			Keyed:          k == 0 && t.store != nil,
 		}
+		s.spec, s.svc = spec, svc
 		if err := s.op.Open(spec, svc); err != nil {
 			return t.stageError(s, "failed to open", err)
 		}
 	}
-	return nil
+	return t.openDeadLetters(j.ctx, j)
 }
 
 func (w *Worker) runTask(j *jobRun, t *task) {
@@ -1245,6 +1261,14 @@ func (w *Worker) runTask(j *jobRun, t *task) {
 		// is complete, so it only commits what its sink pre-committed for
 		// that checkpoint and tells downstream that it has ended.
 		err = w.recoverFinishedSink(j, t)
+		if err == nil && t.dl != nil {
+			// Its dead letters too: commit what the checkpoint lists.
+			if err = t.openDeadLetters(j.ctx, j); err == nil {
+				err = t.closeDeadLetters()
+			} else {
+				t.endDeadLetters(true)
+			}
+		}
 		if err == nil {
 			err = t.broadcast(j.ctx, transport.Message{Kind: transport.KindEnd})
 		}
@@ -1289,6 +1313,7 @@ func (w *Worker) runTask(j *jobRun, t *task) {
 			_ = t.sink.Close()
 		}
 	}
+	t.endDeadLetters(j.failed.Load() || (err != nil && !errors.Is(err, errStopped)))
 	if cerr := t.close(); err == nil && cerr != nil {
 		err = fmt.Errorf("subtask %s: releasing resources: %w", t.label, cerr)
 	}
@@ -1350,6 +1375,7 @@ func (w *Worker) Metrics(jobID string) []transport.VertexMetrics {
 			}
 			a.RecordsIn += m.RecordsIn
 			a.RecordsOut += m.RecordsOut
+			a.DeadLetters += m.DeadLetters
 		}
 	}
 	out := make([]transport.VertexMetrics, 0, len(sum))

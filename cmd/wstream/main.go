@@ -329,6 +329,8 @@ func deployCommand() *cli.Command {
 		&cli.IntFlag{Name: "restart-attempts", Usage: "most restarts before the job fails for good (0: unlimited)"},
 		&cli.DurationFlag{Name: "restart-delay", Usage: "delay before a restart (the first one, for exponential backoff)"},
 		&cli.DurationFlag{Name: "restart-max-delay", Usage: "cap of the exponential backoff"},
+		&cli.StringFlag{Name: "on-guest-error", Usage: "`fail` the job on a guest trap or fail (the default), or dead-letter[:SINK]: roll back, send the failing records to SINK (a sink spec, default files under the data directory) and go on"},
+		&cli.StringFlag{Name: "max-dead-letters", Usage: "dead letters one subtask may send before the job fails: `N` over the job's life, N/checkpoint since its last checkpoint, or unlimited", DefaultText: "1000"},
 		&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "do not print the summary"},
 		&cli.IntFlag{Name: "workers", Usage: "in-process workers of the embedded server (default 1); with more, the job's subtasks are spread over them and exchange data through JetStream, as workers on separate hosts do"},
 		httpFlag,
@@ -356,6 +358,9 @@ fails, 2 for bad usage.`,
 				}
 			} else if c.NArg() != 1 {
 				return usageError{fmt.Errorf("deploy: want exactly one MODULE.wasm argument, got %d", c.NArg())}
+			}
+			if err := checkGuestErrorFlags(c); err != nil {
+				return usageError{err}
 			}
 			hc, err := hostConfig(c)
 			if err != nil {
@@ -647,6 +652,7 @@ func applySettingFlags(c *cli.Context, p *job.Plan) {
 		getR().MaxDelay = ms("restart-max-delay")
 	}
 	p.Restart = r
+	applyGuestErrorFlags(c, p)
 }
 
 func countSubtasks(g *job.Graph) int {
@@ -676,7 +682,11 @@ func printSummary(w io.Writer, p *job.Plan, r *transport.JobResult) {
 				out += m.RecordsIn
 			}
 		}
-		fmt.Fprintf(w, "  %-20s %-8s in %-12d out %d\n", m.Vertex, kind, m.RecordsIn, m.RecordsOut)
+		fmt.Fprintf(w, "  %-20s %-8s in %-12d out %d", m.Vertex, kind, m.RecordsIn, m.RecordsOut)
+		if m.DeadLetters > 0 {
+			fmt.Fprintf(w, " dead letters %d", m.DeadLetters)
+		}
+		fmt.Fprintln(w)
 	}
 	secs := r.Duration.Seconds()
 	rate := 0.0
@@ -965,6 +975,9 @@ func printCheckpoints(w io.Writer, asJSON bool, id string, hist []coordinator.Hi
 			e.Alignment.Round(time.Millisecond), e.Sync.Round(time.Millisecond), e.Async.Round(time.Millisecond), e.Attempt)
 		if e.Reason != "" {
 			fmt.Fprintf(w, "  (%s)", e.Reason)
+		}
+		if e.DeadLetters > 0 {
+			fmt.Fprintf(w, "  %d dead letters", e.DeadLetters)
 		}
 		fmt.Fprintln(w)
 	}

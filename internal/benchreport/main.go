@@ -40,6 +40,7 @@ var targets = []target{
 	{"BenchmarkRatios", "keyed-c-deadline/nodeadline", true, 0.9, "keyed count, C guest, deadline on / off"},
 	{"BenchmarkRatios", "keyed-go-deadline/nodeadline", true, 0.9, "keyed count, Go guest, deadline on / off"},
 	{"BenchmarkRatios", "checkpoints-1s/none", true, 0.97, "keyed count, 1 s checkpoints / none"},
+	{"BenchmarkPoisonRecords", "poison-trap/clean", true, 0.95, "0.01% poison records (trap) / none, Go guest"},
 	{"BenchmarkStart/go", "warm-job-ms", false, 100, "warm deploy to first record, Go wordcount (ms)"},
 	{"BenchmarkStart/go", "warm/cold", false, 0.05, "warm / cold start, Go wordcount"},
 	{"BenchmarkStart/c", "warm/cold", false, 0.05, "warm / cold start, C wordcount"},

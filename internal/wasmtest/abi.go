@@ -51,6 +51,7 @@ var (
 		abi.ImportFail:          {types(i32, i32), nil},
 		ImportStateGetMany:      {types(i32, i32, i32, i32, i32), types(i32)},
 		ImportStateWriteBatch:   {types(i32, i32), types(i32)},
+		abi.ImportProgressAt:    {types(i32), types(i32)},
 	}
 )
 

@@ -61,6 +61,8 @@ type Host struct {
 	// SDK that batches makes few of the first kind.
 	GetCalls, PutCalls, DeleteCalls int
 	GetManyCalls, WriteBatchCalls   int
+	// ProgressAt is the address the guest named with progress_at (0: none).
+	ProgressAt uint32
 
 	// The module's exports.
 	AllocFn, OpenFn, ProcessFn, OnTimerFn, CloseFn, PlanFn api.Function

@@ -300,5 +300,9 @@ func (h *Host) hostModule() wazero.HostModuleBuilder {
 		msg, _ := bytesAt(s, 0)
 		h.Failures = append(h.Failures, string(msg))
 	})
+	fn(abi.ImportProgressAt, func(_ api.Module, s []uint64) {
+		h.ProgressAt = uint32(s[0])
+		status(s, abi.StatusOK)
+	})
 	return b
 }

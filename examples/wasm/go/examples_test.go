@@ -224,7 +224,7 @@ func TestTestops(t *testing.T) {
 func TestCallErrors(t *testing.T) {
 	h := newHost(t, "testops")
 	st, err := h.OpenOp(0, "nope", "")
-	if err != nil || st != abi.StatusUnknownOp || len(h.Failures) != 1 || !strings.Contains(h.Failures[0], `no operator "nope"; it has ["chaos" "fail" "fill" "grow" "identity" "panic" "runcount" "sleep" "trap"]`) {
+	if err != nil || st != abi.StatusUnknownOp || len(h.Failures) != 1 || !strings.Contains(h.Failures[0], `no operator "nope"; it has ["chaos" "fail" "fill" "grow" "identity" "panic" "poison" "runcount" "sleep" "trap"]`) {
 		t.Fatalf("open nope: status %d, error %v, failures %q", st, err, h.Failures)
 	}
 	h.MustOpen(0, "identity", "")

@@ -58,7 +58,10 @@
 // An error returned by an operator, or a panic (reported with its value, its
 // stack going to stderr), fails the callback: the SDK calls the host's fail
 // with "operator NAME: PHASE: message", drops the callback's buffered output
-// and returns GUEST_ERROR, and the host fails the job. Host status codes
+// and returns GUEST_ERROR, and the host fails the job (or, in dead-letter
+// mode, sends the record to the dead letters: the SDK tells the host which
+// record or timer each callback is at through progress_at, so the host
+// need not search the batch for it). Host status codes
 // become Go errors wrapping ErrNotFound, ErrKeyGroup and the other sentinels.
 // Misuse of the API (a state name not registered in Open, a state used as the
 // wrong kind) panics with a message that names the state and the fix.

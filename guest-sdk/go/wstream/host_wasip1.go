@@ -70,6 +70,9 @@ func importLog(level int32, msg string)
 //go:wasmimport wstream fail
 func importFail(msg string)
 
+//go:wasmimport wstream progress_at
+func importProgressAt(p unsafe.Pointer) int32
+
 func ptr(b []byte) unsafe.Pointer { return unsafe.Pointer(unsafe.SliceData(b)) }
 
 // addr is the address of b in linear memory, for the (ptr, len) pairs of
@@ -131,6 +134,8 @@ func hostProcessingTime() int64 { return importProcessingTime() }
 func hostLog(level int32, msg string) { importLog(level, msg) }
 
 func hostFail(msg string) { importFail(msg) }
+
+func hostProgressAt(p *uint32) int32 { return importProgressAt(unsafe.Pointer(p)) }
 
 // The exports of abi/ABI.md.
 

@@ -13,6 +13,13 @@ import (
 
 // module is the state of the module instance: the host creates one instance
 // per subtask and calls it from one thread, so one value serves every slot.
+// progress is the index of the record or timer the running batch callback
+// is at, noProgress between records; the host reads it when a callback
+// fails (progress_at, abi/ABI.md).
+var progress uint32 = noProgress
+
+const noProgress = 0xFFFFFFFF
+
 type module struct {
 	factories map[string]func() Operator
 	plan      []byte
@@ -27,6 +34,9 @@ type module struct {
 	arena []byte
 
 	slots []*slot
+
+	// progressNamed: progress_at was called (at the first open).
+	progressNamed bool
 
 	// out collects the records emitted during one callback as an abi batch
 	// (outN records after a 4-byte count), for one emit_batch call; emitErr
@@ -110,6 +120,12 @@ func (m *module) open(op int32, name, cfg []byte) (status int32) {
 		hostFail(fmt.Sprintf("wstream_open: the module has no operator %q; it has %q", name, operatorNames()))
 		return abi.StatusUnknownOp
 	}
+	if !m.progressNamed {
+		// Where the host finds which record a failed callback was at
+		// (progress_at): dead-letter mode then needs no search.
+		m.progressNamed = true
+		hostProgressAt(&progress)
+	}
 	s := &slot{ctx: newContext(string(name), cfg)}
 	defer m.recoverInto(s, "open", &status)
 	m.begin(s)
@@ -160,6 +176,7 @@ func (m *module) process(op int32, batch []byte) (status int32) {
 		key := d[abi.RecordHeaderSize:k:k]
 		ctx.key = key
 		ctx.sc.batch, ctx.sc.left, ctx.sc.rec = d, it.left, it.i
+		progress = uint32(it.i)
 		err = proc.Process(ctx, Record{Key: key, Value: d[k:e:e], Timestamp: int64(binary.LittleEndian.Uint64(d[4:])), Input: int(binary.LittleEndian.Uint32(d))})
 		if err != nil {
 			return m.fail(s, "process", fmt.Errorf("record %d of %d (key %s): %w", it.i, abi.Count(batch), abbreviate(key), err))
@@ -167,6 +184,7 @@ func (m *module) process(op int32, batch []byte) (status int32) {
 		it.off += e
 		it.i++
 	}
+	progress = noProgress // a failure from here on is no record's
 	if err := it.err(); err != nil {
 		m.resetOut()
 		return m.badBatch(s, "input", err)
@@ -199,11 +217,13 @@ func (m *module) onTimer(op int32, batch []byte) (status int32) {
 			break
 		}
 		s.ctx.key = rec.Key
+		progress = uint32(s.ctx.sc.rec)
 		err = th.OnTimer(s.ctx, Timer{Domain: TimeDomain(rec.Port), Timestamp: rec.Timestamp, Key: rec.Key, Namespace: rec.Value})
 		if err != nil {
 			return m.fail(s, "on_timer", fmt.Errorf("%s timer at %d (key %s): %w", TimeDomain(rec.Port), rec.Timestamp, abbreviate(rec.Key), err))
 		}
 	}
+	progress = noProgress
 	if err := it.err(); err != nil {
 		m.resetOut()
 		return m.badBatch(s, "timer", err)

@@ -14,7 +14,9 @@
 //   - chaos: passes records through, trapping (config "trap") or exiting
 //     (config "exit") with the given probability per record, for recovery
 //     tests;
-//   - runcount: a keyed running count that emits key, count per record.
+//   - runcount: a keyed running count that emits key, count per record;
+//   - poison: runcount that traps (or fails) on the records chosen by a
+//     salted hash of their value, for the dead-letter tests (poison.go).
 package main
 
 import (

@@ -1,0 +1,98 @@
+package bench
+
+import (
+	"fmt"
+	"strconv"
+	"testing"
+
+	"github.com/wstream/wstream/internal/testmod"
+)
+
+// poisonPlan is a keyed running count (testops' poison) of 1M gen records
+// over 10,000 keys, checkpointing every second, whose operator traps on the
+// records of the words that poison's hash picks with every and salt.
+// deadLetter adds "onGuestError": dead-letter mode, its dead letters in the
+// default file sink, without a budget.
+func poisonPlan(every uint64, salt, mode string, deadLetter bool) string {
+	onError := ""
+	if deadLetter {
+		onError = `"onGuestError":{"policy":"dead-letter","maxDeadLetters":-1},`
+	}
+	return fmt.Sprintf(`{"name":"poison","parallelism":2,
+ "checkpoint":{"interval":1000},%s
+ "vertices":[
+  {"id":"source","kind":"source","connector":"gen","config":{"count":%d,"keys":10000,"words":1,"seed":1},"parallelism":1},
+  {"id":"count","kind":"operator","operator":"poison","config":{"every":%d,"salt":%q,"mode":%q}},
+  {"id":"sink","kind":"sink","connector":"discard"}],
+ "edges":[{"from":"source","to":"count","partition":"key"},{"from":"count","to":"sink"}]}`, onError, records, every, salt, mode)
+}
+
+// poisonWords counts the words w0…w9999 (gen's values with 10,000 keys and
+// one word) that poison's hash picks with every and salt.
+func poisonWords(every uint64, salt string) int {
+	n := 0
+	for k := range 10000 {
+		h := uint64(14695981039346656037)
+		for _, c := range []byte(salt + "w" + strconv.Itoa(k)) {
+			h = (h ^ uint64(c)) * 1099511628211
+		}
+		if h%every == 0 {
+			n++
+		}
+	}
+	return n
+}
+
+// BenchmarkPoisonRecords measures what dead-letter mode costs: the keyed
+// count with no bad record and the default policy (fail), with no bad
+// record in dead-letter mode (the undo journal of every call), and in
+// dead-letter mode with 0.01% bad records: the records of one word of
+// 10,000, about 100 of the million, spread over the whole input, each
+// costing a rollback and the search for it in its batch, and, when the
+// operator traps rather than fails, two new instances of the module. The
+// configurations run side by side, one of each per round (runPaired), and
+// the ratios are medians of per-round ratios. -benchtime Nx sets the
+// rounds.
+func BenchmarkPoisonRecords(b *testing.B) {
+	mod, err := testmod.BuildGo("examples/wasm/go/testops")
+	if err != nil {
+		b.Fatal(err)
+	}
+	// A salt for which exactly one word is bad, and one for which none is.
+	bad, none := "", ""
+	for i := 0; bad == "" || none == ""; i++ {
+		s := "s" + strconv.Itoa(i)
+		switch poisonWords(10000, s) {
+		case 1:
+			if bad == "" {
+				bad = s
+			}
+		case 0:
+			if none == "" {
+				none = s
+			}
+		}
+	}
+	configs := []pairedRun{
+		{name: "fail-policy-clean", run: jobRun{module: mod, plan: poisonPlan(10000, none, "trap", false), records: records}},
+		{name: "dead-letter-clean", run: jobRun{module: mod, plan: poisonPlan(10000, none, "trap", true), records: records}},
+		{name: "poison-trap", run: jobRun{module: mod, plan: poisonPlan(10000, bad, "trap", true), records: records}},
+		{name: "poison-fail", run: jobRun{module: mod, plan: poisonPlan(10000, bad, "fail", true), records: records}},
+	}
+	ratios := []struct{ name, num, den string }{
+		{"poison-trap/clean", "poison-trap", "dead-letter-clean"},
+		{"poison-fail/clean", "poison-fail", "dead-letter-clean"},
+		{"dead-letter/fail-policy", "dead-letter-clean", "fail-policy-clean"},
+	}
+	rates := runPaired(b, configs)
+	for _, c := range configs {
+		b.ReportMetric(median(rates[c.name]), c.name+"-records/s")
+	}
+	for _, r := range ratios {
+		per := make([]float64, b.N)
+		for i := range per {
+			per[i] = rates[r.num][i] / rates[r.den][i]
+		}
+		b.ReportMetric(median(per), r.name)
+	}
+}

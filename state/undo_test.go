@@ -1,0 +1,140 @@
+package state
+
+import (
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/wstream/wstream/abi"
+	"github.com/wstream/wstream/operator"
+)
+
+// TestUndoRollbackRestoresBatchStart runs random calls of puts, deletes,
+// timer registrations and deletions against a store with a tiny cache (so
+// entries are evicted, reloaded and flushed mid-call) and a model; every
+// call is committed or rolled back at random, and after each the store must
+// equal the model: a rolled-back call leaves no trace.
+func TestUndoRollbackRestoresBatchStart(t *testing.T) {
+	s, err := Open(Options{Dir: t.TempDir(), KeyGroups: fullRange, CacheEntries: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeStore(t, s)
+	v := s.Vertex("op", true)
+	h := mustRegister(t, v, "m", abi.StateMap)
+	rng := rand.New(rand.NewPCG(7, 11))
+	model := map[string]string{} // key/ns → value
+	timers := map[string]int64{} // key/ns/ts → ts (event time)
+	key := func() (string, string) { return fmt.Sprintf("k%d", rng.IntN(12)), fmt.Sprintf("n%d", rng.IntN(3)) }
+	rolledBack, committed := 0, 0
+	for call := 0; call < 400; call++ {
+		next := maps.Clone(model)
+		nextT := maps.Clone(timers)
+		s.BeginUndo()
+		for range 1 + rng.IntN(20) {
+			k, ns := key()
+			switch op := rng.IntN(10); {
+			case op < 4:
+				val := fmt.Sprintf("v%d", rng.IntN(1000))
+				mustPut(t, v, h, k, ns, val)
+				next[k+"/"+ns] = val
+			case op < 6:
+				mustDelete(t, v, h, k, ns)
+				delete(next, k+"/"+ns)
+			case op < 8:
+				ts := int64(rng.IntN(5))
+				if err := v.RegisterTimer(abi.TimeEvent, []byte(k), []byte(ns), ts); err != nil {
+					t.Fatal(err)
+				}
+				nextT[fmt.Sprintf("%s/%s/%d", k, ns, ts)] = ts
+			case op < 9:
+				ts := int64(rng.IntN(5))
+				if err := v.DeleteTimer(abi.TimeEvent, []byte(k), []byte(ns), ts); err != nil {
+					t.Fatal(err)
+				}
+				delete(nextT, fmt.Sprintf("%s/%s/%d", k, ns, ts))
+			default:
+				// Iterating flushes the key's writes to Pebble mid-call.
+				if err := v.StateIter(h, []byte(k), nil, nil, func(ns, val []byte) bool { return true }); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		if rng.IntN(3) == 0 {
+			if err := s.RollbackUndo(); err != nil {
+				t.Fatal(err)
+			}
+			rolledBack++
+		} else {
+			s.CommitUndo()
+			model, timers = next, nextT
+			committed++
+		}
+		if rng.IntN(4) == 0 {
+			flush(t, s)
+		}
+		checkUndoModel(t, call, v, h, model, timers)
+	}
+	if rolledBack == 0 || committed == 0 {
+		t.Fatalf("%d calls rolled back, %d committed: the test exercised one side only", rolledBack, committed)
+	}
+}
+
+func checkUndoModel(t *testing.T, call int, v *VertexState, h int32, model map[string]string, timers map[string]int64) {
+	t.Helper()
+	for i := range 12 {
+		for j := range 3 {
+			k, ns := fmt.Sprintf("k%d", i), fmt.Sprintf("n%d", j)
+			got, err := v.StateGet(h, []byte(k), []byte(ns), nil)
+			want, ok := model[k+"/"+ns]
+			switch {
+			case !ok && err != operator.ErrNotFound:
+				t.Fatalf("after call %d: %s/%s = %q, %v; want absent", call, k, ns, got, err)
+			case ok && (err != nil || string(got) != want):
+				t.Fatalf("after call %d: %s/%s = %q, %v; want %q", call, k, ns, got, err, want)
+			}
+		}
+	}
+	var got []string
+	for _, tm := range v.timers[abi.TimeEvent].heap {
+		got = append(got, fmt.Sprintf("%s/%s/%d", tm.key, tm.ns, tm.ts))
+	}
+	slices.Sort(got)
+	want := slices.Sorted(maps.Keys(timers))
+	if !slices.Equal(got, want) {
+		t.Fatalf("after call %d: timers %v, want %v", call, got, want)
+	}
+}
+
+// TestUndoRollbackSurvivesReopen checks that a rolled-back change does not
+// reach Pebble even when a flush had written it before the rollback.
+func TestUndoRollbackSurvivesReopen(t *testing.T) {
+	dir := t.TempDir()
+	s := openStore(t, dir, fullRange)
+	v := s.Vertex("op", true)
+	h := mustRegister(t, v, "x", abi.StateValue)
+	mustPut(t, v, h, "a", "", "old")
+	flush(t, s)
+	s.BeginUndo()
+	mustPut(t, v, h, "a", "", "new")
+	mustPut(t, v, h, "b", "", "born")
+	if err := v.RegisterTimer(abi.TimeEvent, []byte("a"), nil, 5); err != nil {
+		t.Fatal(err)
+	}
+	flush(t, s) // the call's writes reach Pebble
+	if err := s.RollbackUndo(); err != nil {
+		t.Fatal(err)
+	}
+	closeStore(t, s)
+	s = openStore(t, dir, fullRange)
+	defer closeStore(t, s)
+	v = s.Vertex("op", true)
+	h = mustRegister(t, v, "x", abi.StateValue)
+	expectGet(t, v, h, "a", "", "old", false)
+	expectGet(t, v, h, "b", "", "", true)
+	if ts, ok := v.NextTimer(abi.TimeEvent); ok {
+		t.Fatalf("a rolled-back timer at %d survived a reopen", ts)
+	}
+}

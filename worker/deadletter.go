@@ -1,0 +1,637 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/wstream/wstream/abi"
+	"github.com/wstream/wstream/connector"
+	"github.com/wstream/wstream/host"
+	"github.com/wstream/wstream/job"
+	"github.com/wstream/wstream/operator/builtin"
+)
+
+// Dead-letter mode (plan field onGuestError, docs/dead-letters.md): a guest
+// trap or fail while a stage processes a batch or fires timers does not fail
+// the subtask. In order:
+//
+//  1. Every guest call of the stage runs inside an undo journal of the
+//     subtask's keyed state (state.Store.BeginUndo), and its output is
+//     collected apart from what the stage had collected before (a mark of
+//     its collector), so nothing of a failed call has reached the next
+//     stage or the keyed state once it is rolled back.
+//  2. A failed call is rolled back: state and timers return to the start of
+//     the call, its output is dropped, and an instance that a trap left
+//     unusable is replaced by a new one in which every guest stage of the
+//     chain is opened again (the guests' own memory is lost; keyed state
+//     is not).
+//  3. The batch is settled (settle). A guest that says which record it
+//     was at when it failed (progress_at) has that record taken out and
+//     the records before and after it run again as two calls. Otherwise,
+//     after a failure that left the instance usable (fail, a status), by
+//     halves: a half that succeeds is kept, its output collected; a half
+//     that fails is rolled back and split again, down to single records.
+//     After a trap, which costs a new instance each time, record by
+//     record, and the rest of the batch whole after each bad record. A
+//     range known to fail whose other records all succeeded has its bad
+//     record found without running it, for failures that are a property
+//     of the record (traps, fail, a non-zero status); a failure that may
+//     depend on the call's size (the deadline, a quota, the memory limit)
+//     is run again each time.
+//  4. Each single record (or timer) that fails goes to the dead-letter
+//     sink as one JSON object, counted against the budget; one more than
+//     the budget fails the subtask.
+//  5. Once the whole batch is settled, the output of its good records goes
+//     down the chain in their order, as a batch's output does (a send
+//     blocked by backpressure may take a snapshot, which must find the
+//     batch processed whole).
+//
+// The dead-letter sink is transactional when the job checkpoints: it is
+// pre-committed in the subtask's snapshot and committed when the
+// checkpoint completes, like the chain's own sink, so a restore replays the
+// records after the checkpoint and each dead letter is committed once.
+
+// deadLetters is the dead-letter output and budget of a subtask.
+type deadLetters struct {
+	sink connector.Sink
+	txn  bool
+	// key names the sink's state among the subtask's operator states.
+	key       string
+	connector string
+	max       int64 // -1: unlimited
+	perCkpt   bool
+	// count is what the budget counts: dead letters since the subtask's
+	// last checkpoint, or over the job's life (restored from checkpoints).
+	count int64
+	// sinceSnapshot counts the dead letters since the subtask's last
+	// snapshot, for the checkpoint history (stage.dead counts them for
+	// the metrics).
+	sinceSnapshot int64
+	b             abi.Builder
+}
+
+// deadLetterState is the operator state of a dead-letter sink in a
+// checkpoint: the sink's own state and the budget's count.
+type deadLetterState struct {
+	V     int    `json:"v"`
+	Count int64  `json:"count"`
+	Sink  []byte `json:"sink,omitempty"`
+}
+
+// deadLetterKey is the operator-state key of a chain's dead-letter sink.
+func deadLetterKey(c *job.Chain) string { return c.Vertices[0].ID + "-dead-letters" }
+
+// newDeadLetters makes the dead-letter sink of a subtask of chain c, or nil
+// when the job fails on guest errors or the chain runs no guest.
+func (w *Worker) newDeadLetters(j *jobRun, c *job.Chain) (*deadLetters, error) {
+	g := j.plan.OnGuestError
+	if !g.DeadLetters() {
+		return nil, nil
+	}
+	guest := false
+	for _, v := range c.Vertices {
+		guest = guest || (v.Kind == job.KindOperator && !strings.HasPrefix(v.Operator, builtin.Prefix))
+	}
+	if !guest {
+		return nil, nil
+	}
+	name, cfg := "file", json.RawMessage(nil)
+	var path string
+	if g.Sink != nil {
+		name, cfg = g.Sink.Connector, g.Sink.Config
+	} else {
+		path = filepath.Join(w.cfg.DataDir, "jobs", j.id, "dead-letters")
+	}
+	if name == "file" {
+		// Each chain in a directory of its own: the file sink names its
+		// parts after the subtask only.
+		m := map[string]any{}
+		if len(cfg) > 0 {
+			if err := json.Unmarshal(cfg, &m); err != nil {
+				return nil, fmt.Errorf("dead-letter sink: %w", err)
+			}
+		}
+		if p, ok := m["path"].(string); ok && path == "" {
+			path = p
+		}
+		m["path"] = filepath.Join(path, c.Vertices[0].ID)
+		cfg, _ = json.Marshal(m)
+		if err := os.MkdirAll(path, 0o755); err != nil {
+			return nil, fmt.Errorf("dead-letter sink: %w", err)
+		}
+	}
+	snk, err := connector.NewSink(name, cfg, w.cfg.Stdout)
+	if err != nil {
+		return nil, fmt.Errorf("dead-letter sink: %w", err)
+	}
+	if dd, ok := snk.(connector.Dialed); ok && j.dial != nil {
+		dd.SetDialer(j.dial)
+	}
+	d := &deadLetters{sink: snk, key: deadLetterKey(c), connector: name}
+	d.max, d.perCkpt = g.Budget()
+	if tx, ok := snk.(connector.Transactional); ok && j.ckpt != nil {
+		if err := tx.BeginTransactions(); err != nil {
+			return nil, fmt.Errorf("dead-letter sink: %w", err)
+		}
+		d.txn = true
+	}
+	return d, nil
+}
+
+// openDeadLetters opens the subtask's dead-letter sink and, after a
+// restart or a restore, recovers its transactions and the budget's count.
+func (t *task) openDeadLetters(ctx context.Context, j *jobRun) error {
+	d := t.dl
+	if d == nil {
+		return nil
+	}
+	what := fmt.Sprintf("dead-letter sink %q of subtask %s", d.connector, t.label)
+	if idf, ok := d.sink.(connector.Identified); ok {
+		if err := idf.SetIdentity(j.id, d.key); err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+	}
+	if err := d.sink.Open(ctx, t.subtask, t.chain.Parallelism); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	if !d.txn || (j.attempt == 0 && j.ckpt.restore == nil) {
+		return nil
+	}
+	var id int64
+	if j.ckpt.restore != nil {
+		id = j.ckpt.restore.ID
+	}
+	own, taken := t.sinkStates(d.key)
+	var st deadLetterState
+	if own != nil {
+		if err := json.Unmarshal(own, &st); err != nil {
+			return fmt.Errorf("%s: its state in checkpoint %d: %w", what, id, err)
+		}
+	}
+	if err := d.sink.(connector.Transactional).Recover(st.Sink, id); err != nil {
+		return fmt.Errorf("%s: recovering: %w", what, err)
+	}
+	count := st.Count
+	var sinks [][]byte
+	for _, b := range taken {
+		var ts deadLetterState
+		if err := json.Unmarshal(b, &ts); err != nil {
+			return fmt.Errorf("%s: a taken-over state in %d: %w", what, id, err)
+		}
+		count += ts.Count
+		sinks = append(sinks, ts.Sink)
+	}
+	if to, ok := d.sink.(connector.TakesOver); ok && len(sinks) > 0 {
+		if err := to.RecoverFrom(sinks, id); err != nil {
+			return fmt.Errorf("%s: committing what %d pre-committed: %w", what, id, err)
+		}
+	}
+	if !d.perCkpt {
+		d.count = count
+	}
+	return nil
+}
+
+// preCommitDeadLetters ends the dead-letter transaction in the snapshot of
+// checkpoint id and returns the state to store for it.
+func (t *task) preCommitDeadLetters(id int64) ([]byte, error) {
+	d := t.dl
+	var st deadLetterState
+	st.V = 1
+	if d.txn && d.sink != nil {
+		s, err := d.sink.(connector.Transactional).PreCommit(id)
+		if err != nil {
+			return nil, fmt.Errorf("subtask %s: checkpoint %d: dead-letter sink pre-commit: %w", t.label, id, err)
+		}
+		st.Sink = s
+	}
+	if d.perCkpt {
+		d.count = 0
+	} else {
+		st.Count = d.count
+	}
+	return json.Marshal(st)
+}
+
+// endDeadLetters releases the dead-letter sink when the subtask stops
+// without finishing: a transactional sink's files are what recovery
+// commits or removes; another sink aborts when the job failed.
+func (t *task) endDeadLetters(failed bool) {
+	d := t.dl
+	if d == nil || d.sink == nil {
+		return
+	}
+	switch {
+	case d.txn:
+		releaseSink(d.sink)
+	case failed:
+		abortSink(d.sink)
+	default:
+		_ = d.sink.Close()
+	}
+	d.sink = nil
+}
+
+// closeDeadLetters closes the dead-letter sink of a finished subtask.
+func (t *task) closeDeadLetters() error {
+	d := t.dl
+	if d == nil || d.sink == nil {
+		return nil
+	}
+	err := d.sink.Close()
+	d.sink = nil
+	if err != nil {
+		return fmt.Errorf("dead-letter sink of subtask %s: closing: %w", t.label, err)
+	}
+	return nil
+}
+
+// deadLettered reports whether err is a guest failure that dead-letter mode
+// absorbs: a trap, fail, a non-zero status, the call deadline, a quota or
+// the memory limit, not a cancellation nor a host-side failure.
+func deadLettered(err error) bool {
+	var ge *host.GuestError
+	if !errors.As(err, &ge) {
+		return false
+	}
+	return !errors.Is(err, host.ErrCanceled) && !errors.Is(err, host.ErrInstanceClosed) && !errors.Is(err, context.Canceled)
+}
+
+// recordBound reports whether a failure is a property of the records the
+// call had rather than of its size: a trap, fail or a non-zero status,
+// but not the deadline, a quota or the memory limit.
+func recordBound(err error) bool {
+	var q *host.QuotaError
+	return !errors.Is(err, host.ErrDeadlineExceeded) && !errors.Is(err, host.ErrMemoryLimit) && !errors.As(err, &q)
+}
+
+// failure is a guest call's failure that dead-letter mode absorbs.
+type failure struct {
+	err error
+	// renewed: the failure cost a new instance.
+	renewed bool
+	// at is the index in the call's batch of the record the guest said it
+	// was at (progress_at), -1 when it did not say.
+	at int
+}
+
+// guarded runs one guest call of stage k whose failure the subtask
+// survives: on success its state changes stay; on a guest failure they are
+// rolled back, its output is dropped, and a broken instance is replaced.
+// It returns the guest failure (nil on success), or a fatal error.
+func (t *task) guarded(k int, call func() error) (*failure, error) {
+	s := t.stages[k]
+	mark := s.coll.b.Mark()
+	journal := t.store != nil && k == 0
+	if journal {
+		t.store.BeginUndo()
+	}
+	err := call()
+	if err == nil {
+		if journal {
+			t.store.CommitUndo()
+		}
+		return nil, nil
+	}
+	if journal {
+		if rerr := t.store.RollbackUndo(); rerr != nil {
+			return nil, fmt.Errorf("subtask %s: rolling back the state of a failed call: %w (the call: %v)", t.label, rerr, err)
+		}
+	}
+	s.coll.b.Truncate(mark)
+	if !deadLettered(err) {
+		return nil, t.stageError(s, "failed", err)
+	}
+	f := &failure{err: err, at: -1}
+	if t.inst != nil {
+		f.at = t.inst.FailedAt()
+		if t.inst.Broken() {
+			if rerr := t.renewInstance(); rerr != nil {
+				return nil, fmt.Errorf("subtask %s: replacing the instance after %v: %w", t.label, err, rerr)
+			}
+			f.renewed = true
+		}
+	}
+	return f, nil
+}
+
+// renewInstance replaces the subtask's instance by a new one and opens
+// every guest stage of the chain in it again, with the same spec and
+// services.
+//
+// After its first trap a subtask keeps a spare instance, made on another
+// goroutine while it goes on processing: a subtask that met one poison
+// record is likely to meet more, and a Go guest's instance takes
+// milliseconds to make (its runtime's initialisation), which the next trap
+// then does not wait for.
+func (t *task) renewInstance() error {
+	_ = t.inst.Close(context.Background())
+	var in *host.Instance
+	var err error
+	if t.spare != nil {
+		r := <-t.spare
+		t.spare = nil
+		in, err = r.inst, r.err
+	}
+	if in == nil {
+		if in, err = t.newInstance(); err != nil {
+			return err
+		}
+	}
+	t.inst = in
+	t.renewals++
+	t.makeSpare()
+	for _, s := range t.stages {
+		if !s.guest {
+			continue
+		}
+		op := in.Operator()
+		if f, ok := s.op.(*FairOperator); ok {
+			f.op = op
+		} else {
+			s.op = op
+		}
+		if err := s.op.Open(s.spec, s.svc); err != nil {
+			return t.stageError(s, "failed to open again in a new instance", err)
+		}
+	}
+	return nil
+}
+
+// spareResult is a spare instance, or why it could not be made.
+type spareResult struct {
+	inst *host.Instance
+	err  error
+}
+
+// makeSpare starts making the next spare instance.
+func (t *task) makeSpare() {
+	c := make(chan spareResult, 1)
+	t.spare = c
+	if !t.spareCloser {
+		t.spareCloser = true
+		t.closers = append(t.closers, t.dropSpare)
+	}
+	mk := t.newInstance
+	go func() {
+		in, err := mk()
+		c <- spareResult{in, err}
+	}()
+}
+
+// dropSpare closes the spare instance, once it is made.
+func (t *task) dropSpare() error {
+	if t.spare == nil {
+		return nil
+	}
+	r := <-t.spare
+	t.spare = nil
+	if r.inst != nil {
+		return r.inst.Close(context.Background())
+	}
+	return nil
+}
+
+// batchInput is what a guarded stage call is fed: records to process, or
+// timers of one domain to fire.
+type batchInput struct {
+	timers bool
+	recs   []abi.Record
+	b      abi.Builder
+}
+
+// processGuarded feeds batch to stage k in dead-letter mode and sends its
+// output down the chain.
+func (t *task) processGuarded(ctx context.Context, k int, batch []byte, timers bool) error {
+	s := t.stages[k]
+	call := func(b []byte) func() error {
+		if timers {
+			return func() error { return s.op.OnTimers(b, &s.coll) }
+		}
+		return func() error { return s.op.Process(b, &s.coll) }
+	}
+	f, fatal := t.guarded(k, call(batch))
+	if fatal != nil {
+		return fatal
+	}
+	if f == nil {
+		return t.drain(ctx, k)
+	}
+	in := &batchInput{timers: timers}
+	rd, err := abi.NewReader(batch)
+	if err != nil {
+		return err
+	}
+	for {
+		var r abi.Record
+		ok, err := rd.Next(&r)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			break
+		}
+		in.recs = append(in.recs, r)
+	}
+	if _, err := t.settle(ctx, k, in, call, 0, len(in.recs), f); err != nil {
+		return err
+	}
+	// The output of the ranges that succeeded goes down the chain only
+	// now: a send blocked by backpressure may take a snapshot, which must
+	// find the whole batch processed.
+	return t.drain(ctx, k)
+}
+
+// settle processes in.recs[lo:hi] at stage k; bad, when not nil, is the
+// failure the range is known to have. It reports whether the range ran
+// without a failure.
+//
+// A guest that reports the record it was at (progress_at, as the Go SDK
+// does) has that record dead-lettered and the records before and after it
+// run as two calls. Otherwise, failures that leave the instance usable
+// (fail, a status) are found by halving, in about 2·log2(n) calls, and
+// failures that cost a new instance (a trap) by running the records one by
+// one: a new instance costs milliseconds (a Go guest runs its runtime's
+// initialisation) where a call of one record costs microseconds, and one
+// by one needs one more instance per bad record where halving needs about
+// log2(n)/2.
+func (t *task) settle(ctx context.Context, k int, in *batchInput, call func([]byte) func() error, lo, hi int, bad *failure) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	if bad == nil {
+		f, fatal := t.runRange(k, in, call, lo, hi)
+		if fatal != nil {
+			return false, fatal
+		}
+		if f == nil {
+			return true, nil
+		}
+		bad = f
+	}
+	if hi-lo == 1 {
+		return false, t.deadLetter(k, in, lo, bad.err)
+	}
+	if bad.at >= 0 && bad.at < hi-lo && recordBound(bad.err) {
+		p := lo + bad.at
+		if p > lo {
+			if _, err := t.settle(ctx, k, in, call, lo, p, nil); err != nil {
+				return false, err
+			}
+		}
+		if err := t.deadLetter(k, in, p, bad.err); err != nil {
+			return false, err
+		}
+		if p+1 < hi {
+			_, err := t.settle(ctx, k, in, call, p+1, hi, nil)
+			return false, err
+		}
+		return false, nil
+	}
+	if bad.renewed {
+		for i := lo; i < hi; i++ {
+			if i == hi-1 && recordBound(bad.err) {
+				// Every record before it ran: the last is the one.
+				return false, t.deadLetter(k, in, i, bad.err)
+			}
+			f, fatal := t.runRange(k, in, call, i, i+1)
+			if fatal != nil {
+				return false, fatal
+			}
+			if f == nil {
+				continue
+			}
+			if err := t.deadLetter(k, in, i, f.err); err != nil {
+				return false, err
+			}
+			if i+1 == hi {
+				return false, nil
+			}
+			// The rest may well be good: try it whole.
+			_, err := t.settle(ctx, k, in, call, i+1, hi, nil)
+			return false, err
+		}
+		return false, nil
+	}
+	mid := lo + (hi-lo)/2
+	clean, err := t.settle(ctx, k, in, call, lo, mid, nil)
+	if err != nil {
+		return false, err
+	}
+	var right *failure
+	if clean && recordBound(bad.err) {
+		right = &failure{err: bad.err, at: -1}
+	}
+	_, err = t.settle(ctx, k, in, call, mid, hi, right)
+	return false, err
+}
+
+// runRange makes one guarded call of stage k on in.recs[lo:hi].
+func (t *task) runRange(k int, in *batchInput, call func([]byte) func() error, lo, hi int) (*failure, error) {
+	in.b.Reset()
+	for i := lo; i < hi; i++ {
+		in.b.AddRecord(&in.recs[i])
+	}
+	return t.guarded(k, call(in.b.Bytes()))
+}
+
+// deadLetter is the JSON object written for a failed record or timer.
+type deadLetter struct {
+	Error     string `json:"error"`
+	Job       string `json:"job"`
+	Vertex    string `json:"vertex"`
+	Operator  string `json:"operator"`
+	Subtask   int    `json:"subtask"`
+	Attempt   int    `json:"attempt"`
+	Call      string `json:"call"` // process or timer
+	Key       []byte `json:"key"`
+	KeyText   string `json:"keyText,omitempty"`
+	EventTime int64  `json:"eventTime"`
+	// Timer: the time domain (event or processing) of a failed timer,
+	// whose Value is its namespace.
+	Timer     string          `json:"timer,omitempty"`
+	Input     json.RawMessage `json:"input"`
+	Value     []byte          `json:"value"`
+	ValueText string          `json:"valueText,omitempty"`
+}
+
+// deadLetter sends record i of in, which failed at stage k with err, to
+// the dead-letter sink, and fails the subtask past the budget.
+func (t *task) deadLetter(k int, in *batchInput, i int, err error) error {
+	d := t.dl
+	s := t.stages[k]
+	r := &in.recs[i]
+	dl := deadLetter{Error: err.Error(), Job: t.jobID, Vertex: s.vertex.ID, Operator: s.vertex.Operator,
+		Subtask: t.subtask, Attempt: t.attempt, Call: "process", Key: r.Key, EventTime: r.Timestamp,
+		Input: t.inputPosition(k, i, len(in.recs)), Value: r.Value}
+	if in.timers {
+		dl.Call = "timer"
+		dl.Timer = "event"
+		if int32(r.Port) == abi.TimeProcessing {
+			dl.Timer = "processing"
+		}
+	}
+	if utf8.Valid(r.Key) {
+		dl.KeyText = string(r.Key)
+	}
+	if utf8.Valid(r.Value) {
+		dl.ValueText = string(r.Value)
+	}
+	line, jerr := json.Marshal(&dl)
+	if jerr != nil {
+		return fmt.Errorf("subtask %s: encoding a dead letter: %w", t.label, jerr)
+	}
+	d.b.Reset()
+	d.b.Add(0, r.Timestamp, nil, line)
+	if werr := d.sink.Write(d.b.Bytes()); werr != nil {
+		return fmt.Errorf("dead-letter sink %q of subtask %s: %w", d.connector, t.label, werr)
+	}
+	d.count++
+	d.sinceSnapshot++
+	s.dead.Add(1)
+	if d.max >= 0 && d.count > d.max {
+		scope := "over the job's life"
+		if d.perCkpt {
+			scope = "since the subtask's last checkpoint"
+		}
+		return t.stageError(s, "exceeded its dead-letter budget",
+			fmt.Errorf("%d dead letters %s, more than the budget of %d (--max-dead-letters; plan onGuestError.maxDeadLetters); the last: %w",
+				d.count, scope, d.max, err))
+	}
+	return nil
+}
+
+// inputPosition says where the record at index i of a batch of n that
+// stage k failed on came from: the chain's input (the source's position
+// after the batch it read, or the input channel) and the index.
+func (t *task) inputPosition(k, i, n int) json.RawMessage {
+	pos := map[string]any{"index": i, "batchRecords": n}
+	if k > 0 {
+		pos["from"] = t.stages[k-1].vertex.ID
+	}
+	switch {
+	case t.source != nil && k == 0:
+		if r, ok := t.source.(connector.Rewindable); ok {
+			if off, err := r.Offset(); err == nil && json.Valid(off) {
+				pos["sourceOffsetAfterBatch"] = json.RawMessage(off)
+			}
+		}
+	case t.curChan >= 0 && t.curChan < len(t.inputs) && k == 0:
+		ref := t.inputs[t.curChan]
+		e := t.chain.Inputs[0]
+		for _, in := range t.chain.Inputs {
+			if in.Index == ref.edge {
+				e = in
+			}
+		}
+		pos["channel"] = map[string]any{"from": e.FromVertex, "subtask": ref.peer, "message": t.chanBatches[t.curChan]}
+	}
+	b, _ := json.Marshal(pos)
+	return b
+}

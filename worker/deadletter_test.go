@@ -1,0 +1,411 @@
+package worker
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/wstream/wstream/abi"
+	"github.com/wstream/wstream/connector"
+	"github.com/wstream/wstream/host"
+	"github.com/wstream/wstream/internal/testmod"
+	"github.com/wstream/wstream/job"
+	"github.com/wstream/wstream/operator"
+	"github.com/wstream/wstream/state"
+	"github.com/wstream/wstream/transport"
+)
+
+// poisoned is testops' poison hash: FNV-1a 64 of salt then value.
+func poisoned(salt string, v []byte, every uint64) bool {
+	h := uint64(14695981039346656037)
+	for _, c := range []byte(salt) {
+		h = (h ^ uint64(c)) * 1099511628211
+	}
+	for _, c := range v {
+		h = (h ^ uint64(c)) * 1099511628211
+	}
+	return h%every == 0
+}
+
+// poisonRig is a one-stage keyed subtask running testops' poison in
+// dead-letter mode, with the real host, state store and a file sink of
+// dead letters, fed by a local channel.
+type poisonRig struct {
+	tk   *task
+	in   *transport.LocalChannel
+	out  *transport.LocalChannel
+	dir  string // the dead-letter file
+	ctx  context.Context
+	stop context.CancelFunc
+}
+
+func newPoisonRig(t *testing.T, config string, max int64) *poisonRig {
+	t.Helper()
+	bg := context.Background()
+	rt, err := host.NewRuntime(bg, host.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rt.Close(bg) })
+	b, err := os.ReadFile(testmod.GoModule(t, "examples/wasm/go/testops"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := rt.Compile(bg, "testops.wasm", b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &poisonRig{in: transport.NewLocalChannel(1 << 10), out: transport.NewLocalChannel(1 << 20), dir: filepath.Join(t.TempDir(), "dead")}
+	g.ctx, g.stop = context.WithCancel(bg)
+	t.Cleanup(g.stop)
+	inst, err := m.NewInstance(g.ctx, "v/0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := state.Open(state.Options{Dir: t.TempDir(), KeyGroups: abi.KeyGroupRange{Start: 0, End: 127}, CacheEntries: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = store.Close() })
+	snk, err := connector.NewSink("file", json.RawMessage(`{"path":`+strconv.Quote(g.dir)+`}`), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := snk.Open(g.ctx, 0, 1); err != nil {
+		t.Fatal(err)
+	}
+	tk := &task{jobID: "j", label: "v/0", now: time.Now, store: store, gate: transport.NewInputGate([]transport.InputChannel{g.in}),
+		inst: inst, newInstance: func() (*host.Instance, error) { return m.NewInstance(g.ctx, "v/0") },
+		chain: &job.Chain{Vertices: []*job.Vertex{{ID: "v", Operator: "poison"}}, Parallelism: 1},
+		dl:    &deadLetters{sink: snk, key: "v-dead-letters", connector: "file", max: max}, curChan: -1}
+	t.Cleanup(func() { _ = tk.dropSpare(); _ = tk.inst.Close(bg) })
+	st := &stage{vertex: tk.chain.Vertices[0], op: inst.Operator(), state: store.Vertex("v", true),
+		coll: stageCollector{nOut: 1, keep: -1}, guest: true}
+	tk.stages = []*stage{st}
+	tk.outs = []*outEdge{{edge: &job.ChainEdge{Partition: job.PartitionForward}, peers: []int{0},
+		chans: []transport.OutputChannel{g.out}, bufs: make([]abi.Builder, 1), maxPar: 128}}
+	st.spec = operator.Spec{VertexID: "v", Operator: "poison", Config: []byte(config), Keyed: true, MaxParallelism: 128, Parallel: 1}
+	st.svc = &stageServices{keyedState: st.state, t: tk, log: func(int32, string) {}}
+	if err := st.op.Open(st.spec, st.svc); err != nil {
+		t.Fatal(err)
+	}
+	g.tk = tk
+	return g
+}
+
+// run feeds batches of records (key k<i%keys>, value v<i>, timestamp i)
+// and the end of input, and returns the subtask's result.
+func (g *poisonRig) run(t *testing.T, records, batch, keys int) error {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- g.tk.runGate(g.ctx) }()
+	var b abi.Builder
+	for i := 0; i < records; i++ {
+		b.Add(0, int64(i), []byte(fmt.Sprintf("k%d", i%keys)), []byte(fmt.Sprintf("v%d", i)))
+		if b.Len() == batch || i == records-1 {
+			if err := g.in.Send(g.ctx, transport.Message{Kind: transport.KindData, Data: append([]byte(nil), b.Bytes()...)}); err != nil {
+				t.Fatal(err)
+			}
+			b.Reset()
+		}
+	}
+	if err := g.in.Send(g.ctx, transport.Message{Kind: transport.KindEnd}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err == nil {
+			err = g.tk.closeDeadLetters()
+		}
+		return err
+	case <-time.After(hostileDeadline):
+		t.Fatalf("the subtask still runs after %s", hostileDeadline)
+		return nil
+	}
+}
+
+// output returns the records the subtask sent: key → values in order.
+func (g *poisonRig) output(t *testing.T) map[string][]string {
+	t.Helper()
+	out := map[string][]string{}
+	for {
+		m, ok := g.out.TryRecv()
+		if !ok {
+			return out
+		}
+		if m.Kind != transport.KindData {
+			continue
+		}
+		recs, err := abi.Decode(m.Data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range recs {
+			out[string(r.Key)] = append(out[string(r.Key)], string(r.Value))
+		}
+	}
+}
+
+func readDeadLetters(t *testing.T, path string) []deadLetter {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var out []deadLetter
+	sc := bufio.NewScanner(f)
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		var d deadLetter
+		if err := json.Unmarshal(sc.Bytes(), &d); err != nil {
+			t.Fatalf("dead letter %q: %v", sc.Text(), err)
+		}
+		out = append(out, d)
+	}
+	return out
+}
+
+// TestDeadLettersIsolateBadRecords runs poison over batches holding bad
+// records at hash-chosen positions, trapping, failing and failing in
+// timers: the output must be the running counts of the good records only
+// (state rolled back, no output of a failed call), and the dead letters
+// exactly the bad records, each once, with the error, key and time.
+func TestDeadLettersIsolateBadRecords(t *testing.T) {
+	const records, batch, keys, every = 3000, 256, 7, 97
+	for _, mode := range []string{"trap", "fail", "timers"} {
+		t.Run(mode, func(t *testing.T) {
+			cfg := fmt.Sprintf(`{"every":%d,"salt":"s","mode":%q}`, every, mode)
+			if mode == "timers" {
+				cfg = fmt.Sprintf(`{"every":%d,"salt":"s","timers":true}`, every)
+			}
+			g := newPoisonRig(t, cfg, -1)
+			if err := g.run(t, records, batch, keys); err != nil {
+				t.Fatalf("the subtask failed: %v", err)
+			}
+			good := map[string]int{}
+			bad := map[string]string{} // value → key
+			for i := 0; i < records; i++ {
+				k, v := fmt.Sprintf("k%d", i%keys), fmt.Sprintf("v%d", i)
+				if poisoned("s", []byte(v), every) {
+					bad[v] = k
+				} else {
+					good[k]++
+				}
+			}
+			if len(bad) == 0 || len(bad) > records/20 {
+				t.Fatalf("%d bad records of %d: the hash picks a useless share", len(bad), records)
+			}
+			out := g.output(t)
+			for k, n := range good {
+				var want []string
+				for i := 1; i <= n; i++ {
+					want = append(want, strconv.Itoa(i))
+				}
+				if got := strings.Join(out[k], ","); got != strings.Join(want, ",") {
+					t.Errorf("key %s: counts %s, want 1..%d", k, abbreviateList(out[k]), n)
+				}
+			}
+			dls := readDeadLetters(t, g.dir)
+			seen := map[string]int{}
+			for _, d := range dls {
+				v := string(d.Value)
+				seen[v]++
+				if bad[v] == "" {
+					t.Errorf("dead letter for good record %q", v)
+					continue
+				}
+				want := "testops poison"
+				if mode != "fail" {
+					want = "unreachable"
+				}
+				if !strings.Contains(d.Error, want) || string(d.Key) != bad[v] || d.KeyText != bad[v] || d.ValueText != v ||
+					d.Vertex != "v" || d.EventTime != mustAtoi(t, v[1:]) || (mode == "timers") != (d.Call == "timer") || len(d.Input) == 0 {
+					t.Errorf("dead letter of %q: %+v", v, d)
+				}
+			}
+			for v := range bad {
+				if seen[v] != 1 {
+					t.Errorf("bad record %q has %d dead letters, want 1", v, seen[v])
+				}
+			}
+			if n := g.tk.stages[0].dead.Load(); n != int64(len(bad)) {
+				t.Errorf("the stage counted %d dead letters, want %d", n, len(bad))
+			}
+			// The Go SDK says which record it failed at: one new instance
+			// per trap, none for fail.
+			want := len(bad)
+			if mode == "fail" {
+				want = 0
+			}
+			if g.tk.renewals != want {
+				t.Errorf("%d instances replaced for %d bad records, want %d", g.tk.renewals, len(bad), want)
+			}
+		})
+	}
+}
+
+// TestDeadLetterBudget: an operator that fails every record stops at its
+// budget, with an error that names the operator and the budget.
+func TestDeadLetterBudget(t *testing.T) {
+	g := newPoisonRig(t, `{"every":1,"mode":"fail"}`, 5)
+	err := g.run(t, 100, 10, 3)
+	if err == nil || !strings.Contains(err.Error(), "budget of 5") || !strings.Contains(err.Error(), `operator "poison" (vertex v`) {
+		t.Fatalf("got %v, want the budget of 5 exceeded by operator poison", err)
+	}
+	if n := g.tk.stages[0].dead.Load(); n != 6 {
+		t.Errorf("%d dead letters counted, want 6 (the budget and the one past it)", n)
+	}
+}
+
+func mustAtoi(t *testing.T, s string) int64 {
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func abbreviateList(l []string) string {
+	if len(l) > 12 {
+		return strings.Join(l[:6], ",") + ",…," + strings.Join(l[len(l)-6:], ",")
+	}
+	return strings.Join(l, ",")
+}
+
+// fakeGuest fails (as a guest calling fail would) on the records whose
+// value is in bad, after emitting the values before them in the batch,
+// and counts its calls.
+type fakeGuest struct {
+	bad   map[string]bool
+	calls int
+}
+
+func (o *fakeGuest) Open(operator.Spec, operator.Services) error { return nil }
+func (o *fakeGuest) Process(batch []byte, out operator.Collector) error {
+	o.calls++
+	recs, err := abi.Decode(batch)
+	if err != nil {
+		return err
+	}
+	for _, r := range recs {
+		if o.bad[string(r.Value)] {
+			return &host.GuestError{Operator: "v", Call: abi.ExportProcess, Message: "bad " + string(r.Value), Err: host.ErrGuestFailed}
+		}
+		if err := out.Emit(0, r.Timestamp, r.Key, r.Value); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+func (o *fakeGuest) OnTimers([]byte, operator.Collector) error  { return nil }
+func (o *fakeGuest) PreBarrier(int64, operator.Collector) error { return nil }
+func (o *fakeGuest) CheckpointComplete(int64) error             { return nil }
+func (o *fakeGuest) CheckpointAborted(int64) error              { return nil }
+func (o *fakeGuest) Close(operator.Collector) error             { return nil }
+
+// memSink is a dead-letter sink in memory.
+type memSink struct{ values []string }
+
+func (m *memSink) Open(context.Context, int, int) error { return nil }
+func (m *memSink) Write(b []byte) error {
+	recs, err := abi.Decode(b)
+	for _, r := range recs {
+		var d deadLetter
+		if err := json.Unmarshal(r.Value, &d); err != nil {
+			return err
+		}
+		m.values = append(m.values, string(d.Value))
+	}
+	return err
+}
+func (m *memSink) Close() error { return nil }
+
+// TestSettleFindsEveryBadRecord settles batches with bad records at the
+// ends, adjacent, everywhere and nowhere, by halves, record by record and
+// from the record a guest said it failed at:
+// the good records' output must come out whole and in order, each bad
+// record must be dead-lettered once, and halving must stay near
+// 2·log2(n) calls for one bad record.
+func TestSettleFindsEveryBadRecord(t *testing.T) {
+	const n = 64
+	cases := map[string][]int{"first": {0}, "last": {n - 1}, "middle": {37}, "adjacent": {5, 6, 7},
+		"spread": {1, 20, 21, 40, 62}, "all": nil}
+	for name, badIdx := range cases {
+		for _, mode := range []string{"halving", "one-by-one", "hinted"} {
+			t.Run(name+"/"+mode, func(t *testing.T) {
+				bad := map[string]bool{}
+				if name == "all" {
+					for i := range n {
+						bad[fmt.Sprintf("v%d", i)] = true
+					}
+				}
+				for _, i := range badIdx {
+					bad[fmt.Sprintf("v%d", i)] = true
+				}
+				op := &fakeGuest{bad: bad}
+				sink := &memSink{}
+				tk := &task{label: "v/0", now: time.Now, curChan: -1, chain: &job.Chain{Vertices: []*job.Vertex{{ID: "v"}}},
+					dl: &deadLetters{sink: sink, max: -1}}
+				st := &stage{vertex: tk.chain.Vertices[0], op: op, state: noKeyedState{}, coll: stageCollector{nOut: 1, keep: -1}, guest: true}
+				tk.stages = []*stage{st}
+				var b abi.Builder
+				for i := range n {
+					b.Add(0, int64(i), []byte("k"), []byte(fmt.Sprintf("v%d", i)))
+				}
+				in := &batchInput{}
+				recs, _ := abi.Decode(b.Bytes())
+				for _, r := range recs {
+					in.recs = append(in.recs, abi.Record{Port: r.Port, Timestamp: r.Timestamp, Key: r.Key, Value: r.Value})
+				}
+				call := func(b []byte) func() error { return func() error { return st.op.Process(b, &st.coll) } }
+				whole := &failure{err: &host.GuestError{Operator: "v", Message: "bad", Err: host.ErrGuestFailed}, at: -1,
+					renewed: mode == "one-by-one"}
+				if mode == "hinted" {
+					// The first bad record, as a guest reporting its
+					// progress says (the fake reports none later).
+					for i := range n {
+						if bad[fmt.Sprintf("v%d", i)] {
+							whole.at = i
+							break
+						}
+					}
+				}
+				if _, err := tk.settle(context.Background(), 0, in, call, 0, n, whole); err != nil {
+					t.Fatal(err)
+				}
+				var got, want, wantBad []string
+				out, _ := abi.Decode(st.coll.b.Bytes())
+				for _, r := range out {
+					got = append(got, string(r.Value))
+				}
+				for i := range n {
+					if v := fmt.Sprintf("v%d", i); bad[v] {
+						wantBad = append(wantBad, v)
+					} else {
+						want = append(want, v)
+					}
+				}
+				if strings.Join(got, ",") != strings.Join(want, ",") {
+					t.Errorf("output %v, want %v", got, want)
+				}
+				if strings.Join(sink.values, ",") != strings.Join(wantBad, ",") {
+					t.Errorf("dead letters %v, want %v", sink.values, wantBad)
+				}
+				switch {
+				case len(badIdx) == 1 && mode == "halving" && op.calls > 2*6+1:
+					t.Errorf("halving took %d calls for one bad record of %d", op.calls, n)
+				case len(badIdx) == 1 && mode == "hinted" && op.calls > 2:
+					t.Errorf("a hinted record took %d calls, want at most 2 (before and after it)", op.calls)
+				}
+			})
+		}
+	}
+}
