@@ -211,6 +211,9 @@ type JobDetail struct {
 	Vertices   []VertexStatus       `json:"vertices"`
 	Edges      []job.Edge           `json:"edges"`
 	Result     *transport.JobResult `json:"result,omitempty"`
+	// Upgrades are the job's module upgrades (wstream upgrade), oldest
+	// first: done, rolled back or aborted.
+	Upgrades []UpgradeEntry `json:"upgrades"`
 }
 
 // VertexStatus is one vertex of a job with its live figures.
@@ -265,6 +268,9 @@ type VertexFigures struct {
 	// until every sampled subtask has one.
 	Watermark  *int64 `json:"watermark"`
 	StateBytes int64  `json:"stateBytes"`
+	// DeadLetters counts the records and timers the vertex's operator sent
+	// to the dead-letter sink (--on-guest-error dead-letter).
+	DeadLetters int64 `json:"deadLetters"`
 }
 
 // SubtaskStatus is one subtask of a vertex in the current attempt.
@@ -318,6 +324,14 @@ func (c *Coordinator) Job(who Caller, id string) (*JobDetail, error) {
 	if gerr != nil {
 		return nil, fmt.Errorf("job %s: its plan: %w", id, gerr)
 	}
+	d.Upgrades = []UpgradeEntry{}
+	if c.cfg.DataDir != "" {
+		ups, err := ReadUpgrades(c.cfg.DataDir, id)
+		if err != nil {
+			return nil, fmt.Errorf("job %s: %w", id, err)
+		}
+		d.Upgrades = append(d.Upgrades, ups...)
+	}
 	samples := c.currentSamples(id, attempt)
 	for _, ch := range g.Chains {
 		for _, v := range ch.Vertices {
@@ -370,6 +384,7 @@ func (c *Coordinator) vertexStatus(jobID string, ch *job.Chain, v *job.Vertex, w
 			f.RecordsInPerSec += m.RecordsInPerSec
 			f.RecordsOutPerSec += m.RecordsOutPerSec
 			f.StateBytes += m.StateBytes
+			f.DeadLetters += m.DeadLetters
 			f.BusyRatio = max(f.BusyRatio, st.BusyRatio)
 			f.BackpressureRatio = max(f.BackpressureRatio, st.BackpressureRatio)
 			if m.HasWatermark {
