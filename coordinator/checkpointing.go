@@ -164,17 +164,23 @@ type HistoryEntry struct {
 
 // ReadHistory reads a job's checkpoint history.
 func ReadHistory(dataDir, id string) ([]HistoryEntry, error) {
-	b, err := os.ReadFile(filepath.Join(CheckpointRoot(dataDir, id), "history.jsonl"))
+	return readJSONLines[HistoryEntry](filepath.Join(CheckpointRoot(dataDir, id), "history.jsonl"))
+}
+
+// readJSONLines reads a file of JSON lines (nothing when it does not
+// exist).
+func readJSONLines[T any](path string) ([]T, error) {
+	b, err := os.ReadFile(path)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
 			return nil, nil
 		}
 		return nil, err
 	}
-	var out []HistoryEntry
+	var out []T
 	dec := json.NewDecoder(bytesReader(b))
 	for dec.More() {
-		var e HistoryEntry
+		var e T
 		if err := dec.Decode(&e); err != nil {
 			// A crash can cut the last line short: keep what is whole.
 			break

@@ -125,24 +125,7 @@ func UpgradesFile(dataDir, id string) string {
 
 // ReadUpgrades reads a job's upgrade history, oldest first.
 func ReadUpgrades(dataDir, id string) ([]UpgradeEntry, error) {
-	b, err := os.ReadFile(UpgradesFile(dataDir, id))
-	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return nil, nil
-		}
-		return nil, err
-	}
-	var out []UpgradeEntry
-	dec := json.NewDecoder(bytesReader(b))
-	for dec.More() {
-		var e UpgradeEntry
-		if err := dec.Decode(&e); err != nil {
-			// A crash can cut the last line short: keep what is whole.
-			break
-		}
-		out = append(out, e)
-	}
-	return out, nil
+	return readJSONLines[UpgradeEntry](UpgradesFile(dataDir, id))
 }
 
 func (c *Coordinator) onUpgrade(m *nats.Msg, who caller) {
