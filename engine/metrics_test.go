@@ -150,7 +150,7 @@ func TestMetricsDuringJob(t *testing.T) {
 	if err := os.WriteFile(planPath, []byte(plan), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	mod := filepath.Join(testmod.Root(), "examples", "wasm", "build", "wordcount.wasm")
+	mod := testmod.GoModule(t, "examples/wasm/go/wordcount")
 	d, err := Prepare(ctx, e.Runtime(), PrepareOptions{ModulePath: mod, PlanPath: planPath})
 	if err != nil {
 		t.Fatal(err)

@@ -143,7 +143,7 @@ func TestWorkerServesMetrics(t *testing.T) {
   {"from":"source","to":"split"},
   {"from":"split","to":"count","partition":"key"},
   {"from":"count","to":"sink"}]}`, url))
-	mod := filepath.Join(testmod.Root(), "examples", "wasm", "build", "wordcount.wasm")
+	mod := testmod.GoModule(t, "examples/wasm/go/wordcount")
 	c.start("deploy", "deploy", "--nats", url, "--plan", "plan.json", mod)
 
 	reach := func(n float64) {

@@ -38,6 +38,9 @@
   ;; Optional, batched (README.md, "Batched state"): lists of (ptr, len) pairs.
   (import "wstream" "state_get_many" (func $state_get_many (param i32 i32 i32 i32 i32) (result i32)))  ;; h req req_len out out_cap -> size needed
   (import "wstream" "state_write_batch" (func $state_write_batch (param i32 i32) (result i32)))        ;; writes writes_len
+  ;; Optional: where the guest keeps the index of the record it is on, so
+  ;; that dead-letter mode finds a failing record without searching.
+  (import "wstream" "progress_at" (func $progress_at (param i32) (result i32)))                    ;; ptr (0: none)
 
   ;; ----------------------------------------------------------------- memory
   ;; 0x0400 message buffer (1 KiB)      0x0800 scratch for digits and int64s
