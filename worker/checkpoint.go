@@ -561,8 +561,7 @@ func (t *task) snapshot(ctx context.Context, id int64, kind checkpoint.Kind, tri
 			return err
 		}
 		st.Operator[t.dl.key] = state
-		m.DeadLetters = t.dl.sinceSnapshot
-		t.dl.sinceSnapshot = 0
+		m.DeadLetters = t.dl.snapshotted(id)
 	}
 	m.Sync = time.Since(start)
 	m.Unaligned = unaligned
@@ -828,6 +827,9 @@ func (t *task) dropSnapshot(ctx context.Context, id int64, reason string) error 
 // has no side effects (a failover restores the checkpoint before it), and
 // the next checkpoint commits its data.
 func (t *task) notifyComplete(id int64, kind checkpoint.Kind, stop bool) error {
+	if t.dl != nil {
+		t.dl.settled(id, true)
+	}
 	if !t.opsClosed {
 		for _, s := range t.stages {
 			if err := s.op.CheckpointComplete(id); err != nil {
@@ -861,6 +863,9 @@ func (t *task) notifyComplete(id int64, kind checkpoint.Kind, stop bool) error {
 // notifyAborted tells the operators that checkpoint id was aborted and
 // drops whatever the subtask holds of it.
 func (t *task) notifyAborted(ctx context.Context, id int64, reason string) error {
+	if t.dl != nil {
+		t.dl.settled(id, false)
+	}
 	t.localAbortedID(id)
 	for _, o := range t.ckpt.observersOf(t.id) {
 		o.CheckpointAborted(id)

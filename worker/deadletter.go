@@ -73,7 +73,41 @@ type deadLetters struct {
 	// snapshot, for the checkpoint history (stage.dead counts them for
 	// the metrics).
 	sinceSnapshot int64
-	b             abi.Builder
+	// inSnapshot holds what each pending snapshot counted: an aborted or
+	// subsumed checkpoint gives its count back to sinceSnapshot, so that
+	// the next checkpoint reports it and the history misses none.
+	inSnapshot map[int64]int64
+	b          abi.Builder
+}
+
+// snapshotted moves the dead letters since the last snapshot to the
+// snapshot of checkpoint id and returns their number.
+func (d *deadLetters) snapshotted(id int64) int64 {
+	n := d.sinceSnapshot
+	d.sinceSnapshot = 0
+	if n > 0 {
+		if d.inSnapshot == nil {
+			d.inSnapshot = map[int64]int64{}
+		}
+		d.inSnapshot[id] = n
+	}
+	return n
+}
+
+// settled notes that checkpoint id completed (completed) or was aborted:
+// its count is reported, or given back; pending snapshots older than a
+// completed one will never complete and give theirs back too.
+func (d *deadLetters) settled(id int64, completed bool) {
+	for k, n := range d.inSnapshot {
+		if k == id && completed {
+			delete(d.inSnapshot, k)
+			continue
+		}
+		if k == id || (completed && k < id) {
+			d.sinceSnapshot += n
+			delete(d.inSnapshot, k)
+		}
+	}
 }
 
 // deadLetterState is the operator state of a dead-letter sink in a

@@ -409,3 +409,31 @@ func TestSettleFindsEveryBadRecord(t *testing.T) {
 		}
 	}
 }
+
+// TestDeadLetterCountsSettle: what a snapshot counted comes back when its
+// checkpoint is aborted or subsumed, and is reported once when it
+// completes, so the checkpoint history misses no dead letter.
+func TestDeadLetterCountsSettle(t *testing.T) {
+	var d deadLetters
+	d.sinceSnapshot = 3
+	if n := d.snapshotted(1); n != 3 || d.sinceSnapshot != 0 {
+		t.Fatalf("snapshot 1 took %d, left %d", n, d.sinceSnapshot)
+	}
+	d.settled(1, false) // aborted: given back
+	d.sinceSnapshot += 2
+	if n := d.snapshotted(2); n != 5 {
+		t.Fatalf("snapshot 2 took %d, want 5 (3 given back + 2)", n)
+	}
+	d.sinceSnapshot = 4
+	if n := d.snapshotted(3); n != 4 {
+		t.Fatalf("snapshot 3 took %d, want 4", n)
+	}
+	d.settled(3, true) // 3 completes: 2 is subsumed and gives its 5 back
+	if d.sinceSnapshot != 5 || len(d.inSnapshot) != 0 {
+		t.Fatalf("after 3 completed: %d since the snapshot, %d pending; want 5 and 0", d.sinceSnapshot, len(d.inSnapshot))
+	}
+	d.settled(3, true) // a repeated notification changes nothing
+	if d.sinceSnapshot != 5 {
+		t.Fatalf("a repeated completion changed the count to %d", d.sinceSnapshot)
+	}
+}
