@@ -47,7 +47,7 @@ func TestGoldenOutput(t *testing.T) {
 	meta := &checkpoint.Metadata{Format: "wstream-checkpoint", Version: 1, JobID: "wordcount-9c1e", ID: 2, Kind: checkpoint.KindCheckpoint,
 		Trigger: started.UnixMilli(), Done: started.UnixMilli() + 61, ModuleDigest: "sha256:0f3a", MaxParallelism: 128,
 		Tasks: []checkpoint.SubtaskState{{Task: checkpoint.TaskID{Chain: 1, Subtask: 0}, KeyGroups: abi.KeyGroupRange{Start: 0, End: 63},
-			State: []checkpoint.FileHandle{{Path: "shared/000004.sst", Size: 1024, SHA256: "ab12", Shared: true}},
+			State:    []checkpoint.FileHandle{{Path: "shared/000004.sst", Size: 1024, SHA256: "ab12", Shared: true}},
 			Operator: map[string][]byte{"source": []byte(`{"offset":42}`)}}}}
 
 	cases := []struct {
@@ -59,8 +59,12 @@ func TestGoldenOutput(t *testing.T) {
 		{"list-empty.json", func(b *bytes.Buffer) error { return writeJSON(b, orEmpty([]transport.JobInfo(nil))) }},
 		{"workers.txt", func(b *bytes.Buffer) error { return printWorkers(b, workers) }},
 		{"workers.json", func(b *bytes.Buffer) error { return writeJSON(b, orEmpty(workers)) }},
-		{"checkpoints.txt", func(b *bytes.Buffer) error { return printCheckpoints(b, false, "wordcount-9c1e", hist, []int64{2}, nil) }},
-		{"checkpoints-upgraded.txt", func(b *bytes.Buffer) error { return printCheckpoints(b, false, "wordcount-9c1e", hist, []int64{2}, ups) }},
+		{"checkpoints.txt", func(b *bytes.Buffer) error {
+			return printCheckpoints(b, false, "wordcount-9c1e", hist, []int64{2}, nil)
+		}},
+		{"checkpoints-upgraded.txt", func(b *bytes.Buffer) error {
+			return printCheckpoints(b, false, "wordcount-9c1e", hist, []int64{2}, ups)
+		}},
 		{"checkpoints.json", func(b *bytes.Buffer) error { return printCheckpoints(b, true, "wordcount-9c1e", hist, []int64{2}, ups) }},
 		{"inspect.json", func(b *bytes.Buffer) error { return inspectJSON(b, nil, meta, false) }},
 	}
