@@ -79,20 +79,10 @@ func BenchmarkPoisonRecords(b *testing.B) {
 		{name: "poison-trap", run: jobRun{module: mod, plan: poisonPlan(10000, bad, "trap", true), records: records}},
 		{name: "poison-fail", run: jobRun{module: mod, plan: poisonPlan(10000, bad, "fail", true), records: records}},
 	}
-	ratios := []struct{ name, num, den string }{
+	ratios := []pairedRatio{
 		{"poison-trap/clean", "poison-trap", "dead-letter-clean"},
 		{"poison-fail/clean", "poison-fail", "dead-letter-clean"},
 		{"dead-letter/fail-policy", "dead-letter-clean", "fail-policy-clean"},
 	}
-	rates := runPaired(b, configs)
-	for _, c := range configs {
-		b.ReportMetric(median(rates[c.name]), c.name+"-records/s")
-	}
-	for _, r := range ratios {
-		per := make([]float64, b.N)
-		for i := range per {
-			per[i] = rates[r.num][i] / rates[r.den][i]
-		}
-		b.ReportMetric(median(per), r.name)
-	}
+	reportPaired(b, configs, ratios)
 }

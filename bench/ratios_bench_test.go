@@ -42,7 +42,7 @@ func BenchmarkRatios(b *testing.B) {
 		{name: "checkpoints-none", run: jobRun{module: cKeyed, plan: ckptPlan(""), records: ckptRecords}},
 		{name: "checkpoints-1s", run: jobRun{module: cKeyed, plan: ckptPlan(`"checkpoint":{"interval":1000},`), records: ckptRecords}},
 	}
-	ratios := []struct{ name, num, den string }{
+	ratios := []pairedRatio{
 		{"stateless-c/native", "stateless-c", "stateless-native"},
 		{"stateless-go/native", "stateless-go", "stateless-native"},
 		{"stateless-c-deadline/nodeadline", "stateless-c", "stateless-c-nodeadline"},
@@ -53,6 +53,17 @@ func BenchmarkRatios(b *testing.B) {
 		{"keyed-go-deadline/nodeadline", "keyed-go", "keyed-go-nodeadline"},
 		{"checkpoints-1s/none", "checkpoints-1s", "checkpoints-none"},
 	}
+	reportPaired(b, configs, ratios)
+}
+
+// pairedRatio is the metric name of num's rate over den's, each a
+// pairedRun's name.
+type pairedRatio struct{ name, num, den string }
+
+// reportPaired runs configs in paired rounds (runPaired) and reports each
+// one's median rate and the median over rounds of each ratio's per-round
+// quotient.
+func reportPaired(b *testing.B, configs []pairedRun, ratios []pairedRatio) {
 	rates := runPaired(b, configs)
 	for _, c := range configs {
 		b.ReportMetric(median(rates[c.name]), c.name+"-records/s")

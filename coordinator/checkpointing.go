@@ -631,9 +631,7 @@ func (d *ckptDriver) carryOut(acts []checkpoint.CoordinatorAction) {
 					d.c.stopSavepointEnded(d.j, d.attempt, a.ID, nil)
 					d.send(transport.CheckpointControl{Action: transport.CheckpointStop, ID: a.ID})
 				}
-				if sp.reply != nil { // an upgrade's barrier answers through the upgrade
-					sp.reply(transport.SavepointReply{ID: a.ID, Dir: sp.dir})
-				}
+				sp.reply(transport.SavepointReply{ID: a.ID, Dir: sp.dir})
 			}
 		case checkpoint.NotifyAborted:
 			if sp := d.savepoints[a.ID]; sp != nil {
@@ -643,9 +641,7 @@ func (d *ckptDriver) carryOut(acts []checkpoint.CoordinatorAction) {
 					// abort below.
 					d.c.stopSavepointEnded(d.j, d.attempt, a.ID, errors.New(a.Reason))
 				}
-				if sp.reply != nil {
-					sp.reply(transport.SavepointReply{Error: fmt.Sprintf("savepoint %d failed: %s", a.ID, a.Reason)})
-				}
+				sp.reply(transport.SavepointReply{Error: fmt.Sprintf("savepoint %d failed: %s", a.ID, a.Reason)})
 			}
 			d.record(HistoryEntry{ID: a.ID, Kind: d.kinds[a.ID], Status: "aborted", Reason: a.Reason, Trigger: d.pending[a.ID], Done: time.Now().UnixMilli()}, nil)
 			delete(d.pending, a.ID)

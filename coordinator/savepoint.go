@@ -85,8 +85,8 @@ type pendingSavepoint struct {
 	dir   string
 	stop  bool
 	drain bool
-	// reply answers the client (over NATS or the REST API); nil for an
-	// upgrade's barrier, whose client the upgrade answers.
+	// reply answers the client (over NATS or the REST API; an upgrade's
+	// barrier answers no one: the upgrade does).
 	reply func(transport.SavepointReply)
 	// upgrade: the savepoint is the barrier of this upgrade.
 	upgrade *upgradeOp

@@ -201,17 +201,18 @@ func checkTenantPlan(plan *job.Plan, g *job.Graph, q tenant.Quotas) error {
 		}
 	}
 	for _, v := range plan.Vertices {
-		switch v.Connector {
-		case "file", "stdout":
-			return fmt.Errorf("vertex %q: the %s connector reads or writes the host's files and terminal, which tenant jobs may not; use jetstream (the tenant's own streams), gen or discard", v.ID, v.Connector)
-		case "jetstream":
-			var cfg map[string]any
-			_ = json.Unmarshal(v.Config, &cfg)
-			for _, k := range []string{"url", "creds", "nkey", "user", "password", "token", "tlsCA", "tlsCert", "tlsKey"} {
-				if _, set := cfg[k]; set {
-					return fmt.Errorf("vertex %q: connector jetstream: config.%s: a tenant job's JetStream connectors use the tenant's own account; leave out url and credentials", v.ID, k)
-				}
-			}
+		if err := checkTenantConnector(v.Connector, v.Config); err != nil {
+			return fmt.Errorf("vertex %q: %w", v.ID, err)
+		}
+	}
+	if ge := plan.OnGuestError; ge.DeadLetters() {
+		// Dead letters go through a sink connector too, by default a file
+		// on the worker's disk that no tenant quota counts.
+		if ge.Sink == nil {
+			return errors.New("onGuestError: a tenant job names its dead-letter sink: dead-letter:jetstream:stream=S,subject=T (the tenant's own streams) or dead-letter:discard")
+		}
+		if err := checkTenantConnector(ge.Sink.Connector, ge.Sink.Config); err != nil {
+			return fmt.Errorf("onGuestError: the dead-letter sink: %w", err)
 		}
 	}
 	if plan.MaxParallelism > q.Parallelism*8 && plan.MaxParallelism > 128 {
@@ -228,6 +229,26 @@ func checkTenantPlan(plan *job.Plan, g *job.Graph, q tenant.Quotas) error {
 	}
 	if n > q.Subtasks {
 		return fmt.Errorf("the job has %d subtasks, over the tenant's quota of %d", n, q.Subtasks)
+	}
+	return nil
+}
+
+// checkTenantConnector refuses a connector a tenant's job may not use:
+// one that reads or writes the host's files or terminal, or a JetStream
+// connector that names a server or credentials (a tenant's reach its own
+// account).
+func checkTenantConnector(connector string, config json.RawMessage) error {
+	switch connector {
+	case "file", "stdout":
+		return fmt.Errorf("the %s connector reads or writes the host's files and terminal, which tenant jobs may not; use jetstream (the tenant's own streams), gen or discard", connector)
+	case "jetstream":
+		var cfg map[string]any
+		_ = json.Unmarshal(config, &cfg)
+		for _, k := range []string{"url", "creds", "nkey", "user", "password", "token", "tlsCA", "tlsCert", "tlsKey"} {
+			if _, set := cfg[k]; set {
+				return fmt.Errorf("connector jetstream: config.%s: a tenant job's JetStream connectors use the tenant's own account; leave out url and credentials", k)
+			}
+		}
 	}
 	return nil
 }

@@ -37,6 +37,9 @@ func TestTenantPlanChecks(t *testing.T) {
  {"id":"src","kind":"source","connector":"gen","config":{"count":10}},
  {"id":"sink","kind":"sink",` + sink + `}],"edges":[{"from":"src","to":"sink","partition":"rebalance"}]}`
 	}
+	dl := func(settings string) string {
+		return strings.Replace(plan(2, `"connector":"discard"`), `"name":"t",`, `"name":"t","onGuestError":{`+settings+`},`, 1)
+	}
 	for _, c := range []struct {
 		plan, want string
 	}{
@@ -46,6 +49,13 @@ func TestTenantPlanChecks(t *testing.T) {
 		{plan(2, `"connector":"stdout"`), `the stdout connector`},
 		{plan(2, `"connector":"jetstream","config":{"url":"nats://x:1","stream":"S","subject":"s"}`), `config.url: a tenant job's JetStream connectors use the tenant's own account`},
 		{plan(2, `"connector":"jetstream","config":{"stream":"S","subject":"s"}`), ""},
+		// The dead-letter sink is a sink like the others, and its default
+		// (a file on the worker) is no tenant's.
+		{dl(`"policy":"dead-letter"`), `onGuestError: a tenant job names its dead-letter sink`},
+		{dl(`"policy":"dead-letter","sink":{"connector":"file","config":{"path":"/tmp/x"}}`), `onGuestError: the dead-letter sink: the file connector`},
+		{dl(`"policy":"dead-letter","sink":{"connector":"jetstream","config":{"url":"nats://x:1","stream":"D","subject":"d"}}`), `onGuestError: the dead-letter sink: connector jetstream: config.url`},
+		{dl(`"policy":"dead-letter","sink":{"connector":"jetstream","config":{"stream":"D","subject":"d"}}`), ""},
+		{dl(`"policy":"fail"`), ""},
 	} {
 		p, err := job.Parse([]byte(c.plan))
 		if err != nil {

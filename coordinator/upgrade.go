@@ -291,7 +291,11 @@ func (d *ckptDriver) upgradeSavepoint(parent string, op *upgradeOp) {
 	op.mu.Lock()
 	op.trigger = now
 	op.mu.Unlock()
-	d.savepoints[id] = &pendingSavepoint{dir: savepointDir(parent, d.j.info.JobID, id), stop: true, upgrade: op}
+	// The upgrade answers its client when the new module runs (or the old
+	// one is back), not when its barrier completes: the barrier's own
+	// reply has no one to tell.
+	d.savepoints[id] = &pendingSavepoint{dir: savepointDir(parent, d.j.info.JobID, id), stop: true, upgrade: op,
+		reply: func(transport.SavepointReply) {}}
 	d.run()
 }
 

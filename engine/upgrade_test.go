@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -43,21 +44,7 @@ func TestUpgradeAcrossWorkers(t *testing.T) {
 	e, out := startWorkers(t, 2)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	ids := make(chan string, 1)
-	type outcome struct {
-		r   *transport.JobResult
-		err error
-	}
-	done := make(chan outcome, 1)
-	go func() {
-		r, err := e.Run(ctx, prepare(t, e, "wordcount", upgradeWordcount), func(id string) { ids <- id })
-		done <- outcome{r, err}
-	}()
-	id := <-ids
-	waitFor(t, 2*time.Minute, "no completed checkpoint", func() bool {
-		h, _ := coordinator.ReadHistory(e.opts.DataDir, id)
-		return len(h) > 0
-	})
+	id, done := runUntilCheckpoint(ctx, t, e)
 
 	rust, err := testmod.Build("rust", "wordcount")
 	if err != nil {
@@ -89,16 +76,7 @@ func TestUpgradeAcrossWorkers(t *testing.T) {
 	}
 	t.Logf("upgraded at savepoint %d, downtime %s", r.Savepoint, r.Downtime)
 
-	o := <-done
-	if o.err != nil {
-		t.Fatal(o.err)
-	}
-	if o.r.State != transport.JobFinished || o.r.Restarts != 0 {
-		t.Fatalf("job %s: %s after %d restarts: %s", id, o.r.State, o.r.Restarts, o.r.Error)
-	}
-	if got := sortedLines(out.String()); !slices.Equal(got, want) {
-		t.Fatalf("%d counts after the upgrade differ from the %d of a run without upgrades", len(got), len(want))
-	}
+	finishedExactly(t, id, done, out, want, "the upgrade")
 	rec, err := coordinator.ReadRecord(e.opts.DataDir, id)
 	if err != nil {
 		t.Fatal(err)
@@ -129,21 +107,7 @@ func TestUpgradeRollsBackInProcess(t *testing.T) {
 	e, out := startWorkers(t, 1)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	ids := make(chan string, 1)
-	type outcome struct {
-		r   *transport.JobResult
-		err error
-	}
-	done := make(chan outcome, 1)
-	go func() {
-		r, err := e.Run(ctx, prepare(t, e, "wordcount", upgradeWordcount), func(id string) { ids <- id })
-		done <- outcome{r, err}
-	}()
-	id := <-ids
-	waitFor(t, 2*time.Minute, "no completed checkpoint", func() bool {
-		h, _ := coordinator.ReadHistory(e.opts.DataDir, id)
-		return len(h) > 0
-	})
+	id, done := runUntilCheckpoint(ctx, t, e)
 	v2 := strings.Replace(upgradeWordcount, `"operator":"count"}`, `"operator":"count","states":[{"name":"count","kind":"value","version":2}]}`, 1)
 	r, err := e.Upgrade(ctx, id, prepare(t, e, "wordcount", v2))
 	if err == nil || r == nil || !r.RolledBack || !strings.Contains(err.Error(), "no migration registered") {
@@ -152,6 +116,40 @@ func TestUpgradeRollsBackInProcess(t *testing.T) {
 	if r.Attempt != 2 || r.Savepoint == 0 {
 		t.Fatalf("roll-back reply %+v", r)
 	}
+	finishedExactly(t, id, done, out, want, "the roll-back")
+	ups, err := coordinator.ReadUpgrades(e.opts.DataDir, id)
+	if err != nil || len(ups) != 1 || ups[0].Outcome != "rolled back" {
+		t.Fatalf("upgrade history %+v, %v", ups, err)
+	}
+}
+
+type runOutcome struct {
+	r   *transport.JobResult
+	err error
+}
+
+// runUntilCheckpoint runs the upgradable wordcount on e and returns its id
+// once it has completed a checkpoint, and where its result will arrive.
+func runUntilCheckpoint(ctx context.Context, t *testing.T, e *Engine) (string, <-chan runOutcome) {
+	t.Helper()
+	ids := make(chan string, 1)
+	done := make(chan runOutcome, 1)
+	go func() {
+		r, err := e.Run(ctx, prepare(t, e, "wordcount", upgradeWordcount), func(id string) { ids <- id })
+		done <- runOutcome{r, err}
+	}()
+	id := <-ids
+	waitFor(t, 2*time.Minute, "no completed checkpoint", func() bool {
+		h, _ := coordinator.ReadHistory(e.opts.DataDir, id)
+		return len(h) > 0
+	})
+	return id, done
+}
+
+// finishedExactly waits for job id's result: finished without a restart,
+// its output the counts of a run without upgrades.
+func finishedExactly(t *testing.T, id string, done <-chan runOutcome, out fmt.Stringer, want []string, after string) {
+	t.Helper()
 	o := <-done
 	if o.err != nil {
 		t.Fatal(o.err)
@@ -160,10 +158,6 @@ func TestUpgradeRollsBackInProcess(t *testing.T) {
 		t.Fatalf("job %s: %s after %d restarts: %s", id, o.r.State, o.r.Restarts, o.r.Error)
 	}
 	if got := sortedLines(out.String()); !slices.Equal(got, want) {
-		t.Fatalf("%d counts after the roll-back differ from the %d of a run without upgrades", len(got), len(want))
-	}
-	ups, err := coordinator.ReadUpgrades(e.opts.DataDir, id)
-	if err != nil || len(ups) != 1 || ups[0].Outcome != "rolled back" {
-		t.Fatalf("upgrade history %+v, %v", ups, err)
+		t.Fatalf("%d counts after %s differ from the %d of a run without upgrades", len(got), after, len(want))
 	}
 }

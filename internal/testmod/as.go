@@ -7,6 +7,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"testing"
+
+	"github.com/wstream/wstream/project"
 )
 
 // ASSDKDir is the AssemblyScript guest SDK's directory, relative to the
@@ -14,12 +16,9 @@ import (
 // installs it from the package-lock.json there).
 const ASSDKDir = "guest-sdk/assemblyscript"
 
-// ASFlags are the asc flags of an AssemblyScript guest module: optimized,
-// with the incremental garbage collector (a long-running job must not grow
-// its memory for ever, as the stub runtime would), and with aborts routed
-// through the SDK's wstreamAbort, so that the module imports nothing but
-// the wstream host functions.
-var ASFlags = []string{"-O3", "--runtime", "incremental", "--use", "abort=wstreamAbort"}
+// ASFlags are the asc flags of an AssemblyScript guest module, as for a
+// user's project.
+var ASFlags = project.ASFlags
 
 func init() {
 	registerBuilder("as", func(name string) (string, error) { return BuildAS("examples/wasm/as/" + name) })

@@ -5,22 +5,19 @@ import (
 	"fmt"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"testing"
+
+	"github.com/wstream/wstream/project"
 )
 
 // CSDKDir is the C guest SDK's directory, relative to the repository root.
 const CSDKDir = "guest-sdk/c"
 
-// CFlags are the clang flags of a C guest module: a freestanding wasm32
-// module without libc and without an entry point, exporting what the SDK
-// marks with export_name, with its stack below its data so that a stack
-// overflow traps instead of overwriting data.
-var CFlags = []string{
-	"--target=wasm32", "-O2", "-flto", "-nostdlib", "-ffreestanding",
-	"-Wall", "-Wextra", "-Werror",
-	"-Wl,--no-entry", "-Wl,--stack-first", "-Wl,-z,stack-size=1048576", "-Wl,--strip-debug",
-}
+// CFlags are the clang flags of the repository's C guest modules: those of
+// a user's project (project.CFlags), with warnings as errors.
+var CFlags = append(slices.Clone(project.CFlags), "-Werror")
 
 // CModule builds the C guest module whose sources are the .c files of dir
 // (relative to the repository root, e.g. "examples/wasm/c/wordcount"),

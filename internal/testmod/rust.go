@@ -9,8 +9,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"testing"
+
+	"github.com/wstream/wstream/project"
 )
 
 // RustSDKDir is the Rust guest SDK's directory, relative to the repository
@@ -22,18 +25,13 @@ const RustSDKDir = "guest-sdk/rust"
 // path because a rustup toolchain earlier on PATH may lack the wasm32 target.
 const Rustc = "/usr/bin/rustc"
 
-// RustFlags are the rustc flags of the SDK crate and of every Rust guest
-// module: wasm32-unknown-unknown (std without WASI, so the module imports
-// nothing but the wstream host functions), optimized, and panic=abort, so a
-// panic reports through the SDK's panic hook and then traps.
-var RustFlags = []string{
-	"--edition", "2021", "--target", "wasm32-unknown-unknown",
-	"-C", "opt-level=3", "-C", "panic=abort", "-D", "warnings",
-}
+// RustFlags are the rustc flags of the SDK crate and of the repository's
+// Rust guest modules: those of a user's project (project.RustFlags), with
+// warnings as errors.
+var RustFlags = append(slices.Clone(project.RustFlags), "-D", "warnings")
 
-// RustModuleFlags are added when linking a module: link-time optimization
-// across the SDK, and no DWARF (the name section stays, for trap traces).
-var RustModuleFlags = []string{"--crate-type", "cdylib", "-C", "lto", "-C", "strip=debuginfo"}
+// RustModuleFlags are added when linking a module (project.RustModuleFlags).
+var RustModuleFlags = project.RustModuleFlags
 
 func init() {
 	registerBuilder("rust", func(name string) (string, error) { return BuildRust("examples/wasm/rust/" + name) })
