@@ -41,7 +41,7 @@ const (
 	// which hold every slot until the job joins the gate.
 	tfLines = 1_000_000
 	// tfRounds rounds of every case make one iteration.
-	tfRounds = 3
+	tfRounds = 5
 	// tfWarmUp is how long the other tenant's job runs before the
 	// well-behaved one starts: time to deploy and reach its steady
 	// misbehaviour (the crash loop's first restart).

@@ -71,6 +71,13 @@
 // channel, the garbage collector's work on the garbage a tenant makes, and
 // deploying a job's subtasks again after a failure (opening state, setting
 // up channels; instantiation holds a slot), which restart back-off bounds.
+// Pebble's compactions of a tenant's state take a slot of the tenant as a
+// call does (package state, Options.Admit).
+//
+// Since a guest call holds its P between its calls into Go, a worker that
+// runs tenants' jobs asks for one P more than the gate has slots
+// (Gate.KeepHostP), so that the work outside the slots is never left
+// waiting for a P that spinning guest calls keep.
 //
 // # Shape
 //

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"os"
 	"runtime"
 	"slices"
 	"strings"
@@ -30,6 +31,9 @@ type Gate struct {
 	c    *core
 	now  func() time.Duration
 	auto bool // slots follow GOMAXPROCS
+	// spare is how many of the process's Ps the gate leaves to work that
+	// holds no slot (KeepHostP).
+	spare int
 }
 
 // New returns a gate.
@@ -54,7 +58,7 @@ func (g *Gate) follow() {
 	if !g.auto {
 		return
 	}
-	if n := runtime.GOMAXPROCS(0); n != g.c.slots {
+	if n := max(runtime.GOMAXPROCS(0)-g.spare, 1); n != g.c.slots {
 		g.c.slots = n
 		g.wake(g.c.dispatch(g.now()))
 	}
@@ -70,6 +74,38 @@ var (
 func Default() *Gate {
 	defaultOnce.Do(func() { defaultGate = New(Config{}) })
 	return defaultGate
+}
+
+// KeepHostP gives the Go runtime one P more than the gate has slots, so
+// that work holding no slot always has a P that guest calls cannot take.
+//
+// Compiled guest code is not preemptible by the Go scheduler: a call keeps
+// its P until it next calls into Go (an instrumented module does so every
+// few milliseconds of work, which lets the scheduler preempt it, but it is
+// runnable again at once). With one P per slot, a tenant whose calls spin
+// keeps its Ps nearly all the time, and whatever holds no slot — the other
+// tenants' sources, sends into channels, the garbage collector, the NATS
+// client and server, the coordinator — queues on the Ps left to the other
+// tenants, beside their slot holders: a spinning tenant then takes more
+// than its share of the cores. With a P to spare, the operating system
+// divides the cores among the threads, and the spinning calls get their
+// threads' share, not a P each to themselves.
+//
+// It applies to a gate whose slots follow GOMAXPROCS, once, and only when
+// the GOMAXPROCS environment variable is unset (whoever set it has chosen
+// the process's Ps); it reports whether it raised GOMAXPROCS. A worker calls
+// it when it first runs a tenant's job: a process that serves one user
+// keeps one P per core.
+func (g *Gate) KeepHostP() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !g.auto || g.spare > 0 || os.Getenv("GOMAXPROCS") != "" {
+		return false
+	}
+	g.spare = 1
+	runtime.GOMAXPROCS(runtime.GOMAXPROCS(0) + 1)
+	g.follow()
+	return true
 }
 
 // Slots returns how many calls may run at once.

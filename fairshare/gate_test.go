@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand"
 	"runtime"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -388,5 +389,42 @@ func BenchmarkAcquireRelease(b *testing.B) {
 			b.Fatal(err)
 		}
 		rel()
+	}
+}
+
+// KeepHostP raises GOMAXPROCS by one, once, and keeps the gate's slots at
+// the Ps there were; a gate with set slots, or a process whose GOMAXPROCS
+// the environment sets, is left alone.
+func TestKeepHostP(t *testing.T) {
+	n := runtime.GOMAXPROCS(0)
+	defer runtime.GOMAXPROCS(n)
+
+	t.Setenv("GOMAXPROCS", "")
+	g := New(Config{})
+	if !g.KeepHostP() {
+		t.Fatal("KeepHostP did nothing on a gate following GOMAXPROCS")
+	}
+	if got := runtime.GOMAXPROCS(0); got != n+1 {
+		t.Fatalf("GOMAXPROCS %d after KeepHostP, want %d", got, n+1)
+	}
+	if got := g.Slots(); got != n {
+		t.Fatalf("%d slots after KeepHostP, want %d (one per P there was)", got, n)
+	}
+	if g.KeepHostP() || runtime.GOMAXPROCS(0) != n+1 {
+		t.Fatalf("a second KeepHostP raised GOMAXPROCS again, to %d", runtime.GOMAXPROCS(0))
+	}
+	// GOMAXPROCS changed by others later: the gate keeps one P spare.
+	runtime.GOMAXPROCS(n + 3)
+	if got := g.Slots(); got != n+2 {
+		t.Fatalf("%d slots at GOMAXPROCS %d, want %d", got, n+3, n+2)
+	}
+	runtime.GOMAXPROCS(n)
+
+	if New(Config{Slots: 3}).KeepHostP() || runtime.GOMAXPROCS(0) != n {
+		t.Fatal("KeepHostP raised GOMAXPROCS for a gate with set slots")
+	}
+	t.Setenv("GOMAXPROCS", strconv.Itoa(n))
+	if New(Config{}).KeepHostP() || runtime.GOMAXPROCS(0) != n {
+		t.Fatal("KeepHostP raised GOMAXPROCS that the environment sets")
 	}
 }

@@ -72,6 +72,14 @@ type Options struct {
 	// When 0, changes wait for the caller's Flush and clean entries hold
 	// up to 16 MiB.
 	MemoryBytes int64
+	// Admit, when set, puts the store's work in Pebble's background on its
+	// owner's share of the cores (a tenant's, on a worker the tenants
+	// share): each compaction waits for a grant of Admit and holds it while
+	// it runs, one at a time, and the memtable is flushed by the writer,
+	// which waits for the flush inside its own share, every half memtable
+	// it commits, rather than by Pebble beside it. Without it, Pebble
+	// flushes and compacts on its own goroutines, which no share counts.
+	Admit Admit
 
 	// eventListener, when set, receives Pebble's events (tests use it to
 	// wait for compactions).
@@ -115,6 +123,11 @@ type Store struct {
 	// since the size on disk was last measured.
 	maxBytes   int64
 	sinceCheck int64
+	// flushEvery, when positive (Options.Admit), is the bytes committed
+	// after which the writer flushes the memtable itself; sinceFlush counts
+	// them.
+	flushEvery int64
+	sinceFlush int64
 }
 
 // QuotaError says a store grew beyond Options.MaxBytes.
@@ -229,6 +242,9 @@ func Open(o Options) (*Store, error) {
 	if o.eventListener != nil {
 		po.EventListener = o.eventListener
 	}
+	if o.Admit != nil {
+		po.Experimental.CompactionScheduler = newAdmittedScheduler(o.Admit)
+	}
 	base := o.fs
 	if base == nil {
 		base = vfs.Default
@@ -250,6 +266,10 @@ func Open(o Options) (*Store, error) {
 		cache:      newHotCache(entries),
 		dirtyBases: make(map[uint64]struct{}),
 		vertices:   make(map[string]*VertexState),
+	}
+	if o.Admit != nil {
+		po.EnsureDefaults()
+		s.flushEvery = int64(max(po.MemTableSize/2, 1))
 	}
 	if o.MemoryBytes > 0 {
 		half := int(min(o.MemoryBytes/2, math.MaxInt32))
@@ -372,6 +392,14 @@ func (s *Store) commit() error {
 		return s.fail("commit batch", err)
 	}
 	s.batch.Reset()
+	if s.flushEvery > 0 {
+		if s.sinceFlush += int64(n); s.sinceFlush >= s.flushEvery {
+			s.sinceFlush = 0
+			if err := s.db.Flush(); err != nil {
+				return s.fail("flush memtable", err)
+			}
+		}
+	}
 	return s.checkSize(n)
 }
 

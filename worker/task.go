@@ -346,6 +346,9 @@ type task struct {
 	// source, or timers); chanBatches counts each channel's data messages.
 	curChan     int
 	chanBatches []int64
+	// recycle tells, per input channel, whether its batches go back to
+	// the pool once processed (batchpool.go); nil: none do.
+	recycle []bool
 }
 
 // stageServices is the operator.Services of one stage.
@@ -554,6 +557,9 @@ func (t *task) runGate(ctx context.Context) error {
 			t.curChan = -1
 			if err != nil {
 				return err
+			}
+			if t.recycle != nil && t.recycle[ch] {
+				recycleBatch(m.Data)
 			}
 		case transport.KindWatermark:
 			if m.Watermark > t.chanWM[ch] {
@@ -768,7 +774,7 @@ func (o *outEdge) appendTo(i int, r *abi.Record) {
 		o.ready = make([][][]byte, len(o.bufs))
 	}
 	// The channel will own the batch: copied out of the reusable builder.
-	o.ready[i] = append(o.ready[i], append([]byte(nil), b.Bytes()...))
+	o.ready[i] = append(o.ready[i], append(newBatch(b.Size()), b.Bytes()...))
 	if cap(b.Bytes()) > maxKeptOutput {
 		*b = abi.Builder{}
 	} else {
@@ -826,7 +832,7 @@ func (t *task) send(ctx context.Context, o *outEdge, i int) error {
 		return nil
 	}
 	// The channel owns what it is sent: copy out of the reusable builder.
-	data := append([]byte(nil), b.Bytes()...)
+	data := append(newBatch(b.Size()), b.Bytes()...)
 	if cap(b.Bytes()) > maxKeptOutput {
 		*b = abi.Builder{}
 	} else {

@@ -484,3 +484,59 @@ func TestTailCollectorChecksBeforeRouting(t *testing.T) {
 		t.Fatalf("routed %d records (counted %d), %d ready batches on channel 0; want 3000 in several batches", n, c.routed, len(o.ready[0]))
 	}
 }
+
+// A tenant's keyed store gets the tenant's quotas: its memory bound, its
+// size bound on disk, and compactions admitted to the tenant's slot (a
+// compaction asked for while the subtask holds the slot waits until the
+// slot is given back). A job without a tenant gets none of them.
+func TestStateOptionsFollowTenantQuotas(t *testing.T) {
+	g := fairshare.New(fairshare.Config{Slots: 1})
+	w := &Worker{cfg: Config{Gate: g}}
+	groups := abi.KeyGroupRange{Start: 0, End: 127}
+	plan := &job.Plan{MaxParallelism: 128}
+
+	o := w.stateOptions(&jobRun{plan: plan}, t.TempDir(), groups)
+	if o.MemoryBytes != 0 || o.MaxBytes != 0 || o.Admit != nil {
+		t.Fatalf("a job without a tenant got memory bound %d, disk bound %d, admission %v", o.MemoryBytes, o.MaxBytes, o.Admit != nil)
+	}
+
+	j := &jobRun{plan: plan, tenant: "acme", memPages: 256, stateBytes: 1 << 30}
+	o = w.stateOptions(j, t.TempDir(), groups)
+	if o.MemoryBytes != 16<<20 || o.MaxBytes != 1<<30 || o.Admit == nil {
+		t.Fatalf("tenant acme's job got memory bound %d (want %d), disk bound %d (want %d), admission %v",
+			o.MemoryBytes, 16<<20, o.MaxBytes, 1<<30, o.Admit != nil)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	hold, err := g.Acquire(ctx, "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan func(), 1)
+	go func() {
+		release, err := o.Admit(ctx)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- release
+	}()
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(time.Millisecond) {
+		if st, _ := g.Tenant("acme"); st.Waiting == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the compaction did not queue for acme's slot within a minute")
+		}
+	}
+	select {
+	case <-got:
+		t.Fatal("admitted while acme's subtask holds its only slot")
+	default:
+	}
+	hold()
+	release := <-got
+	if st, _ := g.Tenant("acme"); st.Running != 1 {
+		t.Fatalf("acme runs %d calls while its compaction is admitted, want 1", st.Running)
+	}
+	release()
+}

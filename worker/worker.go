@@ -474,6 +474,59 @@ func (w *Worker) gate() *fairshare.Gate {
 	return fairshare.Default()
 }
 
+// mayCapture reports whether a job's checkpoints may keep batches as
+// channel state: unaligned ones, and aligned ones that turn unaligned when
+// their alignment times out.
+func mayCapture(c *ckptEnv) bool {
+	return c != nil && (c.mode == checkpoint.Unaligned || c.alignedTimeout > 0)
+}
+
+// stateOptions are the options of the keyed store of a subtask of j that
+// serves groups, in dir: a tenant's quotas bound it.
+func (w *Worker) stateOptions(j *jobRun, dir string, groups abi.KeyGroupRange) state.Options {
+	return state.Options{
+		Dir:            dir,
+		MaxParallelism: j.plan.MaxParallelism,
+		KeyGroups:      groups,
+		Cache:          w.cache,
+		MaxBytes:       j.stateBytes,
+		// A tenant's state in the host's memory is bounded by its memory
+		// quota, like its instances' linear memory.
+		MemoryBytes: int64(j.memPages) * 65536,
+		Admit:       w.admitState(j),
+	}
+}
+
+// admitState is the admission of a tenant's Pebble compactions to the
+// tenant's slots of the gate (nil for a job without a tenant): the writes
+// of a state-flooding tenant are rewritten by compactions that would
+// otherwise run beside every tenant's calls, on no one's share.
+//
+// A compaction waits at most admitWait for a slot and then runs without
+// one: a writer that holds the tenant's slot while Pebble stalls its
+// writes until a compaction has run would otherwise wait for ever.
+func (w *Worker) admitState(j *jobRun) state.Admit {
+	if j.tenant == "" {
+		return nil
+	}
+	gate, tenant := w.gate(), j.tenant
+	return func(ctx context.Context) (func(), error) {
+		wctx, cancel := context.WithTimeout(ctx, admitWait)
+		defer cancel()
+		release, err := gate.Acquire(wctx, tenant)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			return func() {}, nil
+		}
+		return release, nil
+	}
+}
+
+// admitWait bounds a compaction's wait for its tenant's slot.
+const admitWait = 2 * time.Second
+
 // instance instantiates mod for a subtask of j: within the memory quota of
 // j's tenant, and, for a tenant's job, holding a slot of the gate, since
 // instantiation runs guest code (_initialize) and a job that restarts in a
@@ -826,7 +879,9 @@ func (w *Worker) newTask(j *jobRun, mod *host.Module, c *job.Chain, sub int, cha
 	t.wmPub.Store(abi.MinWatermark)
 	if j.tenant != "" {
 		// A tenant's subtask works holding a slot of the gate, guest
-		// calls and the host work they cause alike.
+		// calls and the host work they cause alike; the host keeps a P
+		// that no guest call holds for the work that holds no slot.
+		w.gate().KeepHostP()
 		t.turn = newFairTurn(j.ctx, w.gate(), j.tenant)
 	}
 	fail := func(err error) (*task, error) {
@@ -866,6 +921,8 @@ func (w *Worker) newTask(j *jobRun, mod *host.Module, c *job.Chain, sub int, cha
 				return fail(err)
 			}
 			ins = append(ins, ch)
+			_, isLocal := ch.(*transport.LocalChannel)
+			t.recycle = append(t.recycle, isLocal && !mayCapture(j.ckpt))
 			t.inputs = append(t.inputs, inputRef{edge: e.Index, peer: up})
 			if in, ok := ch.(*transport.JetStreamInput); ok {
 				t.remoteIns = append(t.remoteIns, in)
@@ -950,16 +1007,7 @@ func (w *Worker) newTask(j *jobRun, mod *host.Module, c *job.Chain, sub int, cha
 			// completed, or one that did not verify) are of no use.
 			t.dropLocal(func(id int64) bool { return id != keep })
 		}
-		s, err := state.Open(state.Options{
-			Dir:            dir,
-			MaxParallelism: p.MaxParallelism,
-			KeyGroups:      abi.RangeForSubtask(sub, c.Parallelism, p.MaxParallelism),
-			Cache:          w.cache,
-			MaxBytes:       j.stateBytes,
-			// A tenant's state in the host's memory is bounded by its
-			// memory quota, like its instances' linear memory.
-			MemoryBytes: int64(j.memPages) * 65536,
-		})
+		s, err := state.Open(w.stateOptions(j, dir, abi.RangeForSubtask(sub, c.Parallelism, p.MaxParallelism)))
 		if err != nil {
 			return fail(fmt.Errorf("subtask %s: opening state: %w", t.label, err))
 		}
