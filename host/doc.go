@@ -35,6 +35,13 @@
 //     wazero turns into a trap, so the guest stops at once. Every text that
 //     comes from the guest passes EscapeGuestText before it reaches a log,
 //     an error or a terminal.
+//  6. A trap makes the instance unusable, and its operators must be opened
+//     again in a new instance, unless the instance holds a snapshot
+//     (Instance.Snapshot: a copy of its memory and of the mutable globals
+//     that package instrument exports, with the host's view of the guest):
+//     Instance.Reset then puts it back into that state, its memory's size
+//     included, in the time of a memory copy. Dead-letter mode snapshots
+//     the instances of subtasks that trapped once.
 //
 // Host functions are stack-based api.GoModuleFunc values. They find the
 // instance of the call in progress from the context with a type assertion,

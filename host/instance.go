@@ -107,6 +107,17 @@ type Instance struct {
 	broken *GuestError // set when a trap or deadline made the instance unusable
 	closed bool
 
+	// Reset (reset.go): why the module's instances cannot be reset ("":
+	// they can), the indices of its mutable globals and, once Snapshot
+	// took them, their exports; the snapshot; trapped: broken by a trap
+	// that left the module open for Reset; resets: Resets.
+	noReset   string
+	globalIdx []uint32
+	globals   []api.MutableGlobal
+	snap      *snapshot
+	trapped   bool
+	resets    int
+
 	// progress is the address the guest named with progress_at (0: none);
 	// failedAt the index it held when the last batch call failed (-1:
 	// unknown).
@@ -243,7 +254,8 @@ func instanceOf(ctx context.Context) *Instance {
 // when that is below the runtime's limit (0: the runtime's limit).
 func (r *Runtime) instantiate(ctx context.Context, cc code, label string, lim Limits, memPages uint32) (_ *Instance, err error) {
 	cm := cc.cm
-	i := &Instance{r: r, label: label, limits: lim, q: lim.quotas(), timerDomain: -1, memPages: r.limit, failedAt: -1}
+	i := &Instance{r: r, label: label, limits: lim, q: lim.quotas(), timerDomain: -1, memPages: r.limit, failedAt: -1,
+		noReset: cc.noReset, globalIdx: cc.globals}
 	defer func() {
 		if err != nil {
 			i.grow.release()
@@ -320,15 +332,7 @@ func (r *Runtime) instantiate(ctx context.Context, cc code, label string, lim Li
 	i.cc.unwatch = context.AfterFunc(ctx, i.cc.cancel)
 	i.api = mod
 	i.mem = mod.ExportedMemory(abi.ExportMemory)
-	i.fnAlloc = mod.ExportedFunction(abi.ExportAlloc)
-	i.fnOpen = mod.ExportedFunction(abi.ExportOpen)
-	i.fnProcess = mod.ExportedFunction(abi.ExportProcess)
-	i.fnOnTimer = mod.ExportedFunction(abi.ExportOnTimer)
-	i.fnClose = mod.ExportedFunction(abi.ExportClose)
-	i.fnPreBarrier = mod.ExportedFunction(abi.ExportPreBarrier)
-	i.fnCkptComplete = mod.ExportedFunction(abi.ExportCkptComplete)
-	i.fnCkptAborted = mod.ExportedFunction(abi.ExportCkptAborted)
-	i.fnMigrate = mod.ExportedFunction(abi.ExportMigrate)
+	i.fetchFunctions()
 	// The start function, then the WASI reactor's initializer, as wazero
 	// would have run them inside InstantiateModule.
 	for _, start := range [...]struct{ export, call string }{
@@ -359,6 +363,20 @@ func (r *Runtime) instantiate(ctx context.Context, cc code, label string, lim Li
 // the instance's WithLimits applied and defaults filled in (a lifted quota
 // is -1).
 func (i *Instance) Limits() Limits { return i.limits }
+
+// fetchFunctions takes the handles of the exports the host calls.
+func (i *Instance) fetchFunctions() {
+	mod := i.api
+	i.fnAlloc = mod.ExportedFunction(abi.ExportAlloc)
+	i.fnOpen = mod.ExportedFunction(abi.ExportOpen)
+	i.fnProcess = mod.ExportedFunction(abi.ExportProcess)
+	i.fnOnTimer = mod.ExportedFunction(abi.ExportOnTimer)
+	i.fnClose = mod.ExportedFunction(abi.ExportClose)
+	i.fnPreBarrier = mod.ExportedFunction(abi.ExportPreBarrier)
+	i.fnCkptComplete = mod.ExportedFunction(abi.ExportCkptComplete)
+	i.fnCkptAborted = mod.ExportedFunction(abi.ExportCkptAborted)
+	i.fnMigrate = mod.ExportedFunction(abi.ExportMigrate)
+}
 
 // dropFunctions forgets the export handles: each holds wazero's call stack
 // for its export, which deep recursion may have grown to tens of MB.
@@ -434,6 +452,7 @@ func (i *Instance) Close(ctx context.Context) error {
 	i.stderr.flush()
 	i.logs.flush(i, nil)
 	i.dropFunctions()
+	i.snap, i.globals = nil, nil
 	err := i.api.Close(ctx)
 	i.grow.release()
 	if err != nil {
@@ -547,13 +566,16 @@ func (i *Instance) call(s *slot, ph phase, out operator.Collector, fn api.Functi
 // failure turns a failed call into a GuestError and retires the instance:
 // after a trap the guest's own state cannot be trusted, and a guest stopped
 // by a deadline or cancellation did not finish its call (wazero closed it
-// already when it was compiled with wazero's own checks).
+// already when it was compiled with wazero's own checks). An instance that
+// holds a snapshot stays open after a trap, for Reset: wazero can call a
+// module again after a trap (its call engines start each call afresh).
 func (i *Instance) failure(s *slot, call string, err error, expired bool) *GuestError {
 	i.readProgress()
 	op, sub := i.who(s)
 	ge := &GuestError{Operator: op, Subtask: sub, Call: call, Err: err}
 	var exit *sys.ExitError
 	var quota *QuotaError
+	trap := false // a trap of the guest's own, which Reset undoes
 	switch {
 	case errors.As(err, &quota):
 		ge.Message = quota.Error()
@@ -571,9 +593,11 @@ func (i *Instance) failure(s *slot, call string, err error, expired bool) *Guest
 	case strings.HasPrefix(err.Error(), "stack overflow") || strings.HasPrefix(err.Error(), "wasm error: stack overflow"):
 		ge.Message = "stack overflow: " + stackOverflowText
 		ge.Err = errors.Join(ErrStackOverflow, err)
+		trap = true
 	default:
 		// Trap messages quote the guest's function names, which are data.
 		ge.Message = EscapeGuestText([]byte(err.Error()), i.q.messageBytes, true)
+		trap = true
 	}
 	if i.failed && !expired && quota == nil && ge.Err != ErrCanceled {
 		// The guest said why before it trapped (a Rust panic hook, an
@@ -595,7 +619,8 @@ func (i *Instance) failure(s *slot, call string, err error, expired bool) *Guest
 		ge.Message += "\nstderr:\n" + tail
 	}
 	i.broken = ge
-	if i.api != nil {
+	i.trapped = trap && i.snap != nil && !expired && !i.cc.canceled()
+	if i.api != nil && !i.trapped {
 		_ = i.api.Close(context.Background())
 	}
 	i.logs.flush(i, s)

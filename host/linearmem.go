@@ -41,6 +41,9 @@ type memLimiter struct {
 	// that check could miss, since wazero cannot take a refusal there.
 	over bool
 	used bool // the initial allocation was made
+	// shrink, when not 0, is the size that the next Reallocate returns,
+	// below the memory's: Instance.shrinkMemory.
+	shrink uint64
 }
 
 var (
@@ -65,6 +68,16 @@ func (m *memLimiter) Allocate(capacity, most uint64) experimental.LinearMemory {
 func (m *memLimiter) Reallocate(size uint64) []byte {
 	first := !m.used
 	m.used = true
+	if m.shrink != 0 && m.shrink <= uint64(len(m.buf)) {
+		// The bytes past it are zero already, as Reallocate expects of
+		// the capacity past the length.
+		if m.res != nil {
+			m.buf = m.res.mem[:m.shrink:m.shrink]
+		} else {
+			m.buf = m.buf[:m.shrink]
+		}
+		return m.buf
+	}
 	if size > m.limit {
 		if first {
 			// wazero slices the initial buffer to the minimum without a nil
@@ -141,4 +154,18 @@ func (r *reservation) release() {
 		unmap(r.mem)
 		r.mem = nil
 	}
+}
+
+// zero clears b, a part of the memory past what the guest uses, whose
+// start and end are multiples of the page size: where the memory is a
+// reservation, by handing its pages back to the system (they read as zero
+// and take no memory until touched again).
+func (m *memLimiter) zero(b []byte) {
+	if len(b) == 0 {
+		return
+	}
+	if m.res != nil && dropPages(b) {
+		return
+	}
+	clear(b)
 }

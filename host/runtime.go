@@ -228,6 +228,11 @@ type code struct {
 	// start: the module's start function is exported as
 	// instrument.StartExport, to be called after instantiation.
 	start bool
+	// globals are the indices of the mutable globals that cm exports for
+	// Instance.Snapshot; noReset says why its instances cannot be reset
+	// ("": they can).
+	globals []uint32
+	noReset string
 }
 
 // Module is a validated, compiled operator module.
@@ -398,7 +403,7 @@ func (r *Runtime) compile(ctx context.Context, name string, wasm []byte) (code, 
 func (r *Runtime) compileCode(ctx context.Context, name string, wasm []byte) (code, error) {
 	if !r.deadlines {
 		cm, err := r.rt.CompileModule(ctx, wasm)
-		return code{cm: cm, rt: r.rt}, err
+		return code{cm: cm, rt: r.rt, noReset: notInstrumented}, err
 	}
 	why := errors.New("instrumentation disabled")
 	if !r.noInstrument {
@@ -408,7 +413,7 @@ func (r *Runtime) compileCode(ctx context.Context, name string, wasm []byte) (co
 		if err == nil {
 			cm, cerr := r.rt.CompileModule(ctx, res.Wasm)
 			if cerr == nil {
-				return code{cm: cm, rt: r.rt, stop: true, start: res.Start}, nil
+				return code{cm: cm, rt: r.rt, stop: true, start: res.Start, globals: res.Globals, noReset: res.NoReset}, nil
 			}
 			err = cerr
 		}
@@ -423,8 +428,12 @@ func (r *Runtime) compileCode(ctx context.Context, name string, wasm []byte) (co
 		r.log(abi.LogWarn, name, -1, "host: the module cannot take a stop flag ("+
 			EscapeGuestText([]byte(why.Error()), 512, false)+"): deadlines will slow its loops down")
 	}
-	return code{cm: cm, rt: legacy}, err
+	return code{cm: cm, rt: legacy, noReset: notInstrumented}, err
 }
+
+// notInstrumented is why the instances of a module that package instrument
+// did not rewrite cannot be reset: wazero exports none of their globals.
+const notInstrumented = "the module is not instrumented, so its globals cannot be saved"
 
 // probe runs one short-lived instance to check wstream_abi_version and to
 // read the plan from wstream_plan when the module exports it.

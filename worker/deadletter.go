@@ -308,7 +308,8 @@ func recordBound(err error) bool {
 // failure is a guest call's failure that dead-letter mode absorbs.
 type failure struct {
 	err error
-	// renewed: the failure cost a new instance.
+	// renewed: the failure broke the instance (a trap), which was reset
+	// or replaced.
 	renewed bool
 	// at is the index in the call's batch of the record the guest said it
 	// was at (progress_at), -1 when it did not say.
@@ -317,7 +318,8 @@ type failure struct {
 
 // guarded runs one guest call of stage k whose failure the subtask
 // survives: on success its state changes stay; on a guest failure they are
-// rolled back, its output is dropped, and a broken instance is replaced.
+// rolled back, its output is dropped, and a broken instance is reset or
+// replaced (recoverInstance).
 // It returns the guest failure (nil on success), or a fatal error.
 func (t *task) guarded(k int, call func() error) (*failure, error) {
 	s := t.stages[k]
@@ -346,7 +348,7 @@ func (t *task) guarded(k int, call func() error) (*failure, error) {
 	if t.inst != nil {
 		f.at = t.inst.FailedAt()
 		if t.inst.Broken() {
-			if rerr := t.renewInstance(); rerr != nil {
+			if rerr := t.recoverInstance(); rerr != nil {
 				return nil, fmt.Errorf("subtask %s: replacing the instance after %v: %w", t.label, err, rerr)
 			}
 			f.renewed = true
@@ -355,15 +357,31 @@ func (t *task) guarded(k int, call func() error) (*failure, error) {
 	return f, nil
 }
 
-// renewInstance replaces the subtask's instance by a new one and opens
-// every guest stage of the chain in it again, with the same spec and
-// services.
+// recoverInstance makes the subtask's broken instance usable again. A
+// subtask that met one poison record is likely to meet more, and a Go
+// guest's instance takes milliseconds to make (its runtime's
+// initialisation) and its operators to open again. So the first failure
+// replaces the instance (renewInstance), whose state is then saved once
+// its stages are open (host.Instance.Snapshot: a copy of its memory, kept
+// for the subtask's life), and the later traps put it back into that state
+// (host.Instance.Reset), which costs a copy of the memory. An instance
+// that cannot be reset (its module cannot, or the failure was a deadline,
+// a quota or an exit) is replaced.
+func (t *task) recoverInstance() error {
+	if t.inst.CanReset() && t.inst.Reset() == nil {
+		t.resets++
+		return nil
+	}
+	return t.renewInstance()
+}
+
+// renewInstance replaces the subtask's instance by a new one, opens every
+// guest stage of the chain in it again, with the same spec and services,
+// and saves its state for recoverInstance.
 //
-// After its first trap a subtask keeps a spare instance, made on another
-// goroutine while it goes on processing: a subtask that met one poison
-// record is likely to meet more, and a Go guest's instance takes
-// milliseconds to make (its runtime's initialisation), which the next trap
-// then does not wait for.
+// When the new instance cannot be reset, the subtask keeps a spare
+// instance, made on another goroutine while it goes on processing, which
+// the next trap then does not wait for.
 func (t *task) renewInstance() error {
 	_ = t.inst.Close(context.Background())
 	var in *host.Instance
@@ -380,7 +398,6 @@ func (t *task) renewInstance() error {
 	}
 	t.inst = in
 	t.renewals++
-	t.makeSpare()
 	for _, s := range t.stages {
 		if !s.guest {
 			continue
@@ -394,6 +411,9 @@ func (t *task) renewInstance() error {
 		if err := s.op.Open(s.spec, s.svc); err != nil {
 			return t.stageError(s, "failed to open again in a new instance", err)
 		}
+	}
+	if in.Snapshot() != nil && t.spare == nil {
+		t.makeSpare()
 	}
 	return nil
 }

@@ -336,6 +336,7 @@ type task struct {
 	inst        *host.Instance
 	newInstance func() (*host.Instance, error)
 	renewals    int // instances replaced after a failure
+	resets      int // instances reset to their snapshot after a trap
 	// spare delivers the instance made ahead for the next renewal (nil:
 	// none is being made); spareCloser: dropSpare is among the closers.
 	spare       chan spareResult

@@ -18,6 +18,7 @@ const (
 	opReturnCall         = 0x12
 	opReturnCallIndirect = 0x13
 	opCallRef            = 0x14
+	opTableSet           = 0x26
 	opReturnCallRef      = 0x15
 	opDelegate           = 0x18 // legacy exception handling
 	opTryTable           = 0x1f
@@ -172,10 +173,14 @@ func (r *reader) done(what string) {
 	}
 }
 
+// valV128 is the vector value type.
+const valV128 = 0x7b
+
 // valType reads a value type: a number or vector type, a reference type
-// abbreviation, or (ref null? heaptype).
-func (r *reader) valType() {
-	switch c := r.byte(); {
+// abbreviation, or (ref null? heaptype). It returns its first byte.
+func (r *reader) valType() byte {
+	c := r.byte()
+	switch {
 	case r.err != nil:
 	case c >= 0x7b && c <= 0x7f: // v128, f64, f32, i64, i32
 	case c >= 0x69 && c <= 0x74: // funcref, externref, exnref and the GC abbreviations
@@ -183,6 +188,23 @@ func (r *reader) valType() {
 		r.heapType()
 	default:
 		r.fail(-1, "unknown value type %#x", c)
+	}
+	return c
+}
+
+// constExpr reads a constant expression up to its end: an initializer of a
+// global, element or data segment.
+func (r *reader) constExpr() {
+	for r.err == nil {
+		op := r.byte()
+		switch op {
+		case opEnd:
+			return
+		case opBlock, opLoop, opIf, opTry, opTryTable:
+			r.fail(-1, "block in a constant expression")
+			return
+		}
+		r.instr(op)
 	}
 }
 
@@ -275,7 +297,7 @@ func (r *reader) instr(op byte) (idx uint32) {
 		opCall, opReturnCall, opCallRef, opReturnCallRef,
 		opDelegate,
 		0x20, 0x21, 0x22, 0x23, 0x24, // local.get/set/tee, global.get/set
-		0x25, 0x26, // table.get/set
+		0x25, opTableSet, // table.get/set
 		0x3f, 0x40, // memory.size/grow: memory index
 		0xd2, // ref.func
 		opBrOnNull, opBrOnNonNull:

@@ -56,6 +56,16 @@
 // removed and the function exported as StartExport instead: the host calls
 // it right after instantiating, as wasm would have.
 //
+// A host can also put an instance back into a state it saved, as it was
+// right after instantiation or any later call, by restoring a copy of its
+// memory and the values of its mutable globals: wazero exports no others,
+// so the rewrite exports every mutable global the module defines (the
+// budget's included, the stop flag's not: it belongs to the host) as
+// GlobalExport(index), Result.Globals. That is the whole state only when
+// the module owns its memory, tables and mutable globals (imports none of
+// them) and its code never changes a table or drops a segment after
+// instantiation; Result.NoReset says otherwise, and why.
+//
 // Instantiation applies data segments one by one, and Go's linker ends a
 // segment at every run of more than 8 zero bytes (tens of thousands of
 // segments). So the rewrite also joins consecutive segments separated by
@@ -73,6 +83,7 @@ package instrument
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 )
 
@@ -85,7 +96,19 @@ const (
 	// StartExport is the module's start function, exported when the module
 	// had a start section (Result.Start).
 	StartExport = "wstream:start"
+	// GlobalExportPrefix starts the names of the mutable globals exported
+	// for the host to save and restore (Result.Globals, GlobalExport).
+	GlobalExportPrefix = "wstream:global:"
 )
+
+// MaxGlobals is the most mutable globals a module may define for its
+// instances to be reset (Result.NoReset): each is an export, and saving or
+// restoring one is a call through wazero's API.
+const MaxGlobals = 1024
+
+// GlobalExport is the name under which the rewrite exports the global of
+// index g (Result.Globals).
+func GlobalExport(g uint32) string { return GlobalExportPrefix + strconv.FormatUint(uint64(g), 10) }
 
 // Budget is the work, in units, between two slow paths: a unit is a loop
 // iteration or a function call, plus one per 64 bytes of code. The slow path
@@ -126,6 +149,22 @@ type Result struct {
 	// DataJoined is the number of data segments that joining them across
 	// short runs of zeros removed.
 	DataJoined int
+	// Globals lists the indices of the mutable globals the module defines,
+	// the budget's included and the stop flag's not, in increasing order;
+	// each is exported as GlobalExport(index). With a copy of the memory
+	// they are the whole state of an instance that a host can save and
+	// restore. Nil when NoReset names a reason found outside the code
+	// (imports, globals).
+	Globals []uint32
+	// NoReset says why an instance of the module cannot be put back into a
+	// state saved earlier by restoring its memory and Globals: it imports a
+	// mutable global, a memory or a table, which the instance does not own;
+	// it has a mutable v128 global (wazero's API reads 64 bits of a
+	// global); more than MaxGlobals mutable globals, or other than one
+	// memory; or its code changes tables or drops segments (table.set,
+	// table.grow, table.fill, table.copy, table.init, elem.drop,
+	// data.drop), state that no export reaches. "" when it can.
+	NoReset string
 }
 
 // Error is a module that Instrument cannot rewrite.
@@ -220,7 +259,8 @@ type module struct {
 	dataNames     bool // its name section names data segments
 	exports       uint32
 	exportNames   map[string]bool
-	start         int64 // start function index, -1 when none
+	start         int64    // start function index, -1 when none
+	mutGlobals    []uint32 // indices of the mutable globals defined
 	res           Result
 
 	points []point // reused per function body
@@ -260,7 +300,7 @@ func Instrument(wasm []byte) (*Result, error) {
 		case secMemory:
 			m.memories += r.u32()
 		case secGlobal:
-			m.globals = r.u32()
+			m.globalList(r)
 		case secExport:
 			m.exportList(r)
 		case secStart:
@@ -301,7 +341,21 @@ func Instrument(wasm []byte) (*Result, error) {
 			return nil, &Error{Reason: fmt.Sprintf("the module already exports %q", name)}
 		}
 	}
+	for name := range m.exportNames {
+		if strings.HasPrefix(name, GlobalExportPrefix) {
+			return nil, &Error{Reason: fmt.Sprintf("the module already exports %q, a name the rewrite reserves", name)}
+		}
+	}
 	m.res.Start = m.start >= 0
+	if m.memories != 1 {
+		m.noReset("the module has %d memories", m.memories)
+	}
+	if n := len(m.mutGlobals) + 1; n > MaxGlobals {
+		m.noReset("the module has %d mutable globals, more than %d", n, MaxGlobals)
+	}
+	if m.res.NoReset == "" {
+		m.res.Globals = append(m.mutGlobals, m.res.Budget)
+	}
 
 	out := make([]byte, 0, len(wasm)+len(wasm)/8+256)
 	out = append(out, wasm[:8]...)
@@ -455,14 +509,18 @@ func (m *module) imports(r *reader) {
 		case 0x01: // table: reference type, limits
 			r.valType()
 			r.limits()
+			m.noReset("the module imports a table")
 		case 0x02: // memory
 			r.limits()
 			m.memories++
 			m.memImports++
+			m.noReset("the module imports a memory")
 		case 0x03: // global: value type, mutability
 			r.valType()
 			if mut := r.byte(); mut > 1 && r.err == nil {
 				r.fail(-1, "global mutability %#x", mut)
+			} else if mut == 1 {
+				m.noReset("the module imports a mutable global")
 			}
 			m.globalImports++
 		case 0x04: // tag: attribute, type index
@@ -475,6 +533,34 @@ func (m *module) imports(r *reader) {
 		}
 	}
 	r.done("import section")
+}
+
+// globalList reads the global section, noting which globals are mutable.
+func (m *module) globalList(r *reader) {
+	m.globals = r.count(3) // type, mutability, end
+	for i := uint32(0); i < m.globals && r.err == nil; i++ {
+		t := r.valType()
+		mut := r.byte()
+		if mut > 1 && r.err == nil {
+			r.fail(-1, "global mutability %#x", mut)
+		}
+		r.constExpr()
+		if mut == 1 && r.err == nil {
+			if t == valV128 {
+				m.noReset("global %d is a mutable v128", m.globalImports+i)
+			}
+			m.mutGlobals = append(m.mutGlobals, m.globalImports+i)
+		}
+	}
+	r.done("global section")
+}
+
+// noReset records the first reason why the module's instances cannot be
+// reset (Result.NoReset).
+func (m *module) noReset(format string, args ...any) {
+	if m.res.NoReset == "" {
+		m.res.NoReset = fmt.Sprintf(format, args...)
+	}
 }
 
 // exportList reads the export names.
@@ -526,7 +612,8 @@ func (m *module) appendGlobals(out []byte, s *section) []byte {
 	return m.appendVector(out, secGlobal, s, m.globals+2, g)
 }
 
-// appendExports adds the stop flag, and the start function if any, last.
+// appendExports adds the stop flag, the start function if any, and the
+// mutable globals, last.
 func (m *module) appendExports(out []byte, s *section) []byte {
 	added := appendName(nil, StopExport)
 	added = append(added, 0x03)
@@ -536,6 +623,12 @@ func (m *module) appendExports(out []byte, s *section) []byte {
 		added = appendName(added, StartExport)
 		added = append(added, 0x00)
 		added = appendU32(added, uint32(m.start))
+		n++
+	}
+	for _, g := range m.res.Globals {
+		added = appendName(added, GlobalExport(g))
+		added = append(added, 0x03)
+		added = appendU32(added, g)
 		n++
 	}
 	return m.appendVector(out, secExport, s, n, added)
@@ -730,7 +823,12 @@ func (m *module) scan(r *reader, fn uint32) (entry, loops, bulk bool, err error)
 			if op == opCallIndirect || op == opCallRef {
 				m.points = append(m.points, point{off: r.off, kind: checkCall})
 			}
+		case opTableSet:
+			m.noReset("function %d uses table.set", fn)
 		case prefixMisc:
+			if name := miscNoReset[r.sub]; name != "" {
+				m.noReset("function %d uses %s", fn, name)
+			}
 			if s := r.sub; s == 8 || s == 10 || s == 11 || s == 12 || s == 14 || s == 17 {
 				// memory.init, memory.copy, memory.fill, table.init,
 				// table.copy, table.fill: their size is on top of the stack.
@@ -759,6 +857,10 @@ func (m *module) scan(r *reader, fn uint32) (entry, loops, bulk bool, err error)
 	entry = !reached && (calls || m.fnW >= bigFunction)
 	return entry, loops, bulk, nil
 }
+
+// miscNoReset names the 0xfc instructions that change tables or segments
+// after instantiation (Result.NoReset), by sub-opcode.
+var miscNoReset = map[uint32]string{9: "data.drop", 12: "table.init", 13: "elem.drop", 14: "table.copy", 15: "table.grow", 17: "table.fill"}
 
 // isExit reports whether op ends the function's activation, always or
 // when its label is the function's (checked by the caller).

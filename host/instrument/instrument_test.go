@@ -447,7 +447,8 @@ func checkRoundTrip(t *testing.T, orig []byte, res *Result) {
 		t.Errorf("%d loops, %d loop checks", loops, res.Loops)
 	}
 	// The module's other lines: the original's minus its start function,
-	// plus the slow path's type, the two globals and the exports.
+	// plus the slow path's type, the two globals and the exports (of the
+	// stop flag, the start function and the mutable globals).
 	var want []string
 	for _, l := range oo {
 		if !strings.HasPrefix(l, "(start ") {
@@ -466,6 +467,10 @@ func checkRoundTrip(t *testing.T, orig []byte, res *Result) {
 		fmt.Sprintf(`(export "%s" (global %d))`, StopExport, res.Stop)}
 	if res.Start {
 		added = append(added, `(export "`+StartExport+`" (func `)
+	}
+	for _, g := range res.Globals {
+		// wabt names the global when the name section does.
+		added = append(added, fmt.Sprintf(`(export "%s" (global `, GlobalExport(g)))
 	}
 	for _, a := range added {
 		k := -1
@@ -537,9 +542,9 @@ func TestRoundTripRealModules(t *testing.T) {
 	for name, orig := range realModules(t) {
 		t.Run(name, func(t *testing.T) {
 			res := instrument(t, orig)
-			t.Logf("%d → %d bytes (+%.1f%%): %d loop, %d entry, %d exit, %d call checks, %d bulk instructions; start section %v; dropped %v",
+			t.Logf("%d → %d bytes (+%.1f%%): %d loop, %d entry, %d exit, %d call checks, %d bulk instructions; start section %v; dropped %v; %d mutable globals; not resettable: %q",
 				len(orig), len(res.Wasm), 100*float64(len(res.Wasm)-len(orig))/float64(len(orig)),
-				res.Loops, res.Entries, res.Exits, res.Calls, res.Bulk, res.Start, res.Dropped)
+				res.Loops, res.Entries, res.Exits, res.Calls, res.Bulk, res.Start, res.Dropped, len(res.Globals), res.NoReset)
 			if _, err := rt.CompileModule(context.Background(), res.Wasm); err != nil {
 				t.Fatalf("wazero refuses the instrumented module: %v", err)
 			}
@@ -829,5 +834,77 @@ func BenchmarkInstrument(b *testing.B) {
 		if _, err := Instrument(wasm); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// TestResettable: the mutable globals a module defines are exported, the
+// stop flag's aside, and what keeps an instance from being reset is named.
+func TestResettable(t *testing.T) {
+	for _, tc := range []struct {
+		name, src string
+		globals   []uint32 // without the budget
+		noReset   string
+	}{
+		{"globals", `(module (import "g" "c" (global i32)) (memory 1)
+  (global $a (mut i32) (i32.const 1)) (global $k i64 (i64.const 2))
+  (global $b (mut i64) (i64.add (i64.const 3) (i64.const 4))) (global $r (mut funcref) (ref.null func))
+  (func (export "f") (global.set $a (i32.const 5))))`, []uint32{1, 3, 4}, ""},
+		{"no globals", `(module (memory 1) (table 1 funcref) (func $f) (elem (i32.const 0) $f)
+  (func (export "f") (call_indirect (i32.const 0))))`, []uint32{}, ""},
+		{"imported mutable global", `(module (import "g" "m" (global (mut i32))) (memory 1))`, nil, "imports a mutable global"},
+		{"imported memory", `(module (import "g" "mem" (memory 1)))`, nil, "imports a memory"},
+		{"imported table", `(module (import "g" "t" (table 1 funcref)) (memory 1))`, nil, "imports a table"},
+		{"mutable v128", `(module (memory 1) (global (mut v128) (v128.const i64x2 0 0)))`, nil, "global 0 is a mutable v128"},
+		{"table.set", `(module (memory 1) (table 1 funcref) (func (table.set 0 (i32.const 0) (ref.null func))))`, []uint32{}, "function 0 uses table.set"},
+		{"table.grow", `(module (memory 1) (table 1 funcref) (func (drop (table.grow 0 (ref.null func) (i32.const 1)))))`, []uint32{}, "uses table.grow"},
+		{"table.fill", `(module (memory 1) (table 1 funcref) (func (table.fill 0 (i32.const 0) (ref.null func) (i32.const 1))))`, []uint32{}, "uses table.fill"},
+		{"table.copy", `(module (memory 1) (table 2 funcref) (func (table.copy (i32.const 0) (i32.const 1) (i32.const 1))))`, []uint32{}, "uses table.copy"},
+		{"table.init", `(module (memory 1) (table 1 funcref) (func $f) (elem func $f) (func (table.init 0 (i32.const 0) (i32.const 0) (i32.const 1))))`, []uint32{}, "uses table.init"},
+		{"elem.drop", `(module (memory 1) (func $f) (elem func $f) (func (elem.drop 0)))`, []uint32{}, "uses elem.drop"},
+		{"data.drop", `(module (memory 1) (data "x") (func (data.drop 0)))`, []uint32{}, "uses data.drop"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			res := instrument(t, testmod.WAT(t, tc.src))
+			if !strings.Contains(res.NoReset, tc.noReset) || (tc.noReset == "") != (res.NoReset == "") {
+				t.Errorf("NoReset %q, want %q", res.NoReset, tc.noReset)
+			}
+			want := tc.globals
+			if want != nil {
+				want = append(want, res.Budget)
+			}
+			if !slices.Equal(res.Globals, want) {
+				t.Errorf("Globals %v, want %v", res.Globals, want)
+			}
+			if slices.Contains(res.Globals, res.Stop) {
+				t.Errorf("the stop flag %d is among the exported globals %v", res.Stop, res.Globals)
+			}
+		})
+	}
+	// Through wazero: each export is the global it names, and mutable.
+	rt := wazero.NewRuntime(context.Background())
+	defer rt.Close(context.Background())
+	res := instrument(t, testmod.WAT(t, `(module (memory 1) (global $a (mut i32) (i32.const 7)) (global $b (mut i64) (i64.const -3))
+  (func (export "get") (result i64) (i64.add (i64.extend_i32_u (global.get $a)) (global.get $b))))`))
+	mod, err := rt.InstantiateWithConfig(context.Background(), res.Wasm, wazero.NewModuleConfig().WithName(""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range res.Globals {
+		mg, ok := mod.ExportedGlobal(GlobalExport(g)).(api.MutableGlobal)
+		if !ok {
+			t.Fatalf("%s is not a mutable global", GlobalExport(g))
+		}
+		if got, want := mg.Get(), mod.(experimental.InternalModule).Global(int(g)).Get(); got != want {
+			t.Errorf("%s = %d, global %d = %d", GlobalExport(g), got, g, want)
+		}
+	}
+	mod.ExportedGlobal(GlobalExport(0)).(api.MutableGlobal).Set(100)
+	mod.ExportedGlobal(GlobalExport(1)).(api.MutableGlobal).Set(uint64(1000))
+	if out, err := mod.ExportedFunction("get").Call(context.Background()); err != nil || out[0] != 1100 {
+		t.Errorf("get() = %v, %v after setting the globals, want 1100", out, err)
+	}
+	if _, err := Instrument(testmod.WAT(t, `(module (memory 1) (global (export "wstream:global:0") i32 (i32.const 0)))`)); err == nil ||
+		!strings.Contains(err.Error(), "reserves") {
+		t.Errorf("a module exporting a reserved name: got %v", err)
 	}
 }

@@ -1,0 +1,7 @@
+//go:build !linux
+
+package host
+
+// dropPages does nothing: other systems' MADV_DONTNEED need not zero the
+// pages (darwin's does not), so the caller clears them.
+func dropPages([]byte) bool { return false }

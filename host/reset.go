@@ -1,0 +1,178 @@
+package host
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+
+	"github.com/tetratelabs/wazero/api"
+
+	"github.com/wstream/wstream/host/instrument"
+)
+
+// ErrNoReset reports that an instance cannot be reset: its module cannot
+// be (instrument.Result.NoReset), it holds no snapshot, or its last
+// failure was not one that a reset undoes. The instance must be replaced.
+var ErrNoReset = errors.New("host: the instance cannot be reset")
+
+// snapshot is an instance's state saved by Snapshot: the guest's (its
+// memory and mutable globals) and the host's that must agree with it.
+type snapshot struct {
+	mem     []byte
+	globals []uint64
+	// The host side: the argument arena that the guest allocated, the
+	// progress_at address it named, the timers it registered (for the
+	// quotas) and its operator slots.
+	arenaPtr, arenaCap uint32
+	progress           uint32
+	timers             timerBook
+	slots              []slotSnapshot
+}
+
+type slotSnapshot struct {
+	state         slotState
+	cascade       int
+	cascadeDomain int32
+	cascadeWM     int64
+}
+
+// Snapshot saves the instance's state, so that Reset can bring it back
+// after a trap instead of a new instance being made and its operators
+// opened again. It copies the guest's whole memory (MemoryBytes): take it
+// once the operators are open, between calls. It fails with ErrNoReset,
+// wrapped, when the module's instances cannot be reset, and when the
+// instance is not idle and usable.
+func (i *Instance) Snapshot() error {
+	if i.noReset != "" {
+		return fmt.Errorf("%w: %s", ErrNoReset, i.noReset)
+	}
+	if err := i.usable(nil, "snapshot"); err != nil {
+		return fmt.Errorf("%w: %v", ErrNoReset, err)
+	}
+	if i.cur != nil {
+		return fmt.Errorf("%w: a call is in progress", ErrNoReset)
+	}
+	if i.globals == nil {
+		gs := make([]api.MutableGlobal, len(i.globalIdx))
+		for k, g := range i.globalIdx {
+			mg, ok := i.api.ExportedGlobal(instrument.GlobalExport(g)).(api.MutableGlobal)
+			if !ok {
+				return fmt.Errorf("%w: the module does not export global %d", ErrNoReset, g)
+			}
+			gs[k] = mg
+		}
+		i.globals = gs
+	}
+	buf, ok := i.mem.Read(0, i.mem.Size())
+	if !ok {
+		return fmt.Errorf("%w: its memory cannot be read", ErrNoReset)
+	}
+	sn := i.snap
+	if sn == nil {
+		sn = &snapshot{}
+	}
+	sn.mem = append(sn.mem[:0], buf...)
+	sn.globals = sn.globals[:0]
+	for _, g := range i.globals {
+		sn.globals = append(sn.globals, g.Get())
+	}
+	sn.arenaPtr, sn.arenaCap, sn.progress = i.arenaPtr, i.arenaCap, i.progress
+	sn.timers = i.timers.clone()
+	sn.slots = sn.slots[:0]
+	for _, s := range i.slots {
+		sn.slots = append(sn.slots, slotSnapshot{s.state, s.cascade, s.cascadeDomain, s.cascadeWM})
+	}
+	i.snap = sn
+	return nil
+}
+
+// SnapshotBytes is the size of the instance's snapshot: the memory it
+// holds on to for Reset (0 without one).
+func (i *Instance) SnapshotBytes() int {
+	if i.snap == nil {
+		return 0
+	}
+	return len(i.snap.mem)
+}
+
+// CanReset reports whether Reset would bring the instance back: it holds a
+// snapshot, its last failure was a trap (not a deadline, cancellation,
+// quota or exit, after which the instance is closed), and its memory is
+// below its maximum (see shrinkMemory).
+func (i *Instance) CanReset() bool {
+	if i.snap == nil || !i.trapped || i.closed || i.cc.ended.Load() != ctxLive || len(i.slots) != len(i.snap.slots) {
+		return false
+	}
+	// shrinkMemory grows the memory by a page, which its maximum must allow.
+	max, _ := i.mem.Definition().Max()
+	return i.mem.Size() <= uint32(len(i.snap.mem)) || uint64(i.mem.Size()/pageSize)+1 <= uint64(max)
+}
+
+// Reset brings an instance that trapped back to its snapshot, as if the
+// calls since had not run: the guest's memory (its size too) and mutable
+// globals, and the host's view of the guest (argument arena, progress_at
+// address, registered timers, operator slots). Its operators then take
+// calls again without being opened. It fails with ErrNoReset when
+// CanReset is false, and the instance stays unusable.
+func (i *Instance) Reset() error {
+	if !i.CanReset() {
+		return ErrNoReset
+	}
+	sn := i.snap
+	size := uint32(len(sn.mem))
+	if i.mem.Size() > size && !i.shrinkMemory(size) {
+		return ErrNoReset
+	}
+	buf, ok := i.mem.Read(0, size)
+	if !ok {
+		return ErrNoReset
+	}
+	copy(buf, sn.mem)
+	for k, g := range i.globals {
+		g.Set(sn.globals[k])
+	}
+	i.arenaPtr, i.arenaCap, i.progress = sn.arenaPtr, sn.arenaCap, sn.progress
+	i.timers = sn.timers.clone()
+	for k, s := range i.slots {
+		ss := sn.slots[k]
+		s.state, s.cascade, s.cascadeDomain, s.cascadeWM = ss.state, ss.cascade, ss.cascadeDomain, ss.cascadeWM
+	}
+	i.broken, i.trapped = nil, false
+	i.cur, i.phase, i.out, i.inBatch = nil, phaseIdle, nil, false
+	i.failed, i.failMsg, i.fatal = false, i.failMsg[:0], nil
+	i.grow.refused = 0
+	i.resets++
+	i.fetchFunctions()
+	return nil
+}
+
+// shrinkMemory gives the memory back its size at the snapshot, zeroing
+// what lies past it, as fresh memory reads when it grows again. Memory
+// never shrinks in WebAssembly, and the restored guest knows nothing of
+// the pages past the snapshot: a C allocator would grow past them, a Go
+// runtime would grow the memory as much again and lose the difference,
+// and every reset would leave the instance with less room. wazero has no
+// call for it, but takes as the memory whatever buffer the allocator's
+// Reallocate returns when it grows one (wazero 1.12,
+// internal/wasm/memory.go, MemoryInstance.Grow; TestResetWAT checks it):
+// so the instance asks to grow by a page, and memLimiter returns the
+// smaller buffer.
+func (i *Instance) shrinkMemory(size uint32) bool {
+	buf, ok := i.mem.Read(0, i.mem.Size())
+	if !ok {
+		return false
+	}
+	i.grow.zero(buf[size:])
+	i.grow.shrink = uint64(size)
+	_, ok = i.mem.Grow(1)
+	i.grow.shrink = 0
+	return ok && i.mem.Size() == size
+}
+
+// Resets counts the times Reset brought the instance back.
+func (i *Instance) Resets() int { return i.resets }
+
+// clone returns a copy of the book that shares nothing with it.
+func (b *timerBook) clone() timerBook {
+	return timerBook{seed: b.seed, pending: maps.Clone(b.pending), perKey: maps.Clone(b.perKey), bytes: b.bytes}
+}

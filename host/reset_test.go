@@ -1,0 +1,440 @@
+package host
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/wstream/wstream/abi"
+	"github.com/wstream/wstream/internal/testmod"
+	"github.com/wstream/wstream/operator"
+)
+
+// resetProcess keeps a count of its calls in memory at 16 and in the
+// global $g, and acts on the number of records in its batch: 1 returns; 2
+// writes garbage into $g, grows the memory by 3 pages and writes garbage
+// over the whole memory, then traps; 3 does the same but grows the memory
+// to 255 pages, and 5 to its limit of 256; 4 loops for ever. t_state (resetWAT)
+// returns count*1000 + $g.
+var resetProcess = map[string]string{abi.ExportProcess: `
+  (func (export "wstream_process") (param i32 i32 i32) (result i32)
+    (local $n i32)
+    (local.set $n (i32.load (local.get 1)))
+    (i32.store (i32.const 16) (i32.add (i32.load (i32.const 16)) (i32.const 1)))
+    (global.set $g (i32.add (global.get $g) (i32.const 1)))
+    (if (i32.eq (local.get $n) (i32.const 2)) (then (call $garbage (i32.const 3))))
+    (if (i32.eq (local.get $n) (i32.const 3)) (then (call $garbage (i32.sub (i32.const 255) (memory.size)))))
+    (if (i32.eq (local.get $n) (i32.const 5)) (then (call $garbage (i32.sub (i32.const 256) (memory.size)))))
+    (if (i32.eq (local.get $n) (i32.const 4)) (then (loop $l (br $l))))
+    (i32.const 0))`}
+
+const resetWAT = `
+  (global $g (mut i32) (i32.const 7))
+  (func (export "t_state") (result i32)
+    (i32.add (i32.mul (i32.load (i32.const 16)) (i32.const 1000)) (global.get $g)))
+  (func $garbage (param $grow i32)
+    (global.set $g (i32.const 0xdead))
+    (drop (memory.grow (local.get $grow)))
+    (memory.fill (i32.const 0) (i32.const 0xab) (i32.mul (memory.size) (i32.const 65536)))
+    unreachable)`
+
+// wasmState returns what t_state returns.
+func wasmState(t *testing.T, inst *Instance) int32 {
+	t.Helper()
+	v, err := inst.call(nil, phaseIdle, nil, inst.api.ExportedFunction("t_state"), "t_state", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+func memoryCopy(t *testing.T, inst *Instance) []byte {
+	t.Helper()
+	b, ok := inst.mem.Read(0, inst.mem.Size())
+	if !ok {
+		t.Fatal("memory unreadable")
+	}
+	return bytes.Clone(b)
+}
+
+func records(n int) []byte {
+	var recs []abi.Record
+	for k := range n {
+		recs = append(recs, rec(0, int64(k), "k", "v"))
+	}
+	return batchOf(recs...)
+}
+
+// TestResetWAT: a trap that wrote garbage over the memory and a global,
+// and grew the memory, is undone exactly by Reset, and the instance then
+// behaves as a fresh one.
+func TestResetWAT(t *testing.T) {
+	r := newTestRuntime(t, Config{CallTimeout: 2 * time.Second})
+	m := compileWAT(t, r, moduleWAT(resetProcess, resetWAT))
+	open := func() (*Instance, operator.Operator) {
+		inst := newInstance(t, m)
+		op := inst.Operator()
+		if err := op.Open(testSpec(), newFakeServices()); err != nil {
+			t.Fatal(err)
+		}
+		return inst, op
+	}
+	inst, op := open()
+	if err := inst.Snapshot(); err != nil {
+		t.Fatal(err)
+	}
+	snapMem := memoryCopy(t, inst)
+	if inst.SnapshotBytes() != len(snapMem) {
+		t.Errorf("SnapshotBytes %d, memory %d bytes", inst.SnapshotBytes(), len(snapMem))
+	}
+	arena := inst.arenaPtr
+	fresh, freshOp := open()
+	for round := range 3 {
+		if err := op.Process(records(1), &fakeCollector{}); err != nil {
+			t.Fatal(err)
+		}
+		if got := wasmState(t, inst); got != 1008 {
+			t.Fatalf("round %d: state %d before the trap, want 1008", round, got)
+		}
+		err := op.Process(records(2), &fakeCollector{})
+		if ge := asGuestError(t, err); !strings.Contains(ge.Message, "unreachable") {
+			t.Fatalf("round %d: got %v, want a trap", round, err)
+		}
+		if !inst.Broken() || !inst.CanReset() {
+			t.Fatalf("round %d: Broken %v, CanReset %v after a trap", round, inst.Broken(), inst.CanReset())
+		}
+		if err := inst.Reset(); err != nil {
+			t.Fatal(err)
+		}
+		if inst.Broken() || inst.Resets() != round+1 {
+			t.Fatalf("round %d: Broken %v, %d resets after Reset", round, inst.Broken(), inst.Resets())
+		}
+		mem := memoryCopy(t, inst)
+		if !bytes.Equal(mem, snapMem) {
+			t.Fatalf("round %d: memory of %d bytes differs from the snapshot's %d", round, len(mem), len(snapMem))
+		}
+		if got := wasmState(t, inst); got != 7 {
+			t.Fatalf("round %d: state %d after Reset, want the snapshot's 7", round, got)
+		}
+		if inst.arenaPtr != arena {
+			t.Errorf("round %d: arena at %#x, want the snapshot's %#x", round, inst.arenaPtr, arena)
+		}
+	}
+	// The memory that the trap grew and wrote reads as zero when the guest
+	// grows it again.
+	if old, ok := inst.mem.Grow(3); !ok || old != uint32(len(snapMem)/pageSize) {
+		t.Fatalf("memory.grow: %d, %v", old, ok)
+	}
+	if k := bytes.IndexFunc(memoryCopy(t, inst)[len(snapMem):], func(r rune) bool { return r != 0 }); k >= 0 {
+		t.Fatalf("memory grown during the trap not zeroed at %#x", len(snapMem)+k)
+	}
+	if _, ok := fresh.mem.Grow(3); !ok {
+		t.Fatal("memory.grow")
+	}
+	// The reset instance and a fresh one answer alike.
+	for range 2 {
+		if err := op.Process(records(1), &fakeCollector{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := freshOp.Process(records(1), &fakeCollector{}); err != nil {
+			t.Fatal(err)
+		}
+		if got, want := wasmState(t, inst), wasmState(t, fresh); got != want {
+			t.Errorf("reset instance: state %d, fresh instance %d", got, want)
+		}
+	}
+
+	t.Run("memory limit", func(t *testing.T) {
+		inst, op := open()
+		if err := inst.Snapshot(); err != nil {
+			t.Fatal(err)
+		}
+		size := inst.mem.Size()
+		if err := op.Process(records(3), &fakeCollector{}); err == nil {
+			t.Fatal("no trap")
+		}
+		if inst.mem.Size() != 255*pageSize {
+			t.Fatalf("memory of %d bytes after the trap, want 255 pages", inst.mem.Size())
+		}
+		if err := inst.Reset(); err != nil {
+			t.Fatal(err)
+		}
+		if inst.mem.Size() != size {
+			t.Errorf("memory of %d bytes after Reset, want the snapshot's %d", inst.mem.Size(), size)
+		}
+		if err := op.Process(records(1), &fakeCollector{}); err != nil {
+			t.Fatal(err)
+		}
+		if got := wasmState(t, inst); got != 1008 {
+			t.Errorf("state %d after the reset and a call, want 1008", got)
+		}
+		// At its maximum the memory cannot be given its size back: the
+		// instance must be replaced.
+		err := op.Process(records(5), &fakeCollector{})
+		if ge := asGuestError(t, err); !strings.Contains(ge.Message, "at its limit") {
+			t.Fatalf("got %v, want a trap at the memory limit", err)
+		}
+		if inst.CanReset() || !errors.Is(inst.Reset(), ErrNoReset) {
+			t.Error("an instance whose memory is at its maximum can be reset")
+		}
+	})
+	t.Run("deadline", func(t *testing.T) {
+		inst, op := open()
+		if err := inst.Snapshot(); err != nil {
+			t.Fatal(err)
+		}
+		if err := op.Process(records(4), &fakeCollector{}); !errors.Is(err, ErrDeadlineExceeded) {
+			t.Fatalf("got %v, want the deadline", err)
+		}
+		if inst.CanReset() || !errors.Is(inst.Reset(), ErrNoReset) {
+			t.Error("an instance stopped by its deadline can be reset")
+		}
+	})
+	t.Run("no snapshot", func(t *testing.T) {
+		inst, op := open()
+		if err := op.Process(records(2), &fakeCollector{}); err == nil {
+			t.Fatal("no trap")
+		}
+		if inst.CanReset() || !errors.Is(inst.Reset(), ErrNoReset) {
+			t.Error("an instance without a snapshot can be reset")
+		}
+		// As before: the trap closed the module.
+		if !inst.api.IsClosed() {
+			t.Error("the module of an instance without a snapshot stays open after a trap")
+		}
+	})
+}
+
+// TestResetRefused: instances of a module whose code changes its table,
+// or that runs without instrumentation, take no snapshot, and a trap
+// closes them as before.
+func TestResetRefused(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		cfg   Config
+		extra string
+		why   string
+	}{
+		{"table.set", Config{}, resetWAT + `
+  (table 1 funcref)
+  (func (export "t_table") (table.set 0 (i32.const 0) (ref.null func)))`, "table.set"},
+		{"not instrumented", Config{CallTimeout: -1}, resetWAT, "not instrumented"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newTestRuntime(t, tc.cfg)
+			m := compileWAT(t, r, moduleWAT(resetProcess, tc.extra))
+			inst := newInstance(t, m)
+			op := inst.Operator()
+			if err := op.Open(testSpec(), newFakeServices()); err != nil {
+				t.Fatal(err)
+			}
+			err := inst.Snapshot()
+			if !errors.Is(err, ErrNoReset) || !strings.Contains(err.Error(), tc.why) {
+				t.Fatalf("Snapshot: %v, want ErrNoReset saying %q", err, tc.why)
+			}
+			if err := op.Process(records(2), &fakeCollector{}); err == nil {
+				t.Fatal("no trap")
+			}
+			if inst.CanReset() || !errors.Is(inst.Reset(), ErrNoReset) {
+				t.Error("the instance can be reset")
+			}
+			if !inst.api.IsClosed() {
+				t.Error("the trap left the module open")
+			}
+		})
+	}
+}
+
+// TestResetGoGuest resets a Go guest (testops' poison, a keyed running
+// count that traps on the records its hash picks) after traps, and
+// compares what it emits with a fresh instance's.
+func TestResetGoGuest(t *testing.T) {
+	wasm, err := os.ReadFile(testmod.GoModule(t, "examples/wasm/go/testops"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := newTestRuntime(t, Config{CallTimeout: 5 * time.Second})
+	m, err := r.Compile(context.Background(), "testops.wasm", wasm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close(context.Background())
+	// Values poison picks with every 3 and salt "s", and values it does
+	// not, by the hash that poison.go documents.
+	var bad, good []string
+	for k := 0; len(bad) < 3 || len(good) < 20; k++ {
+		v := "w" + strconv.Itoa(k)
+		h := uint64(14695981039346656037)
+		for _, c := range []byte("s" + v) {
+			h = (h ^ uint64(c)) * 1099511628211
+		}
+		if h%3 == 0 {
+			bad = append(bad, v)
+		} else {
+			good = append(good, v)
+		}
+	}
+	open := func() (*Instance, operator.Operator) {
+		inst := newInstance(t, m)
+		op := inst.Operator()
+		spec := operator.Spec{VertexID: "v", Operator: "poison", Config: []byte(`{"every":3,"salt":"s"}`),
+			Subtask: 0, Parallel: 1, MaxParallelism: 128, Keyed: true}
+		if err := op.Open(spec, newFakeServices()); err != nil {
+			t.Fatal(err)
+		}
+		return inst, op
+	}
+	inst, op := open()
+	if err := inst.Snapshot(); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("snapshot of %d bytes", inst.SnapshotBytes())
+	fresh, freshOp := open()
+	defer fresh.Close(context.Background())
+	// Every good value once, under its own key: each emits count 1 in the
+	// fresh instance; the reset one's state was kept by its services, so
+	// its keys differ per round.
+	batch := func(round int, values []string) []byte {
+		var recs []abi.Record
+		for k, v := range values {
+			recs = append(recs, rec(0, int64(k), fmt.Sprintf("r%d-%s", round, v), v))
+		}
+		return batchOf(recs...)
+	}
+	for round, b := range bad {
+		out, want := &fakeCollector{}, &fakeCollector{}
+		if err := op.Process(batch(round, good), out); err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		if err := freshOp.Process(batch(round, good), want); err != nil {
+			t.Fatal(err)
+		}
+		if out.String() != want.String() {
+			t.Fatalf("round %d: the instance emitted\n%s\nthe fresh one\n%s", round, out, want)
+		}
+		// Garbage on the Go heap before the trap: the trap's call
+		// allocates as it goes.
+		poisoned := append(append([]string{}, good[:5]...), b)
+		err := op.Process(batch(100+round, poisoned), &fakeCollector{})
+		if ge := asGuestError(t, err); !strings.Contains(ge.Message, "unreachable") {
+			t.Fatalf("round %d: got %v, want a trap", round, err)
+		}
+		if at := inst.FailedAt(); at != 5 {
+			t.Errorf("round %d: FailedAt %d, want 5", round, at)
+		}
+		if err := inst.Reset(); err != nil {
+			t.Fatalf("round %d: Reset: %v (grown from %d to %d bytes)", round, err, inst.SnapshotBytes(), inst.mem.Size())
+		}
+		if inst.mem.Size() != uint32(inst.SnapshotBytes()) {
+			t.Errorf("round %d: memory of %d bytes after Reset, the snapshot's %d", round, inst.mem.Size(), inst.SnapshotBytes())
+		}
+		fresh.Close(context.Background())
+		fresh, freshOp = open()
+	}
+	if inst.Resets() != len(bad) {
+		t.Errorf("%d resets, want %d", inst.Resets(), len(bad))
+	}
+	// The Go runtime still works after the resets: a full batch, and one
+	// that makes it collect garbage.
+	big := make([]string, 0, 2000)
+	for k := range 2000 {
+		big = append(big, good[k%len(good)])
+	}
+	out, want := &fakeCollector{}, &fakeCollector{}
+	if err := op.Process(batch(999, big), out); err != nil {
+		t.Fatal(err)
+	}
+	if err := freshOp.Process(batch(999, big), want); err != nil {
+		t.Fatal(err)
+	}
+	if out.String() != want.String() {
+		t.Errorf("after %d resets the instance emits differently from a fresh one", len(bad))
+	}
+}
+
+// BenchmarkTrapRecovery measures what a trap costs a Go guest (testops'
+// poison, a keyed running count) in dead-letter mode: the trapping call
+// (a batch of one good and one bad record), then getting a usable
+// instance back, by Reset from a snapshot or by a new instance whose
+// operator is opened again, then a call of one record.
+func BenchmarkTrapRecovery(b *testing.B) {
+	wasm, err := os.ReadFile(testmod.GoModule(b, "examples/wasm/go/testops"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	r := newTestRuntime(b, Config{})
+	m, err := r.Compile(context.Background(), "testops.wasm", wasm)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer m.Close(context.Background())
+	spec := operator.Spec{VertexID: "v", Operator: "poison", Config: []byte(`{"every":1000000,"salt":"s"}`),
+		Subtask: 0, Parallel: 1, MaxParallelism: 128, Keyed: true}
+	// A value poison picks, and one it does not.
+	bad, good := "", ""
+	for k := 0; bad == "" || good == ""; k++ {
+		v := "w" + strconv.Itoa(k)
+		h := uint64(14695981039346656037)
+		for _, c := range []byte("s" + v) {
+			h = (h ^ uint64(c)) * 1099511628211
+		}
+		if h%1000000 == 0 {
+			bad = v
+		} else if good == "" {
+			good = v
+		}
+	}
+	trap := batchOf(rec(0, 1, "k", good), rec(0, 2, "k", bad))
+	one := batchOf(rec(0, 3, "k", good))
+	open := func(b *testing.B) (*Instance, operator.Operator) {
+		inst, err := m.NewInstance(context.Background(), "v/0")
+		if err != nil {
+			b.Fatal(err)
+		}
+		op := inst.Operator()
+		if err := op.Open(spec, newFakeServices()); err != nil {
+			b.Fatal(err)
+		}
+		return inst, op
+	}
+	for _, reset := range []bool{true, false} {
+		name := "new-instance"
+		if reset {
+			name = "reset"
+		}
+		b.Run(name, func(b *testing.B) {
+			inst, op := open(b)
+			if reset {
+				if err := inst.Snapshot(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			for b.Loop() {
+				if err := op.Process(trap, &fakeCollector{}); err == nil {
+					b.Fatal("no trap")
+				}
+				if reset {
+					if err := inst.Reset(); err != nil {
+						b.Fatal(err)
+					}
+				} else {
+					_ = inst.Close(context.Background())
+					inst, op = open(b)
+				}
+				if err := op.Process(one, &fakeCollector{}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if reset {
+				b.ReportMetric(float64(inst.SnapshotBytes()), "snapshot-bytes")
+			}
+			_ = inst.Close(context.Background())
+		})
+	}
+}
