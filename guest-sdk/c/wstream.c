@@ -57,6 +57,17 @@ WS_IMPORT("state_get_many")
 int32_t ws_host_state_get_many(int32_t h, const void *req, uint32_t req_len, void *out, uint32_t out_cap);
 WS_IMPORT("state_write_batch") int32_t ws_host_state_write_batch(const void *batch, uint32_t len);
 WS_IMPORT("fail") void ws_host_fail(const void *msg, uint32_t len);
+/* Optional: names ws_progress to the host (abi/ABI.md, progress_at). */
+WS_IMPORT("progress_at") int32_t ws_host_progress_at(const void *ptr);
+
+/* The index, in the running wstream_process or wstream_on_timer call's
+ * batch, of the record or timer being processed (0xFFFFFFFF between
+ * records): in dead-letter mode the host reads it when the call fails, and
+ * takes that record out instead of searching the batch. Its address is
+ * given to the host, so every store reaches memory before the callback it
+ * precedes. */
+static uint32_t ws_progress = 0xFFFFFFFFu;
+static int ws_progress_named;
 
 /* ---- Freestanding support ---------------------------------------------- */
 
@@ -2142,6 +2153,10 @@ int32_t wstream_open(int32_t op, uint32_t name_ptr, int32_t name_len, uint32_t c
 		M.slots = s;
 		M.nslots = n;
 	}
+	if (!ws_progress_named) {
+		ws_progress_named = 1;
+		ws_host_progress_at(&ws_progress);
+	}
 	ws_ctx *c = ws_calloc(1, sizeof *c);
 	if (!c)
 		return out_of_memory("wstream_open", "the operator context");
@@ -2243,6 +2258,7 @@ WS_EXPORT("wstream_process") int32_t wstream_process(int32_t op, uint32_t ptr, i
 		c->bp = p;
 		c->bleft = count - i;
 		c->rec = i;
+		ws_progress = i;
 		int rc = process(c, &r);
 		if (__builtin_expect(rc != 0, 0)) {
 			what w = {1, i, count, 0, 0, r.key, kl};
@@ -2250,6 +2266,8 @@ WS_EXPORT("wstream_process") int32_t wstream_process(int32_t op, uint32_t ptr, i
 		}
 		p = r.value + vl;
 	}
+	/* A failure from here on is no record's. */
+	ws_progress = 0xFFFFFFFFu;
 	if (p != e)
 		return trailing(c, "input", (uint32_t)(e - p), count);
 	return end(c, "process", 0, 0);
@@ -2291,6 +2309,7 @@ WS_EXPORT("wstream_on_timer") int32_t wstream_on_timer(int32_t op, uint32_t ptr,
 		c->bp = p;
 		c->bleft = count - i;
 		c->rec = i;
+		ws_progress = i;
 		int rc = c->op->on_timer(c, &t);
 		if (rc != 0) {
 			what w = {2, i, count, t.domain, t.ts, t.key, kl};
@@ -2298,6 +2317,7 @@ WS_EXPORT("wstream_on_timer") int32_t wstream_on_timer(int32_t op, uint32_t ptr,
 		}
 		p = t.ns + vl;
 	}
+	ws_progress = 0xFFFFFFFFu;
 	if (p != e)
 		return trailing(c, "timer", (uint32_t)(e - p), count);
 	return end(c, "on_timer", 0, 0);

@@ -404,3 +404,42 @@ func (l Lang) CheckConformanceFailures(t *testing.T, extra ...ConformFailure) {
 	st, err = h.OpenOp(0, "no-such-operator", ConformConfig)
 	WantFailure(t, h, "open of an unknown operator", st, err, abi.StatusUnknownOp, `wstream_open: the module has no operator "no-such-operator"; it has ["conform"]`)
 }
+
+// CheckProgress checks that the SDK names, at its first open, where it
+// keeps the index of the record its callback is at (the optional import
+// progress_at), that the word holds the failing record's index after a
+// failed call, and that it reads 0xFFFFFFFF ("no record") after a call
+// that succeeded: dead-letter mode takes the failing record out by it
+// instead of searching the batch.
+func (l Lang) CheckProgress(t *testing.T) {
+	t.Helper()
+	h := l.ConformHost(t, "conformance")
+	if h.ProgressAt == 0 {
+		t.Fatalf("%s: the module never named its progress with progress_at", l.Name)
+	}
+	word := func() uint32 {
+		v, ok := h.Module.Memory().ReadUint32Le(h.ProgressAt)
+		if !ok {
+			t.Fatalf("%s: progress word at %#x is outside memory", l.Name, h.ProgressAt)
+		}
+		return v
+	}
+	for _, at := range []int{0, 1, 4} {
+		recs := make([]abi.Record, 6)
+		for i := range recs {
+			recs[i] = Rec("k", "inc n", 3)
+		}
+		recs[at] = Rec("k", "fail here", 3)
+		st, err := h.ProcessCtx(h.Ctx, 0, recs)
+		WantFailure(t, h, fmt.Sprintf("a batch failing at record %d", at), st, err, abi.StatusGuestError,
+			fmt.Sprintf("record %d of 6 (key \"k\"): conform: fail here", at))
+		if v := word(); v != uint32(at) {
+			t.Errorf("%s: the progress word reads %d after a failure at record %d", l.Name, v, at)
+		}
+	}
+	h.MustProcess(0, Rec("k", "inc n", 4), Rec("k", "inc n", 4))
+	h.Take()
+	if v := word(); v != 0xFFFFFFFF {
+		t.Errorf("%s: the progress word reads %d after a call that succeeded, want 0xFFFFFFFF", l.Name, v)
+	}
+}

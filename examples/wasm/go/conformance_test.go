@@ -16,3 +16,7 @@ func TestConformanceBatch(t *testing.T) { lang.CheckConformanceBatch(t) }
 // one call, through the SDK's per-callback state cache: reads see earlier
 // writes, an iteration and a timer see them, and the host holds them.
 func TestConformanceBatchedState(t *testing.T) { lang.CheckConformanceBatchedState(t) }
+
+// TestProgress checks that the SDK tells the host which record a failed
+// callback was at (progress_at), for dead-letter mode.
+func TestProgress(t *testing.T) { lang.CheckProgress(t) }

@@ -54,3 +54,7 @@ export declare function hostLog(level: i32, ptr: usize, len: i32): void;
 
 @external("wstream", "fail")
 export declare function hostFail(ptr: usize, len: i32): void;
+
+// Optional (abi/ABI.md, progress_at): names the SDK's progress word.
+@external("wstream", "progress_at")
+export declare function hostProgressAt(ptr: usize): i32;

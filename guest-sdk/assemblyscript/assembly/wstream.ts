@@ -5,7 +5,7 @@
 import {
   hostEmit, hostEmitBatch, hostOutputIndex, hostStateRegister, hostStateGet, hostStatePut,
   hostStateDelete, hostStateIter, hostTimerRegister, hostTimerDelete, hostCurrentWatermark,
-  hostProcessingTime, hostLog, hostFail,
+  hostProcessingTime, hostLog, hostFail, hostProgressAt,
 } from "./host";
 import {
   OK, NOT_FOUND, BAD_POINTER, BAD_HANDLE, BAD_ARGUMENT, LIMIT, UNKNOWN_OPERATOR, GUEST_ERROR, statusText,
@@ -1206,6 +1206,10 @@ export function abiOpen(op: i32, namePtr: usize, nameLen: i32, cfgPtr: usize, cf
     hostFailString("wstream_open: the module has no operator " + quote(nb, 256) + "; it has [" + have + "]");
     return UNKNOWN_OPERATOR;
   }
+  if (!progressNamed) {
+    progressNamed = true;
+    hostProgressAt(progressWord);
+  }
   while (slots.length <= op) slots.push(null);
   const c = new Context(name, copyBytes(cfgPtr, cfgLen), opFactories[idx]());
   begin(c);
@@ -1231,6 +1235,15 @@ function badBatch(c: Context, kind: string, problem: string, index: u32, off: u3
   }
   return BAD_ARGUMENT;
 }
+
+// progressWord holds the index, in the running wstream_process or
+// wstream_on_timer call's batch, of the record or timer being processed
+// (0xFFFFFFFF between records); its address goes to the host at the first
+// open (progress_at). In dead-letter mode the host reads it when a callback
+// fails, an abort included, and takes that record out instead of searching
+// the batch.
+const progressWord: usize = memory.data<u32>([0xFFFFFFFF]);
+let progressNamed = false;
 
 // batch walks an input or timer batch and calls the operator for each entry.
 function runBatch(exportName: string, op: i32, ptr: usize, len: i32, timers: bool): i32 {
@@ -1263,6 +1276,7 @@ function runBatch(exportName: string, op: i32, ptr: usize, len: i32, timers: boo
     cache.be = e;
     cache.left = count - i;
     cache.rec = i;
+    store<u32>(progressWord, i);
     if (timers) {
       const t = c.timer;
       t.set(<i32>port, ts, kp, <i32>kl, vp, <i32>vl);
@@ -1282,6 +1296,8 @@ function runBatch(exportName: string, op: i32, ptr: usize, len: i32, timers: boo
     }
     p = vp + <usize>vl;
   }
+  // A failure from here on is no record's.
+  store<u32>(progressWord, 0xFFFFFFFF);
   if (p != e) {
     endState(c);
     resetOut();

@@ -53,6 +53,7 @@ mod imports {
         pub fn processing_time() -> i64;
         pub fn log(level: i32, ptr: *const u8, len: i32);
         pub fn fail(ptr: *const u8, len: i32);
+        pub fn progress_at(ptr: *const u32) -> i32;
     }
 }
 
@@ -273,5 +274,20 @@ pub fn fail(msg: &[u8]) {
     #[cfg(not(target_arch = "wasm32"))]
     {
         let _ = len(msg);
+    }
+}
+
+/// Names the word where the module keeps the index of the record or timer
+/// its running callback is at (the optional import `progress_at`).
+pub fn progress_at(word: &'static std::sync::atomic::AtomicU32) -> i32 {
+    #[cfg(target_arch = "wasm32")]
+    unsafe {
+        // AtomicU32 has the in-memory representation of a u32.
+        imports::progress_at(word as *const std::sync::atomic::AtomicU32 as *const u32)
+    }
+    #[cfg(not(target_arch = "wasm32"))]
+    {
+        let _ = word;
+        NO_HOST
     }
 }

@@ -4,6 +4,7 @@
 
 use std::cell::{Cell, UnsafeCell};
 use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 use crate::context::Context;
 use crate::text::{abbreviate, quote};
@@ -254,8 +255,21 @@ fn no_slot(export: &str, op: i32) -> i32 {
 }
 
 /// The wstream_open export.
+/// The index, in the running wstream_process or wstream_on_timer call's
+/// batch, of the record or timer being processed (NO_PROGRESS between
+/// records). Its address goes to the host at the first open (progress_at):
+/// in dead-letter mode the host reads it when a callback fails, a panic
+/// included, and takes that record out instead of searching the batch. An
+/// atomic, so that each store is a store to memory the host can read.
+static PROGRESS: AtomicU32 = AtomicU32::new(NO_PROGRESS);
+static PROGRESS_NAMED: AtomicBool = AtomicBool::new(false);
+const NO_PROGRESS: u32 = u32::MAX;
+
 pub fn open(factories: &[Factory], op: i32, name_ptr: i32, name_len: i32, cfg_ptr: i32, cfg_len: i32) -> i32 {
     install_panic_hook();
+    if !PROGRESS_NAMED.swap(true, Ordering::Relaxed) {
+        host::progress_at(&PROGRESS);
+    }
     let (name, cfg) = match (region("wstream_open", name_ptr, name_len), region("wstream_open", cfg_ptr, cfg_len)) {
         (Some(n), Some(c)) => (n, c),
         _ => return BAD_POINTER,
@@ -371,10 +385,13 @@ pub fn process(op: i32, ptr: i32, len: i32) -> i32 {
         let what = Where::Record { index: i, count, key: key.as_ptr(), key_len: key.len() };
         current().what = what;
         let r = Record { key, value, timestamp, input };
+        PROGRESS.store(i, Ordering::Relaxed);
         if let Err(e) = s.op.process(&mut s.ctx, &r) {
             return end(&mut s.ctx, "process", Err(e), what);
         }
     }
+    // A failure from here on is no record's.
+    PROGRESS.store(NO_PROGRESS, Ordering::Relaxed);
     if off != b.len() {
         return bad_batch(&mut s.ctx, "input", &format!("{} trailing bytes after {} records", b.len() - off, count));
     }
@@ -414,10 +431,12 @@ pub fn on_timer(op: i32, ptr: i32, len: i32) -> i32 {
         let what = Where::Timer { domain, ts: timestamp, key: key.as_ptr(), key_len: key.len() };
         current().what = what;
         let t = Timer { domain, timestamp, key, namespace };
+        PROGRESS.store(i, Ordering::Relaxed);
         if let Err(e) = s.op.on_timer(&mut s.ctx, &t) {
             return end(&mut s.ctx, "on_timer", Err(e), what);
         }
     }
+    PROGRESS.store(NO_PROGRESS, Ordering::Relaxed);
     if off != b.len() {
         return bad_batch(&mut s.ctx, "timer", &format!("{} trailing bytes after {} records", b.len() - off, count));
     }
