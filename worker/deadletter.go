@@ -462,6 +462,14 @@ type batchInput struct {
 
 // processGuarded feeds batch to stage k in dead-letter mode and sends its
 // output down the chain.
+//
+// A failed call costs the records it ran before the failure and, once the
+// failing record is found, the run of all the others again: about one and
+// a half calls' worth of records per bad record. Bad records tend to come
+// in runs (a bad producer, a bad day of data), so after a failure the
+// subtask feeds the guest its next wary batches in pieces of wary records,
+// and a bad record costs one piece's worth; each piece is a call of its
+// own, which costs little next to its records.
 func (t *task) processGuarded(ctx context.Context, k int, batch []byte, timers bool) error {
 	s := t.stages[k]
 	call := func(b []byte) func() error {
@@ -470,12 +478,19 @@ func (t *task) processGuarded(ctx context.Context, k int, batch []byte, timers b
 		}
 		return func() error { return s.op.Process(b, &s.coll) }
 	}
-	f, fatal := t.guarded(k, call(batch))
-	if fatal != nil {
-		return fatal
-	}
-	if f == nil {
-		return t.drain(ctx, k)
+	var f *failure
+	if t.dlWary == 0 || abi.Count(batch) <= waryPiece {
+		var fatal error
+		f, fatal = t.guarded(k, call(batch))
+		if fatal != nil {
+			return fatal
+		}
+		if f == nil {
+			if t.dlWary > 0 {
+				t.dlWary--
+			}
+			return t.drain(ctx, k)
+		}
 	}
 	in := &batchInput{timers: timers}
 	rd, err := abi.NewReader(batch)
@@ -493,14 +508,39 @@ func (t *task) processGuarded(ctx context.Context, k int, batch []byte, timers b
 		}
 		in.recs = append(in.recs, r)
 	}
-	if _, err := t.settle(ctx, k, in, call, 0, len(in.recs), f); err != nil {
-		return err
+	if f != nil {
+		if _, err := t.settle(ctx, k, in, call, 0, len(in.recs), f); err != nil {
+			return err
+		}
+		t.dlWary = waryBatches
+	} else {
+		clean := true
+		for lo := 0; lo < len(in.recs); lo += waryPiece {
+			ok, err := t.settle(ctx, k, in, call, lo, min(lo+waryPiece, len(in.recs)), nil)
+			if err != nil {
+				return err
+			}
+			clean = clean && ok
+		}
+		if clean {
+			t.dlWary--
+		} else {
+			t.dlWary = waryBatches
+		}
 	}
 	// The output of the ranges that succeeded goes down the chain only
 	// now: a send blocked by backpressure may take a snapshot, which must
 	// find the whole batch processed.
 	return t.drain(ctx, k)
 }
+
+// After a failure, a dead-letter subtask feeds its guest the next
+// waryBatches batches that are all good in pieces of waryPiece records
+// (processGuarded).
+const (
+	waryBatches = 64
+	waryPiece   = 128
+)
 
 // settle processes in.recs[lo:hi] at stage k; bad, when not nil, is the
 // failure the range is known to have. It reports whether the range ran

@@ -287,6 +287,7 @@ func abbreviateList(l []string) string {
 type fakeGuest struct {
 	bad   map[string]bool
 	calls int
+	sizes []int // records per call
 }
 
 func (o *fakeGuest) Open(operator.Spec, operator.Services) error { return nil }
@@ -296,6 +297,7 @@ func (o *fakeGuest) Process(batch []byte, out operator.Collector) error {
 	if err != nil {
 		return err
 	}
+	o.sizes = append(o.sizes, len(recs))
 	for _, r := range recs {
 		if o.bad[string(r.Value)] {
 			return &host.GuestError{Operator: "v", Call: abi.ExportProcess, Message: "bad " + string(r.Value), Err: host.ErrGuestFailed}
@@ -436,5 +438,94 @@ func TestDeadLetterCountsSettle(t *testing.T) {
 	d.settled(3, true) // a repeated notification changes nothing
 	if d.sinceSnapshot != 5 {
 		t.Fatalf("a repeated completion changed the count to %d", d.sinceSnapshot)
+	}
+}
+
+// valueSink collects the values of the records written to it.
+type valueSink struct{ values []string }
+
+func (m *valueSink) Open(context.Context, int, int) error { return nil }
+func (m *valueSink) Write(b []byte) error {
+	recs, err := abi.Decode(b)
+	for _, r := range recs {
+		m.values = append(m.values, string(r.Value))
+	}
+	return err
+}
+func (m *valueSink) Close() error { return nil }
+
+// TestWaryAfterAFailure: after a batch with a bad record, the next
+// waryBatches good batches reach the guest in pieces of at most waryPiece
+// records, a bad record among them costs only its piece, and then whole
+// batches come again; the output is every good record once, in order.
+func TestWaryAfterAFailure(t *testing.T) {
+	const n = 1000
+	op := &fakeGuest{bad: map[string]bool{"b0-500": true, "b3-700": true}}
+	dead, out := &memSink{}, &valueSink{}
+	tk := &task{label: "v/0", now: time.Now, curChan: -1,
+		chain: &job.Chain{Vertices: []*job.Vertex{{ID: "v"}, {ID: "out", Kind: job.KindSink}}},
+		dl:    &deadLetters{sink: dead, max: -1}, sink: out}
+	st := &stage{vertex: tk.chain.Vertices[0], op: op, state: noKeyedState{}, coll: stageCollector{nOut: 1, keep: -1}, guest: true}
+	tk.stages = []*stage{st}
+	var want []string
+	feed := func(batch int) (sizes []int) {
+		var b abi.Builder
+		for i := range n {
+			v := fmt.Sprintf("b%d-%d", batch, i)
+			b.Add(0, int64(i), []byte("k"), []byte(v))
+			if !op.bad[v] {
+				want = append(want, v)
+			}
+		}
+		op.sizes = nil
+		if err := tk.processGuarded(context.Background(), 0, b.Bytes(), false); err != nil {
+			t.Fatal(err)
+		}
+		return op.sizes
+	}
+	if sizes := feed(0); sizes[0] != n {
+		t.Fatalf("the first batch reached the guest as calls of %v records, want one call of %d first", sizes, n)
+	}
+	if tk.dlWary != waryBatches {
+		t.Fatalf("wary for %d batches after a failure, want %d", tk.dlWary, waryBatches)
+	}
+	// Batch 3's bad record starts the wary batches again.
+	last := 3 + waryBatches
+	for batch := 1; batch <= last+1; batch++ {
+		sizes := feed(batch)
+		if batch <= last {
+			pieces := 0
+			for _, m := range sizes {
+				if m > waryPiece {
+					t.Fatalf("batch %d: a call of %d records while wary (calls %v)", batch, m, sizes)
+				}
+				pieces++
+			}
+			if batch == 3 {
+				// The bad record's piece failed and was searched (by
+				// halves: the fake reports no progress): what ran again
+				// stays within that piece's search.
+				extra := 0
+				for _, m := range sizes {
+					extra += m
+				}
+				if extra-n > 2*waryPiece {
+					t.Errorf("batch 3: %d records ran again for one bad record, want at most %d", extra-n, 2*waryPiece)
+				}
+				if tk.dlWary != waryBatches {
+					t.Errorf("wary for %d batches after a failure in batch 3, want %d", tk.dlWary, waryBatches)
+				}
+			}
+			continue
+		}
+		if len(sizes) != 1 || sizes[0] != n {
+			t.Errorf("batch %d, after %d good batches: calls of %v records, want one of %d", batch, waryBatches, sizes, n)
+		}
+	}
+	if strings.Join(out.values, ",") != strings.Join(want, ",") {
+		t.Errorf("output of %d records differs from the %d good ones in order", len(out.values), len(want))
+	}
+	if strings.Join(dead.values, ",") != "b0-500,b3-700" {
+		t.Errorf("dead letters %v, want b0-500 and b3-700", dead.values)
 	}
 }

@@ -337,6 +337,9 @@ type task struct {
 	newInstance func() (*host.Instance, error)
 	renewals    int // instances replaced after a failure
 	resets      int // instances reset to their snapshot after a trap
+	// dlWary counts down the batches a dead-letter subtask still feeds
+	// its guest in pieces after a failure (processGuarded).
+	dlWary int
 	// spare delivers the instance made ahead for the next renewal (nil:
 	// none is being made); spareCloser: dropSpare is among the closers.
 	spare       chan spareResult
