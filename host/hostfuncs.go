@@ -3,6 +3,7 @@ package host
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"time"
 
 	"github.com/tetratelabs/wazero"
@@ -150,6 +151,12 @@ func (i *Instance) read(mem api.Memory, fn, arg string, ptr, n uint64) ([]byte, 
 // Failures the guest cannot fix are kept and returned from the call, so the
 // job fails even if the guest ignores the status.
 func (i *Instance) status(err error) int32 {
+	var mq *operator.MemoryQuotaError
+	if errors.As(err, &mq) {
+		// What the host would hold for the call is over the tenant's
+		// memory quota: a quota, which stops the call as the others do.
+		overQuota("MemoryBytes", int(i.memPages)*pageSize, "%s", mq.What)
+	}
 	st := operator.Status(err)
 	if st == abi.StatusStateError && i.fatal == nil {
 		i.fatal = err

@@ -274,6 +274,8 @@ func (e *QuotaError) limitText() string {
 		return fmt.Sprintf("%s of pending timer keys and namespaces per subtask", bytesText(e.Limit))
 	case "MaxCascadedTimers":
 		return fmt.Sprintf("%d already-due timers per firing", e.Limit)
+	case "MemoryBytes":
+		return fmt.Sprintf("%s of memory per instance", bytesText(e.Limit))
 	}
 	return fmt.Sprint(e.Limit)
 }
@@ -303,6 +305,8 @@ var quotaFlags = map[string]string{
 	"MaxCascadedTimers":       "--max-cascaded-timers",
 	"MaxStateBytesPerCall":    "--max-state-bytes-per-call",
 	"LogLinesPerSecond":       "--guest-log-lines-per-second",
+	// A tenant's memory quota (wstream tenant add|update --memory).
+	"MemoryBytes": "--memory",
 }
 
 // overQuota stops the guest call in progress: wazero turns the panic of a

@@ -359,3 +359,27 @@ func TestHostFailuresFailTheCall(t *testing.T) {
 		t.Errorf("collector refusal: %v", err)
 	}
 }
+
+// A state change refused for the tenant's memory quota (the undo journal
+// of dead-letter mode, over it) stops the call with a quota error that
+// names the quota and its flag, whatever the guest does with the status.
+func TestMemoryQuotaOfStateStopsTheCall(t *testing.T) {
+	r := newTestRuntime(t, Config{})
+	m := compileWAT(t, r, kvWAT)
+	spec := testSpec()
+	spec.Operator = "kv"
+	op := newInstance(t, m).Operator()
+	svc := newFakeServices()
+	if err := op.Open(spec, svc); err != nil {
+		t.Fatal(err)
+	}
+	svc.err = &operator.MemoryQuotaError{What: "the undo journal of one call in dead-letter mode holds 20971520 bytes of old state values"}
+	err := op.Process(batchOf(rec(0, 1, "k", "v")), &fakeCollector{})
+	var q *QuotaError
+	if !errors.As(err, &q) || !errors.Is(err, ErrQuotaExceeded) {
+		t.Fatalf("got %v, want a quota error", err)
+	}
+	if q.Quota != "MemoryBytes" || q.Flag != "--memory" || !strings.Contains(err.Error(), "holds 20971520 bytes of old state values, over the quota of") {
+		t.Errorf("quota %q flag %q, message %q", q.Quota, q.Flag, err.Error())
+	}
+}

@@ -20,7 +20,19 @@ var (
 	ErrKeyGroup     = errors.New("operator: key belongs to a key group this subtask does not own")
 	ErrNoKeyedState = errors.New("operator: keyed state and timers need a key-partitioned input")
 	ErrLimit        = errors.New("operator: size limit exceeded")
+	// ErrMemoryQuota matches a *MemoryQuotaError.
+	ErrMemoryQuota = errors.New("operator: over the memory quota")
 )
+
+// MemoryQuotaError is a change the keyed state refused because what it
+// would hold for the call exceeds the tenant's memory quota; the host stops
+// the call with a quota error.
+type MemoryQuotaError struct {
+	What string // what it would hold, e.g. "the undo journal of one call holds 20971520 bytes"
+}
+
+func (e *MemoryQuotaError) Error() string        { return e.What + ", over the memory quota" }
+func (e *MemoryQuotaError) Is(target error) bool { return target == ErrMemoryQuota }
 
 // Status maps an error from Services to an ABI status code. Errors it does not
 // know become StatusStateError.

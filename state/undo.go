@@ -1,5 +1,11 @@
 package state
 
+import (
+	"fmt"
+
+	"github.com/wstream/wstream/operator"
+)
+
 // An undo journal makes the state changes of one guest call revocable: the
 // runtime opens it before a call whose failure it means to survive
 // (dead-letter mode), and either keeps the changes (Commit) or puts back
@@ -142,6 +148,17 @@ func (s *Store) journalEntry(idx int32, pk []byte, nsLen int) {
 	j.buf = append(j.buf, e.val...)
 	r.val[1] = len(j.buf)
 	j.recs = append(j.recs, r)
+}
+
+// journalBound refuses a change once the open journal holds more than the
+// store's memory bound (Options.MemoryBytes) of old values: a call that
+// overwrites many large entries would otherwise make the host hold them
+// all until it returns.
+func (s *Store) journalBound() error {
+	if s.flushAt <= 0 || len(s.undo.buf) <= 2*s.flushAt {
+		return nil
+	}
+	return &operator.MemoryQuotaError{What: fmt.Sprintf("the undo journal of one call in dead-letter mode holds %d bytes of old state values", len(s.undo.buf))}
 }
 
 // journalTimer records a timer change in the open journal.

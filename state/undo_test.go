@@ -1,6 +1,8 @@
 package state
 
 import (
+	"bytes"
+	"errors"
 	"fmt"
 	"maps"
 	"math/rand/v2"
@@ -136,5 +138,63 @@ func TestUndoRollbackSurvivesReopen(t *testing.T) {
 	expectGet(t, v, h, "b", "", "", true)
 	if ts, ok := v.NextTimer(abi.TimeEvent); ok {
 		t.Fatalf("a rolled-back timer at %d survived a reopen", ts)
+	}
+}
+
+// With a memory bound, a journal refuses the change that takes it past
+// the bound (a *operator.MemoryQuotaError), and rolling back restores every
+// value; without one it takes them all.
+func TestUndoJournalIsBoundedByMemory(t *testing.T) {
+	const (
+		bound  = 1 << 20
+		valLen = 400 << 10
+	)
+	for _, bounded := range []bool{false, true} {
+		o := Options{Dir: t.TempDir(), KeyGroups: fullRange}
+		if bounded {
+			o.MemoryBytes = bound
+		}
+		s, err := Open(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		v := s.Vertex("op", true)
+		h := mustRegister(t, v, "blob", 2)
+		old := func(k int) []byte { return bytes.Repeat([]byte{byte('a' + k)}, valLen) }
+		for k := range 5 {
+			if err := v.StatePut(h, fmt.Appendf(nil, "k%d", k), nil, old(k)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := s.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		s.BeginUndo()
+		refused := -1
+		for k := range 5 {
+			if err := v.StatePut(h, fmt.Appendf(nil, "k%d", k), nil, []byte("x")); err != nil {
+				if !errors.Is(err, operator.ErrMemoryQuota) {
+					t.Fatalf("bounded %v: put %d: %v", bounded, k, err)
+				}
+				refused = k
+				break
+			}
+		}
+		switch {
+		case bounded && refused != 2:
+			t.Errorf("with a bound of %d bytes the put refused was %d, want 2 (the third old value of %d bytes)", bound, refused, valLen)
+		case !bounded && refused != -1:
+			t.Errorf("without a bound put %d was refused", refused)
+		}
+		if err := s.RollbackUndo(); err != nil {
+			t.Fatal(err)
+		}
+		for k := range 5 {
+			got, err := v.StateGet(h, fmt.Appendf(nil, "k%d", k), nil, nil)
+			if err != nil || !bytes.Equal(got, old(k)) {
+				t.Fatalf("bounded %v: key %d after the rollback: err %v, %d bytes", bounded, k, err, len(got))
+			}
+		}
+		closeStore(t, s)
 	}
 }

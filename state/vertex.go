@@ -152,6 +152,9 @@ func (v *VertexState) dirtyEntry(h int32, key, ns []byte) (int32, error) {
 	}
 	if v.s.undo.open {
 		v.s.journalEntry(idx, pk, len(ns))
+		if err := v.s.journalBound(); err != nil {
+			return noSlot, err
+		}
 	}
 	if c.markDirty(idx) {
 		v.s.dirtyBases[c.hash(pk[:len(pk)-len(ns)])] = struct{}{}
