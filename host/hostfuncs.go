@@ -151,15 +151,19 @@ func (i *Instance) read(mem api.Memory, fn, arg string, ptr, n uint64) ([]byte, 
 // Failures the guest cannot fix are kept and returned from the call, so the
 // job fails even if the guest ignores the status.
 func (i *Instance) status(err error) int32 {
-	var mq *operator.MemoryQuotaError
-	if errors.As(err, &mq) {
-		// What the host would hold for the call is over the tenant's
-		// memory quota: a quota, which stops the call as the others do.
-		overQuota("MemoryBytes", int(i.memPages)*pageSize, "%s", mq.What)
-	}
 	st := operator.Status(err)
-	if st == abi.StatusStateError && i.fatal == nil {
-		i.fatal = err
+	if st == abi.StatusStateError {
+		// On the error path only: errors.As makes its target escape.
+		var mq *operator.MemoryQuotaError
+		if errors.As(err, &mq) {
+			// What the host would hold for the call is over the
+			// tenant's memory quota: a quota, which stops the call as
+			// the others do.
+			overQuota("MemoryBytes", int(i.memPages)*pageSize, "%s", mq.What)
+		}
+		if i.fatal == nil {
+			i.fatal = err
+		}
 	}
 	return st
 }
