@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 
 	"github.com/tetratelabs/wazero/api"
 
@@ -19,7 +20,12 @@ var ErrNoReset = errors.New("host: the instance cannot be reset")
 // snapshot is an instance's state saved by Snapshot: the guest's (its
 // memory and mutable globals) and the host's that must agree with it.
 type snapshot struct {
+	// size is the memory's size; mem holds its pages that are not all
+	// zero (a Go guest's memory after open is about 40% zero pages), and
+	// at says, per page of resetPage bytes, where in mem it is (-1: zero).
+	size    uint32
 	mem     []byte
+	at      []int32
 	globals []uint64
 	// The host side: the argument arena that the guest allocated, the
 	// progress_at address it named, the timers it registered (for the
@@ -72,7 +78,21 @@ func (i *Instance) Snapshot() error {
 	if sn == nil {
 		sn = &snapshot{}
 	}
-	sn.mem = append(sn.mem[:0], buf...)
+	sn.size = uint32(len(buf))
+	sn.mem, sn.at = sn.mem[:0], sn.at[:0]
+	for off := 0; off < len(buf); off += resetPage {
+		page := buf[off:min(off+resetPage, len(buf))]
+		if isZero(page) {
+			sn.at = append(sn.at, -1)
+			continue
+		}
+		sn.at = append(sn.at, int32(len(sn.mem)/resetPage))
+		sn.mem = append(sn.mem, page...)
+		// A short last page is padded, so that every kept page starts at
+		// a multiple of resetPage.
+		sn.mem = append(sn.mem, zeroPage[:resetPage-len(page)]...)
+	}
+	sn.mem = slices.Clip(sn.mem)
 	sn.globals = sn.globals[:0]
 	for _, g := range i.globals {
 		sn.globals = append(sn.globals, g.Get())
@@ -93,7 +113,7 @@ func (i *Instance) SnapshotBytes() int {
 	if i.snap == nil {
 		return 0
 	}
-	return len(i.snap.mem)
+	return len(i.snap.mem) + 4*len(i.snap.at)
 }
 
 // CanReset reports whether Reset would bring the instance back: it holds a
@@ -106,7 +126,7 @@ func (i *Instance) CanReset() bool {
 	}
 	// shrinkMemory grows the memory by a page, which its maximum must allow.
 	max, _ := i.mem.Definition().Max()
-	return i.mem.Size() <= uint32(len(i.snap.mem)) || uint64(i.mem.Size()/pageSize)+1 <= uint64(max)
+	return i.mem.Size() <= i.snap.size || uint64(i.mem.Size()/pageSize)+1 <= uint64(max)
 }
 
 // Reset brings an instance that trapped back to its snapshot, as if the
@@ -120,7 +140,7 @@ func (i *Instance) Reset() error {
 		return ErrNoReset
 	}
 	sn := i.snap
-	size := uint32(len(sn.mem))
+	size := sn.size
 	if i.mem.Size() > size && !i.shrinkMemory(size) {
 		return ErrNoReset
 	}
@@ -131,10 +151,18 @@ func (i *Instance) Reset() error {
 	// Page by page, writing only the pages that changed: between two
 	// traps a guest touches a fraction of its memory, and comparing reads
 	// at memory speed where copying would also write every page.
-	for off := 0; off < len(buf); off += resetPage {
-		end := min(off+resetPage, len(buf))
-		if !bytes.Equal(buf[off:end], sn.mem[off:end]) {
-			copy(buf[off:end], sn.mem[off:end])
+	for p, at := range sn.at {
+		off := p * resetPage
+		page := buf[off:min(off+resetPage, len(buf))]
+		if at < 0 {
+			if !isZero(page) {
+				clear(page)
+			}
+			continue
+		}
+		src := sn.mem[int(at)*resetPage:][:len(page)]
+		if !bytes.Equal(page, src) {
+			copy(page, src)
 		}
 	}
 	for k, g := range i.globals {
@@ -178,8 +206,14 @@ func (i *Instance) shrinkMemory(size uint32) bool {
 	return ok && i.mem.Size() == size
 }
 
-// resetPage is the unit Reset compares and copies.
+// resetPage is the unit Reset compares and copies, and Snapshot leaves out
+// when it is all zero.
 const resetPage = 4 << 10
+
+var zeroPage [resetPage]byte
+
+// isZero reports whether page, at most resetPage bytes, is all zero.
+func isZero(page []byte) bool { return bytes.Equal(page, zeroPage[:len(page)]) }
 
 // Resets counts the times Reset brought the instance back.
 func (i *Instance) Resets() int { return i.resets }

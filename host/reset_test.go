@@ -90,8 +90,8 @@ func TestResetWAT(t *testing.T) {
 		t.Fatal(err)
 	}
 	snapMem := memoryCopy(t, inst)
-	if inst.SnapshotBytes() != len(snapMem) {
-		t.Errorf("SnapshotBytes %d, memory %d bytes", inst.SnapshotBytes(), len(snapMem))
+	if inst.snap.size != uint32(len(snapMem)) || inst.SnapshotBytes() > len(snapMem)+len(snapMem)/1000+8 {
+		t.Errorf("snapshot of a %d-byte memory (SnapshotBytes %d), memory %d bytes", inst.snap.size, inst.SnapshotBytes(), len(snapMem))
 	}
 	arena := inst.arenaPtr
 	fresh, freshOp := open()
@@ -329,10 +329,13 @@ func TestResetGoGuest(t *testing.T) {
 			t.Errorf("round %d: FailedAt %d, want 5", round, at)
 		}
 		if err := inst.Reset(); err != nil {
-			t.Fatalf("round %d: Reset: %v (grown from %d to %d bytes)", round, err, inst.SnapshotBytes(), inst.mem.Size())
+			t.Fatalf("round %d: Reset: %v (grown from %d to %d bytes)", round, err, inst.snap.size, inst.mem.Size())
 		}
-		if inst.mem.Size() != uint32(inst.SnapshotBytes()) {
-			t.Errorf("round %d: memory of %d bytes after Reset, the snapshot's %d", round, inst.mem.Size(), inst.SnapshotBytes())
+		if inst.mem.Size() != inst.snap.size {
+			t.Errorf("round %d: memory of %d bytes after Reset, the snapshot's %d", round, inst.mem.Size(), inst.snap.size)
+		}
+		if inst.SnapshotBytes() >= int(inst.snap.size) {
+			t.Errorf("round %d: the snapshot holds %d bytes of a %d-byte memory: its zero pages were kept", round, inst.SnapshotBytes(), inst.snap.size)
 		}
 		fresh.Close(context.Background())
 		fresh, freshOp = open()
