@@ -74,12 +74,14 @@ type stateCache struct {
 	room    int    // value bytes per request a group's results leave room for
 	err     error  // a write-back that failed before the end of the callback
 
-	// The batch from the current record (or timer) on, the records left
-	// and the record's index: what a group reads ahead. batch is nil
-	// outside Process and OnTimer.
-	batch []byte
-	left  uint32
-	rec   int
+	// The callback's batch, its record count, and the current record's
+	// (or timer's) offset and index: what a group reads ahead. in is nil
+	// outside Process and OnTimer. The per-record loop stores two
+	// integers here, no slice.
+	in  []byte
+	n   int
+	off int
+	rec int
 }
 
 // alloc returns n bytes of mem and their address.
@@ -136,7 +138,7 @@ func (sc *stateCache) reset() {
 	if cap(sc.list) > keepChunk {
 		sc.list = nil
 	}
-	sc.batch = nil
+	sc.in = nil
 	resetAddrs()
 	if sc.mem != nil {
 		sc.memBase = addr(sc.mem) // outside wasm, addresses last one callback
@@ -154,7 +156,7 @@ func (c *Context) groupFor(h int32, ns []byte) *group {
 			return g
 		}
 	}
-	if sc.batch == nil {
+	if sc.in == nil {
 		return nil
 	}
 	for j := range sc.ng {
@@ -207,9 +209,10 @@ func (c *Context) openGroup(g *group, h int32, ns []byte) {
 	g.ns, nsAddr = sc.alloc(len(ns))
 	copy(g.ns, ns)
 	nsLen := uint32(len(g.ns))
-	n := int(min(sc.left, chunk))
+	n := min(sc.n-sc.rec, chunk)
 	req, _ := sc.alloc(requestSize * n)
-	b, base := sc.batch, addr(sc.batch)
+	b := sc.in[sc.off:]
+	base := addr(b)
 	// No calls in the loop (not even copy or binary's methods that do not
 	// inline): under a call deadline every Go call costs a termination
 	// check in wasm.

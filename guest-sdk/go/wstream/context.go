@@ -94,8 +94,9 @@ func (c *Context) Key() []byte { return c.key }
 
 // Emit sends a record to the main output (index 0). The SDK copies key and
 // value into its output buffer and hands the buffer to the host once, when
-// the callback returns, or earlier when it passes 64 KiB. Errors the host
-// reports for buffered output fail the callback.
+// the callback returns, or earlier, at the first emit after the buffer
+// passed 64 KiB. Errors the host reports for buffered output fail the
+// callback.
 func (c *Context) Emit(key, value []byte, ts int64) {
 	mod.emit(0, key, value, ts)
 }
@@ -107,6 +108,17 @@ func (c *Context) EmitTo(output int, key, value []byte, ts int64) {
 		return
 	}
 	mod.emit(uint32(output), key, value, ts)
+}
+
+// EmitReserve appends a record to output whose value the caller writes in
+// place: it returns valueLen bytes of the output buffer (their content is
+// unspecified), valid until the next emit of any kind or the end of the
+// callback. It saves the copy of a value the operator computes, and the
+// buffer to compute it in. A negative output or length, like an output
+// failure, fails the callback when it returns; the slice returned is then
+// still valueLen bytes (none for a negative length) that go nowhere.
+func (c *Context) EmitReserve(output int, key []byte, valueLen int, ts int64) []byte {
+	return mod.reserve(output, key, valueLen, ts)
 }
 
 // EmitUnbuffered sends one record to output at once, through the host's

@@ -51,7 +51,9 @@
 //
 // Emit and EmitTo copy records into one reusable output buffer that the SDK
 // hands to the host in a single emit_batch call when the callback returns (or
-// early, past 64 KiB). An output error fails the callback.
+// early, at the first emit past 64 KiB); EmitReserve appends a record whose
+// value the operator writes into that buffer in place. An output error
+// fails the callback.
 //
 // # Errors
 //

@@ -157,12 +157,29 @@ func (m *module) process(op int32, batch []byte) (status int32) {
 		return m.badBatch(s, "input", err)
 	}
 	m.begin(s)
-	// The loop decodes records itself rather than through batchIter.next:
-	// on wasm a Go call costs tens of nanoseconds, and this runs per record.
+	if err := m.records(s, &it); err != nil {
+		return m.fail(s, "process", err)
+	}
+	progress = noProgress // a failure from here on is no record's
+	if err := it.err(); err != nil {
+		m.resetOut()
+		return m.badBatch(s, "input", err)
+	}
+	return m.end(s, "process", nil)
+}
+
+// records calls Process for each record of it, until the end of the batch,
+// a malformed record or an error of the operator (returned with the
+// record's index and key). It is the per-record loop, apart from process
+// for the compiler's sake: a function without defer and with few live
+// values keeps them in wasm locals. It decodes records itself rather than
+// through batchIter.next: on wasm a Go call costs tens of nanoseconds.
+func (m *module) records(s *slot, it *batchIter) error {
 	proc, ctx := s.op, s.ctx
-	b := it.b
-	for ; it.left > 0; it.left-- {
-		d := b[it.off:]
+	b, off, left, i := it.b, it.off, it.left, it.i
+	ctx.sc.in, ctx.sc.n = b, i+int(left)
+	for ; left > 0; left-- {
+		d := b[off:]
 		if len(d) < abi.RecordHeaderSize {
 			break
 		}
@@ -175,21 +192,16 @@ func (m *module) process(op int32, batch []byte) (status int32) {
 		e := k + int(vl)
 		key := d[abi.RecordHeaderSize:k:k]
 		ctx.key = key
-		ctx.sc.batch, ctx.sc.left, ctx.sc.rec = d, it.left, it.i
-		progress = uint32(it.i)
-		err = proc.Process(ctx, Record{Key: key, Value: d[k:e:e], Timestamp: int64(binary.LittleEndian.Uint64(d[4:])), Input: int(binary.LittleEndian.Uint32(d))})
-		if err != nil {
-			return m.fail(s, "process", fmt.Errorf("record %d of %d (key %s): %w", it.i, abi.Count(batch), abbreviate(key), err))
+		ctx.sc.off, ctx.sc.rec = off, i
+		progress = uint32(i)
+		if err := proc.Process(ctx, Record{Key: key, Value: d[k:e:e], Timestamp: int64(binary.LittleEndian.Uint64(d[4:])), Input: int(binary.LittleEndian.Uint32(d))}); err != nil {
+			return fmt.Errorf("record %d of %d (key %s): %w", i, abi.Count(b), abbreviate(key), err)
 		}
-		it.off += e
-		it.i++
+		off += e
+		i++
 	}
-	progress = noProgress // a failure from here on is no record's
-	if err := it.err(); err != nil {
-		m.resetOut()
-		return m.badBatch(s, "input", err)
-	}
-	return m.end(s, "process", nil)
+	it.off, it.left, it.i = off, left, i
+	return nil
 }
 
 func (m *module) onTimer(op int32, batch []byte) (status int32) {
@@ -211,8 +223,9 @@ func (m *module) onTimer(op int32, batch []byte) (status int32) {
 	}
 	m.begin(s)
 	var rec abi.Record
+	s.ctx.sc.in, s.ctx.sc.n = it.b, int(it.left)
 	for {
-		s.ctx.sc.batch, s.ctx.sc.left, s.ctx.sc.rec = it.b[it.off:], it.left, it.i
+		s.ctx.sc.off, s.ctx.sc.rec = it.off, it.i
 		if !it.next(&rec) {
 			break
 		}
@@ -307,13 +320,21 @@ func (m *module) end(s *slot, phase string, err error) int32 {
 	return abi.StatusOK
 }
 
-// emit appends one record to the output buffer, flushing past the
-// threshold. It is the per-record path: one capacity check, two copies.
+// emit appends one record to the output buffer: it is the per-record path,
+// one capacity check and two copies. A buffer past the threshold goes to
+// the host first, so that what reserve returned stays valid until the next
+// emit.
 func (m *module) emit(port uint32, key, value []byte, ts int64) {
 	if m.emitErr != nil {
 		return
 	}
 	n := len(m.out)
+	if n >= flushThreshold {
+		if m.setEmitErr(m.flush()); m.emitErr != nil {
+			return
+		}
+		n = 0
+	}
 	if n == 0 {
 		n = abi.BatchHeaderSize
 	}
@@ -327,12 +348,55 @@ func (m *module) emit(port uint32, key, value []byte, ts int64) {
 	binary.LittleEndian.PutUint64(b[n+4:], uint64(ts))
 	binary.LittleEndian.PutUint32(b[n+12:], uint32(len(key)))
 	binary.LittleEndian.PutUint32(b[n+16:], uint32(len(value)))
-	copy(b[k:], key)
-	copy(b[k+len(key):], value)
+	put(b[k:], key)
+	put(b[k+len(key):], value)
 	m.out = b
 	m.outN++
-	if end >= flushThreshold {
+}
+
+// reserve is emit for a value that the caller writes: it appends the
+// record with vl value bytes left as they are and returns them. After an
+// emit failure, which fails the callback, the record goes to a buffer that
+// is dropped, so that the caller can still write it.
+func (m *module) reserve(port int, key []byte, vl int, ts int64) []byte {
+	if port < 0 || vl < 0 {
+		m.setEmitErr(fmt.Errorf("EmitReserve: negative output index %d or value length %d", port, vl))
+		port, vl = 0, max(vl, 0)
+	}
+	n := len(m.out)
+	if n >= flushThreshold && m.emitErr == nil {
 		m.setEmitErr(m.flush())
+		n = 0
+	}
+	if m.emitErr != nil {
+		m.resetOut()
+		n = 0
+	}
+	if n == 0 {
+		n = abi.BatchHeaderSize
+	}
+	k := n + abi.RecordHeaderSize
+	v := k + len(key)
+	end := v + vl
+	if end > cap(m.out) {
+		m.growOut(end)
+	}
+	b := m.out[:end]
+	binary.LittleEndian.PutUint32(b[n:], uint32(port))
+	binary.LittleEndian.PutUint64(b[n+4:], uint64(ts))
+	binary.LittleEndian.PutUint32(b[n+12:], uint32(len(key)))
+	binary.LittleEndian.PutUint32(b[n+16:], uint32(vl))
+	put(b[k:], key)
+	m.out = b
+	m.outN++
+	return b[v:end:end]
+}
+
+// put copies src to the start of dst. An empty src (a record without a
+// key) makes no call: copy always calls memmove, and a call costs on wasm.
+func put(dst, src []byte) {
+	if len(src) > 0 {
+		copy(dst, src)
 	}
 }
 
