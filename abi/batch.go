@@ -133,6 +133,10 @@ func Count(b []byte) int {
 	return int(binary.LittleEndian.Uint32(b))
 }
 
+// Offset is where in the batch the next record starts (its length after
+// the last record).
+func (r *Reader) Offset() int { return r.off }
+
 // Remaining is the number of records not yet read.
 func (r *Reader) Remaining() int { return int(r.remaining) }
 

@@ -1,6 +1,7 @@
 package host
 
 import (
+	"os"
 	"runtime"
 
 	"github.com/tetratelabs/wazero/experimental"
@@ -129,6 +130,9 @@ func (m *memLimiter) release() {
 	m.res, m.buf = nil, nil
 }
 
+// hostPage is the system's page size, the unit of residentPages.
+var hostPage = os.Getpagesize()
+
 // reservation is a range of address space of which the first committed
 // bytes are readable and writable; the rest faults.
 type reservation struct {
@@ -157,10 +161,37 @@ func (r *reservation) release() {
 }
 
 // zero clears b, a part of the memory past what the guest uses, whose
-// start and end are multiples of the page size: where the memory is a
-// reservation, by handing its pages back to the system (they read as zero
-// and take no memory until touched again).
-func (m *memLimiter) zero(b []byte) {
+// start and end are multiples of the page size. Its first keep bytes are
+// cleared page by page where they are not zero already: the guest is
+// likely to grow into them again soon (a reset guest regrows its heap), and
+// a page handed back costs a page fault and the kernel's zeroing when it is
+// touched again, several times a clear of a page in the cache. Past keep,
+// where the memory is a reservation, its pages go back to the system (they
+// read as zero and take no memory until touched again).
+func (m *memLimiter) zero(b []byte, keep int) {
+	if len(b) == 0 {
+		return
+	}
+	keep = min(keep, len(b))
+	// Pages never touched are skipped: writing one would give it memory,
+	// and even a read maps a zero page (a huge one, with transparent huge
+	// pages) that counts as resident.
+	var in []byte
+	if m.res != nil && keep > 0 {
+		in = make([]byte, (keep+hostPage-1)/hostPage)
+		if !residentPages(b[:keep], in) {
+			in = nil
+		}
+	}
+	for off := 0; off < keep; off += resetPage {
+		if in != nil && in[off/hostPage]&1 == 0 {
+			continue
+		}
+		if page := b[off:min(off+resetPage, keep)]; !isZero(page) {
+			clear(page)
+		}
+	}
+	b = b[keep:]
 	if len(b) == 0 {
 		return
 	}

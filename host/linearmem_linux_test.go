@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -95,5 +96,37 @@ func TestLinearMemoryResidentWhenTouched(t *testing.T) {
 				t.Error("the memory is still mapped after Close")
 			}
 		})
+	}
+}
+
+// TestZeroKeepsThenDrops: zero clears the pages it keeps (a page never
+// touched stays without memory) and hands back the pages past keep; all
+// read as zero.
+func TestZeroKeepsThenDrops(t *testing.T) {
+	const pages = 64
+	m := &memLimiter{limit: pages * pageSize}
+	m.Allocate(0, pages*pageSize)
+	if m.res == nil {
+		t.Skip("no reservation on this system")
+	}
+	defer m.release()
+	b := m.Reallocate(pages * pageSize)
+	addr := uintptr(unsafe.Pointer(&b[0]))
+	// Write every other host page of the memory.
+	for off := 0; off < len(b); off += 2 * resetPage {
+		b[off] = 1
+	}
+	written, _ := vma(t, addr)
+	keep := len(b) / 2
+	m.zero(b, keep)
+	after, _ := vma(t, addr)
+	// The kept half stays resident (the pages written, not the others,
+	// which zero only read), the half past keep is given back. Measured
+	// before the check below, whose reads map zero pages.
+	if want := written / 2; after > want+8 {
+		t.Errorf("resident %d KiB after zero, want at most about %d (half of the %d KiB written)", after, want, written)
+	}
+	if k := slices.IndexFunc(b, func(c byte) bool { return c != 0 }); k >= 0 {
+		t.Fatalf("byte %#x not zero", k)
 	}
 }

@@ -199,12 +199,19 @@ func (i *Instance) shrinkMemory(size uint32) bool {
 	if !ok {
 		return false
 	}
-	i.grow.zero(buf[size:])
+	i.grow.zero(buf[size:], keepPastSnapshot)
 	i.grow.shrink = uint64(size)
 	_, ok = i.mem.Grow(1)
 	i.grow.shrink = 0
 	return ok && i.mem.Size() == size
 }
+
+// keepPastSnapshot bounds the memory past its size at the snapshot that a
+// reset instance keeps (zeroed) rather than hands back to the system: a Go
+// guest regrows its heap after every reset, and pages handed back fault
+// again (memLimiter.zero). An instance that grew further before it trapped
+// (a flood) gives the rest back.
+const keepPastSnapshot = 16 << 20
 
 // resetPage is the unit Reset compares and copies, and Snapshot leaves out
 // when it is all zero.

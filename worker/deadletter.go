@@ -2,9 +2,11 @@ package worker
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -453,23 +455,60 @@ func (t *task) dropSpare() error {
 }
 
 // batchInput is what a guarded stage call is fed: records to process, or
-// timers of one domain to fire.
+// timers of one domain to fire. A subtask keeps one for its dead-letter
+// calls, so that the wary batches do not allocate.
 type batchInput struct {
 	timers bool
-	recs   []abi.Record
-	b      abi.Builder
+	src    []byte       // the batch
+	recs   []abi.Record // its records, aliasing src
+	offs   []int        // where record i starts in src; offs[len(recs)] is its end
+	buf    []byte       // the batch of the range being run
+}
+
+// load decodes batch into in.
+func (in *batchInput) load(batch []byte, timers bool) error {
+	in.timers, in.src, in.recs, in.offs = timers, batch, in.recs[:0], in.offs[:0]
+	rd, err := abi.NewReader(batch)
+	if err != nil {
+		return err
+	}
+	for {
+		in.offs = append(in.offs, rd.Offset())
+		var r abi.Record
+		ok, err := rd.Next(&r)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return nil
+		}
+		in.recs = append(in.recs, r)
+	}
+}
+
+// rangeBatch returns records lo to hi as a batch: a header and one copy of
+// their bytes, which lie together in the batch. It is valid until the next
+// call.
+func (in *batchInput) rangeBatch(lo, hi int) []byte {
+	in.buf = binary.LittleEndian.AppendUint32(in.buf[:0], uint32(hi-lo))
+	in.buf = append(in.buf, in.src[in.offs[lo]:in.offs[hi]]...)
+	return in.buf
 }
 
 // processGuarded feeds batch to stage k in dead-letter mode and sends its
 // output down the chain.
 //
-// A failed call costs the records it ran before the failure and, once the
-// failing record is found, the run of all the others again: about one and
-// a half calls' worth of records per bad record. Bad records tend to come
-// in runs (a bad producer, a bad day of data), so after a failure the
-// subtask feeds the guest its next wary batches in pieces of wary records,
-// and a bad record costs one piece's worth; each piece is a call of its
-// own, which costs little next to its records.
+// A failed call costs the records it ran before the failure: once the
+// failing record is known (the guest says where it was, or a search finds
+// it), they run again, and the records after it run for the first time.
+// That is half a call's worth of records per bad record. Bad records tend
+// to come in runs (a bad producer, a bad day of data), so a failure that
+// follows another within waryGap batches makes the subtask wary: it feeds
+// the guest its next waryBatches batches in pieces of waryPiece records,
+// and a bad record then costs half a piece. A piece is a guest call of its
+// own, which is worth it only while failures are that frequent: for bad
+// records spread thinly (one in 10,000 in BenchmarkPoisonRecords, one in
+// about 20 batches) the calls cost more than the records they would save.
 func (t *task) processGuarded(ctx context.Context, k int, batch []byte, timers bool) error {
 	s := t.stages[k]
 	call := func(b []byte) func() error {
@@ -477,6 +516,9 @@ func (t *task) processGuarded(ctx context.Context, k int, batch []byte, timers b
 			return func() error { return s.op.OnTimers(b, &s.coll) }
 		}
 		return func() error { return s.op.Process(b, &s.coll) }
+	}
+	if t.dlQuiet < math.MaxInt32 {
+		t.dlQuiet++
 	}
 	var f *failure
 	if t.dlWary == 0 || abi.Count(batch) <= waryPiece {
@@ -492,27 +534,16 @@ func (t *task) processGuarded(ctx context.Context, k int, batch []byte, timers b
 			return t.drain(ctx, k)
 		}
 	}
-	in := &batchInput{timers: timers}
-	rd, err := abi.NewReader(batch)
-	if err != nil {
+	in := &t.dlIn
+	defer func() { in.src = nil }()
+	if err := in.load(batch, timers); err != nil {
 		return err
-	}
-	for {
-		var r abi.Record
-		ok, err := rd.Next(&r)
-		if err != nil {
-			return err
-		}
-		if !ok {
-			break
-		}
-		in.recs = append(in.recs, r)
 	}
 	if f != nil {
 		if _, err := t.settle(ctx, k, in, call, 0, len(in.recs), f); err != nil {
 			return err
 		}
-		t.dlWary = waryBatches
+		t.failedBatch()
 	} else {
 		clean := true
 		for lo := 0; lo < len(in.recs); lo += waryPiece {
@@ -522,10 +553,9 @@ func (t *task) processGuarded(ctx context.Context, k int, batch []byte, timers b
 			}
 			clean = clean && ok
 		}
-		if clean {
-			t.dlWary--
-		} else {
-			t.dlWary = waryBatches
+		t.dlWary--
+		if !clean {
+			t.failedBatch()
 		}
 	}
 	// The output of the ranges that succeeded goes down the chain only
@@ -534,10 +564,20 @@ func (t *task) processGuarded(ctx context.Context, k int, batch []byte, timers b
 	return t.drain(ctx, k)
 }
 
-// After a failure, a dead-letter subtask feeds its guest the next
-// waryBatches batches that are all good in pieces of waryPiece records
-// (processGuarded).
+// failedBatch notes a batch with a failure: one within waryGap batches of
+// the last (counted by dlQuiet) makes the subtask wary.
+func (t *task) failedBatch() {
+	if t.dlFailed && t.dlQuiet <= waryGap {
+		t.dlWary = waryBatches
+	}
+	t.dlFailed, t.dlQuiet = true, 0
+}
+
+// A dead-letter subtask is wary (processGuarded) for waryBatches batches
+// after a batch with a failure that came within waryGap batches of the
+// last: it feeds its guest those batches in pieces of waryPiece records.
 const (
+	waryGap     = 8
 	waryBatches = 64
 	waryPiece   = 128
 )
@@ -628,11 +668,7 @@ func (t *task) settle(ctx context.Context, k int, in *batchInput, call func([]by
 
 // runRange makes one guarded call of stage k on in.recs[lo:hi].
 func (t *task) runRange(k int, in *batchInput, call func([]byte) func() error, lo, hi int) (*failure, error) {
-	in.b.Reset()
-	for i := lo; i < hi; i++ {
-		in.b.AddRecord(&in.recs[i])
-	}
-	return t.guarded(k, call(in.b.Bytes()))
+	return t.guarded(k, call(in.rangeBatch(lo, hi)))
 }
 
 // deadLetter is the JSON object written for a failed record or timer.

@@ -364,9 +364,8 @@ func TestSettleFindsEveryBadRecord(t *testing.T) {
 					b.Add(0, int64(i), []byte("k"), []byte(fmt.Sprintf("v%d", i)))
 				}
 				in := &batchInput{}
-				recs, _ := abi.Decode(b.Bytes())
-				for _, r := range recs {
-					in.recs = append(in.recs, abi.Record{Port: r.Port, Timestamp: r.Timestamp, Key: r.Key, Value: r.Value})
+				if err := in.load(b.Bytes(), false); err != nil {
+					t.Fatal(err)
 				}
 				call := func(b []byte) func() error { return func() error { return st.op.Process(b, &st.coll) } }
 				whole := &failure{err: &host.GuestError{Operator: "v", Message: "bad", Err: host.ErrGuestFailed}, at: -1,
@@ -454,13 +453,19 @@ func (m *valueSink) Write(b []byte) error {
 }
 func (m *valueSink) Close() error { return nil }
 
-// TestWaryAfterAFailure: after a batch with a bad record, the next
-// waryBatches good batches reach the guest in pieces of at most waryPiece
-// records, a bad record among them costs only its piece, and then whole
-// batches come again; the output is every good record once, in order.
+// TestWaryAfterAFailure: a batch with a bad record within waryGap batches
+// of the last makes the next waryBatches batches reach the guest in pieces
+// of at most waryPiece records, a bad record among them costs only its
+// piece, and then whole batches come again; a lone failure, or one long
+// after the last, changes nothing. The output is every good record once,
+// in order.
 func TestWaryAfterAFailure(t *testing.T) {
 	const n = 1000
-	op := &fakeGuest{bad: map[string]bool{"b0-500": true, "b3-700": true}}
+	// Batch 0's failure is the first: no pieces. Batch 3's comes 3 batches
+	// later: wary until batch 3+waryBatches. Batch 30's, 27 batches after,
+	// is found within its piece and does not prolong it. Batch 100's
+	// comes long after: whole batches go on.
+	op := &fakeGuest{bad: map[string]bool{"b0-500": true, "b3-700": true, "b30-100": true, "b100-10": true}}
 	dead, out := &memSink{}, &valueSink{}
 	tk := &task{label: "v/0", now: time.Now, curChan: -1,
 		chain: &job.Chain{Vertices: []*job.Vertex{{ID: "v"}, {ID: "out", Kind: job.KindSink}}},
@@ -483,49 +488,53 @@ func TestWaryAfterAFailure(t *testing.T) {
 		}
 		return op.sizes
 	}
-	if sizes := feed(0); sizes[0] != n {
-		t.Fatalf("the first batch reached the guest as calls of %v records, want one call of %d first", sizes, n)
-	}
-	if tk.dlWary != waryBatches {
-		t.Fatalf("wary for %d batches after a failure, want %d", tk.dlWary, waryBatches)
-	}
-	// Batch 3's bad record starts the wary batches again.
-	last := 3 + waryBatches
-	for batch := 1; batch <= last+1; batch++ {
+	const last = 3 + waryBatches
+	for batch := 0; batch <= 101; batch++ {
 		sizes := feed(batch)
-		if batch <= last {
-			pieces := 0
-			for _, m := range sizes {
-				if m > waryPiece {
-					t.Fatalf("batch %d: a call of %d records while wary (calls %v)", batch, m, sizes)
-				}
-				pieces++
+		if batch < 4 || batch > last {
+			if sizes[0] != n {
+				t.Fatalf("batch %d: calls of %v records, want one of %d first", batch, sizes, n)
 			}
-			if batch == 3 {
-				// The bad record's piece failed and was searched (by
-				// halves: the fake reports no progress): what ran again
-				// stays within that piece's search.
-				extra := 0
-				for _, m := range sizes {
-					extra += m
-				}
-				if extra-n > 2*waryPiece {
-					t.Errorf("batch 3: %d records ran again for one bad record, want at most %d", extra-n, 2*waryPiece)
-				}
-				if tk.dlWary != waryBatches {
-					t.Errorf("wary for %d batches after a failure in batch 3, want %d", tk.dlWary, waryBatches)
-				}
+			if bad := batch == 0 || batch == 3 || batch == 100; !bad && len(sizes) != 1 {
+				t.Errorf("batch %d, without a failure: calls of %v records, want one of %d", batch, sizes, n)
+			}
+			if batch == 0 && tk.dlWary != 0 {
+				t.Fatalf("wary for %d batches after a first failure, want none", tk.dlWary)
+			}
+			if batch == 3 && tk.dlWary != waryBatches {
+				t.Fatalf("wary for %d batches after a failure 3 batches after the last, want %d", tk.dlWary, waryBatches)
+			}
+			if batch == 100 && tk.dlWary != 0 {
+				t.Fatalf("wary for %d batches after a failure %d batches after the last, want none", tk.dlWary, 100-30)
 			}
 			continue
 		}
-		if len(sizes) != 1 || sizes[0] != n {
-			t.Errorf("batch %d, after %d good batches: calls of %v records, want one of %d", batch, waryBatches, sizes, n)
+		for _, m := range sizes {
+			if m > waryPiece {
+				t.Fatalf("batch %d: a call of %d records while wary (calls %v)", batch, m, sizes)
+			}
+		}
+		if batch == 30 {
+			// The bad record's piece failed and was searched (by halves:
+			// the fake reports no progress): what ran again stays within
+			// that piece's search, and the failure, 27 batches after the
+			// last, does not prolong the wary batches.
+			extra := 0
+			for _, m := range sizes {
+				extra += m
+			}
+			if extra-n > 2*waryPiece {
+				t.Errorf("batch 30: %d records ran again for one bad record, want at most %d", extra-n, 2*waryPiece)
+			}
+			if want := last - 30; tk.dlWary != want {
+				t.Errorf("wary for %d more batches after a failure in batch 30, want %d", tk.dlWary, want)
+			}
 		}
 	}
 	if strings.Join(out.values, ",") != strings.Join(want, ",") {
 		t.Errorf("output of %d records differs from the %d good ones in order", len(out.values), len(want))
 	}
-	if strings.Join(dead.values, ",") != "b0-500,b3-700" {
-		t.Errorf("dead letters %v, want b0-500 and b3-700", dead.values)
+	if got := strings.Join(dead.values, ","); got != "b0-500,b3-700,b30-100,b100-10" {
+		t.Errorf("dead letters %v, want b0-500, b3-700, b30-100 and b100-10", got)
 	}
 }

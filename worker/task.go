@@ -338,8 +338,13 @@ type task struct {
 	renewals    int // instances replaced after a failure
 	resets      int // instances reset to their snapshot after a trap
 	// dlWary counts down the batches a dead-letter subtask still feeds
-	// its guest in pieces after a failure (processGuarded).
-	dlWary int
+	// its guest in pieces after failures (processGuarded); dlQuiet counts
+	// the batches since the last that failed, dlFailed says one did; dlIn
+	// is the records of a batch fed in ranges.
+	dlWary   int
+	dlQuiet  int
+	dlFailed bool
+	dlIn     batchInput
 	// spare delivers the instance made ahead for the next renewal (nil:
 	// none is being made); spareCloser: dropSpare is among the closers.
 	spare       chan spareResult
