@@ -41,8 +41,11 @@ type cacheEntry struct {
 	next    int32
 	present bool // false: the entry is known absent (deleted or never written)
 	dirty   bool
-	used    bool   // false: the entry is on the free list
-	undo    uint32 // epoch of the undo journal that recorded its old value
+	used    bool // false: the entry is on the free list
+	// blind: written without a read since it came into the cache (a
+	// write that needs no old value); flushed does not keep it cached.
+	blind bool
+	undo  uint32 // epoch of the undo journal that recorded its old value
 }
 
 const noSlot = -1
@@ -125,6 +128,7 @@ func (c *hotCache) insert(key []byte, h uint64) int32 {
 	e.present = false
 	e.dirty = false
 	e.used = true
+	e.blind = false
 	e.undo = 0
 	c.place(idx)
 	c.live++
@@ -157,12 +161,18 @@ func (c *hotCache) resize(size int) {
 // evict removes clean entry idx from the cache.
 func (c *hotCache) evict(idx int32) {
 	c.unlink(idx)
+	c.drop(idx, maxRetainedValue)
+}
+
+// drop removes entry idx, unlinked from the LRU list, from the cache. Its
+// buffers stay with it for the next insert to reuse, its value buffer only
+// up to keepVal bytes.
+func (c *hotCache) drop(idx int32, keepVal int) {
 	c.removeSlot(idx)
 	e := &c.entries[idx]
 	e.used = false
-	// The buffers stay with the entry for the next insert to reuse.
 	e.key = e.key[:0]
-	if cap(e.val) > maxRetainedValue {
+	if cap(e.val) > keepVal {
 		e.val = nil
 	}
 	c.free = append(c.free, idx)
@@ -190,6 +200,7 @@ func (c *hotCache) removeSlot(idx int32) {
 
 // touch records a use of entry idx.
 func (c *hotCache) touch(idx int32) {
+	c.entries[idx].blind = false
 	if c.entries[idx].dirty || c.head == idx {
 		return
 	}
@@ -212,10 +223,22 @@ func (c *hotCache) markDirty(idx int32) bool {
 
 // flushed marks every dirty entry clean after its write reached Pebble and
 // evicts the least recently used entries beyond capacity.
+//
+// An entry written blind (never read while cached) leaves the cache, and
+// its buffers are kept for the inserts to come: a job that writes without
+// reading (a state flood, a sink into state) writes other keys next more
+// likely than it reads these, and reusing its buffers spares an
+// allocation per write. A 16 KiB value per write allocated 745 MB in a
+// 3 s run, and the garbage collector ran 13 times as often as beside a
+// job that reads what it writes.
 func (c *hotCache) flushed() {
 	for _, idx := range c.dirty {
 		e := &c.entries[idx]
 		e.dirty = false
+		if e.blind {
+			c.drop(idx, maxCachedValue)
+			continue
+		}
 		c.pushFront(idx)
 		if len(e.val) > maxCachedValue {
 			c.evict(idx)
@@ -239,9 +262,10 @@ func (c *hotCache) flushed() {
 	}
 	// What is left of the budget bounds the buffers that free entries
 	// keep for reuse: a flood of small values leaves as many free
-	// entries as it dirtied.
-	for _, idx := range c.free {
-		e := &c.entries[idx]
+	// entries as it dirtied. Inserts take free entries from the end, so
+	// the budget goes to those first.
+	for k := len(c.free) - 1; k >= 0; k-- {
+		e := &c.entries[c.free[k]]
 		n += cap(e.key) + cap(e.val)
 		if n > c.cleanBytes {
 			n -= cap(e.key) + cap(e.val)

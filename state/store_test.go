@@ -8,6 +8,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/wstream/wstream/abi"
@@ -638,7 +639,8 @@ func TestLargeValuesLeaveTheCache(t *testing.T) {
 	big := strings.Repeat("x", maxCachedValue+1)
 	mustPut(t, v, h, "big", "", big)
 	mustPut(t, v, h, "small", "", "s")
-	expectGet(t, v, h, "big", "", big, false) // dirty: served from the cache
+	expectGet(t, v, h, "big", "", big, false)   // dirty: served from the cache
+	expectGet(t, v, h, "small", "", "s", false) // read: no longer blind
 	flush(t, s)
 	if s.cache.live != 1 {
 		t.Fatalf("%d cached entries after flushing a large and a small value, want 1", s.cache.live)
@@ -647,6 +649,85 @@ func TestLargeValuesLeaveTheCache(t *testing.T) {
 	if s.cache.live != 1 {
 		t.Fatalf("%d cached entries after reading the large value, want 1", s.cache.live)
 	}
+}
+
+// TestBlindWritesLeaveTheCache: entries written without being read leave
+// the cache at a flush and stay readable, and their buffers serve the next
+// writes; an entry read is kept.
+func TestBlindWritesLeaveTheCache(t *testing.T) {
+	s := openStore(t, t.TempDir(), fullRange)
+	defer closeStore(t, s)
+	v := s.Vertex("v", true)
+	h := mustRegister(t, v, "s", abi.StateValue)
+	val := []byte(strings.Repeat("v", 16<<10))
+	put := func(from int) {
+		for i := from; i < from+32; i++ {
+			if err := v.StatePut(h, []byte(fmt.Sprintf("k%02d", i)), nil, val); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	mustPut(t, v, h, "read", "", "r")
+	expectGet(t, v, h, "read", "", "r", false)
+	put(0)
+	flush(t, s)
+	if s.cache.live != 1 {
+		t.Fatalf("%d cached entries after a flush of 32 blind writes and one read, want 1", s.cache.live)
+	}
+	expectGet(t, v, h, "k07", "", string(val), false)
+	// The buffers the blind entries left behind...
+	kept := map[*byte]bool{}
+	for _, idx := range s.cache.free {
+		if e := &s.cache.entries[idx]; cap(e.val) >= len(val) {
+			kept[unsafe.SliceData(e.val)] = true
+		}
+	}
+	if len(kept) != 31 {
+		t.Fatalf("%d value buffers kept for reuse after the flush, want 31 (32, one taken by the read of k07)", len(kept))
+	}
+	// ...hold the values of the next keys written, as a flood writes.
+	put(32)
+	reused := 0
+	for _, idx := range s.cache.dirty {
+		if kept[unsafe.SliceData(s.cache.entries[idx].val)] {
+			reused++
+		}
+	}
+	if reused != len(kept) {
+		t.Errorf("%d of the %d kept buffers reused by the next 32 writes", reused, len(kept))
+	}
+	flush(t, s)
+	expectGet(t, v, h, "k40", "", string(val), false)
+}
+
+// TestFlushKeepsItsBatch: a flush of more than a commit chunk commits in
+// chunks whose buffer never grows past commitChunk, so that Pebble keeps it
+// for the next batch and flushes allocate no batches.
+func TestFlushKeepsItsBatch(t *testing.T) {
+	s := openStore(t, t.TempDir(), fullRange)
+	defer closeStore(t, s)
+	v := s.Vertex("v", true)
+	h := mustRegister(t, v, "s", abi.StateValue)
+	val := []byte(strings.Repeat("v", 48<<10))
+	var buf *byte
+	for round := range 3 {
+		for i := range 50 { // 2.3 MiB: three chunks
+			if err := v.StatePut(h, []byte(fmt.Sprintf("r%dk%02d", round, i)), nil, val); err != nil {
+				t.Fatal(err)
+			}
+		}
+		flush(t, s)
+		repr := s.batch.Repr()
+		if c := cap(repr); c == 0 || c > commitChunk {
+			t.Fatalf("round %d: the batch's buffer holds %d bytes after a flush, want (0, %d]", round, c, commitChunk)
+		}
+		if p := unsafe.SliceData(repr); round > 0 && p != buf {
+			t.Errorf("round %d: the flush grew a new batch buffer", round)
+		} else {
+			buf = p
+		}
+	}
+	expectGet(t, v, h, "r2k49", "", string(val), false)
 }
 
 func TestPendingCountsUnflushedChanges(t *testing.T) {

@@ -149,6 +149,7 @@ func (v *VertexState) dirtyEntry(h int32, key, ns []byte) (int32, error) {
 	case idx == noSlot:
 		// A blind write: the old value does not matter.
 		idx = c.insert(pk, hash)
+		c.entries[idx].blind = true
 	}
 	if v.s.undo.open {
 		v.s.journalEntry(idx, pk, len(ns))
