@@ -16,9 +16,11 @@ import (
 	"github.com/wstream/wstream/transport"
 )
 
-// upgradeWordcount is a paced wordcount: about three seconds of input.
+// upgradeWordcount is a paced wordcount: about six seconds of input, so
+// that the upgrades the tests make once a checkpoint has completed find it
+// running on a busy machine too.
 const upgradeWordcount = `{"name":"wc","parallelism":2,"vertices":[
- {"id":"src","kind":"source","connector":"gen","config":{"count":60000,"keys":500,"words":3,"seed":7,"rate":20000}},
+ {"id":"src","kind":"source","connector":"gen","config":{"count":60000,"keys":500,"words":3,"seed":7,"rate":10000}},
  {"id":"split","kind":"operator","operator":"split"},
  {"id":"count","kind":"operator","operator":"count"},
  {"id":"out","kind":"sink","connector":"stdout","parallelism":1}],
@@ -33,7 +35,7 @@ const upgradeWordcount = `{"name":"wc","parallelism":2,"vertices":[
 // and no restart.
 func TestUpgradeAcrossWorkers(t *testing.T) {
 	ref, refOut := startWorkers(t, 1)
-	if r := run(t, ref, prepare(t, ref, "wordcount", upgradeWordcount)); r.State != transport.JobFinished {
+	if r := run(t, ref, prepare(t, ref, "wordcount", unpaced(upgradeWordcount))); r.State != transport.JobFinished {
 		t.Fatalf("the run without upgrades: %s %s", r.State, r.Error)
 	}
 	want := sortedLines(refOut.String())
@@ -44,15 +46,15 @@ func TestUpgradeAcrossWorkers(t *testing.T) {
 	e, out := startWorkers(t, 2)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	id, done := runUntilCheckpoint(ctx, t, e)
-
+	// Both upgrades are built and compiled before the job starts, so that
+	// they come while it runs.
 	rust, err := testmod.Build("rust", "wordcount")
 	if err != nil {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	upgradeTo := func(plan string) (*transport.UpgradeReply, error) {
-		path := filepath.Join(dir, "plan.json")
+	prepareUpgrade := func(name, plan string) *Deployment {
+		path := filepath.Join(dir, name+".json")
 		if err := os.WriteFile(path, []byte(plan), 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -60,14 +62,17 @@ func TestUpgradeAcrossWorkers(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return e.Upgrade(ctx, id, d)
+		return d
 	}
-	noSplit := strings.Replace(strings.Replace(upgradeWordcount, `{"id":"split","kind":"operator","operator":"split"},`, "", 1),
-		`{"from":"src","to":"split","partition":"rebalance"},{"from":"split","to":"count","partition":"key"}`, `{"from":"src","to":"count","partition":"key"}`, 1)
-	if _, err := upgradeTo(noSplit); err == nil || !strings.Contains(err.Error(), `vertex "split" (operator) of the running job is missing`) {
+	noSplit := prepareUpgrade("nosplit", strings.Replace(strings.Replace(upgradeWordcount, `{"id":"split","kind":"operator","operator":"split"},`, "", 1),
+		`{"from":"src","to":"split","partition":"rebalance"},{"from":"split","to":"count","partition":"key"}`, `{"from":"src","to":"count","partition":"key"}`, 1))
+	same := prepareUpgrade("same", upgradeWordcount)
+
+	id, done := runUntilCheckpoint(ctx, t, e)
+	if _, err := e.Upgrade(ctx, id, noSplit); err == nil || !strings.Contains(err.Error(), `vertex "split" (operator) of the running job is missing`) {
 		t.Fatalf("an upgrade without vertex split: %v", err)
 	}
-	r, err := upgradeTo(upgradeWordcount)
+	r, err := e.Upgrade(ctx, id, same)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,6 +91,10 @@ func TestUpgradeAcrossWorkers(t *testing.T) {
 	}
 }
 
+// unpaced is plan without its source's rate: a reference run needs only
+// its counts.
+func unpaced(plan string) string { return strings.Replace(plan, `,"rate":10000`, "", 1) }
+
 func sortedLines(s string) []string {
 	lines := strings.Split(strings.TrimSpace(s), "\n")
 	slices.Sort(lines)
@@ -99,7 +108,7 @@ func sortedLines(s string) []string {
 // upgrades, after no restart.
 func TestUpgradeRollsBackInProcess(t *testing.T) {
 	ref, refOut := startWorkers(t, 1)
-	if r := run(t, ref, prepare(t, ref, "wordcount", upgradeWordcount)); r.State != transport.JobFinished {
+	if r := run(t, ref, prepare(t, ref, "wordcount", unpaced(upgradeWordcount))); r.State != transport.JobFinished {
 		t.Fatalf("the run without upgrades: %s %s", r.State, r.Error)
 	}
 	want := sortedLines(refOut.String())
@@ -107,9 +116,9 @@ func TestUpgradeRollsBackInProcess(t *testing.T) {
 	e, out := startWorkers(t, 1)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
+	v2 := prepare(t, e, "wordcount", strings.Replace(upgradeWordcount, `"operator":"count"}`, `"operator":"count","states":[{"name":"count","kind":"value","version":2}]}`, 1))
 	id, done := runUntilCheckpoint(ctx, t, e)
-	v2 := strings.Replace(upgradeWordcount, `"operator":"count"}`, `"operator":"count","states":[{"name":"count","kind":"value","version":2}]}`, 1)
-	r, err := e.Upgrade(ctx, id, prepare(t, e, "wordcount", v2))
+	r, err := e.Upgrade(ctx, id, v2)
 	if err == nil || r == nil || !r.RolledBack || !strings.Contains(err.Error(), "no migration registered") {
 		t.Fatalf("an upgrade whose restore fails: %+v, %v", r, err)
 	}
