@@ -15,6 +15,7 @@ import (
 	"github.com/wstream/wstream/api"
 	"github.com/wstream/wstream/checkpoint"
 	"github.com/wstream/wstream/coordinator"
+	"github.com/wstream/wstream/transport"
 )
 
 // TestRESTEndpoints runs an unbounded job that checkpoints every 200 ms
@@ -186,7 +187,7 @@ func readAudit(t *testing.T, dataDir string) string {
 // TestRESTErrors: bad requests get a status and a JSON error that says
 // what was wrong.
 func TestRESTErrors(t *testing.T) {
-	e, u, _ := startCluster(t)
+	e, u, data := startCluster(t)
 	noCkpt := strings.Replace(endlessPlan, `"checkpoint":{"interval":200},`, "", 1)
 	id := submit(t, e, noCkpt)
 	job := u + "/v1/jobs/" + id
@@ -254,6 +255,12 @@ func TestRESTErrors(t *testing.T) {
 	if res.StatusCode != http.StatusAccepted {
 		t.Fatalf("POST cancel from the UI's origin: %d", res.StatusCode)
 	}
+	// The test ends once the job has: the coordinator writes the job's
+	// record as it ends, and the data directory goes with the test.
+	waitFor(t, time.Minute, "the job to be canceled", func() bool {
+		r, err := coordinator.ReadRecord(data, id)
+		return str(get(t, job), "state") == "CANCELED" && err == nil && r.State == transport.JobCanceled
+	})
 }
 
 // TestRESTAuth serves the API with tokens: no token or a wrong one is

@@ -441,7 +441,7 @@ func (c *Coordinator) newCkptDriver(j *jobState) (*ckptDriver, int64, error) {
 	// Nothing is pending yet: shared files that no retained checkpoint
 	// references were left by aborted or crashed checkpoints.
 	d.sweep()
-	sub, err := c.cfg.NATS.Subscribe(transport.CheckpointAckSubject(j.info.JobID), d.onAck)
+	sub, err := c.cfg.NATS.Subscribe(transport.CheckpointAckSubject(j.info.JobID), c.tracked(d.onAck))
 	if err != nil {
 		hist.Close()
 		return nil, 0, err

@@ -79,7 +79,16 @@ type Coordinator struct {
 	workers map[string]*workerState
 	jobs    map[string]*jobState
 	subs    []*nats.Subscription
-	now     func() time.Time
+	// cbMu is held for reading by every NATS callback while it runs
+	// (tracked), and for writing by Close, which so waits for the
+	// callbacks in flight; cbClosed, set by Close, makes later ones
+	// return at once. A callback may write the job's record: one that
+	// ran after Close returned wrote into a directory its owner had
+	// removed, and could mark ended a job that Close had left to the next
+	// coordinator to resume.
+	cbMu     sync.RWMutex
+	cbClosed bool
+	now      func() time.Time
 	// gone holds why each worker declared lost was (until it returns).
 	gone map[string]string
 	// The liveness monitor.
@@ -265,7 +274,7 @@ func (c *Coordinator) Start() error {
 		handlers["wstream.coord."+verb] = func(m *nats.Msg) { h(m, adminCaller(m)) }
 	}
 	for subj, h := range handlers {
-		s, err := nc.Subscribe(subj, h)
+		s, err := nc.Subscribe(subj, c.tracked(h))
 		if err != nil {
 			c.Close()
 			return fmt.Errorf("coordinator: subscribing to %s: %w", subj, err)
@@ -306,6 +315,9 @@ func (c *Coordinator) Close() {
 		_ = s.Unsubscribe()
 	}
 	c.subs = nil
+	c.cbMu.Lock()
+	c.cbClosed = true
+	c.cbMu.Unlock()
 	if c.quit != nil {
 		close(c.quit)
 		c.monitor.Wait()
@@ -339,6 +351,18 @@ func (c *Coordinator) Close() {
 		c.auditLog.f = nil
 	}
 	c.auditLog.mu.Unlock()
+}
+
+// tracked wraps a NATS callback so that Close waits for it (cbMu).
+func (c *Coordinator) tracked(h nats.MsgHandler) nats.MsgHandler {
+	return func(m *nats.Msg) {
+		c.cbMu.RLock()
+		defer c.cbMu.RUnlock()
+		if c.cbClosed {
+			return
+		}
+		h(m)
+	}
 }
 
 func respond(m *nats.Msg, v any) {
@@ -607,7 +631,7 @@ func (c *Coordinator) submit(req transport.SubmitRequest, who caller) (string, e
 	c.jobs[id] = js
 	c.syncLocked(js)
 	c.mu.Unlock()
-	sub, err := c.cfg.NATS.Subscribe(transport.TaskStatusSubject(id), c.onTaskStatus)
+	sub, err := c.cfg.NATS.Subscribe(transport.TaskStatusSubject(id), c.tracked(c.onTaskStatus))
 	if err == nil {
 		err = c.cfg.NATS.Flush()
 	}

@@ -87,7 +87,7 @@ func (c *Coordinator) apiHandlers() map[string]handler {
 // subscribeTenants subscribes to the tenants' requests.
 func (c *Coordinator) subscribeTenants(nc *nats.Conn) error {
 	for verb, h := range c.apiHandlers() {
-		s, err := nc.Subscribe(tenant.APIPrefix+"*."+verb, func(m *nats.Msg) {
+		s, err := nc.Subscribe(tenant.APIPrefix+"*."+verb, c.tracked(func(m *nats.Msg) {
 			who, err := c.tenantCaller(m)
 			if err != nil {
 				c.audit(caller{tenant: "?"}, verb, "", err)
@@ -95,7 +95,7 @@ func (c *Coordinator) subscribeTenants(nc *nats.Conn) error {
 				return
 			}
 			h(m, who)
-		})
+		}))
 		if err != nil {
 			return fmt.Errorf("coordinator: subscribing to tenants' %s requests: %w", verb, err)
 		}
