@@ -198,17 +198,23 @@ func TestResetWAT(t *testing.T) {
 	})
 	t.Run("no snapshot", func(t *testing.T) {
 		inst, op := open()
-		if err := op.Process(records(2), &fakeCollector{}); err == nil {
-			t.Fatal("no trap")
-		}
-		if inst.CanReset() || !errors.Is(inst.Reset(), ErrNoReset) {
-			t.Error("an instance without a snapshot can be reset")
-		}
-		// As before: the trap closed the module.
-		if !inst.api.IsClosed() {
-			t.Error("the module of an instance without a snapshot stays open after a trap")
-		}
+		trapCloses(t, inst, op)
 	})
+}
+
+// trapCloses makes op trap and checks that its instance, which cannot be
+// reset, refuses Reset and has its module closed, as before resets.
+func trapCloses(t *testing.T, inst *Instance, op operator.Operator) {
+	t.Helper()
+	if err := op.Process(records(2), &fakeCollector{}); err == nil {
+		t.Fatal("no trap")
+	}
+	if inst.CanReset() || !errors.Is(inst.Reset(), ErrNoReset) {
+		t.Error("the instance can be reset")
+	}
+	if !inst.api.IsClosed() {
+		t.Error("the trap left the module open")
+	}
 }
 
 // TestResetRefused: instances of a module whose code changes its table,
@@ -238,15 +244,7 @@ func TestResetRefused(t *testing.T) {
 			if !errors.Is(err, ErrNoReset) || !strings.Contains(err.Error(), tc.why) {
 				t.Fatalf("Snapshot: %v, want ErrNoReset saying %q", err, tc.why)
 			}
-			if err := op.Process(records(2), &fakeCollector{}); err == nil {
-				t.Fatal("no trap")
-			}
-			if inst.CanReset() || !errors.Is(inst.Reset(), ErrNoReset) {
-				t.Error("the instance can be reset")
-			}
-			if !inst.api.IsClosed() {
-				t.Error("the trap left the module open")
-			}
+			trapCloses(t, inst, op)
 		})
 	}
 }
