@@ -271,6 +271,11 @@ type VertexFigures struct {
 	// DeadLetters counts the records and timers the vertex's operator sent
 	// to the dead-letter sink (--on-guest-error dead-letter).
 	DeadLetters int64 `json:"deadLetters"`
+	// StateWrittenBytes is what the vertex's keyed state wrote to Pebble;
+	// StatePacedMillis is the time its subtasks waited under the tenant's
+	// state write rate (summed over subtasks).
+	StateWrittenBytes int64 `json:"stateWrittenBytes,omitempty"`
+	StatePacedMillis  int64 `json:"statePacedMillis,omitempty"`
 }
 
 // SubtaskStatus is one subtask of a vertex in the current attempt.
@@ -385,6 +390,8 @@ func (c *Coordinator) vertexStatus(jobID string, ch *job.Chain, v *job.Vertex, w
 			f.RecordsOutPerSec += m.RecordsOutPerSec
 			f.StateBytes += m.StateBytes
 			f.DeadLetters += m.DeadLetters
+			f.StateWrittenBytes += m.StateWrittenBytes
+			f.StatePacedMillis += m.StatePacedMillis
 			f.BusyRatio = max(f.BusyRatio, st.BusyRatio)
 			f.BackpressureRatio = max(f.BackpressureRatio, st.BackpressureRatio)
 			if m.HasWatermark {

@@ -394,7 +394,7 @@ func (c *Coordinator) tenantDeployment(j *jobState, d *transport.Deployment) err
 	}
 	q := t.Quotas.WithDefaults()
 	d.Tenant, d.TenantJWT, d.TenantSeed = name, cr.JWT, cr.Seed
-	d.MemoryLimitMiB, d.StateBytes, d.Weight = q.MemoryMiB, q.StateBytes, q.Weight
+	d.MemoryLimitMiB, d.StateBytes, d.StateWriteRate, d.Weight = q.MemoryMiB, q.StateBytes, q.StateWriteRate, q.Weight
 	return nil
 }
 

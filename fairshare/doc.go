@@ -79,6 +79,14 @@
 // (Gate.KeepHostP), so that the work outside the slots is never left
 // waiting for a P that spinning guest calls keep.
 //
+// # The disk
+//
+// What a tenant's state writes cost the disk (the kernel's writeback of
+// Pebble's files, compactions rewriting them) is no slot's work. Rate is a
+// token bucket for it: the worker charges a tenant's Rate with the bytes
+// its subtasks' stores committed, and a subtask whose tenant is over the
+// rate waits, holding no slot, before its next input.
+//
 // # Shape
 //
 // The decisions live in a pure state machine (core) that takes the time

@@ -37,6 +37,7 @@ var workerDescs = struct {
 	deadLetters                                  *prometheus.Desc
 	busy, backpressured, idle                    *prometheus.Desc
 	watermark, watermarkLag, stateBytes          *prometheus.Desc
+	stateWritten, statePaced                     *prometheus.Desc
 	exchangeLag, exchangeInFlight                *prometheus.Desc
 	guestCalls, hostCalls                        *prometheus.Desc
 	pebbleDisk, pebbleMemtable, pebbleReadAmp    *prometheus.Desc
@@ -57,6 +58,10 @@ var workerDescs = struct {
 	watermark:    desc("wstream_subtask_watermark_seconds", "The subtask's event-time watermark, Unix seconds (absent before its first).", subtaskLabels...),
 	watermarkLag: desc("wstream_subtask_watermark_lag_seconds", "How far the subtask's watermark is behind the worker's clock (absent before its first).", subtaskLabels...),
 	stateBytes:   desc("wstream_subtask_state_bytes", "Estimated size of the keyed state of the vertex's subtask (Pebble files and memtables).", subtaskLabels...),
+	stateWritten: desc("wstream_subtask_state_written_bytes_total",
+		"Bytes the keyed state of the vertex's subtask wrote to Pebble (committed batches, before compactions rewrite them).", subtaskLabels...),
+	statePaced: desc("wstream_subtask_state_write_paced_seconds_total",
+		"Time the subtask waited between inputs because its tenant wrote keyed state faster than its state write rate quota.", subtaskLabels...),
 	exchangeLag: desc("wstream_exchange_lag_seconds",
 		"Largest age, over the subtask's input channels from other workers, of the oldest message received and not yet taken, since JetStream stored it.", subtaskLabels...),
 	exchangeInFlight: desc("wstream_exchange_in_flight_messages",
@@ -92,7 +97,7 @@ func NewWorkerCollector(ws ...WorkerSource) *WorkerCollector {
 func (c *WorkerCollector) Describe(ch chan<- *prometheus.Desc) {
 	d := workerDescs
 	for _, x := range []*prometheus.Desc{d.recordsIn, d.recordsOut, d.deadLetters, d.bytesIn, d.bytesOut, d.busy, d.backpressured, d.idle,
-		d.watermark, d.watermarkLag, d.stateBytes, d.exchangeLag, d.exchangeInFlight, d.guestCalls, d.hostCalls,
+		d.watermark, d.watermarkLag, d.stateBytes, d.stateWritten, d.statePaced, d.exchangeLag, d.exchangeInFlight, d.guestCalls, d.hostCalls,
 		d.pebbleDisk, d.pebbleMemtable, d.pebbleReadAmp, d.pebbleCompactions, d.pebbleFlushes, d.pebbleWAL, d.pebbleStores,
 		d.blockCacheBytes, d.blockCacheHits, d.blockMisses} {
 		ch <- x
@@ -129,6 +134,12 @@ func (c *WorkerCollector) Collect(ch chan<- prometheus.Metric) {
 			}
 			if m.StateBytes > 0 {
 				gauge(d.stateBytes, float64(m.StateBytes))
+			}
+			if m.StateWrittenBytes > 0 {
+				counter(d.stateWritten, float64(m.StateWrittenBytes))
+			}
+			if m.StatePacedMillis > 0 {
+				counter(d.statePaced, float64(m.StatePacedMillis)/1000)
 			}
 			if m.RemoteInputs > 0 {
 				gauge(d.exchangeLag, float64(m.ExchangeLagMillis)/1000)

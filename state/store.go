@@ -130,6 +130,8 @@ type Store struct {
 	// them.
 	flushEvery int64
 	sinceFlush int64
+	// committed counts the bytes of every batch committed (Committed).
+	committed int64
 }
 
 // QuotaError says a store grew beyond Options.MaxBytes.
@@ -402,6 +404,7 @@ func (s *Store) commit() error {
 		return s.fail("commit batch", err)
 	}
 	s.batch.Reset()
+	s.committed += int64(n)
 	if s.flushEvery > 0 {
 		if s.sinceFlush += int64(n); s.sinceFlush >= s.flushEvery {
 			s.sinceFlush = 0
@@ -412,6 +415,11 @@ func (s *Store) commit() error {
 	}
 	return s.checkSize(n)
 }
+
+// Committed is the bytes of the batches the store has committed to Pebble
+// since it was opened: what its writes have cost the disk before
+// compactions rewrite them (a tenant's state write rate is paced by it).
+func (s *Store) Committed() int64 { return s.committed }
 
 // written flushes once the changes since the last Flush reach the store's
 // memory bound (Options.MemoryBytes).
@@ -536,6 +544,9 @@ type StoreMetrics struct {
 	// ReadAmp is the read amplification (sub-levels of L0 plus non-empty
 	// levels): how many files a read may look in.
 	ReadAmp int64
+	// Committed is the bytes of the batches committed to Pebble
+	// (Store.Committed).
+	Committed int64
 	// Stores is how many stores are summed (1 for one store).
 	Stores int
 }
@@ -547,6 +558,7 @@ func (m *StoreMetrics) Add(o StoreMetrics) {
 	m.Compactions += o.Compactions
 	m.Flushes += o.Flushes
 	m.WALBytes += o.WALBytes
+	m.Committed += o.Committed
 	m.ReadAmp = max(m.ReadAmp, o.ReadAmp)
 	m.Stores += o.Stores
 }
@@ -563,6 +575,7 @@ func (s *Store) Metrics() StoreMetrics {
 		Flushes:       m.Flush.Count,
 		WALBytes:      int64(m.WAL.BytesWritten),
 		ReadAmp:       int64(m.ReadAmp()),
+		Committed:     s.committed,
 		Stores:        1,
 	}
 }

@@ -405,6 +405,9 @@ func merge(q, o Quotas) Quotas {
 	if o.StateBytes != 0 {
 		q.StateBytes = o.StateBytes
 	}
+	if o.StateWriteRate != 0 {
+		q.StateWriteRate = o.StateWriteRate
+	}
 	if o.StorageBytes != 0 {
 		q.StorageBytes = o.StorageBytes
 	}

@@ -22,6 +22,13 @@ type Quotas struct {
 	MemoryMiB int `json:"memory_mib,omitempty"`
 	// StateBytes bounds the keyed state of one subtask on a worker's disk.
 	StateBytes int64 `json:"state_bytes,omitempty"`
+	// StateWriteRate paces the keyed state the tenant's subtasks on one
+	// worker write to its disk, bytes per second: past it (and a burst of
+	// a second's worth), a subtask waits between inputs, holding no slot,
+	// until the rate has caught up. The disk's writeback and Pebble's
+	// compactions of a flood of state are work no slot of the cores
+	// counts; the rate bounds them.
+	StateWriteRate int64 `json:"state_write_rate,omitempty"`
 	// StorageBytes bounds the tenant's JetStream file storage: data
 	// streams, modules, checkpoints in object stores, staged sink output.
 	StorageBytes int64 `json:"storage_bytes,omitempty"`
@@ -42,6 +49,7 @@ var DefaultQuotas = Quotas{
 	Parallelism:        16,
 	MemoryMiB:          64,
 	StateBytes:         1 << 30,
+	StateWriteRate:     16 << 20,
 	StorageBytes:       4 << 30,
 	MemoryStorageBytes: 256 << 20,
 	Streams:            256,
@@ -66,6 +74,9 @@ func (q Quotas) WithDefaults() Quotas {
 	if q.StateBytes == 0 {
 		q.StateBytes = d.StateBytes
 	}
+	if q.StateWriteRate == 0 {
+		q.StateWriteRate = d.StateWriteRate
+	}
 	if q.StorageBytes == 0 {
 		q.StorageBytes = d.StorageBytes
 	}
@@ -88,7 +99,7 @@ func (q Quotas) Check() error {
 		v    int64
 	}{
 		{"jobs", int64(q.Jobs)}, {"subtasks", int64(q.Subtasks)}, {"parallelism", int64(q.Parallelism)},
-		{"memory", int64(q.MemoryMiB)}, {"state", q.StateBytes}, {"storage", q.StorageBytes},
+		{"memory", int64(q.MemoryMiB)}, {"state", q.StateBytes}, {"state write rate", q.StateWriteRate}, {"storage", q.StorageBytes},
 		{"memory storage", q.MemoryStorageBytes}, {"streams", q.Streams}, {"weight", int64(q.Weight)},
 	} {
 		if f.v < 0 {

@@ -305,10 +305,10 @@ func TestTenantsExternalServer(t *testing.T) {
 	srv.until(t, "server running", false, func() bool { return strings.Contains(srv.stderr.String(), "coordinator running") })
 	wk := startEdge(t, dir, "worker", "--nats", url, "--nats-creds", filepath.Join(auth, "worker.creds"), "--data", filepath.Join(dir, "worker"))
 	wk.until(t, "worker connected", false, func() bool { return strings.Contains(wk.stderr.String(), "connected") })
-	if r := runCLI(t, dir, "tenant", "add", "--nats", url, "--auth-dir", auth, "--storage-bytes", "268435456", "acme"); r.code != 0 {
+	if r := runCLI(t, dir, "tenant", "add", "--nats", url, "--auth-dir", auth, "--storage-bytes", "268435456", "--state-write-rate", "3145728", "acme"); r.code != 0 {
 		t.Fatalf("tenant add: exit %d\n%s", r.code, r.stderr)
 	}
-	if r := runCLI(t, dir, "tenant", "list", "--nats", url, "--auth-dir", auth); r.code != 0 || !strings.Contains(r.stdout, "acme") || !strings.Contains(r.stdout, "256 MiB") {
+	if r := runCLI(t, dir, "tenant", "list", "--nats", url, "--auth-dir", auth); r.code != 0 || !strings.Contains(r.stdout, "acme") || !strings.Contains(r.stdout, "256 MiB") || !strings.Contains(r.stdout, "3 MiB/s") {
 		t.Fatalf("tenant list: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 	acmeCreds := filepath.Join(dir, "acme.creds")

@@ -244,6 +244,7 @@ type Deployment struct {
 	// worker's own bounds).
 	MemoryLimitMiB int   `json:"memoryLimitMiB,omitempty"`
 	StateBytes     int64 `json:"stateBytes,omitempty"`
+	StateWriteRate int64 `json:"stateWriteRate,omitempty"`
 	Weight         int   `json:"weight,omitempty"`
 	// ReportFirstRecord asks each subtask with operators to report, in a
 	// TaskStatus of state TaskFirstRecord, when its operators are first

@@ -34,6 +34,12 @@ type SubtaskMetrics struct {
 	// files and memtables), as of the subtask's last measurement (about
 	// once a second while it processes input).
 	StateBytes int64 `json:"stateBytes"`
+	// StateWrittenBytes is what the subtask's keyed state has written to
+	// Pebble (committed batches, before compactions), as of the same
+	// measurement; StatePacedMillis is the time the subtask waited
+	// between inputs under its tenant's state write rate.
+	StateWrittenBytes int64 `json:"stateWrittenBytes,omitempty"`
+	StatePacedMillis  int64 `json:"statePacedMillis,omitempty"`
 
 	// RemoteInputs counts the subtask's input channels from other workers
 	// and ExchangeLagMillis is the largest age over them of the oldest

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/wstream/wstream/fairshare"
 	"github.com/wstream/wstream/host"
@@ -212,6 +213,16 @@ type fairTurn struct {
 	tenant string
 	on     atomic.Bool
 	rel    func() // the slot, when held
+	// writes, when set, paces the tenant's state writes on this worker:
+	// before a turn, the subtask pays for the bytes its store committed
+	// since the last (written), waiting without the slot while the
+	// tenant is over its rate.
+	writes  *fairshare.Rate
+	written func() int64
+	charged int64
+	// paced is the time the subtask waited so (nanoseconds; metrics read
+	// it from other goroutines).
+	paced atomic.Int64
 }
 
 func newFairTurn(ctx context.Context, g *fairshare.Gate, tenant string) *fairTurn {
@@ -222,7 +233,19 @@ func newFairTurn(ctx context.Context, g *fairshare.Gate, tenant string) *fairTur
 // before (opening, restoring) take a slot each.
 func (f *fairTurn) start() {
 	if f != nil {
+		if f.written != nil {
+			// What the store wrote before (restoring) is not the
+			// tenant's writing.
+			f.charged = f.written()
+		}
 		f.on.Store(true)
+	}
+}
+
+// pace sets the rate that paces the writes of the subtask's store.
+func (f *fairTurn) pace(r *fairshare.Rate, written func() int64) {
+	if f != nil {
+		f.writes, f.written = r, written
 	}
 }
 
@@ -242,12 +265,48 @@ func (f *fairTurn) hold(what string) error {
 	if f == nil || f.rel != nil || !f.on.Load() {
 		return nil
 	}
+	if err := f.pay(what); err != nil {
+		return err
+	}
 	rel, err := f.gate.Acquire(f.ctx, f.tenant)
 	if err != nil {
 		return fmt.Errorf("tenant %q: waiting for a slot for %s: %w", f.tenant, what, err)
 	}
 	f.rel = rel
 	return nil
+}
+
+// pay charges the tenant's write rate with what the subtask's store
+// committed since the last turn and waits, holding no slot, for as long as
+// the rate says. Between turns, not inside them: a guest call is never
+// held up by it, and every other subtask of every tenant goes on.
+func (f *fairTurn) pay(what string) error {
+	if f.writes == nil {
+		return nil
+	}
+	w := f.written()
+	d := f.writes.Charge(w - f.charged)
+	f.charged = w
+	if d <= 0 {
+		return nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		f.paced.Add(int64(d))
+		return nil
+	case <-f.ctx.Done():
+		return fmt.Errorf("tenant %q: waiting under the state write rate for %s: %w", f.tenant, what, f.ctx.Err())
+	}
+}
+
+// pacedFor is the time the subtask has waited under the state write rate.
+func (f *fairTurn) pacedFor() time.Duration {
+	if f == nil {
+		return 0
+	}
+	return time.Duration(f.paced.Load())
 }
 
 // yield gives the slot back, if held, before the subtask waits.

@@ -136,7 +136,9 @@ func (t *task) samples(base transport.SubtaskMetrics) []transport.SubtaskMetrics
 	}
 	t.statsMu.Lock()
 	stateBytes := t.storeStats.DiskBytes + t.storeStats.MemTableBytes
+	written := t.storeStats.Committed
 	t.statsMu.Unlock()
+	paced := t.turn.pacedFor().Milliseconds()
 
 	out := make([]transport.SubtaskMetrics, 0, len(t.chain.Vertices))
 	k := 0
@@ -161,7 +163,7 @@ func (t *task) samples(base transport.SubtaskMetrics) []transport.SubtaskMetrics
 			m.BytesIn, m.BytesOut = s.inBytes.Load(), s.outBytes.Load()
 			m.DeadLetters = s.dead.Load()
 			if s.keyed {
-				m.StateBytes = stateBytes
+				m.StateBytes, m.StateWrittenBytes, m.StatePacedMillis = stateBytes, written, paced
 			}
 		}
 		out = append(out, m)

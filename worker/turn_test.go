@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -231,20 +232,8 @@ func TestFairTurnOutsideTheLoop(t *testing.T) {
 // after each call, where without a bound the values pile up until the
 // subtask's own flush threshold.
 func TestStateMemoryBoundWithStateFlood(t *testing.T) {
-	wat, err := os.ReadFile(filepath.Join("..", "examples", "wasm", "hostile", "bench-state.wat"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx := context.Background()
-	rt, err := host.NewRuntime(ctx, host.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = rt.Close(ctx) }()
-	m, err := rt.Compile(ctx, "bench-state.wasm", testmod.WAT(t, string(wat)))
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := stateFloodModule(t)
 	const calls = 8 // 8 × 256 × 16 KiB: 32 MiB written
 	run := func(bound int64) (maxHeld int) {
 		inst, err := m.NewInstance(ctx, "op/0")
@@ -266,20 +255,7 @@ func TestStateMemoryBoundWithStateFlood(t *testing.T) {
 			t.Fatal(err)
 		}
 		for c := range calls {
-			var b abi.Builder
-			for i := range 256 {
-				// Value n goes to namespace n mod 128 (the guest's
-				// choice); the key varies with n / 128 too, so that the
-				// 2,048 values are distinct entries.
-				n := c*256 + i
-				b.Add(0, 0, fmt.Appendf(nil, "key%d", (37*n+n/128)%64), []byte("w"))
-			}
-			if err := tk.deliver(ctx, 0, b.Bytes()); err != nil {
-				t.Fatal(err)
-			}
-			if err := tk.flushState(); err != nil {
-				t.Fatal(err)
-			}
+			floodCall(ctx, t, tk, c)
 			maxHeld = max(maxHeld, store.HeldBytes())
 		}
 		return maxHeld
@@ -292,6 +268,47 @@ func TestStateMemoryBoundWithStateFlood(t *testing.T) {
 	// one value and one batch chunk of slack.
 	if held := run(bound); held > bound+(16<<10)+(1<<20) {
 		t.Fatalf("with a bound of %d bytes the store held %d", bound, held)
+	}
+}
+
+// stateFloodModule compiles examples/wasm/hostile/bench-state.wat, which
+// writes 4 MB of distinct 16 KiB values per call, in a runtime of its own.
+func stateFloodModule(t *testing.T) *host.Module {
+	t.Helper()
+	wat, err := os.ReadFile(filepath.Join("..", "examples", "wasm", "hostile", "bench-state.wat"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	rt, err := host.NewRuntime(ctx, host.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rt.Close(ctx) })
+	m, err := rt.Compile(ctx, "bench-state.wasm", testmod.WAT(t, string(wat)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// floodCall hands bench-state's operator in tk the batch of call c, 256
+// records, and writes the state changes as the subtask's loop does.
+func floodCall(ctx context.Context, t *testing.T, tk *task, c int) {
+	t.Helper()
+	var b abi.Builder
+	for i := range 256 {
+		// Value n goes to namespace n mod 128 (the guest's choice); the
+		// key varies with n / 128 too, so that the 2,048 values of eight
+		// calls are distinct entries.
+		n := c*256 + i
+		b.Add(0, 0, fmt.Appendf(nil, "key%d", (37*n+n/128)%64), []byte("w"))
+	}
+	if err := tk.deliver(ctx, 0, b.Bytes()); err != nil {
+		t.Fatal(err)
+	}
+	if err := tk.flushState(); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -539,4 +556,77 @@ func TestStateOptionsFollowTenantQuotas(t *testing.T) {
 		t.Fatalf("acme runs %d calls while its compaction is admitted, want 1", st.Running)
 	}
 	release()
+}
+
+// A tenant's subtask pays for its state writes between turns: before each
+// turn it waits, holding no slot, until the tenant's write rate has caught
+// up with what its store committed, so at the start of every turn the
+// bytes committed are at most the rate's burst plus the rate times the
+// time since the first. A cancelled job's wait ends at once.
+func TestFairTurnPacesStateWrites(t *testing.T) {
+	bg := context.Background()
+	inst, err := stateFloodModule(t).NewInstance(bg, "op/0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = inst.Close(bg) }()
+	store, err := state.Open(state.Options{Dir: t.TempDir(), KeyGroups: abi.KeyGroupRange{Start: 0, End: 127}, MemoryBytes: 16 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = store.Close() }()
+	ctx, cancel := context.WithCancel(bg)
+	defer cancel()
+	g := fairshare.New(fairshare.Config{Slots: 1})
+	const rate = 8 << 20 // bytes/s, and the burst
+	r := fairshare.NewRate(rate, rate, nil)
+	tk := &task{label: "op/0", now: time.Now, store: store, turn: newFairTurn(ctx, g, "x")}
+	tk.turn.pace(r, store.Committed)
+	st := &stage{vertex: &job.Vertex{ID: "op", Operator: "flood"}, op: NewFairOperator(ctx, g, "x", 1, inst.Operator()),
+		state: store.Vertex("op", true), coll: stageCollector{nOut: 1, keep: -1}}
+	st.op.(*FairOperator).turn = tk.turn
+	tk.stages = []*stage{st}
+	svc := &stageServices{keyedState: st.state, t: tk, log: func(int32, string) {}}
+	if err := st.op.Open(operator.Spec{VertexID: "op", Operator: "flood", Keyed: true, MaxParallelism: 128}, svc); err != nil {
+		t.Fatal(err)
+	}
+	tk.turn.start()
+	start := time.Now()
+	const calls = 8 // 8 × 256 × 16 KiB: 32 MiB written
+	for c := range calls {
+		committed := store.Committed()
+		if err := tk.turn.hold("its input"); err != nil {
+			t.Fatal(err)
+		}
+		if most := rate + time.Since(start).Seconds()*rate; float64(committed) > most {
+			t.Fatalf("turn %d began with %d bytes committed %s after the first, over the rate's %.0f", c, committed, time.Since(start), most)
+		}
+		floodCall(ctx, t, tk, c)
+		tk.turn.yield()
+	}
+	if store.Committed() < 3*rate {
+		t.Fatalf("the flood committed %d bytes: too few to test a rate of %d bytes/s", store.Committed(), rate)
+	}
+	if tk.turn.pacedFor() == 0 {
+		t.Fatal("the subtask never waited under the rate")
+	}
+	if st, _ := g.Tenant("x"); st.Running != 0 {
+		t.Fatalf("%d slots held between turns", st.Running)
+	}
+
+	// The last turn's writes are not paid for yet: at a rate this slow,
+	// the next turn would wait for hours. Cancelling the job ends the
+	// wait with the job's error.
+	r.Set(1<<10, 0)
+	done := make(chan error, 1)
+	go func() { done <- tk.turn.hold("its input") }()
+	cancel()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "state write rate") {
+			t.Fatalf("a cancelled wait under the rate returned %v", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("cancelling did not end the wait under the rate within a minute")
+	}
 }

@@ -95,6 +95,8 @@ type Worker struct {
 	localRead   atomic.Int64
 	// remoteChannels counts the channels to other workers it has made.
 	remoteChannels atomic.Int64
+	// rates pace each tenant's state writes (writeRate), under mu.
+	rates map[string]*fairshare.Rate
 }
 
 // RemoteChannels is the number of channels (either end) between this
@@ -430,6 +432,9 @@ type jobRun struct {
 	// disk (0: unbounded), from the tenant's quotas.
 	tenant     string
 	stateBytes int64
+	// stateRate paces the tenant's state writes on this worker, bytes per
+	// second (0: unpaced).
+	stateRate int64
 	// memPages bounds each operator instance's memory below the
 	// worker's limit (0: the worker's); weight is the tenant's share of
 	// the cores.
@@ -472,6 +477,26 @@ func (w *Worker) gate() *fairshare.Gate {
 		return w.cfg.Gate
 	}
 	return fairshare.Default()
+}
+
+// writeRate is the pace of tenant's state writes on this worker: one rate
+// for all its subtasks here, so that a tenant's share of the disk does not
+// grow with its parallelism. The latest job deployed sets the rate (a
+// tenant has one quota).
+func (w *Worker) writeRate(tenant string, perSecond int64) *fairshare.Rate {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	r := w.rates[tenant]
+	if r == nil {
+		if w.rates == nil {
+			w.rates = map[string]*fairshare.Rate{}
+		}
+		r = fairshare.NewRate(perSecond, 0, nil)
+		w.rates[tenant] = r
+	} else if r.PerSecond() != perSecond {
+		r.Set(perSecond, 0)
+	}
+	return r
 }
 
 // mayCapture reports whether a job's checkpoints may keep batches as
@@ -606,7 +631,7 @@ func (w *Worker) deploy(d transport.Deployment) error {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	j := &jobRun{id: d.JobID, attempt: d.Attempt, plan: plan, graph: g, ctx: ctx, cancel: cancel,
-		done: make(chan struct{}), restartable: d.Restartable, tenant: d.Tenant, stateBytes: d.StateBytes,
+		done: make(chan struct{}), restartable: d.Restartable, tenant: d.Tenant, stateBytes: d.StateBytes, stateRate: d.StateWriteRate,
 		memPages: uint32(d.MemoryLimitMiB) * 16, weight: d.Weight, reportFirst: d.ReportFirstRecord}
 	if err := w.dataConn(j, d); err != nil {
 		cancel()
@@ -1122,6 +1147,9 @@ func (w *Worker) newTask(j *jobRun, mod *host.Module, c *job.Chain, sub int, cha
 		}
 	}
 	t.store = store
+	if store != nil && j.tenant != "" && j.stateRate > 0 {
+		t.turn.pace(w.writeRate(j.tenant, j.stateRate), store.Committed)
+	}
 	if j.reportFirst && len(t.stages) > 0 {
 		t.firstRecord = func() {
 			st := transport.TaskStatus{JobID: j.id, Attempt: j.attempt, Worker: w.cfg.ID, Task: transport.TaskRef{Chain: c.Index, Subtask: sub},

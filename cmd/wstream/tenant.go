@@ -100,6 +100,7 @@ func quotaFlags() []cli.Flag {
 		&cli.IntFlag{Name: "parallelism", Usage: fmt.Sprintf("largest parallelism of a vertex (default %d)", tenant.DefaultQuotas.Parallelism)},
 		&cli.IntFlag{Name: "memory", Usage: fmt.Sprintf("linear memory of one operator instance, MiB (default %d)", tenant.DefaultQuotas.MemoryMiB)},
 		&cli.Int64Flag{Name: "state-bytes", Usage: fmt.Sprintf("keyed state of one subtask on a worker's disk, bytes (default %d)", tenant.DefaultQuotas.StateBytes)},
+		&cli.Int64Flag{Name: "state-write-rate", Usage: fmt.Sprintf("keyed state the tenant's subtasks on one worker write to its disk, bytes per second; past it they wait between inputs (default %d)", tenant.DefaultQuotas.StateWriteRate)},
 		&cli.Int64Flag{Name: "storage-bytes", Usage: fmt.Sprintf("JetStream file storage of the tenant's account, bytes (default %d)", tenant.DefaultQuotas.StorageBytes)},
 		&cli.Int64Flag{Name: "memory-storage-bytes", Usage: fmt.Sprintf("JetStream memory storage, bytes (default %d)", tenant.DefaultQuotas.MemoryStorageBytes)},
 		&cli.Int64Flag{Name: "streams", Usage: fmt.Sprintf("JetStream streams, buckets and object stores (default %d)", tenant.DefaultQuotas.Streams)},
@@ -109,7 +110,7 @@ func quotaFlags() []cli.Flag {
 
 func quotasFrom(c *cli.Context) (json.RawMessage, error) {
 	q := tenant.Quotas{Jobs: c.Int("jobs"), Subtasks: c.Int("subtasks"), Parallelism: c.Int("parallelism"), MemoryMiB: c.Int("memory"),
-		StateBytes: c.Int64("state-bytes"), StorageBytes: c.Int64("storage-bytes"), MemoryStorageBytes: c.Int64("memory-storage-bytes"),
+		StateBytes: c.Int64("state-bytes"), StateWriteRate: c.Int64("state-write-rate"), StorageBytes: c.Int64("storage-bytes"), MemoryStorageBytes: c.Int64("memory-storage-bytes"),
 		Streams: c.Int64("streams"), Weight: c.Int("weight")}
 	if err := q.Check(); err != nil {
 		return nil, usageError{err}
@@ -301,7 +302,7 @@ func tenantCommand() *cli.Command {
 
 func printTenants(c *cli.Context, r *transport.TenantReply) error {
 	tw := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "TENANT\tJOBS\tSUBTASKS\tPARALLELISM\tMEMORY\tSTATE\tSTORAGE\tWEIGHT\tSTATUS")
+	fmt.Fprintln(tw, "TENANT\tJOBS\tSUBTASKS\tPARALLELISM\tMEMORY\tSTATE\tSTATE RATE\tSTORAGE\tWEIGHT\tSTATUS")
 	for _, raw := range r.Tenants {
 		var t tenant.Tenant
 		if err := json.Unmarshal(raw, &t); err != nil {
@@ -312,8 +313,8 @@ func printTenants(c *cli.Context, r *transport.TenantReply) error {
 		if t.Removed {
 			status = "removed"
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d MiB\t%s\t%s\t%d\t%s\n", t.Name, q.Jobs, q.Subtasks, q.Parallelism, q.MemoryMiB,
-			size(q.StateBytes), size(q.StorageBytes), q.Weight, status)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d MiB\t%s\t%s/s\t%s\t%d\t%s\n", t.Name, q.Jobs, q.Subtasks, q.Parallelism, q.MemoryMiB,
+			size(q.StateBytes), size(q.StateWriteRate), size(q.StorageBytes), q.Weight, status)
 	}
 	return tw.Flush()
 }
