@@ -26,12 +26,21 @@ func BenchmarkCheckpointOverhead(b *testing.B) {
 	b.Run("1s", func(b *testing.B) {
 		runJob(b, jobRun{module: cMod, plan: plan(`"checkpoint":{"interval":1000},`), records: n, report: func(b *testing.B, h []coordinator.HistoryEntry) {
 			completed := 0
+			var dur, sync, async time.Duration
 			for _, e := range h {
 				if e.Status == "completed" {
 					completed++
+					dur, sync, async = dur+e.Duration, sync+e.Sync, async+e.Async
 				}
+				b.Logf("checkpoint %d (%s): %s, %s in all, alignment %s, sync %s, async %s, %d bytes uploaded",
+					e.ID, e.Kind, e.Status, e.Duration, e.Alignment, e.Sync, e.Async, e.Uploaded)
 			}
 			b.ReportMetric(float64(completed)/float64(b.N), "checkpoints/op")
+			if completed > 0 {
+				b.ReportMetric(float64(dur.Milliseconds())/float64(completed), "ms/checkpoint")
+				b.ReportMetric(float64(sync.Microseconds())/1000/float64(completed), "sync-ms/checkpoint")
+				b.ReportMetric(float64(async.Microseconds())/1000/float64(completed), "async-ms/checkpoint")
+			}
 		}})
 	})
 }

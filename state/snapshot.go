@@ -37,11 +37,9 @@ func (s *Store) Checkpoint(dir string) error {
 	if err := s.Flush(); err != nil {
 		return err
 	}
-	// After this flush every write is in an SST; nothing reaches Pebble
-	// before the checkpoint, as the subtask's goroutine is here, so the
-	// checkpoint's copy of the write-ahead log holds no data. Without it, the
-	// checkpoint would miss the NoSync commits that the WAL writer has not
-	// yet written out.
+	// The store has no write-ahead log: what is in the memtable reaches
+	// the checkpoint only as a table. Nothing reaches Pebble before the
+	// checkpoint, as the subtask's goroutine is here.
 	if err := s.db.Flush(); err != nil {
 		return fmt.Errorf("state: checkpoint of %s: flush memtable: %w", s.dir, err)
 	}

@@ -253,10 +253,8 @@ func Open(o Options) (*Store, error) {
 	if base == nil {
 		base = vfs.Default
 	}
-	fs := newCreateFS(base, o.Dir)
-	po.FS = fs
+	po.FS = noSyncFS{FS: base}
 	db, err := pebble.Open(o.Dir, po)
-	fs.opened()
 	if err != nil {
 		return nil, fmt.Errorf("state: open pebble in %s: %w", o.Dir, err)
 	}
@@ -342,9 +340,8 @@ func (s *Store) HeldBytes() int {
 // CacheEntries is the hot-key cache's capacity in entries.
 func (s *Store) CacheEntries() int { return s.cache.capacity }
 
-// Flush writes every change since the last Flush to Pebble in one batch,
-// without syncing: durability comes from checkpoints, and the write-ahead
-// log still lets a reopened store see what was flushed before Close.
+// Flush writes every change since the last Flush to Pebble, in batches of
+// up to commitChunk, without syncing: durability comes from checkpoints.
 func (s *Store) Flush() error {
 	if s.err != nil {
 		return s.err
