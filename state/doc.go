@@ -44,9 +44,10 @@
 // snapshot, writes all of them (and the timer changes) as one Pebble batch.
 // Durability comes from checkpoints: the store runs without a write-ahead
 // log (a snapshot flushes the memtable first, and Close flushes it, so a
-// store reopened after Close sees every write). Creating a store syncs
-// nothing (createfs.go): a store's directory is never reopened after a
-// crash, and its first flush syncs what creating it wrote. StateGet reads
+// store reopened after Close sees every write). A store syncs nothing
+// (nosyncfs.go): its directory is never reopened after its subtask ends,
+// and checkpoint directories are staging that checkpoint storage copies and
+// makes durable itself. StateGet reads
 // the cache first; entries read from Pebble, including absent ones, stay
 // cached in a bounded LRU of hot keys.
 // StateIter flushes first when the iterated key has unflushed writes and
