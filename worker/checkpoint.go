@@ -1180,42 +1180,75 @@ func (t *task) savepointOffset(vertex, connectorName string) ([]byte, error) {
 // coordinator's registry deletes it when none does); the small mutable files
 // (MANIFEST, OPTIONS, WAL) are copied into the checkpoint itself.
 func (t *task) uploadIncremental(snap *snapshotInProgress, base string) ([]checkpoint.FileHandle, error) {
-	s := t.ckpt.storage
-	var files []checkpoint.FileHandle
+	var paths []string
 	err := filepath.WalkDir(snap.stateDir, func(p string, de os.DirEntry, err error) error {
-		if err != nil || de.IsDir() {
-			return err
+		if err == nil && !de.IsDir() {
+			paths = append(paths, p)
 		}
-		rel, err := filepath.Rel(snap.stateDir, p)
-		if err != nil {
-			return err
-		}
-		name := base + "/state/" + filepath.ToSlash(rel)
-		if filepath.Ext(p) != ".sst" {
-			h, err := s.CopyFile(snap.id, name, p)
-			if err != nil {
-				return err
-			}
-			snap.metrics.Uploaded += h.Size
-			files = append(files, h)
-			return nil
-		}
-		sum, err := t.sstDigest(p)
-		if err != nil {
-			return err
-		}
-		h, uploaded, err := s.PutShared(p, sum)
-		if err != nil {
-			return err
-		}
-		h.Name = name
-		if uploaded {
-			snap.metrics.Uploaded += h.Size
-		}
-		files = append(files, h)
-		return nil
+		return err
 	})
-	return files, err
+	if err != nil {
+		return nil, err
+	}
+	// The files go up side by side: each is written, synced, renamed and
+	// its directory synced, and on a local disk the syncs of several
+	// files share the filesystem's journal commits, where one after the
+	// other each waits for its own (a checkpoint's asynchronous phase was
+	// mostly that wait, and a job with checkpoints ends with one).
+	files := make([]checkpoint.FileHandle, len(paths))
+	uploaded := make([]bool, len(paths))
+	errs := make([]error, len(paths))
+	sem := make(chan struct{}, uploadConcurrency)
+	var wg sync.WaitGroup
+	for i, p := range paths {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			files[i], uploaded[i], errs[i] = t.uploadStateFile(snap, base, p)
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	for i, h := range files {
+		if uploaded[i] {
+			snap.metrics.Uploaded += h.Size
+		}
+	}
+	return files, nil
+}
+
+// uploadConcurrency bounds the files of one subtask's checkpoint that go
+// to storage at once.
+const uploadConcurrency = 4
+
+// uploadStateFile puts one file of the snapshot's Pebble checkpoint into
+// storage: a table as a shared file (once, whichever checkpoint has it
+// first), any other file as the checkpoint's own. uploaded says whether
+// its bytes were written now.
+func (t *task) uploadStateFile(snap *snapshotInProgress, base, p string) (checkpoint.FileHandle, bool, error) {
+	s := t.ckpt.storage
+	rel, err := filepath.Rel(snap.stateDir, p)
+	if err != nil {
+		return checkpoint.FileHandle{}, false, err
+	}
+	name := base + "/state/" + filepath.ToSlash(rel)
+	if filepath.Ext(p) != ".sst" {
+		h, err := s.CopyFile(snap.id, name, p)
+		return h, err == nil, err
+	}
+	sum, err := t.sstDigest(p)
+	if err != nil {
+		return checkpoint.FileHandle{}, false, err
+	}
+	h, uploaded, err := s.PutShared(p, sum)
+	if err != nil {
+		return checkpoint.FileHandle{}, false, err
+	}
+	h.Name = name
+	return h, uploaded, nil
 }
 
 // sstDigest returns the SHA-256 of an SST file of the subtask's store.
