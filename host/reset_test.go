@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"strconv"
 	"strings"
@@ -437,5 +438,50 @@ func BenchmarkTrapRecovery(b *testing.B) {
 			}
 			_ = inst.Close(context.Background())
 		})
+	}
+}
+
+// TestResetRestoresWrittenPages: Reset puts back exactly the memory of the
+// snapshot, whichever pages were written between the snapshot and the
+// trap: pages the snapshot kept and pages it left out as zero, single
+// bytes and runs over several pages.
+func TestResetRestoresWrittenPages(t *testing.T) {
+	r := newTestRuntime(t, Config{CallTimeout: 2 * time.Second})
+	m := compileWAT(t, r, moduleWAT(resetProcess, resetWAT))
+	inst := newInstance(t, m)
+	op := inst.Operator()
+	if err := op.Open(testSpec(), newFakeServices()); err != nil {
+		t.Fatal(err)
+	}
+	if err := inst.Snapshot(); err != nil {
+		t.Fatal(err)
+	}
+	snapMem := memoryCopy(t, inst)
+	rng := rand.New(rand.NewPCG(1, 2))
+	for round := range 5 {
+		for range 40 {
+			off := rng.IntN(len(snapMem) - 3*resetPage)
+			b := make([]byte, 1+rng.IntN(3*resetPage))
+			for k := range b {
+				b[k] = byte(1 + rng.IntN(255))
+			}
+			if !inst.mem.Write(uint32(off), b) {
+				t.Fatal("writing the memory")
+			}
+		}
+		err := op.Process(records(2), &fakeCollector{})
+		if ge := asGuestError(t, err); !strings.Contains(ge.Message, "unreachable") {
+			t.Fatalf("round %d: got %v, want a trap", round, err)
+		}
+		if err := inst.Reset(); err != nil {
+			t.Fatal(err)
+		}
+		if mem := memoryCopy(t, inst); !bytes.Equal(mem, snapMem) {
+			k := 0
+			for k < len(mem) && mem[k] == snapMem[k] {
+				k++
+			}
+			t.Fatalf("round %d: memory differs from the snapshot's from %#x (page %d)", round, k, k/resetPage)
+		}
 	}
 }
