@@ -389,7 +389,12 @@ func (s *Storage) writeAtomic(id int64, rel string, level int, fill func(io.Writ
 		}
 		return w.handle(rel, level > 0), nil
 	}
-	w, err := s.writeAtomicAt(filepath.Join(s.Dir(id), filepath.FromSlash(rel)), s.relToRoot(id, rel), writeOpts{level: level}, fill)
+	// A file of an incomplete checkpoint needs its directory synced only
+	// before the checkpoint counts as complete, which WriteMetadata does
+	// for every directory of the checkpoint at once; _metadata itself
+	// needs it at once.
+	o := writeOpts{level: level, deferDirSync: rel != MetadataName}
+	w, err := s.writeAtomicAt(filepath.Join(s.Dir(id), filepath.FromSlash(rel)), s.relToRoot(id, rel), o, fill)
 	if err != nil {
 		return FileHandle{}, err
 	}
@@ -404,6 +409,9 @@ type writeOpts struct {
 	check func(written) error
 	// publish gives the synced temporary file its name; nil renames it.
 	publish func(tmp, target string) error
+	// deferDirSync leaves the sync of the file's directory to the caller
+	// (a checkpoint's files: WriteMetadata syncs their directories).
+	deferDirSync bool
 }
 
 // written describes a file writeAtomicAt wrote.
@@ -424,8 +432,9 @@ func (w written) handle(p string, compressed bool) FileHandle {
 
 // writeAtomicAt creates the file target (name is how errors call it) with
 // the bytes fill writes: into a temporary file in the same directory,
-// synced, renamed to its name, and the directory synced. On failure nothing
-// remains under the final name or the temporary one.
+// synced, renamed to its name, and the directory synced (unless
+// o.deferDirSync). On failure nothing remains under the final name or the
+// temporary one.
 func (s *Storage) writeAtomicAt(target, name string, o writeOpts, fill func(io.Writer) error) (written, error) {
 	dir := filepath.Dir(target)
 	fail := func(err error) (written, error) {
@@ -456,6 +465,9 @@ func (s *Storage) writeAtomicAt(target, name string, o writeOpts, fill func(io.W
 	if err != nil {
 		_ = os.Remove(tmp)
 		return fail(err)
+	}
+	if o.deferDirSync {
+		return w, nil
 	}
 	if err := s.fs.SyncDir(dir); err != nil {
 		// The name may not survive a crash: take it back, so that a failed

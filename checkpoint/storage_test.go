@@ -1304,3 +1304,86 @@ func TestAuditAndRemoveShared(t *testing.T) {
 		t.Fatalf("Audit of an empty storage = %v, %v", missing, err)
 	}
 }
+
+// syncLogFS is the operating system's storageFS that logs renames and
+// directory syncs, in order.
+type syncLogFS struct {
+	osStorageFS
+	mu  sync.Mutex
+	log []string
+}
+
+func (f *syncLogFS) add(op string) {
+	f.mu.Lock()
+	f.log = append(f.log, op)
+	f.mu.Unlock()
+}
+
+func (f *syncLogFS) Rename(oldpath, newpath string) error {
+	f.add("rename " + filepath.Dir(newpath))
+	return f.osStorageFS.Rename(oldpath, newpath)
+}
+
+func (f *syncLogFS) SyncDir(dir string) error {
+	f.add("sync " + dir)
+	return f.osStorageFS.SyncDir(dir)
+}
+
+// TestCheckpointDirectoriesSyncedAtCompletion: the files of an incomplete
+// checkpoint do not sync their directories one by one; WriteMetadata syncs
+// every directory that received one, after the file arrived there and
+// before _metadata claims the checkpoint complete, and then _metadata's own.
+func TestCheckpointDirectoriesSyncedAtCompletion(t *testing.T) {
+	s, err := OpenStorage(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := &syncLogFS{}
+	s.fs = log
+	m, err := writeCheckpointFiles(s, 1, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	written := map[string]bool{}
+	for _, op := range log.log {
+		if dir, ok := strings.CutPrefix(op, "rename "); ok {
+			written[dir] = true
+		}
+		if strings.HasPrefix(op, "sync ") {
+			t.Fatalf("a directory synced before the checkpoint completes: %v", log.log)
+		}
+	}
+	if len(written) < 2 {
+		t.Fatalf("the checkpoint's files went to %d directories: %v", len(written), log.log)
+	}
+	before := len(log.log)
+	if err := s.WriteMetadata(m); err != nil {
+		t.Fatal(err)
+	}
+	synced := map[string]int{}
+	metaAt, metaSynced := -1, false
+	for k, op := range log.log[before:] {
+		if dir, ok := strings.CutPrefix(op, "sync "); ok {
+			if _, seen := synced[dir]; !seen {
+				synced[dir] = k
+			}
+			if metaAt >= 0 && dir == s.Dir(1) {
+				metaSynced = true
+			}
+		}
+		if op == "rename "+s.Dir(1) && metaAt < 0 {
+			metaAt = k
+		}
+	}
+	for dir := range written {
+		if k, ok := synced[dir]; !ok || (metaAt >= 0 && k > metaAt) {
+			t.Errorf("directory %s: synced %v before _metadata arrived (log %v)", dir, ok, log.log[before:])
+		}
+	}
+	if _, ok := synced[s.root]; !ok {
+		t.Errorf("the storage root was not synced: %v", log.log[before:])
+	}
+	if metaAt < 0 || !metaSynced {
+		t.Errorf("_metadata renamed at %d, its directory synced after it %v: %v", metaAt, metaSynced, log.log[before:])
+	}
+}
