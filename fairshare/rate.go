@@ -10,8 +10,8 @@ import (
 // that has used the resource is charged for it (Charge); once the charges
 // exceed what the rate has allowed since the bucket was last full, the
 // charger is told how long to wait before its next piece of work, and the
-// bucket recovers at the rate meanwhile. A burst of up to Burst bytes
-// passes without a wait.
+// bucket recovers at the rate meanwhile. Up to the bucket's burst passes
+// without a wait.
 //
 // Charging after the fact is what a write path allows: a guest call's
 // writes are known once it returns, and the wait falls between the
@@ -29,8 +29,6 @@ type Rate struct {
 	// charges have overrun it.
 	tokens float64
 	last   time.Duration
-	// waited is the time Charge has told callers to wait, for metrics.
-	waited time.Duration
 }
 
 // NewRate returns a full bucket that refills at perSecond bytes per second
@@ -99,14 +97,5 @@ func (r *Rate) Charge(n int64) time.Duration {
 	if r.tokens >= 0 {
 		return 0
 	}
-	d := time.Duration(-r.tokens / r.per * float64(time.Second))
-	r.waited += d
-	return d
-}
-
-// Waited is the total time Charge has asked its callers to wait.
-func (r *Rate) Waited() time.Duration {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.waited
+	return time.Duration(-r.tokens / r.per * float64(time.Second))
 }

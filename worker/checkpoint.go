@@ -1190,11 +1190,12 @@ func (t *task) uploadIncremental(snap *snapshotInProgress, base string) ([]check
 	if err != nil {
 		return nil, err
 	}
-	// The files go up side by side: each is written, synced, renamed and
-	// its directory synced, and on a local disk the syncs of several
-	// files share the filesystem's journal commits, where one after the
-	// other each waits for its own (a checkpoint's asynchronous phase was
-	// mostly that wait, and a job with checkpoints ends with one).
+	// The files go up side by side: each is written, synced and renamed
+	// (a shared table's directory synced too), and on a local disk the
+	// syncs of several files share the filesystem's journal commits,
+	// where one after the other each waits for its own (a checkpoint's
+	// asynchronous phase was mostly that wait, and a job with checkpoints
+	// ends with one).
 	files := make([]checkpoint.FileHandle, len(paths))
 	uploaded := make([]bool, len(paths))
 	errs := make([]error, len(paths))

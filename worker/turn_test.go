@@ -607,9 +607,9 @@ func TestFairTurnPacesStateWrites(t *testing.T) {
 	if store.Committed() < 3*rate {
 		t.Fatalf("the flood committed %d bytes: too few to test a rate of %d bytes/s", store.Committed(), rate)
 	}
-	if tk.turn.pacedFor() == 0 {
-		t.Fatal("the subtask never waited under the rate")
-	}
+	// No check that the subtask waited: on a machine slow enough, the
+	// calls alone take as long as the rate asks. The wait below must.
+	t.Logf("%d bytes committed in %s, %s of it waiting", store.Committed(), time.Since(start), tk.turn.pacedFor())
 	if st, _ := g.Tenant("x"); st.Running != 0 {
 		t.Fatalf("%d slots held between turns", st.Running)
 	}
