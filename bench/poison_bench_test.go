@@ -2,7 +2,10 @@ package bench
 
 import (
 	"fmt"
+	"os"
+	"slices"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/wstream/wstream/internal/testmod"
@@ -52,7 +55,8 @@ func poisonWords(every uint64, salt string) int {
 // operator traps rather than fails, two new instances of the module. The
 // configurations run side by side, one of each per round (runPaired), and
 // the ratios are medians of per-round ratios. -benchtime Nx sets the
-// rounds.
+// rounds. WSTREAM_POISON_CASES=A,B,… runs only the configurations named,
+// and reports no ratio.
 func BenchmarkPoisonRecords(b *testing.B) {
 	mod, err := testmod.BuildGo("examples/wasm/go/testops")
 	if err != nil {
@@ -78,6 +82,18 @@ func BenchmarkPoisonRecords(b *testing.B) {
 		{name: "dead-letter-clean", run: jobRun{module: mod, plan: poisonPlan(10000, none, "trap", true), records: records}},
 		{name: "poison-trap", run: jobRun{module: mod, plan: poisonPlan(10000, bad, "trap", true), records: records}},
 		{name: "poison-fail", run: jobRun{module: mod, plan: poisonPlan(10000, bad, "fail", true), records: records}},
+	}
+	if only := os.Getenv("WSTREAM_POISON_CASES"); only != "" {
+		// One configuration alone, for a profile of it.
+		keep := configs[:0]
+		for _, c := range configs {
+			if slices.Contains(strings.Split(only, ","), c.name) {
+				keep = append(keep, c)
+			}
+		}
+		configs = keep
+		reportPaired(b, configs, nil)
+		return
 	}
 	ratios := []pairedRatio{
 		{"poison-trap/clean", "poison-trap", "dead-letter-clean"},

@@ -74,6 +74,7 @@ func reportPaired(b *testing.B, configs []pairedRun, ratios []pairedRatio) {
 			per[i] = rates[r.num][i] / rates[r.den][i]
 		}
 		b.ReportMetric(median(per), r.name)
+		b.Logf("%s per round: %.3f", r.name, per)
 	}
 }
 

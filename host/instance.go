@@ -364,18 +364,39 @@ func (r *Runtime) instantiate(ctx context.Context, cc code, label string, lim Li
 // is -1).
 func (i *Instance) Limits() Limits { return i.limits }
 
-// fetchFunctions takes the handles of the exports the host calls.
+// fetchFunctions takes the handles of the exports the host calls that it
+// does not hold (dropFunctions, dropLargeStacks).
 func (i *Instance) fetchFunctions() {
-	mod := i.api
-	i.fnAlloc = mod.ExportedFunction(abi.ExportAlloc)
-	i.fnOpen = mod.ExportedFunction(abi.ExportOpen)
-	i.fnProcess = mod.ExportedFunction(abi.ExportProcess)
-	i.fnOnTimer = mod.ExportedFunction(abi.ExportOnTimer)
-	i.fnClose = mod.ExportedFunction(abi.ExportClose)
-	i.fnPreBarrier = mod.ExportedFunction(abi.ExportPreBarrier)
-	i.fnCkptComplete = mod.ExportedFunction(abi.ExportCkptComplete)
-	i.fnCkptAborted = mod.ExportedFunction(abi.ExportCkptAborted)
-	i.fnMigrate = mod.ExportedFunction(abi.ExportMigrate)
+	for _, f := range i.functions() {
+		if *f.fn == nil {
+			*f.fn = i.api.ExportedFunction(f.name)
+		}
+	}
+}
+
+// exportHandle is where an instance keeps the handle of an export.
+type exportHandle struct {
+	name string
+	fn   *api.Function
+}
+
+// functions lists the handles of the exports the host calls.
+func (i *Instance) functions() [9]exportHandle {
+	return [...]exportHandle{
+		{abi.ExportAlloc, &i.fnAlloc}, {abi.ExportOpen, &i.fnOpen}, {abi.ExportProcess, &i.fnProcess},
+		{abi.ExportOnTimer, &i.fnOnTimer}, {abi.ExportClose, &i.fnClose}, {abi.ExportPreBarrier, &i.fnPreBarrier},
+		{abi.ExportCkptComplete, &i.fnCkptComplete}, {abi.ExportCkptAborted, &i.fnCkptAborted}, {abi.ExportMigrate, &i.fnMigrate},
+	}
+}
+
+// dropLargeStacks forgets the handles whose call stacks grew past
+// maxRetainedStack, as a call that returns does (call).
+func (i *Instance) dropLargeStacks() {
+	for _, f := range i.functions() {
+		if *f.fn != nil && retainedStack(*f.fn) > maxRetainedStack {
+			*f.fn = nil
+		}
+	}
 }
 
 // dropFunctions forgets the export handles: each holds wazero's call stack
@@ -624,7 +645,14 @@ func (i *Instance) failure(s *slot, call string, err error, expired bool) *Guest
 		_ = i.api.Close(context.Background())
 	}
 	i.logs.flush(i, s)
-	i.dropFunctions()
+	if i.trapped {
+		// Kept for Reset: wazero's call engines are reusable after a
+		// trap, and fresh ones would grow their stacks again, one copy
+		// at a time, in the first calls after it.
+		i.dropLargeStacks()
+	} else {
+		i.dropFunctions()
+	}
 	return ge
 }
 

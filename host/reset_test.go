@@ -485,3 +485,59 @@ func TestResetRestoresWrittenPages(t *testing.T) {
 		}
 	}
 }
+
+// TestResetKeepsExportHandles: a reset instance keeps the handles of its
+// exports, whose call stacks are grown already, but not one whose stack a
+// deep recursion grew past maxRetainedStack before it overflowed.
+func TestResetKeepsExportHandles(t *testing.T) {
+	r := newTestRuntime(t, Config{CallTimeout: 5 * time.Second})
+	m := compileWAT(t, r, moduleWAT(resetProcess, resetWAT))
+	inst := newInstance(t, m)
+	op := inst.Operator()
+	if err := op.Open(testSpec(), newFakeServices()); err != nil {
+		t.Fatal(err)
+	}
+	if err := inst.Snapshot(); err != nil {
+		t.Fatal(err)
+	}
+	h := inst.fnProcess
+	if err := op.Process(records(2), &fakeCollector{}); err == nil {
+		t.Fatal("no trap")
+	}
+	if err := inst.Reset(); err != nil {
+		t.Fatal(err)
+	}
+	if inst.fnProcess != h {
+		t.Error("the reset instance took a new wstream_process handle")
+	}
+	if err := op.Process(records(1), &fakeCollector{}); err != nil {
+		t.Fatalf("after the reset: %v", err)
+	}
+
+	m = compileWAT(t, r, moduleWAT(map[string]string{abi.ExportProcess: recursionWAT}, ""))
+	inst = newInstance(t, m)
+	s := inst.Operator().(*slot)
+	if err := s.Open(testSpec(), newLeanServices()); err != nil {
+		t.Fatal(err)
+	}
+	if err := inst.Snapshot(); err != nil {
+		t.Fatal(err)
+	}
+	s.index = -1 // unbounded: the stack overflows at wazero's ceiling
+	if err := s.Process(batchOf(), &builderCollector{}); !errors.Is(err, ErrStackOverflow) {
+		t.Fatalf("got %v, want a stack overflow", err)
+	}
+	if !inst.CanReset() {
+		t.Fatal("a stack overflow left an instance that cannot be reset")
+	}
+	if err := inst.Reset(); err != nil {
+		t.Fatal(err)
+	}
+	if n := retainedStack(inst.fnProcess); n > maxRetainedStack {
+		t.Errorf("the reset instance keeps a %d-byte stack", n)
+	}
+	s.index = 10
+	if err := s.Process(batchOf(), &builderCollector{}); err != nil {
+		t.Fatalf("after the reset: %v", err)
+	}
+}

@@ -362,13 +362,15 @@ func (t *task) guarded(k int, call func() error) (*failure, error) {
 // recoverInstance makes the subtask's broken instance usable again. A
 // subtask that met one poison record is likely to meet more, and a Go
 // guest's instance takes milliseconds to make (its runtime's
-// initialisation) and its operators to open again. So the first failure
-// replaces the instance (renewInstance), whose state is then saved once
-// its stages are open (host.Instance.Snapshot: a copy of its memory, kept
-// for the subtask's life), and the later traps put it back into that state
-// (host.Instance.Reset), which costs a copy of the memory. An instance
-// that cannot be reset (its module cannot, or the failure was a deadline,
-// a quota or an exit) is replaced.
+// initialisation, and on virtual machines where a page fault costs over
+// 10 µs, the faults of its first touch of each page) and its operators to
+// open again. So a dead-letter subtask saves its instance's state once its
+// stages are open (host.Instance.Snapshot: a copy of its memory, kept for
+// the subtask's life; Worker.open), and a trap puts it back into that state
+// (host.Instance.Reset: a comparison of the memory with the copy). An
+// instance that cannot be reset (its module cannot, or the failure was a
+// deadline, a quota or an exit) is replaced, and a replacement is saved
+// in turn.
 func (t *task) recoverInstance() error {
 	if t.inst.CanReset() && t.inst.Reset() == nil {
 		t.resets++
@@ -404,7 +406,7 @@ func (t *task) renewInstance() error {
 		if !s.guest {
 			continue
 		}
-		op := in.Operator()
+		op := in.OperatorWithStats(s.calls)
 		if f, ok := s.op.(*FairOperator); ok {
 			f.op = op
 		} else {

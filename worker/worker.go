@@ -1326,6 +1326,12 @@ func (w *Worker) open(j *jobRun, t *task) error {
 			return t.stageError(s, "failed to open", err)
 		}
 	}
+	if t.dl != nil && t.inst != nil {
+		// Saved now, so that the first trap resets the instance too
+		// rather than makes a new one (recoverInstance). A module whose
+		// instances cannot be reset has them replaced.
+		_ = t.inst.Snapshot()
+	}
 	return t.openDeadLetters(j.ctx, j)
 }
 
