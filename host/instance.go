@@ -115,6 +115,7 @@ type Instance struct {
 	globalIdx []uint32
 	globals   []api.MutableGlobal
 	snap      *snapshot
+	inMem     []byte // memLimiter.resident's vector, reused
 	trapped   bool
 	resets    int
 

@@ -160,6 +160,29 @@ func (r *reservation) release() {
 	}
 }
 
+// resident returns one byte per host page of b, a page-aligned part of the
+// reservation, whose low bit is clear for a page that is not in memory and
+// so reads as zero (never written since the reservation was made, or
+// dropped by dropPages); vec is reused when large enough. It returns nil
+// when that cannot be known: without a reservation, off Linux, or when the
+// system may swap (swapOn), as a swapped-out page is not in memory either.
+// Knowing it spares reading such pages, which costs a page fault (mapping
+// the zero page) the first time and a TLB miss every time after.
+func (m *memLimiter) resident(b, vec []byte) []byte {
+	if m.res == nil || len(b) == 0 || swapOn() {
+		return nil
+	}
+	n := (len(b) + hostPage - 1) / hostPage
+	if cap(vec) < n {
+		vec = make([]byte, n)
+	}
+	vec = vec[:n]
+	if !residentPages(b, vec) {
+		return nil
+	}
+	return vec
+}
+
 // zero clears b, a part of the memory past what the guest uses, whose
 // start and end are multiples of the page size. Its first keep bytes are
 // cleared page by page where they are not zero already: the guest is
@@ -177,11 +200,8 @@ func (m *memLimiter) zero(b []byte, keep int) {
 	// and even a read maps a zero page (a huge one, with transparent huge
 	// pages) that counts as resident.
 	var in []byte
-	if m.res != nil && keep > 0 {
-		in = make([]byte, (keep+hostPage-1)/hostPage)
-		if !residentPages(b[:keep], in) {
-			in = nil
-		}
+	if keep > 0 {
+		in = m.resident(b[:keep], nil)
 	}
 	for off := 0; off < keep; off += resetPage {
 		if in != nil && in[off/hostPage]&1 == 0 {

@@ -8,3 +8,6 @@ func dropPages([]byte) bool { return false }
 
 // residentPages reports nothing: the caller reads every page.
 func residentPages(b, vec []byte) bool { return false }
+
+// swapOn reports swap: the caller reads every page.
+func swapOn() bool { return true }

@@ -84,8 +84,10 @@ func (i *Instance) Snapshot() error {
 	// on the first trap of every subtask that meets one.
 	sn.at = sn.at[:0]
 	kept := int32(0)
+	in := i.grow.resident(buf, i.inMem)
+	i.inMem = in
 	for off := 0; off < len(buf); off += resetPage {
-		if isZero(buf[off:min(off+resetPage, len(buf))]) {
+		if (in != nil && in[off/hostPage]&1 == 0) || isZero(buf[off:min(off+resetPage, len(buf))]) {
 			sn.at = append(sn.at, -1)
 			continue
 		}
@@ -163,11 +165,18 @@ func (i *Instance) Reset() error {
 	}
 	// Page by page, writing only the pages that changed: between two
 	// traps a guest touches a fraction of its memory, and comparing reads
-	// at memory speed where copying would also write every page.
+	// at memory speed where copying would also write every page. A page
+	// zero at the snapshot and still not in memory was not written since:
+	// it is not read (a Go guest's memory has a third of its pages so).
+	in := i.grow.resident(buf, i.inMem)
+	i.inMem = in
 	for p, at := range sn.at {
 		off := p * resetPage
 		page := buf[off:min(off+resetPage, len(buf))]
 		if at < 0 {
+			if in != nil && in[off/hostPage]&1 == 0 {
+				continue
+			}
 			if !isZero(page) {
 				clear(page)
 			}
