@@ -3,9 +3,7 @@ package bench
 import (
 	"fmt"
 	"os"
-	"slices"
 	"strconv"
-	"strings"
 	"testing"
 
 	"github.com/wstream/wstream/internal/testmod"
@@ -56,7 +54,7 @@ func poisonWords(every uint64, salt string) int {
 // configurations run side by side, one of each per round (runPaired), and
 // the ratios are medians of per-round ratios. -benchtime Nx sets the
 // rounds. WSTREAM_POISON_CASES=A,B,… runs only the configurations named,
-// and reports no ratio.
+// and the ratios between them.
 func BenchmarkPoisonRecords(b *testing.B) {
 	mod, err := testmod.BuildGo("examples/wasm/go/testops")
 	if err != nil {
@@ -83,22 +81,13 @@ func BenchmarkPoisonRecords(b *testing.B) {
 		{name: "poison-trap", run: jobRun{module: mod, plan: poisonPlan(10000, bad, "trap", true), records: records}},
 		{name: "poison-fail", run: jobRun{module: mod, plan: poisonPlan(10000, bad, "fail", true), records: records}},
 	}
-	if only := os.Getenv("WSTREAM_POISON_CASES"); only != "" {
-		// One configuration alone, for a profile of it.
-		keep := configs[:0]
-		for _, c := range configs {
-			if slices.Contains(strings.Split(only, ","), c.name) {
-				keep = append(keep, c)
-			}
-		}
-		configs = keep
-		reportPaired(b, configs, nil)
-		return
-	}
 	ratios := []pairedRatio{
 		{"poison-trap/clean", "poison-trap", "dead-letter-clean"},
 		{"poison-fail/clean", "poison-fail", "dead-letter-clean"},
 		{"dead-letter/fail-policy", "dead-letter-clean", "fail-policy-clean"},
+	}
+	if only := os.Getenv("WSTREAM_POISON_CASES"); only != "" {
+		configs, ratios = onlyCases(only, configs, ratios)
 	}
 	reportPaired(b, configs, ratios)
 }

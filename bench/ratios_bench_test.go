@@ -5,6 +5,8 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -22,6 +24,8 @@ import (
 // machine, which changes over minutes, moves numerator and denominator
 // alike. -benchtime Nx sets the rounds; make bench runs it and prints the
 // ratios against their targets (internal/benchreport).
+// WSTREAM_RATIO_CASES=A,B,… runs only the configurations named, and the
+// ratios between them.
 func BenchmarkRatios(b *testing.B) {
 	goStateless, cStateless := buildModules(b, "mapfilter")
 	goKeyed, cKeyed := buildModules(b, "wordcount")
@@ -53,7 +57,29 @@ func BenchmarkRatios(b *testing.B) {
 		{"keyed-go-deadline/nodeadline", "keyed-go", "keyed-go-nodeadline"},
 		{"checkpoints-1s/none", "checkpoints-1s", "checkpoints-none"},
 	}
+	if only := os.Getenv("WSTREAM_RATIO_CASES"); only != "" {
+		configs, ratios = onlyCases(only, configs, ratios)
+	}
 	reportPaired(b, configs, ratios)
+}
+
+// onlyCases keeps the configurations named in only (a comma-separated
+// list) and the ratios between them.
+func onlyCases(only string, configs []pairedRun, ratios []pairedRatio) ([]pairedRun, []pairedRatio) {
+	names := strings.Split(only, ",")
+	var keep []pairedRun
+	for _, c := range configs {
+		if slices.Contains(names, c.name) {
+			keep = append(keep, c)
+		}
+	}
+	var rs []pairedRatio
+	for _, r := range ratios {
+		if slices.Contains(names, r.num) && slices.Contains(names, r.den) {
+			rs = append(rs, r)
+		}
+	}
+	return keep, rs
 }
 
 // pairedRatio is the metric name of num's rate over den's, each a
