@@ -441,14 +441,11 @@ func BenchmarkTrapRecovery(b *testing.B) {
 	}
 }
 
-// TestResetRestoresWrittenPages: Reset puts back exactly the memory of the
-// snapshot, whichever pages were written between the snapshot and the
-// trap: pages the snapshot kept and pages it left out as zero, single
-// bytes and runs over several pages.
-func TestResetRestoresWrittenPages(t *testing.T) {
-	r := newTestRuntime(t, Config{CallTimeout: 2 * time.Second})
-	m := compileWAT(t, r, moduleWAT(resetProcess, resetWAT))
-	inst := newInstance(t, m)
+// openSnapshotted returns an instance of the resetProcess module with its
+// operator open and a snapshot taken.
+func openSnapshotted(t *testing.T, r *Runtime) (*Instance, operator.Operator) {
+	t.Helper()
+	inst := newInstance(t, compileWAT(t, r, moduleWAT(resetProcess, resetWAT)))
 	op := inst.Operator()
 	if err := op.Open(testSpec(), newFakeServices()); err != nil {
 		t.Fatal(err)
@@ -456,6 +453,16 @@ func TestResetRestoresWrittenPages(t *testing.T) {
 	if err := inst.Snapshot(); err != nil {
 		t.Fatal(err)
 	}
+	return inst, op
+}
+
+// TestResetRestoresWrittenPages: Reset puts back exactly the memory of the
+// snapshot, whichever pages were written between the snapshot and the
+// trap: pages the snapshot kept and pages it left out as zero, single
+// bytes and runs over several pages.
+func TestResetRestoresWrittenPages(t *testing.T) {
+	r := newTestRuntime(t, Config{CallTimeout: 2 * time.Second})
+	inst, op := openSnapshotted(t, r)
 	snapMem := memoryCopy(t, inst)
 	rng := rand.New(rand.NewPCG(1, 2))
 	for round := range 5 {
@@ -491,15 +498,7 @@ func TestResetRestoresWrittenPages(t *testing.T) {
 // deep recursion grew past maxRetainedStack before it overflowed.
 func TestResetKeepsExportHandles(t *testing.T) {
 	r := newTestRuntime(t, Config{CallTimeout: 5 * time.Second})
-	m := compileWAT(t, r, moduleWAT(resetProcess, resetWAT))
-	inst := newInstance(t, m)
-	op := inst.Operator()
-	if err := op.Open(testSpec(), newFakeServices()); err != nil {
-		t.Fatal(err)
-	}
-	if err := inst.Snapshot(); err != nil {
-		t.Fatal(err)
-	}
+	inst, op := openSnapshotted(t, r)
 	h := inst.fnProcess
 	if err := op.Process(records(2), &fakeCollector{}); err == nil {
 		t.Fatal("no trap")
@@ -514,7 +513,7 @@ func TestResetKeepsExportHandles(t *testing.T) {
 		t.Fatalf("after the reset: %v", err)
 	}
 
-	m = compileWAT(t, r, moduleWAT(map[string]string{abi.ExportProcess: recursionWAT}, ""))
+	m := compileWAT(t, r, moduleWAT(map[string]string{abi.ExportProcess: recursionWAT}, ""))
 	inst = newInstance(t, m)
 	s := inst.Operator().(*slot)
 	if err := s.Open(testSpec(), newLeanServices()); err != nil {
