@@ -403,34 +403,18 @@ func (i *Instance) dropLargeStacks() {
 // dropFunctions forgets the export handles: each holds wazero's call stack
 // for its export, which deep recursion may have grown to tens of MB.
 func (i *Instance) dropFunctions() {
-	i.fnAlloc, i.fnOpen, i.fnProcess, i.fnOnTimer, i.fnClose = nil, nil, nil, nil, nil
-	i.fnPreBarrier, i.fnCkptComplete, i.fnCkptAborted = nil, nil, nil
-	i.fnMigrate = nil
+	for _, f := range i.functions() {
+		*f.fn = nil
+	}
 }
 
 // renewFunction replaces the handle of export name by a fresh one, whose
 // call stack starts small again.
 func (i *Instance) renewFunction(name string) {
-	fn := i.api.ExportedFunction(name)
-	switch name {
-	case abi.ExportAlloc:
-		i.fnAlloc = fn
-	case abi.ExportOpen:
-		i.fnOpen = fn
-	case abi.ExportProcess:
-		i.fnProcess = fn
-	case abi.ExportOnTimer:
-		i.fnOnTimer = fn
-	case abi.ExportClose:
-		i.fnClose = fn
-	case abi.ExportPreBarrier:
-		i.fnPreBarrier = fn
-	case abi.ExportCkptComplete:
-		i.fnCkptComplete = fn
-	case abi.ExportCkptAborted:
-		i.fnCkptAborted = fn
-	case abi.ExportMigrate:
-		i.fnMigrate = fn
+	for _, f := range i.functions() {
+		if f.name == name {
+			*f.fn = i.api.ExportedFunction(name)
+		}
 	}
 }
 
