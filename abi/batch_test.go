@@ -139,6 +139,17 @@ func FuzzDecode(f *testing.F) {
 		if (err == nil) != (verr == nil) {
 			t.Fatalf("Decode err %v but Validate err %v", err, verr)
 		}
+		maxPort, ok := MaxPort(b)
+		if ok != (err == nil) {
+			t.Fatalf("MaxPort ok %v but Decode err %v", ok, err)
+		}
+		want := uint32(0)
+		for _, r := range recs {
+			want = max(want, r.Port)
+		}
+		if ok && maxPort != want {
+			t.Fatalf("MaxPort %d, want %d", maxPort, want)
+		}
 		if err != nil {
 			if !errors.Is(err, ErrMalformedBatch) {
 				t.Fatalf("error does not wrap ErrMalformedBatch: %v", err)

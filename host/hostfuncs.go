@@ -220,13 +220,20 @@ var hostEmitBatch = api.GoModuleFunc(func(ctx context.Context, mod api.Module, s
 		setStatus(stack, abi.StatusBadPointer)
 		return
 	}
-	if st := checkBatch(b, len(s.outputs)); st != abi.StatusOK {
+	maxPort, st := checkBatch(b, len(s.outputs))
+	if st != abi.StatusOK {
 		setStatus(stack, st)
 		return
 	}
 	// A well-formed batch has exactly the records its header counts.
 	i.chargeOutput(abi.Count(b), len(b)-abi.BatchHeaderSize)
-	if err := i.out.EmitBatch(b); err != nil {
+	var err error
+	if cc, ok := i.out.(operator.CheckedCollector); ok {
+		err = cc.EmitCheckedBatch(b, maxPort)
+	} else {
+		err = i.out.EmitBatch(b)
+	}
+	if err != nil {
 		setStatus(stack, i.status(err))
 		return
 	}
@@ -234,30 +241,17 @@ var hostEmitBatch = api.GoModuleFunc(func(ctx context.Context, mod api.Module, s
 })
 
 // checkBatch validates an emitted batch: BAD_ARGUMENT when it is malformed
-// anywhere, else BAD_OUTPUT when a record's port is not below outputs.
-func checkBatch(b []byte, outputs int) int32 {
-	r, err := abi.NewReader(b)
-	if err != nil {
-		return abi.StatusBadArgument
+// anywhere, else BAD_OUTPUT when a record's port is not below outputs. It
+// returns the largest port of a valid batch too.
+func checkBatch(b []byte, outputs int) (maxPort uint32, st int32) {
+	maxPort, ok := abi.MaxPort(b)
+	if !ok {
+		return 0, abi.StatusBadArgument
 	}
-	badPort := false
-	var rec abi.Record
-	for {
-		ok, err := r.Next(&rec)
-		if err != nil {
-			return abi.StatusBadArgument
-		}
-		if !ok {
-			break
-		}
-		if uint64(rec.Port) >= uint64(outputs) {
-			badPort = true
-		}
+	if uint64(maxPort) >= uint64(outputs) {
+		return 0, abi.StatusBadOutput
 	}
-	if badPort {
-		return abi.StatusBadOutput
-	}
-	return abi.StatusOK
+	return maxPort, abi.StatusOK
 }
 
 // hostOutputIndex is output_index(name_ptr i32, name_len i32) -> i32: the

@@ -258,8 +258,23 @@ func TestCheckBatch(t *testing.T) {
 		{"port = outputs", good, 1, abi.StatusBadOutput},
 		{"malformed wins over bad port", badPortThenMalformed, 1, abi.StatusBadArgument},
 	} {
-		if got := checkBatch(tc.b, tc.outputs); got != tc.want {
+		if _, got := checkBatch(tc.b, tc.outputs); got != tc.want {
 			t.Errorf("%s: checkBatch = %d, want %d", tc.name, got, tc.want)
+		}
+	}
+	// The largest port, which a CheckedCollector takes instead of a
+	// second pass.
+	for _, tc := range []struct {
+		b    []byte
+		want uint32
+	}{
+		{batchOf(), 0},
+		{batchOf(rec(0, 1, "a", "b")), 0},
+		{good, 1},
+		{batchOf(rec(2, 1, "", ""), rec(0, 1, "", ""), rec(1, 1, "", "")), 2},
+	} {
+		if got, st := checkBatch(tc.b, 3); st != abi.StatusOK || got != tc.want {
+			t.Errorf("checkBatch(%d records) = %d, %d; want %d, OK", abi.Count(tc.b), got, st, tc.want)
 		}
 	}
 }

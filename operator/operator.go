@@ -112,6 +112,16 @@ type Collector interface {
 	EmitBatch(b []byte) error
 }
 
+// CheckedCollector is a Collector that can take a batch its caller has
+// already checked, sparing it a second pass over every record: the host
+// checks each batch a guest emits before anything of it is forwarded.
+type CheckedCollector interface {
+	Collector
+	// EmitCheckedBatch is EmitBatch for a batch known to decode, whose
+	// largest record port is maxPort (0 for an empty batch).
+	EmitCheckedBatch(b []byte, maxPort uint32) error
+}
+
 // Spec describes the operator instance the runtime asks for.
 type Spec struct {
 	VertexID       string // stable user-assigned vertex id

@@ -126,6 +126,21 @@ func (c *stageCollector) EmitBatch(batch []byte) error {
 	if err != nil {
 		return err
 	}
+	return c.emitChecked(batch, unchanged)
+}
+
+// EmitCheckedBatch takes a batch a guest emitted, which the host has
+// checked: only its largest port is left to check.
+func (c *stageCollector) EmitCheckedBatch(batch []byte, maxPort uint32) error {
+	if uint64(maxPort) >= uint64(c.nOut) {
+		return operator.ErrBadOutput
+	}
+	return c.emitChecked(batch, c.keep < 0 || (c.keep == 0 && maxPort == 0))
+}
+
+// emitChecked emits a batch that decodes and whose every port is below
+// nOut; unchanged says it can be appended as it is (check).
+func (c *stageCollector) emitChecked(batch []byte, unchanged bool) error {
 	r := &c.scratch
 	defer func() { *r = abi.Record{} }()
 	if c.keep < 0 && c.tail != nil {
