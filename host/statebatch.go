@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"hash/maphash"
 	"math"
+	"slices"
 	"sync"
 
 	"github.com/tetratelabs/wazero/api"
@@ -49,6 +50,8 @@ type getMany struct {
 	vals   []byte
 	slots  []uint32 // open addressing: request index + 1
 	hashes []uint64 // per request
+	ask    []int32  // the requests the store is asked for: not repeats, not too long
+	one    []byte   // a value, without StateGetMany
 	seed   maphash.Seed
 }
 
@@ -105,12 +108,15 @@ var hostStateGetMany = api.GoModuleFunc(func(ctx context.Context, mod api.Module
 
 // run answers the n requests of req into g.res and g.vals, for an out
 // buffer at outPtr of outCap bytes. It returns the call's status and the
-// size out needs for every value.
+// size out needs for every value. Every pair is checked, and repeats found,
+// before the store is asked for the others in one StateGetMany when it
+// can (operator.StateManyGetter), which overlaps their cache misses.
 func (g *getMany) run(i *Instance, s *slot, mem api.Memory, h int32, req []byte, outPtr uint32, outCap int) (int32, int) {
 	n := len(req) / requestSize
-	g.res = g.res[:0]
+	g.res = slices.Grow(g.res[:0], resultSize*n)[:resultSize*n]
 	g.vals = g.vals[:0]
 	g.hashes = g.hashes[:0]
+	g.ask = g.ask[:0]
 	size := 1
 	for size < 2*n {
 		size *= 2
@@ -121,8 +127,6 @@ func (g *getMany) run(i *Instance, s *slot, mem api.Memory, h int32, req []byte,
 	g.slots = g.slots[:size]
 	clear(g.slots)
 	mask := uint32(size - 1)
-	base := resultSize * n // values start after the results
-	need := base
 	all := memBytes(mem)
 	for j := range n {
 		r := req[j*requestSize:]
@@ -146,47 +150,83 @@ func (g *getMany) run(i *Instance, s *slot, mem api.Memory, h int32, req []byte,
 				break
 			}
 		}
+		res := g.res[j*resultSize:]
 		if first >= 0 {
-			f := g.res[first*resultSize:]
-			g.res = binary.LittleEndian.AppendUint32(g.res, uint32(first))
-			g.res = append(g.res, f[4:resultSize]...)
+			// Filled in once the first one's result is known.
+			binary.LittleEndian.PutUint32(res, uint32(first))
 			continue
 		}
 		g.slots[slot] = uint32(j + 1)
-		vlen, vptr := int32(0), uint32(0)
+		binary.LittleEndian.PutUint32(res, uint32(j))
 		if i.keyTooLong(key, ns) {
-			vlen = abi.StatusLimit
-		} else {
-			start := len(g.vals)
-			v, err := s.svc.StateGet(h, key, ns, g.vals[start:])
-			switch {
-			case err == nil:
-				vlen = int32(len(v))
-				// Values are packed in request order; one that does not fit
-				// is left out (only its size is told), a later one may fit.
-				if base+start+len(v) <= outCap {
-					vptr = outPtr + uint32(base+start)
-					g.vals = append(g.vals, v...)
-				}
-				need += len(v)
-			default:
-				st := operator.Status(err)
-				if st != abi.StatusNotFound && st != abi.StatusKeyGroup && st != abi.StatusLimit {
-					// The same for every request: the call's status.
-					return i.status(err), 0
-				}
-				vlen = st
+			limit := int32(abi.StatusLimit)
+			binary.LittleEndian.PutUint32(res[4:], uint32(limit))
+			binary.LittleEndian.PutUint32(res[8:], 0)
+			continue
+		}
+		g.ask = append(g.ask, int32(j))
+	}
+	base := resultSize * n // values start after the results
+	need := base
+	pair := func(u int) (key, ns []byte) {
+		key, ns, _ = pairIn(all, req[int(g.ask[u])*requestSize:])
+		return key, ns
+	}
+	var callErr error
+	answer := func(u int, v []byte, err error) error {
+		res := g.res[int(g.ask[u])*resultSize:]
+		vlen, vptr := int32(0), uint32(0)
+		switch {
+		case err == nil:
+			vlen = int32(len(v))
+			// Values are packed in request order; one that does not fit
+			// is left out (only its size is told), a later one may fit.
+			if start := len(g.vals); base+start+len(v) <= outCap {
+				vptr = outPtr + uint32(base+start)
+				g.vals = append(g.vals, v...)
+			}
+			need += len(v)
+		default:
+			st := operator.Status(err)
+			if st != abi.StatusNotFound && st != abi.StatusKeyGroup && st != abi.StatusLimit {
+				// The same for every request: the call's status.
+				callErr = err
+				return err
+			}
+			vlen = st
+		}
+		binary.LittleEndian.PutUint32(res[4:], uint32(vlen))
+		binary.LittleEndian.PutUint32(res[8:], vptr)
+		return nil
+	}
+	if many, ok := s.svc.(operator.StateManyGetter); ok {
+		_ = many.StateGetMany(h, len(g.ask), pair, answer)
+	} else {
+		for u := range g.ask {
+			key, ns := pair(u)
+			v, err := s.svc.StateGet(h, key, ns, g.one[:0])
+			g.one = v[:0]
+			if answer(u, v, err) != nil {
+				break
 			}
 		}
-		g.res = binary.LittleEndian.AppendUint32(g.res, uint32(j))
-		g.res = binary.LittleEndian.AppendUint32(g.res, uint32(vlen))
-		g.res = binary.LittleEndian.AppendUint32(g.res, vptr)
+	}
+	if callErr != nil {
+		return i.status(callErr), 0
+	}
+	// Repeats take their first request's result (the first comes before).
+	for j := range n {
+		res := g.res[j*resultSize:]
+		if first := int(binary.LittleEndian.Uint32(res)); first != j {
+			copy(res[4:resultSize], g.res[first*resultSize+4:first*resultSize+resultSize])
+		}
 	}
 	return abi.StatusOK, need
 }
 
 func (g *getMany) release() {
-	if cap(g.vals) > maxKeptGetMany || cap(g.res) > maxKeptGetMany || cap(g.slots) > maxKeptGetMany {
+	if cap(g.vals) > maxKeptGetMany || cap(g.res) > maxKeptGetMany || cap(g.slots) > maxKeptGetMany ||
+		cap(g.ask) > maxKeptGetMany || cap(g.one) > maxKeptGetMany {
 		return
 	}
 	getManyPool.Put(g)

@@ -123,9 +123,30 @@ func (f *foreignServices) StatePut(h int32, key, ns, value []byte) error {
 	return f.fakeServices.StatePut(h, key, ns, value)
 }
 
+// manyServices is foreignServices answering state_get_many through
+// operator.StateManyGetter, as package state does.
+type manyServices struct{ *foreignServices }
+
+func (m *manyServices) StateGetMany(h int32, n int, pair func(int) ([]byte, []byte), fn func(int, []byte, error) error) error {
+	for j := range n {
+		key, ns := pair(j)
+		v, err := m.StateGet(h, key, ns, nil)
+		if err := fn(j, v, err); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // newBatchRig is newHostRig with memory pages of memory, over
 // foreignServices.
 func newBatchRig(t testing.TB, pages int) *rig {
+	t.Helper()
+	return newBatchRigOver(t, pages, false)
+}
+
+// newBatchRigOver is newBatchRig, over manyServices when many is set.
+func newBatchRigOver(t testing.TB, pages int, many bool) *rig {
 	t.Helper()
 	g := &rig{logs: &logSink{}, svc: newFakeServices(), out: &fakeCollector{}}
 	g.t, _ = t.(*testing.T)
@@ -133,7 +154,11 @@ func newBatchRig(t testing.TB, pages int) *rig {
 	m := compileWAT(t, r, moduleWAT(map[string]string{abi.ExportMemory: fmt.Sprintf(`(memory (export "memory") %d)`, pages)}, trampolinesWAT()))
 	g.inst = newInstance(t, m)
 	g.s = g.inst.Operator().(*slot)
-	if err := g.s.Open(testSpec(), &foreignServices{g.svc}); err != nil {
+	var svc operator.Services = &foreignServices{g.svc}
+	if many {
+		svc = &manyServices{&foreignServices{g.svc}}
+	}
+	if err := g.s.Open(testSpec(), svc); err != nil {
 		t.Fatal(err)
 	}
 	if h, err := g.svc.RegisterState("s", abi.StateValue); err != nil || h != 0 {
@@ -143,8 +168,15 @@ func newBatchRig(t testing.TB, pages int) *rig {
 	return g
 }
 
+// TestStateGetMany runs over services without StateGetMany, which the
+// host asks one pair at a time, and over services with it.
 func TestStateGetMany(t *testing.T) {
-	g := newBatchRig(t, 2)
+	t.Run("StateGet", func(t *testing.T) { testStateGetMany(t, false) })
+	t.Run("StateGetMany", func(t *testing.T) { testStateGetMany(t, true) })
+}
+
+func testStateGetMany(t *testing.T, many bool) {
+	g := newBatchRigOver(t, 2, many)
 	g.svc.values[stateKey(0, []byte("abc"), []byte("a"))] = []byte("xyz")
 	g.svc.values[stateKey(0, []byte("k2"), nil)] = []byte{}
 	req := g.getRequests(3000, "abc", "a", "abc", "missing", "k2", "", "foreign", "", "abc", "a")

@@ -103,6 +103,18 @@ type KeyedState interface {
 	DeleteTimer(domain int32, key, ns []byte, ts int64) error
 }
 
+// StateManyGetter is KeyedState that answers many gets at once, as the host
+// does for a guest's state_get_many: knowing every key up front, it can
+// overlap the memory accesses of the whole batch instead of waiting for
+// each in turn.
+type StateManyGetter interface {
+	// StateGetMany calls fn(j, value, err) for j = 0 … n-1, in order, with
+	// what StateGet(h, key, ns, nil) would return for pair(j)'s key and ns.
+	// value is valid during fn only. It stops at fn's first error and
+	// returns it.
+	StateGetMany(h int32, n int, pair func(j int) (key, ns []byte), fn func(j int, value []byte, err error) error) error
+}
+
 // Collector receives an operator's output. Port is the index of the
 // operator's output (Spec.Outputs).
 type Collector interface {

@@ -27,6 +27,10 @@ type hotCache struct {
 	dirty    []int32 // dirty entries, in the order they became dirty
 	capacity int
 	live     int
+	// warmSlots and warmSum are warm's scratch and result (kept so that
+	// its reads are not optimized away).
+	warmSlots []int32
+	warmSum   uint64
 	// cleanBytes bounds the key and value buffers that clean entries,
 	// and free entries kept for reuse, hold after a flush (maxCleanBytes
 	// unless the store's memory budget is smaller).
@@ -100,6 +104,45 @@ func (c *hotCache) lookup(key []byte, h uint64) int32 {
 		if e := &c.entries[s]; e.hash == h && bytes.Equal(e.key, key) {
 			return s
 		}
+	}
+}
+
+// warm reads the slot each of hashes leads to, then the entry there and
+// the first byte of its key and value, so that the lookups of a batch that
+// follow find them in the processor's cache: the reads of one loop do not
+// depend on each other, and their misses overlap instead of following each
+// other lookup after lookup. A slot that holds another key's entry costs a
+// needless read, never a wrong answer.
+func (c *hotCache) warm(hashes []uint64) {
+	slots := c.warmSlots[:0]
+	for _, h := range hashes {
+		slots = append(slots, c.slots[h&c.mask])
+	}
+	var sum uint64
+	for _, s := range slots {
+		if s == noSlot {
+			continue
+		}
+		e := &c.entries[s]
+		sum += e.hash
+		if len(e.key) > 0 {
+			sum += uint64(e.key[0])
+		}
+		if len(e.val) > 0 {
+			sum += uint64(e.val[0])
+		}
+	}
+	if cap(slots) > maxKeptManyGet/4 {
+		slots = nil
+	}
+	c.warmSlots, c.warmSum = slots, sum
+}
+
+// gotten ends a get of entry idx once its value was read: a clean value too
+// large to keep cached leaves the cache.
+func (c *hotCache) gotten(idx int32) {
+	if e := &c.entries[idx]; !e.dirty && len(e.val) > maxCachedValue {
+		c.evict(idx)
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/wstream/wstream/abi"
+	"github.com/wstream/wstream/operator"
 )
 
 // LSM shape, tuned for incremental checkpoints; see the Pebble options in
@@ -118,8 +119,9 @@ type Store struct {
 	// undo is the journal of revocable changes (BeginUndo).
 	undo undoJournal
 
-	keyBuf []byte // scratch for the Pebble key of the current call
-	err    error  // sticky: set when Pebble failed a commit, or by Close
+	keyBuf []byte  // scratch for the Pebble key of the current call
+	many   manyGet // StateGetMany's scratch
+	err    error   // sticky: set when Pebble failed a commit, or by Close
 
 	// maxBytes is Options.MaxBytes; sinceCheck counts the bytes committed
 	// since the size on disk was last measured.
@@ -465,6 +467,52 @@ func (s *Store) keyGroup(key []byte) (int, bool) {
 
 // load reads the entry with Pebble key pk (hash h), which is not cached,
 // into the cache.
+// get finds the cache entry of pk (hash h), loading it from Pebble when
+// the cache does not hold it, and records the use. An entry known absent is
+// operator.ErrNotFound. The caller reads the value, then calls
+// cache.gotten.
+func (s *Store) get(pk []byte, h uint64) (int32, error) {
+	c := s.cache
+	idx := c.lookup(pk, h)
+	if idx == noSlot {
+		var err error
+		if idx, err = s.load(pk, h); err != nil {
+			return noSlot, err
+		}
+	} else {
+		c.touch(idx)
+	}
+	if !c.entries[idx].present {
+		return noSlot, operator.ErrNotFound
+	}
+	return idx, nil
+}
+
+// manyGet is StateGetMany's scratch: every pair's Pebble key, packed, and
+// per pair the end of its key in keys, its hash and its error.
+type manyGet struct {
+	keys   []byte
+	ends   []int
+	hashes []uint64
+	errs   []error
+}
+
+// maxKeptManyGet bounds the key bytes a store's manyGet keeps between
+// calls.
+const maxKeptManyGet = 1 << 20
+
+func (m *manyGet) reset() {
+	m.keys, m.ends, m.hashes, m.errs = m.keys[:0], m.ends[:0], m.hashes[:0], m.errs[:0]
+}
+
+func (m *manyGet) release() {
+	if cap(m.keys) > maxKeptManyGet || cap(m.ends) > maxKeptManyGet/8 {
+		*m = manyGet{}
+		return
+	}
+	clear(m.errs) // the errors may hold keys
+}
+
 func (s *Store) load(pk []byte, h uint64) (int32, error) {
 	val, closer, err := s.db.Get(pk)
 	if err != nil {

@@ -80,25 +80,64 @@ func (v *VertexState) StateGet(h int32, key, ns, dst []byte) ([]byte, error) {
 	if err != nil {
 		return dst[:0], err
 	}
+	idx, err := v.s.get(pk, v.s.cache.hash(pk))
+	if err != nil {
+		return dst[:0], err
+	}
 	c := v.s.cache
-	hash := c.hash(pk)
-	idx := c.lookup(pk, hash)
-	if idx == noSlot {
-		if idx, err = v.s.load(pk, hash); err != nil {
-			return dst[:0], err
-		}
-	} else {
-		c.touch(idx)
-	}
-	e := &c.entries[idx]
-	if !e.present {
-		return dst[:0], operator.ErrNotFound
-	}
-	dst = append(dst[:0], e.val...)
-	if !e.dirty && len(e.val) > maxCachedValue {
-		c.evict(idx)
-	}
+	dst = append(dst[:0], c.entries[idx].val...)
+	c.gotten(idx)
 	return dst, nil
+}
+
+// StateGetMany is operator.StateManyGetter: StateGet for n pairs. It
+// builds every pair's Pebble key and hash first and reads the cache slots
+// and entries they lead to (cache.warm), so that the cache misses of the
+// batch overlap; then it looks each pair up.
+func (v *VertexState) StateGetMany(h int32, n int, pair func(j int) (key, ns []byte), fn func(j int, value []byte, err error) error) error {
+	s := v.s
+	m := &s.many
+	m.reset()
+	defer m.release()
+	for j := range n {
+		key, ns := pair(j)
+		start := len(m.keys)
+		var err error
+		if m.keys, err = v.appendEntryKey(m.keys, h, key, ns); err != nil {
+			m.keys = m.keys[:start]
+			m.errs = append(m.errs, err)
+			m.ends = append(m.ends, start)
+			m.hashes = append(m.hashes, 0)
+			continue
+		}
+		m.errs = append(m.errs, nil)
+		m.ends = append(m.ends, len(m.keys))
+		m.hashes = append(m.hashes, s.cache.hash(m.keys[start:]))
+	}
+	s.cache.warm(m.hashes)
+	start := 0
+	for j := range n {
+		pk := m.keys[start:m.ends[j]:m.ends[j]]
+		start = m.ends[j]
+		if err := m.errs[j]; err != nil {
+			if err := fn(j, nil, err); err != nil {
+				return err
+			}
+			continue
+		}
+		idx, err := s.get(pk, m.hashes[j])
+		if err != nil {
+			if err := fn(j, nil, err); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := fn(j, s.cache.entries[idx].val, nil); err != nil {
+			return err
+		}
+		s.cache.gotten(idx)
+	}
+	return nil
 }
 
 // StatePut stores value for (key, ns). It is visible to StateGet and
@@ -338,23 +377,32 @@ func (v *VertexState) checkKey(key, ns []byte) (int, error) {
 // entryKey checks a state call and builds the Pebble key of (h, key, ns) in
 // the store's scratch buffer.
 func (v *VertexState) entryKey(h int32, key, ns []byte) ([]byte, error) {
-	if err := v.usable(); err != nil {
+	b, err := v.appendEntryKey(v.s.keyBuf[:0], h, key, ns)
+	if err != nil {
 		return nil, err
 	}
+	v.s.keyBuf = b
+	return b, nil
+}
+
+// appendEntryKey is entryKey appending to dst.
+func (v *VertexState) appendEntryKey(dst []byte, h int32, key, ns []byte) ([]byte, error) {
+	if err := v.usable(); err != nil {
+		return dst, err
+	}
 	if h < 0 || int(h) >= len(v.states) {
-		return nil, fmt.Errorf("%w: vertex %q: handle %d (%d states registered)",
+		return dst, fmt.Errorf("%w: vertex %q: handle %d (%d states registered)",
 			operator.ErrBadHandle, v.id, h, len(v.states))
 	}
 	kg, err := v.checkKey(key, ns)
 	if err != nil {
-		return nil, err
+		return dst, err
 	}
-	b := binary.BigEndian.AppendUint16(v.s.keyBuf[:0], uint16(kg))
+	b := binary.BigEndian.AppendUint16(dst, uint16(kg))
 	b = append(b, v.states[h].mid...)
 	b = binary.AppendUvarint(b, uint64(len(key)))
 	b = append(b, key...)
 	b = append(b, ns...)
-	v.s.keyBuf = b
 	return b, nil
 }
 

@@ -50,6 +50,7 @@ var due = func() chan time.Time {
 // the operator's keyed state and timers, and firing them.
 type keyedState interface {
 	operator.KeyedState
+	operator.StateManyGetter
 	PopTimers(domain int32, upTo int64, b *abi.Builder) (int, error)
 	NextTimer(domain int32) (int64, bool)
 }
@@ -392,6 +393,14 @@ type noKeyedState struct{}
 func (noKeyedState) RegisterState(string, int32) (int32, error) { return 0, operator.ErrNoKeyedState }
 func (noKeyedState) StateGet(int32, []byte, []byte, []byte) ([]byte, error) {
 	return nil, operator.ErrNoKeyedState
+}
+func (noKeyedState) StateGetMany(_ int32, n int, _ func(int) ([]byte, []byte), fn func(int, []byte, error) error) error {
+	for j := range n {
+		if err := fn(j, nil, operator.ErrNoKeyedState); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 func (noKeyedState) StatePut(int32, []byte, []byte, []byte) error { return operator.ErrNoKeyedState }
 func (noKeyedState) StateDelete(int32, []byte, []byte) error      { return operator.ErrNoKeyedState }
