@@ -27,10 +27,9 @@ type hotCache struct {
 	dirty    []int32 // dirty entries, in the order they became dirty
 	capacity int
 	live     int
-	// warmSlots and warmSum are warm's scratch and result (kept so that
-	// its reads are not optimized away).
-	warmSlots []int32
-	warmSum   uint64
+	// warmSum is warm's result, kept so that its reads are not optimized
+	// away.
+	warmSum uint64
 	// cleanBytes bounds the key and value buffers that clean entries,
 	// and free entries kept for reuse, hold after a flush (maxCleanBytes
 	// unless the store's memory budget is smaller).
@@ -113,8 +112,9 @@ func (c *hotCache) lookup(key []byte, h uint64) int32 {
 // depend on each other, and their misses overlap instead of following each
 // other lookup after lookup. A slot that holds another key's entry costs a
 // needless read, never a wrong answer.
-func (c *hotCache) warm(hashes []uint64) {
-	slots := c.warmSlots[:0]
+// It returns scratch slots, reused, holding the slots read.
+func (c *hotCache) warm(hashes []uint64, slots []int32) []int32 {
+	slots = slots[:0]
 	for _, h := range hashes {
 		slots = append(slots, c.slots[h&c.mask])
 	}
@@ -132,10 +132,8 @@ func (c *hotCache) warm(hashes []uint64) {
 			sum += uint64(e.val[0])
 		}
 	}
-	if cap(slots) > maxKeptManyGet/4 {
-		slots = nil
-	}
-	c.warmSlots, c.warmSum = slots, sum
+	c.warmSum = sum
+	return slots
 }
 
 // gotten ends a get of entry idx once its value was read: a clean value too

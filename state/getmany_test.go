@@ -61,7 +61,7 @@ func TestStateGetManyAsStateGet(t *testing.T) {
 	}
 	for round := range 20 {
 		var pairs []pair
-		for range 1 + rng.IntN(60) {
+		for range 1 + rng.IntN(300) { // several chunks (manyGetChunk)
 			p := pair{h: h, key: keys[rng.IntN(len(keys))]}
 			switch rng.IntN(12) {
 			case 0:

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"sync"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/bloom"
@@ -119,9 +120,8 @@ type Store struct {
 	// undo is the journal of revocable changes (BeginUndo).
 	undo undoJournal
 
-	keyBuf []byte  // scratch for the Pebble key of the current call
-	many   manyGet // StateGetMany's scratch
-	err    error   // sticky: set when Pebble failed a commit, or by Close
+	keyBuf []byte // scratch for the Pebble key of the current call
+	err    error  // sticky: set when Pebble failed a commit, or by Close
 
 	// maxBytes is Options.MaxBytes; sinceCheck counts the bytes committed
 	// since the size on disk was last measured.
@@ -488,29 +488,31 @@ func (s *Store) get(pk []byte, h uint64) (int32, error) {
 	return idx, nil
 }
 
-// manyGet is StateGetMany's scratch: every pair's Pebble key, packed, and
-// per pair the end of its key in keys, its hash and its error.
+// manyGet is StateGetMany's scratch for one chunk: every pair's Pebble
+// key, packed, and per pair the end of its key in keys, its hash, its error
+// and the cache slot its hash leads to (hotCache.warm). Calls borrow one
+// from manyGetPool, so that a store does not hold one.
 type manyGet struct {
 	keys   []byte
 	ends   []int
 	hashes []uint64
 	errs   []error
+	slots  []int32
 }
 
-// maxKeptManyGet bounds the key bytes a store's manyGet keeps between
-// calls.
+var manyGetPool = sync.Pool{New: func() any { return new(manyGet) }}
+
+// maxKeptManyGet bounds the key bytes of a pooled manyGet.
 const maxKeptManyGet = 1 << 20
 
-func (m *manyGet) reset() {
-	m.keys, m.ends, m.hashes, m.errs = m.keys[:0], m.ends[:0], m.hashes[:0], m.errs[:0]
-}
+func getManyGet() *manyGet { return manyGetPool.Get().(*manyGet) }
 
 func (m *manyGet) release() {
-	if cap(m.keys) > maxKeptManyGet || cap(m.ends) > maxKeptManyGet/8 {
-		*m = manyGet{}
+	if cap(m.keys) > maxKeptManyGet {
 		return
 	}
 	clear(m.errs) // the errors may hold keys
+	manyGetPool.Put(m)
 }
 
 func (s *Store) load(pk []byte, h uint64) (int32, error) {

@@ -90,16 +90,32 @@ func (v *VertexState) StateGet(h int32, key, ns, dst []byte) ([]byte, error) {
 	return dst, nil
 }
 
-// StateGetMany is operator.StateManyGetter: StateGet for n pairs. It
-// builds every pair's Pebble key and hash first and reads the cache slots
-// and entries they lead to (cache.warm), so that the cache misses of the
-// batch overlap; then it looks each pair up.
+// StateGetMany is operator.StateManyGetter: StateGet for n pairs. It takes
+// them manyGetChunk at a time: it builds every pair's Pebble key and hash
+// first and reads the cache slots and entries they lead to (cache.warm), so
+// that the cache misses of the chunk overlap; then it looks each pair up.
 func (v *VertexState) StateGetMany(h int32, n int, pair func(j int) (key, ns []byte), fn func(j int, value []byte, err error) error) error {
-	s := v.s
-	m := &s.many
-	m.reset()
+	m := getManyGet()
 	defer m.release()
-	for j := range n {
+	for from := 0; from < n; from += manyGetChunk {
+		if err := v.getChunk(m, h, from, min(n, from+manyGetChunk), pair, fn); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// manyGetChunk is how many pairs StateGetMany warms at a time: enough for
+// the processor to have as many misses in flight as it can, few enough that
+// the scratch stays a few KiB and the chunk's entries stay in its caches
+// until they are read.
+const manyGetChunk = 128
+
+// getChunk is StateGetMany for pairs [from, to), with scratch m.
+func (v *VertexState) getChunk(m *manyGet, h int32, from, to int, pair func(j int) (key, ns []byte), fn func(j int, value []byte, err error) error) error {
+	s := v.s
+	m.keys, m.ends, m.hashes, m.errs = m.keys[:0], m.ends[:0], m.hashes[:0], m.errs[:0]
+	for j := from; j < to; j++ {
 		key, ns := pair(j)
 		start := len(m.keys)
 		var err error
@@ -114,18 +130,19 @@ func (v *VertexState) StateGetMany(h int32, n int, pair func(j int) (key, ns []b
 		m.ends = append(m.ends, len(m.keys))
 		m.hashes = append(m.hashes, s.cache.hash(m.keys[start:]))
 	}
-	s.cache.warm(m.hashes)
+	m.slots = s.cache.warm(m.hashes, m.slots)
 	start := 0
-	for j := range n {
-		pk := m.keys[start:m.ends[j]:m.ends[j]]
-		start = m.ends[j]
-		if err := m.errs[j]; err != nil {
+	for c, end := range m.ends {
+		j := from + c
+		pk := m.keys[start:end:end]
+		start = end
+		if err := m.errs[c]; err != nil {
 			if err := fn(j, nil, err); err != nil {
 				return err
 			}
 			continue
 		}
-		idx, err := s.get(pk, m.hashes[j])
+		idx, err := s.get(pk, m.hashes[c])
 		if err != nil {
 			if err := fn(j, nil, err); err != nil {
 				return err
