@@ -49,7 +49,11 @@
 // and checkpoint directories are staging that checkpoint storage copies and
 // makes durable itself. StateGet reads
 // the cache first; entries read from Pebble, including absent ones, stay
-// cached in a bounded LRU of hot keys.
+// cached in a bounded LRU of hot keys. StateGetMany, which answers a
+// guest's state_get_many, reads the cache slots and entries of a chunk of
+// keys in loops whose reads do not depend on each other before it looks
+// each key up, so that the chunk's cache misses overlap instead of coming
+// one lookup after another.
 // StateIter flushes first when the iterated key has unflushed writes and
 // then reads Pebble, so it sees every earlier put and delete.
 //
