@@ -80,10 +80,11 @@ test-matrix: setup
 # bench measures every performance target side by side and prints them
 # against their bounds (internal/benchreport); the raw output stays in
 # $(BENCHOUT). BENCHROUNDS rounds of every pipeline configuration; more
-# rounds, steadier medians on a busy machine. The figures of BENCHMARKS.md
-# come from these benchmarks.
+# rounds, steadier medians on a busy machine (single rounds of one ratio
+# spread over ±0.15 here, and medians of 5 rounds still by ±0.05). The
+# figures of BENCHMARKS.md come from these benchmarks.
 BENCHOUT    ?= bench.out
-BENCHROUNDS ?= 5
+BENCHROUNDS ?= 15
 bench: setup
 	@echo "make bench: a few minutes; raw output in $(BENCHOUT)"
 	@$(GO) test -run '^$$' -bench '^BenchmarkRatios$$' -benchtime $(BENCHROUNDS)x -timeout 60m ./bench/ > $(BENCHOUT) || { cat $(BENCHOUT); exit 1; }
