@@ -16,6 +16,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/wstream/wstream/internal/objlist"
 )
 
 // ObjectScheme begins the location of a storage kept in a JetStream object
@@ -256,9 +258,7 @@ func (b *objectBackend) readAll(rel string) ([]byte, error) {
 // list returns the objects below the prefix whose path relative to it
 // begins with under, by that path.
 func (b *objectBackend) list(under string) (map[string]*jetstream.ObjectInfo, error) {
-	ctx, cancel := opContext()
-	defer cancel()
-	infos, err := b.obs.List(ctx)
+	infos, err := objlist.List(context.Background(), b.obs, objectOpTimeout)
 	if errors.Is(err, jetstream.ErrNoObjectsFound) {
 		return map[string]*jetstream.ObjectInfo{}, nil
 	}

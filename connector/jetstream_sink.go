@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/wstream/wstream/abi"
+	"github.com/wstream/wstream/internal/objlist"
 )
 
 // jsSinkConfig is the configuration of the "jetstream" sink.
@@ -678,15 +679,19 @@ func (s *jsSink) deleteStaged(op string) error { return s.deleteStagedOf(s.self(
 
 // deleteStagedOf deletes every staged object of owner o.
 func (s *jsSink) deleteStagedOf(o txnOwner, op string) error {
-	ctx, cancel := apiContext(s.ctx)
-	defer cancel()
-	objs, err := s.obs.List(ctx)
+	parent := s.ctx
+	if parent == nil {
+		parent = context.Background()
+	}
+	objs, err := objlist.List(parent, s.obs, jsConnectTimeout)
 	if errors.Is(err, jetstream.ErrNoObjectsFound) {
 		return nil
 	}
 	if err != nil {
 		return fmt.Errorf("%s: %s: list staged transactions: %w", s.what, op, err)
 	}
+	ctx, cancel := apiContext(s.ctx)
+	defer cancel()
 	prefix := o.run + "/" + strconv.Itoa(o.subtask) + "/"
 	for _, o := range objs {
 		if !strings.HasPrefix(o.Name, prefix) {
