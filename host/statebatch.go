@@ -200,7 +200,9 @@ func (g *getMany) run(i *Instance, s *slot, mem api.Memory, h int32, req []byte,
 		return nil
 	}
 	if many, ok := s.svc.(operator.StateManyGetter); ok {
-		_ = many.StateGetMany(h, len(g.ask), pair, answer)
+		if err := many.StateGetMany(h, len(g.ask), pair, answer); err != nil && callErr == nil {
+			callErr = err
+		}
 	} else {
 		for u := range g.ask {
 			key, ns := pair(u)
