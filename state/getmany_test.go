@@ -16,8 +16,8 @@ import (
 // as StateGet does: values in the cache (clean and dirty), values only in
 // Pebble, absences known and unknown, deletions, values too large to stay
 // cached, keys of another subtask's key groups, bad handles, pairs
-// repeated, and a cache small enough that the batch's own loads evict
-// entries it warmed.
+// repeated, chunks ended by their count or by their keys' size, and a
+// cache small enough that the batch's own loads evict entries it warmed.
 func TestStateGetManyAsStateGet(t *testing.T) {
 	half := abi.KeyGroupRange{Start: 0, End: abi.DefaultMaxParallelism/2 - 1}
 	s, err := Open(Options{Dir: t.TempDir(), KeyGroups: half, CacheEntries: 16})
@@ -32,6 +32,10 @@ func TestStateGetManyAsStateGet(t *testing.T) {
 	var keys [][]byte
 	for range 40 {
 		keys = append(keys, keyIn(t, "k", rng.IntN(int(half.End)+1)))
+	}
+	// Keys of 30 KiB end a chunk after a few pairs (manyGetKeyBytes).
+	for range 4 {
+		keys = append(keys, keyIn(t, strings.Repeat("K", 30<<10), rng.IntN(int(half.End)+1)))
 	}
 	foreign := keyIn(t, "far", abi.DefaultMaxParallelism-1)
 	big := bytes.Repeat([]byte("x"), maxCachedValue+1)

@@ -465,8 +465,6 @@ func (s *Store) keyGroup(key []byte) (int, bool) {
 	return kg, s.groups.Contains(kg)
 }
 
-// load reads the entry with Pebble key pk (hash h), which is not cached,
-// into the cache.
 // get finds the cache entry of pk (hash h), loading it from Pebble when
 // the cache does not hold it, and records the use. An entry known absent is
 // operator.ErrNotFound. The caller reads the value, then calls
@@ -502,7 +500,9 @@ type manyGet struct {
 
 var manyGetPool = sync.Pool{New: func() any { return new(manyGet) }}
 
-// maxKeptManyGet bounds the key bytes of a pooled manyGet.
+// maxKeptManyGet bounds the key bytes of a pooled manyGet: a chunk stops
+// taking pairs at manyGetKeyBytes, so only a chunk whose last key is
+// near the largest allowed passes it.
 const maxKeptManyGet = 1 << 20
 
 func getManyGet() *manyGet { return manyGetPool.Get().(*manyGet) }
@@ -515,6 +515,8 @@ func (m *manyGet) release() {
 	manyGetPool.Put(m)
 }
 
+// load reads the entry with Pebble key pk (hash h), which is not cached,
+// into the cache.
 func (s *Store) load(pk []byte, h uint64) (int32, error) {
 	val, closer, err := s.db.Get(pk)
 	if err != nil {

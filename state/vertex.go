@@ -91,70 +91,69 @@ func (v *VertexState) StateGet(h int32, key, ns, dst []byte) ([]byte, error) {
 }
 
 // StateGetMany is operator.StateManyGetter: StateGet for n pairs. It takes
-// them manyGetChunk at a time: it builds every pair's Pebble key and hash
-// first and reads the cache slots and entries they lead to (cache.warm), so
-// that the cache misses of the chunk overlap; then it looks each pair up.
+// them a chunk at a time: it builds every pair's Pebble key and hash first
+// and reads the cache slots and entries they lead to (cache.warm), so that
+// the cache misses of the chunk overlap; then it looks each pair up.
 func (v *VertexState) StateGetMany(h int32, n int, pair func(j int) (key, ns []byte), fn func(j int, value []byte, err error) error) error {
 	m := getManyGet()
 	defer m.release()
-	for from := 0; from < n; from += manyGetChunk {
-		if err := v.getChunk(m, h, from, min(n, from+manyGetChunk), pair, fn); err != nil {
+	for from := 0; from < n; {
+		var err error
+		if from, err = v.getChunk(m, h, from, n, pair, fn); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// manyGetChunk is how many pairs StateGetMany warms at a time: enough for
-// the processor to have as many misses in flight as it can, few enough that
-// the scratch stays a few KiB and the chunk's entries stay in its caches
-// until they are read.
-const manyGetChunk = 128
+// A chunk of StateGetMany is manyGetChunk pairs, or fewer when their keys
+// reach manyGetKeyBytes: enough for the processor to have as many misses in
+// flight as it can, few enough that the chunk's entries stay in its caches
+// until they are read, and that a guest listing keys of the largest size
+// allowed does not make the host copy many of them at once.
+const (
+	manyGetChunk    = 128
+	manyGetKeyBytes = 64 << 10
+)
 
-// getChunk is StateGetMany for pairs [from, to), with scratch m.
-func (v *VertexState) getChunk(m *manyGet, h int32, from, to int, pair func(j int) (key, ns []byte), fn func(j int, value []byte, err error) error) error {
+// getChunk is StateGetMany for the pairs from from on, below n, that make
+// one chunk, with scratch m. It returns where the next chunk starts.
+func (v *VertexState) getChunk(m *manyGet, h int32, from, n int, pair func(j int) (key, ns []byte), fn func(j int, value []byte, err error) error) (int, error) {
 	s := v.s
 	m.keys, m.ends, m.hashes, m.errs = m.keys[:0], m.ends[:0], m.hashes[:0], m.errs[:0]
-	for j := from; j < to; j++ {
-		key, ns := pair(j)
+	to := from
+	for ; to < n && to-from < manyGetChunk && len(m.keys) < manyGetKeyBytes; to++ {
+		key, ns := pair(to)
 		start := len(m.keys)
 		var err error
 		if m.keys, err = v.appendEntryKey(m.keys, h, key, ns); err != nil {
 			m.keys = m.keys[:start]
-			m.errs = append(m.errs, err)
-			m.ends = append(m.ends, start)
-			m.hashes = append(m.hashes, 0)
-			continue
 		}
-		m.errs = append(m.errs, nil)
+		m.errs = append(m.errs, err)
 		m.ends = append(m.ends, len(m.keys))
 		m.hashes = append(m.hashes, s.cache.hash(m.keys[start:]))
 	}
 	m.slots = s.cache.warm(m.hashes, m.slots)
 	start := 0
 	for c, end := range m.ends {
-		j := from + c
 		pk := m.keys[start:end:end]
 		start = end
-		if err := m.errs[c]; err != nil {
-			if err := fn(j, nil, err); err != nil {
-				return err
-			}
-			continue
+		idx, err := int32(noSlot), m.errs[c]
+		if err == nil {
+			idx, err = s.get(pk, m.hashes[c])
 		}
-		idx, err := s.get(pk, m.hashes[c])
-		if err != nil {
-			if err := fn(j, nil, err); err != nil {
-				return err
-			}
-			continue
+		var val []byte
+		if err == nil {
+			val = s.cache.entries[idx].val
 		}
-		if err := fn(j, s.cache.entries[idx].val, nil); err != nil {
-			return err
+		if err := fn(from+c, val, err); err != nil {
+			return to, err
 		}
-		s.cache.gotten(idx)
+		if idx != noSlot {
+			s.cache.gotten(idx)
+		}
 	}
-	return nil
+	return to, nil
 }
 
 // StatePut stores value for (key, ns). It is visible to StateGet and
