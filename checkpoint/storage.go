@@ -489,7 +489,7 @@ func encodeInto(dst io.Writer, o writeOpts, fill func(io.Writer) error) (written
 	var enc *zstd.Encoder
 	var err error
 	if o.level > 0 {
-		enc, err = zstd.NewWriter(cw, zstd.WithEncoderLevel(zstd.EncoderLevel(o.level)), zstd.WithEncoderConcurrency(1))
+		enc, err = getEncoder(o.level, cw)
 		raw.w = enc
 		if o.hashRaw {
 			rawHash = sha256.New()
@@ -502,6 +502,9 @@ func encodeInto(dst io.Writer, o writeOpts, fill func(io.Writer) error) (written
 	if enc != nil {
 		if cerr := enc.Close(); err == nil {
 			err = cerr
+		}
+		if err == nil {
+			putEncoder(o.level, enc)
 		}
 	}
 	var w written
