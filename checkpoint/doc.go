@@ -143,8 +143,8 @@
 // Incremental checkpoints: Pebble SSTs never change, so a task puts each
 // with PutShared, which names it by the SHA-256 of its bytes and uploads
 // nothing when that file exists, and lists the returned handle, Name set,
-// in SubtaskState.State; other files (MANIFEST, OPTIONS, …) are copied into
-// the checkpoint as before. Shared files belong to no checkpoint: Discard
+// in SubtaskState.State. Its other files (MANIFEST, OPTIONS, …) go the same
+// way: most are alike from one checkpoint to the next. Shared files belong to no checkpoint: Discard
 // leaves them, and the shared-state registry counts the complete
 // checkpoints referencing each and removes one with RemoveShared when none
 // is left. Audit reports files complete checkpoints reference that are

@@ -1,6 +1,7 @@
 package tests
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -55,12 +56,23 @@ func TestCorruptCheckpointFallsBack(t *testing.T) {
 	}
 	retained := complete()
 	newest := filepath.Dir(retained[len(retained)-1])
-	files, _ := filepath.Glob(filepath.Join(newest, "tasks", "*", "state", "*.sst"))
-	if len(files) == 0 {
-		files, _ = filepath.Glob(filepath.Join(newest, "tasks", "*", "state", "MANIFEST-*"))
+	// State files are shared (by content) between checkpoints: the victim
+	// is one that only the newest references, so that the one before it
+	// is intact.
+	refs := map[string]int{}
+	for _, m := range retained {
+		for _, p := range stateFiles(t, m) {
+			refs[p]++
+		}
+	}
+	var files []string
+	for _, p := range stateFiles(t, retained[len(retained)-1]) {
+		if refs[p] == 1 {
+			files = append(files, filepath.Join(root(), filepath.FromSlash(p)))
+		}
 	}
 	if len(files) == 0 {
-		t.Fatalf("no state file in %s", newest)
+		t.Fatalf("no state file of %s that the checkpoints before it do not have", newest)
 	}
 	victim := files[0]
 	b, err := os.ReadFile(victim)
@@ -89,4 +101,37 @@ func TestCorruptCheckpointFallsBack(t *testing.T) {
 	if got := committed(t, filepath.Join(dir, "out")); strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Fatalf("committed output after the fallback differs: %d lines vs %d; %s", len(got), len(want), firstDiff(got, want))
 	}
+}
+
+// stateFiles lists the keyed-state files a checkpoint's _metadata names,
+// relative to the job's checkpoint root.
+func stateFiles(t *testing.T, metadata string) []string {
+	t.Helper()
+	b, err := os.ReadFile(metadata)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m struct {
+		Tasks []struct {
+			State []struct {
+				Path   string
+				Shared bool
+			}
+		}
+	}
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Base(filepath.Dir(metadata))
+	var out []string
+	for _, task := range m.Tasks {
+		for _, f := range task.State {
+			if f.Shared {
+				out = append(out, f.Path)
+			} else {
+				out = append(out, dir+"/"+f.Path)
+			}
+		}
+	}
+	return out
 }

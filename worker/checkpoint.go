@@ -1226,9 +1226,13 @@ func (t *task) uploadIncremental(snap *snapshotInProgress, base string) ([]check
 const uploadConcurrency = 4
 
 // uploadStateFile puts one file of the snapshot's Pebble checkpoint into
-// storage: a table as a shared file (once, whichever checkpoint has it
-// first), any other file as the checkpoint's own. uploaded says whether
-// its bytes were written now.
+// storage as a shared file, named by its content: it is written (and
+// synced) once, by whichever checkpoint has it first. That holds for the
+// tables, which Pebble never changes, and for most of the small files
+// too: OPTIONS, the format marker and the empty log are the same in every
+// checkpoint of the job, so only the MANIFEST and new tables cost a write
+// and a sync, where a copy of each small file cost one per checkpoint.
+// uploaded says whether its bytes were written now.
 func (t *task) uploadStateFile(snap *snapshotInProgress, base, p string) (checkpoint.FileHandle, bool, error) {
 	s := t.ckpt.storage
 	rel, err := filepath.Rel(snap.stateDir, p)
@@ -1236,11 +1240,13 @@ func (t *task) uploadStateFile(snap *snapshotInProgress, base, p string) (checkp
 		return checkpoint.FileHandle{}, false, err
 	}
 	name := base + "/state/" + filepath.ToSlash(rel)
-	if filepath.Ext(p) != ".sst" {
-		h, err := s.CopyFile(snap.id, name, p)
-		return h, err == nil, err
+	var sum string
+	if filepath.Ext(p) == ".sst" {
+		sum, err = t.sstDigest(p)
+	} else {
+		// Not cached: the MANIFEST keeps its name as it grows.
+		sum, err = checkpoint.FileSHA256(p)
 	}
-	sum, err := t.sstDigest(p)
 	if err != nil {
 		return checkpoint.FileHandle{}, false, err
 	}
