@@ -916,10 +916,7 @@ func (r *rawReader) Read(p []byte) (int, error) {
 		return 0, r.err
 	}
 	if r.dec == nil {
-		dec, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxWindow(maxZstdWindow))
-		if err == nil {
-			err = dec.Reset(r.hr)
-		}
+		dec, err := getDecoder(r.hr)
 		r.dec = dec
 		if err != nil {
 			r.err = r.verdict(err)
@@ -958,7 +955,8 @@ func (r *rawReader) verdict(problem error) error {
 
 func (r *rawReader) Close() error {
 	if r.dec != nil {
-		r.dec.Close()
+		putDecoder(r.dec)
+		r.dec = nil
 	}
 	return r.hr.Close()
 }
@@ -1408,11 +1406,10 @@ func (s *Storage) inspectShared(rel, target, rawSum string) (FileHandle, int, er
 	compressed := false
 	var magic [4]byte
 	if n, _ := io.ReadFull(in, magic[:]); n == 4 && bytes.Equal(magic[:], []byte{0x28, 0xb5, 0x2f, 0xfd}) {
-		dec, err := zstd.NewReader(io.MultiReader(bytes.NewReader(magic[:]), in), zstd.WithDecoderConcurrency(1),
-			zstd.WithDecoderMaxWindow(maxZstdWindow))
+		dec, err := getDecoder(io.MultiReader(bytes.NewReader(magic[:]), in))
 		if err == nil {
 			_, err = io.Copy(rc, dec)
-			dec.Close()
+			putDecoder(dec)
 		}
 		compressed = err == nil && hex.EncodeToString(raw.Sum(nil)) == rawSum
 	}

@@ -13,9 +13,9 @@ import (
 
 // TestReusedEncoders writes many files at every level, side by side, so
 // that encoders are reused across streams and goroutines, and reads each
-// back: an encoder that kept a previous stream's history or writer, or
-// one shared by two writes at once, shows as a wrong file (or, with -race,
-// as a race).
+// back, side by side too, after a damaged one: an encoder or decoder that
+// kept a previous stream's history or reader, or one shared by two streams
+// at once, shows as a wrong file (or, with -race, as a race).
 func TestReusedEncoders(t *testing.T) {
 	s := testStorage(t)
 	src := t.TempDir()
@@ -61,16 +61,36 @@ func TestReusedEncoders(t *testing.T) {
 			if !h.Compressed || h.RawSize != int64(len(contents[i])) {
 				t.Fatalf("level %d, file %d: handle %+v, want compressed from %d bytes", level, i, h, len(contents[i]))
 			}
-			r, err := s.Open(id, h)
-			if err != nil {
-				t.Fatal(err)
-			}
-			got, err := io.ReadAll(r)
-			r.Close()
-			if err != nil || !bytes.Equal(got, contents[i]) {
-				t.Fatalf("level %d, file %d: read back %d bytes (%v), want its %d bytes", level, i, len(got), err, len(contents[i]))
-			}
 		}
+		// A damaged file first, so that its decoder, put back after an
+		// error, is among those the reads below reuse.
+		damaged := handles[4]
+		p := filepath.Join(s.Dir(id), filepath.FromSlash(damaged.Path))
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b[len(b)/2] ^= 0xff
+		if err := os.WriteFile(p, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := readHandle(s, id, damaged); err == nil {
+			t.Fatalf("level %d: the damaged file read back %d bytes without an error", level, len(got))
+		}
+		for i, h := range handles {
+			if i == 4 {
+				continue
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				got, err := readHandle(s, id, h)
+				if err != nil || !bytes.Equal(got, contents[i]) {
+					t.Errorf("level %d, file %d: read back %d bytes (%v), want its %d bytes", level, i, len(got), err, len(contents[i]))
+				}
+			}()
+		}
+		wg.Wait()
 	}
 	encoders.mu.Lock()
 	defer encoders.mu.Unlock()
@@ -79,4 +99,13 @@ func TestReusedEncoders(t *testing.T) {
 			t.Fatalf("%d idle encoders of level %d, more than %d", len(idle), level, maxIdleEncoders)
 		}
 	}
+}
+
+func readHandle(s *Storage, id int64, h FileHandle) ([]byte, error) {
+	r, err := s.Open(id, h)
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	return io.ReadAll(r)
 }
