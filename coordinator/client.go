@@ -29,11 +29,16 @@ func StoreModule(ctx context.Context, nc *nats.Conn, wasm []byte) (string, error
 	if err != nil {
 		return "", err
 	}
-	obs, err := js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
-		Bucket:      transport.ModuleBucket,
-		Description: "wstream operator modules by digest",
-		Storage:     jetstream.FileStorage,
-	})
+	// Looked up first: creating (or updating) the bucket is two requests
+	// and a write of the stream's configuration, on every deploy's path.
+	obs, err := js.ObjectStore(ctx, transport.ModuleBucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		obs, err = js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
+			Bucket:      transport.ModuleBucket,
+			Description: "wstream operator modules by digest",
+			Storage:     jetstream.FileStorage,
+		})
+	}
 	if err != nil {
 		return "", fmt.Errorf("opening module store %s: %w", transport.ModuleBucket, err)
 	}
