@@ -13,9 +13,10 @@ import (
 // next to nothing by it. Readers accept windows up to maxZstdWindow.
 const encoderWindow = 1 << 20
 
-// maxIdleEncoders bounds the encoders of one level kept for reuse: as
-// many as a subtask's checkpoint uploads at once (uploadConcurrency in
-// package worker), times two subtasks.
+// maxIdleEncoders bounds the encoders of one level kept for reuse, and so
+// the memory they hold between checkpoints (under 3 MiB each): twice the
+// files one subtask uploads at once (uploadConcurrency in package worker).
+// Beyond that, uploads side by side make encoders that are then dropped.
 const maxIdleEncoders = 8
 
 // encoders keeps idle zstd encoders by level. A new encoder allocates its
