@@ -9,8 +9,10 @@ import (
 
 // encoderWindow is the window of the encoders encodeInto uses. zstd's
 // default of 8 MiB makes each encoder hold about 9 MiB; with 1 MiB it is
-// under 3 MiB, and a table of Pebble's, already block-compressed, loses
-// next to nothing by it. Readers accept windows up to maxZstdWindow.
+// under 3 MiB, and Pebble's tables, already block-compressed, lose next to
+// nothing by it (a 1.6 MiB table of small values came out 0.35% larger,
+// tables under 1 MiB the same). Readers accept windows up to
+// maxZstdWindow.
 const encoderWindow = 1 << 20
 
 // maxIdleEncoders bounds the encoders of one level kept for reuse, and so
