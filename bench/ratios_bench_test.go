@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -29,7 +30,17 @@ import (
 func BenchmarkRatios(b *testing.B) {
 	goStateless, cStateless := buildModules(b, "mapfilter")
 	goKeyed, cKeyed := buildModules(b, "wordcount")
-	const ckptRecords = 12_000_000 // several 1 s checkpoints per run
+	// Several 1 s checkpoints per run. WSTREAM_CKPT_RECORDS=N runs the
+	// checkpoint configurations on N records instead, to see how much of
+	// the ratio is the final checkpoint, which a short run weighs more.
+	ckptRecords := 12_000_000
+	if s := os.Getenv("WSTREAM_CKPT_RECORDS"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n <= 0 {
+			b.Fatalf("WSTREAM_CKPT_RECORDS=%q: want a positive number of records", s)
+		}
+		ckptRecords = n
+	}
 	ckptPlan := func(ckpt string) string { return overheadPlan(ckpt, ckptRecords) }
 	noDeadline := host.Config{CallTimeout: -1}
 	configs := []pairedRun{
