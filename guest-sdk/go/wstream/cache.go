@@ -26,8 +26,11 @@ const (
 	// chunk is how many records a group reads ahead. The host reads them
 	// all, then writes back those written: a few at a time, its state
 	// lookups stay in its caches.
-	chunk       = 256
-	firstChunk  = 16 << 10
+	chunk      = 256
+	firstChunk = 16 << 10
+	// warmChunk is the state cache's memory made at open (module.warm):
+	// a batch of 1,000 records reading one state needs about 44 KiB.
+	warmChunk   = 64 << 10
 	keepChunk   = 1 << 20 // a larger chunk is dropped after the callback
 	firstRoom   = 16
 	maxRoom     = 4096

@@ -23,6 +23,9 @@ const (
 // keeps guest memory bounded.
 const flushThreshold = 64 << 10
 
+// firstOut is the output buffer made at open (module.warm).
+const firstOut = 16 << 10
+
 // Context is an operator's view of the host: configuration, output, time,
 // logging, keyed state and timers. The SDK creates one per opened operator
 // and passes it to every callback; it is only valid inside callbacks and must

@@ -143,7 +143,28 @@ func (m *module) open(op int32, name, cfg []byte) (status int32) {
 		m.slots = append(m.slots, nil)
 	}
 	m.slots[op] = s
+	m.warm(s)
 	return abi.StatusOK
+}
+
+// warm allocates the buffers of the callbacks at their usual first sizes
+// while the operator opens, rather than in its first callback. A host in
+// dead-letter mode saves the instance right after open and puts it back
+// there after each trap: buffers first made in a callback would be made
+// again, and the Go heap grown again, in the first callback after every
+// trap (about 0.1 ms). A stateless operator gets no state cache.
+func (m *module) warm(s *slot) {
+	if cap(m.out) == 0 {
+		m.growOut(firstOut)
+	}
+	sc := &s.ctx.sc
+	if !batchedState || len(s.ctx.states) == 0 || sc.mem != nil {
+		return
+	}
+	sc.groups = make([]group, 0, maxGroups)
+	sc.dirty = make([]uint32, 0, chunk)
+	sc.list = make([]byte, 0, writeSize*chunk)
+	sc.grow(warmChunk)
 }
 
 func (m *module) process(op int32, batch []byte) (status int32) {
