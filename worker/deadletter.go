@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -503,14 +502,10 @@ func (in *batchInput) rangeBatch(lo, hi int) []byte {
 // A failed call costs the records it ran before the failure: once the
 // failing record is known (the guest says where it was, or a search finds
 // it), they run again, and the records after it run for the first time.
-// That is half a call's worth of records per bad record. Bad records tend
-// to come in runs (a bad producer, a bad day of data), so a failure that
-// follows another within waryGap batches makes the subtask wary: it feeds
-// the guest its next waryBatches batches in pieces of waryPiece records,
-// and a bad record then costs half a piece. A piece is a guest call of its
-// own, which is worth it only while failures are that frequent: for bad
-// records spread thinly (one in 10,000 in BenchmarkPoisonRecords, one in
-// about 20 batches) the calls cost more than the records they would save.
+// That is half a call's worth of records per bad record. While failures
+// are frequent (wary), the subtask feeds the guest its batches in pieces
+// of waryPiece records, and a bad record then costs half a piece; but each
+// piece is a guest call of its own.
 func (t *task) processGuarded(ctx context.Context, k int, batch []byte, timers bool) error {
 	s := t.stages[k]
 	call := func(b []byte) func() error {
@@ -519,20 +514,16 @@ func (t *task) processGuarded(ctx context.Context, k int, batch []byte, timers b
 		}
 		return func() error { return s.op.Process(b, &s.coll) }
 	}
-	if t.dlQuiet < math.MaxInt32 {
-		t.dlQuiet++
-	}
+	wary := t.wary()
+	t.dlBatches++
 	var f *failure
-	if t.dlWary == 0 || abi.Count(batch) <= waryPiece {
+	if !wary || abi.Count(batch) <= waryPiece {
 		var fatal error
 		f, fatal = t.guarded(k, call(batch))
 		if fatal != nil {
 			return fatal
 		}
 		if f == nil {
-			if t.dlWary > 0 {
-				t.dlWary--
-			}
 			return t.drain(ctx, k)
 		}
 	}
@@ -555,7 +546,6 @@ func (t *task) processGuarded(ctx context.Context, k int, batch []byte, timers b
 			}
 			clean = clean && ok
 		}
-		t.dlWary--
 		if !clean {
 			t.failedBatch()
 		}
@@ -566,22 +556,36 @@ func (t *task) processGuarded(ctx context.Context, k int, batch []byte, timers b
 	return t.drain(ctx, k)
 }
 
-// failedBatch notes a batch with a failure: one within waryGap batches of
-// the last (counted by dlQuiet) makes the subtask wary.
+// failedBatch notes that the current batch (number dlBatches) had a
+// failure.
 func (t *task) failedBatch() {
-	if t.dlFailed && t.dlQuiet <= waryGap {
-		t.dlWary = waryBatches
-	}
-	t.dlFailed, t.dlQuiet = true, 0
+	t.dlFails[t.dlNext] = t.dlBatches
+	t.dlNext = (t.dlNext + 1) % waryFails
+	t.dlNFails = min(t.dlNFails+1, waryFails)
 }
 
-// A dead-letter subtask is wary (processGuarded) for waryBatches batches
-// after a batch with a failure that came within waryGap batches of the
-// last: it feeds its guest those batches in pieces of waryPiece records.
+// wary reports whether the next batch goes to the guest in pieces: when
+// waryFails of the last waryWindow batches failed.
+func (t *task) wary() bool {
+	return t.dlNFails == waryFails && t.dlBatches+1-t.dlFails[t.dlNext] <= waryWindow
+}
+
+// Whether pieces pay: they cost about (n/p - 1) more calls per batch of
+// n records in pieces of p, and save about (n - p)/2 records per failed
+// batch, so they pay when more than 2c/(p·r) of the batches fail, whatever
+// n, for a call that costs c more than its records at r each. With a Go
+// guest (c about as much as 6 records) and p = 128 that is about one batch
+// in 10, the rate at which BenchmarkPoisonRecords found pieces neither
+// gaining nor losing (BENCHMARKS.md). Poison records often come in runs (a
+// bad producer, a bad day of data), and then nearly every batch fails.
+// Counting 8 failures rather than fewer tells the rates apart better: at
+// one failed batch in 15 the subtask is wary about a sixth of the time, at
+// one in 4 always. (It used to turn wary for 64 batches after two failures
+// within 8 batches, which thin failures often are.)
 const (
-	waryGap     = 8
-	waryBatches = 64
-	waryPiece   = 128
+	waryFails  = 8
+	waryWindow = 80
+	waryPiece  = 128
 )
 
 // settle processes in.recs[lo:hi] at stage k; bad, when not nil, is the

@@ -353,14 +353,16 @@ type task struct {
 	newInstance func() (*host.Instance, error)
 	renewals    int // instances replaced after a failure
 	resets      int // instances reset to their snapshot after a trap
-	// dlWary counts down the batches a dead-letter subtask still feeds
-	// its guest in pieces after failures (processGuarded); dlQuiet counts
-	// the batches since the last that failed, dlFailed says one did; dlIn
-	// is the records of a batch fed in ranges.
-	dlWary   int
-	dlQuiet  int
-	dlFailed bool
-	dlIn     batchInput
+	// dlBatches counts a dead-letter subtask's guarded batches, and
+	// dlFails holds the numbers of the last waryFails that failed, the
+	// oldest at dlFails[dlNext] once dlNFails reaches waryFails: whether
+	// the subtask is wary (processGuarded). dlIn is the records of a batch
+	// fed in ranges.
+	dlBatches int64
+	dlFails   [waryFails]int64
+	dlNext    int
+	dlNFails  int
+	dlIn      batchInput
 	// spare delivers the instance made ahead for the next renewal (nil:
 	// none is being made); spareCloser: dropSpare is among the closers.
 	spare       chan spareResult
