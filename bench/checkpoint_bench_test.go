@@ -107,6 +107,9 @@ type jobRun struct {
 	warmUp  bool // one run before the timer, to fill the compilation cache
 	// report, when set, gets the checkpoint history of the runs.
 	report func(*testing.B, []coordinator.HistoryEntry)
+	// check, when set, gets each timed run's result: a benchmark that
+	// measures a cost (bad records) checks that it was paid.
+	check func(*testing.B, *transport.JobResult)
 }
 
 // runJob runs a plan b.N times on one engine, reports records/s, and
@@ -143,6 +146,9 @@ func runJob(b *testing.B, r jobRun) time.Duration {
 		}
 		if res.State != transport.JobFinished {
 			b.Fatalf("job %s: %s", res.State, res.Error)
+		}
+		if r.check != nil {
+			r.check(b, res)
 		}
 		h, err := coordinator.ReadHistory(dir, id)
 		if err != nil {

@@ -7,14 +7,16 @@ import (
 	"testing"
 
 	"github.com/wstream/wstream/internal/testmod"
+	"github.com/wstream/wstream/transport"
 )
 
 // poisonPlan is a keyed running count (testops' poison) of 1M gen records
 // over 10,000 keys, checkpointing every second, whose operator traps on the
 // records of the words that poison's hash picks with every and salt.
 // deadLetter adds "onGuestError": dead-letter mode, its dead letters in the
-// default file sink, without a budget.
-func poisonPlan(every uint64, salt, mode string, deadLetter bool) string {
+// default file sink, without a budget. withTime hashes each record's time
+// too, which spreads the bad records over every key.
+func poisonPlan(every uint64, salt, mode string, deadLetter, withTime bool) string {
 	onError := ""
 	if deadLetter {
 		onError = `"onGuestError":{"policy":"dead-letter","maxDeadLetters":-1},`
@@ -23,9 +25,9 @@ func poisonPlan(every uint64, salt, mode string, deadLetter bool) string {
  "checkpoint":{"interval":1000},%s
  "vertices":[
   {"id":"source","kind":"source","connector":"gen","config":{"count":%d,"keys":10000,"words":1,"seed":1},"parallelism":1},
-  {"id":"count","kind":"operator","operator":"poison","config":{"every":%d,"salt":%q,"mode":%q}},
+  {"id":"count","kind":"operator","operator":"poison","config":{"every":%d,"salt":%q,"mode":%q,"withTime":%t}},
   {"id":"sink","kind":"sink","connector":"discard"}],
- "edges":[{"from":"source","to":"count","partition":"key"},{"from":"count","to":"sink"}]}`, onError, records, every, salt, mode)
+ "edges":[{"from":"source","to":"count","partition":"key"},{"from":"count","to":"sink"}]}`, onError, records, every, salt, mode, withTime)
 }
 
 // poisonWords counts the words w0…w9999 (gen's values with 10,000 keys and
@@ -47,14 +49,17 @@ func poisonWords(every uint64, salt string) int {
 // BenchmarkPoisonRecords measures what dead-letter mode costs: the keyed
 // count with no bad record and the default policy (fail), with no bad
 // record in dead-letter mode (the undo journal of every call), and in
-// dead-letter mode with 0.01% bad records: the records of one word of
-// 10,000, about 100 of the million, spread over the whole input, each
-// costing a rollback and the search for it in its batch, and, when the
-// operator traps rather than fails, two new instances of the module. The
-// configurations run side by side, one of each per round (runPaired), and
-// the ratios are medians of per-round ratios. -benchtime Nx sets the
-// rounds. WSTREAM_POISON_CASES=A,B,… runs only the configurations named,
-// and the ratios between them.
+// dead-letter mode with 0.01% bad records, about 100 of the million spread
+// over the whole input, each costing a rollback, the records before it in
+// its call run again and, when the operator traps rather than fails, a
+// reset of the instance. poison-* picks the records of one word of 10,000
+// (one key: every bad record reaches the same subtask); spread-* picks
+// records by a hash of their value and time, as random positions spread
+// over every key and both subtasks. Each timed run checks its dead-letter
+// count. The configurations run side by side, one of each per round
+// (runPaired), and the ratios are medians of per-round ratios. -benchtime
+// Nx sets the rounds. WSTREAM_POISON_CASES=A,B,… runs only the
+// configurations named, and the ratios between them.
 func BenchmarkPoisonRecords(b *testing.B) {
 	mod, err := testmod.BuildGo("examples/wasm/go/testops")
 	if err != nil {
@@ -75,15 +80,33 @@ func BenchmarkPoisonRecords(b *testing.B) {
 			}
 		}
 	}
+	// Each run's dead letters: none for the clean runs, about 100 (0.01%)
+	// for the others, without a restart.
+	deadLetters := func(lo, hi int64) func(*testing.B, *transport.JobResult) {
+		return func(b *testing.B, res *transport.JobResult) {
+			var n int64
+			for _, m := range res.Metrics {
+				n += m.DeadLetters
+			}
+			if n < lo || n > hi || res.Restarts != 0 {
+				b.Fatalf("%d dead letters and %d restarts, want %d to %d dead letters and no restart", n, res.Restarts, lo, hi)
+			}
+		}
+	}
+	clean, bad100 := deadLetters(0, 0), deadLetters(50, 200)
 	configs := []pairedRun{
-		{name: "fail-policy-clean", run: jobRun{module: mod, plan: poisonPlan(10000, none, "trap", false), records: records}},
-		{name: "dead-letter-clean", run: jobRun{module: mod, plan: poisonPlan(10000, none, "trap", true), records: records}},
-		{name: "poison-trap", run: jobRun{module: mod, plan: poisonPlan(10000, bad, "trap", true), records: records}},
-		{name: "poison-fail", run: jobRun{module: mod, plan: poisonPlan(10000, bad, "fail", true), records: records}},
+		{name: "fail-policy-clean", run: jobRun{module: mod, plan: poisonPlan(10000, none, "trap", false, false), records: records, check: clean}},
+		{name: "dead-letter-clean", run: jobRun{module: mod, plan: poisonPlan(10000, none, "trap", true, false), records: records, check: clean}},
+		{name: "poison-trap", run: jobRun{module: mod, plan: poisonPlan(10000, bad, "trap", true, false), records: records, check: bad100}},
+		{name: "poison-fail", run: jobRun{module: mod, plan: poisonPlan(10000, bad, "fail", true, false), records: records, check: bad100}},
+		{name: "spread-trap", run: jobRun{module: mod, plan: poisonPlan(10000, "spread", "trap", true, true), records: records, check: bad100}},
+		{name: "spread-fail", run: jobRun{module: mod, plan: poisonPlan(10000, "spread", "fail", true, true), records: records, check: bad100}},
 	}
 	ratios := []pairedRatio{
 		{"poison-trap/clean", "poison-trap", "dead-letter-clean"},
 		{"poison-fail/clean", "poison-fail", "dead-letter-clean"},
+		{"spread-trap/clean", "spread-trap", "dead-letter-clean"},
+		{"spread-fail/clean", "spread-fail", "dead-letter-clean"},
 		{"dead-letter/fail-policy", "dead-letter-clean", "fail-policy-clean"},
 	}
 	if only := os.Getenv("WSTREAM_POISON_CASES"); only != "" {

@@ -163,6 +163,9 @@ func runPaired(b *testing.B, configs []pairedRun) map[string][]float64 {
 			if res.State != transport.JobFinished {
 				b.Fatalf("%s: job %s: %s", c.name, res.State, res.Error)
 			}
+			if c.run.check != nil {
+				c.run.check(b, res)
+			}
 			rates[c.name] = append(rates[c.name], float64(c.run.records)/time.Since(start).Seconds())
 		}
 	}

@@ -22,15 +22,20 @@ func init() {
 // instruction), "fail" (an error from Process) or "exit" (the instance
 // exits). With "timers" true, every record also registers an event-time
 // timer at its timestamp, and the timer (not the record) fails for a bad
-// record: its namespace holds the record's value.
+// record: its namespace holds the record's value. With "withTime" true the
+// hash covers the record's timestamp too (its 8 bytes, little-endian, after
+// the value): gen's values repeat (one word per key) but its timestamps do
+// not, so the bad records are then spread over every key and position
+// instead of being all the records of a few words.
 type poison struct {
 	n   wstream.ValueState
 	buf []byte
 	cfg struct {
-		Every  uint64 `json:"every"`
-		Salt   string `json:"salt"`
-		Mode   string `json:"mode"`
-		Timers bool   `json:"timers"`
+		Every    uint64 `json:"every"`
+		Salt     string `json:"salt"`
+		Mode     string `json:"mode"`
+		Timers   bool   `json:"timers"`
+		WithTime bool   `json:"withTime"`
 	}
 }
 
@@ -50,14 +55,19 @@ func (o *poison) Open(ctx *wstream.Context) error {
 	return nil
 }
 
-// poisoned reports whether v is a bad record's value.
-func (o *poison) poisoned(v []byte) bool {
+// poisoned reports whether v (at time ts) is a bad record's value.
+func (o *poison) poisoned(v []byte, ts int64) bool {
 	h := uint64(14695981039346656037)
 	for _, c := range []byte(o.cfg.Salt) {
 		h = (h ^ uint64(c)) * 1099511628211
 	}
 	for _, c := range v {
 		h = (h ^ uint64(c)) * 1099511628211
+	}
+	if o.cfg.WithTime {
+		for i := range 8 {
+			h = (h ^ uint64(byte(ts>>(8*i)))) * 1099511628211
+		}
 	}
 	return h%o.cfg.Every == 0
 }
@@ -96,7 +106,7 @@ func (o *poison) Process(ctx *wstream.Context, r wstream.Record) error {
 	if err := o.count(ctx, r.Key, r.Timestamp); err != nil {
 		return err
 	}
-	if o.poisoned(r.Value) {
+	if o.poisoned(r.Value, r.Timestamp) {
 		return o.die(r.Value)
 	}
 	return nil
@@ -107,7 +117,7 @@ func (o *poison) OnTimer(ctx *wstream.Context, t wstream.Timer) error {
 	if err := o.count(ctx, t.Key, t.Timestamp); err != nil {
 		return err
 	}
-	if o.poisoned(t.Namespace) {
+	if o.poisoned(t.Namespace, t.Timestamp) {
 		return o.die(t.Namespace)
 	}
 	return nil
