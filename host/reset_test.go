@@ -366,34 +366,12 @@ func TestResetGoGuest(t *testing.T) {
 // instance back, by Reset from a snapshot or by a new instance whose
 // operator is opened again, then a call of one record.
 func BenchmarkTrapRecovery(b *testing.B) {
-	wasm, err := os.ReadFile(testmod.GoModule(b, "examples/wasm/go/testops"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	r := newTestRuntime(b, Config{})
-	m, err := r.Compile(context.Background(), "testops.wasm", wasm)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer m.Close(context.Background())
-	spec := operator.Spec{VertexID: "v", Operator: "poison", Config: []byte(`{"every":1000000,"salt":"s"}`),
-		Subtask: 0, Parallel: 1, MaxParallelism: 128, Keyed: true}
+	m := compileTestops(b, context.Background())
+	spec := poisonSpec
 	// A value poison picks, and one it does not.
-	bad, good := "", ""
-	for k := 0; bad == "" || good == ""; k++ {
-		v := "w" + strconv.Itoa(k)
-		h := uint64(14695981039346656037)
-		for _, c := range []byte("s" + v) {
-			h = (h ^ uint64(c)) * 1099511628211
-		}
-		if h%1000000 == 0 {
-			bad = v
-		} else if good == "" {
-			good = v
-		}
-	}
-	trap := batchOf(rec(0, 1, "k", good), rec(0, 2, "k", bad))
-	one := batchOf(rec(0, 3, "k", good))
+	bad, good := poisonValues(1)
+	trap := batchOf(rec(0, 1, "k", good[0]), rec(0, 2, "k", bad))
+	one := batchOf(rec(0, 3, "k", good[0]))
 	open := func(b *testing.B) (*Instance, operator.Operator) {
 		inst, err := m.NewInstance(context.Background(), "v/0")
 		if err != nil {

@@ -16,27 +16,38 @@ import (
 	"github.com/wstream/wstream/operator"
 )
 
-// poisonBatches returns testops' poison spec (which picks no record of
-// these), batches of n records over distinct keys, and a batch of n whose
-// last record is one poison traps on.
-func poisonBatches(t testing.TB, n, count int) (operator.Spec, [][]byte, []byte) {
-	t.Helper()
-	spec := operator.Spec{VertexID: "v", Operator: "poison", Config: []byte(`{"every":1000000,"salt":"s"}`),
-		Subtask: 0, Parallel: 1, MaxParallelism: 128, Keyed: true}
-	bad := ""
-	var good []string
-	for k := 0; bad == "" || len(good) < n*count; k++ {
+// poisonSpec is testops' poison picking one value in a million: the
+// values poisonValues returns.
+var poisonSpec = operator.Spec{VertexID: "v", Operator: "poison", Config: []byte(`{"every":1000000,"salt":"s"}`),
+	Subtask: 0, Parallel: 1, MaxParallelism: 128, Keyed: true}
+
+// poisonValues returns the first value w<k> that poisonSpec picks and the
+// first n that it does not.
+func poisonValues(n int) (bad string, good []string) {
+	for k := 0; bad == "" || len(good) < n; k++ {
 		v := "w" + strconv.Itoa(k)
 		h := uint64(14695981039346656037)
 		for _, c := range []byte("s" + v) {
 			h = (h ^ uint64(c)) * 1099511628211
 		}
 		if h%1000000 == 0 {
-			bad = v
-		} else if len(good) < n*count {
+			if bad == "" {
+				bad = v
+			}
+		} else if len(good) < n {
 			good = append(good, v)
 		}
 	}
+	return bad, good
+}
+
+// poisonBatches returns testops' poison spec (which picks no record of
+// these), batches of n records over distinct keys, and a batch of n whose
+// last record is one poison traps on.
+func poisonBatches(t testing.TB, n, count int) (operator.Spec, [][]byte, []byte) {
+	t.Helper()
+	bad, good := poisonValues(n * count)
+	spec := poisonSpec
 	batches := make([][]byte, count)
 	for b := range batches {
 		recs := make([]abi.Record, n)
@@ -55,6 +66,43 @@ func poisonBatches(t testing.TB, n, count int) (operator.Spec, [][]byte, []byte)
 		recs[j] = rec(0, int64(j), v, v)
 	}
 	return spec, batches, batchOf(recs...)
+}
+
+// compileTestops compiles the testops example module (Go) on a new test
+// runtime, with ctx (which may carry a function listener factory).
+func compileTestops(t testing.TB, ctx context.Context) *Module {
+	t.Helper()
+	wasm, err := os.ReadFile(testmod.GoModule(t, "examples/wasm/go/testops"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := newTestRuntime(t, Config{})
+	m, err := r.Compile(ctx, "testops.wasm", wasm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close(context.Background()) })
+	return m
+}
+
+// openSnapshottedPoison opens testops' poison as spec in a new instance of
+// m and snapshots the instance, as a dead-letter subtask does.
+func openSnapshottedPoison(t testing.TB, m *Module, spec operator.Spec) (*Instance, operator.Operator, *fakeServices) {
+	t.Helper()
+	inst, err := m.NewInstance(context.Background(), "v/0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { inst.Close(context.Background()) })
+	op := inst.Operator()
+	svc := newFakeServices()
+	if err := op.Open(spec, svc); err != nil {
+		t.Fatal(err)
+	}
+	if err := inst.Snapshot(); err != nil {
+		t.Fatal(err)
+	}
+	return inst, op, svc
 }
 
 // sdkAllocs counts the Go runtime's allocations that the guest SDK's own
@@ -92,31 +140,10 @@ func (a *sdkAllocs) NewFunctionListener(def api.FunctionDefinition) experimental
 // BenchmarkFirstCallAfterReset): in that callback the SDK allocates
 // nothing.
 func TestGoSDKWarmAtOpen(t *testing.T) {
-	wasm, err := os.ReadFile(testmod.GoModule(t, "examples/wasm/go/testops"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	allocs := &sdkAllocs{}
-	r := newTestRuntime(t, Config{})
-	m, err := r.Compile(experimental.WithFunctionListenerFactory(context.Background(), allocs), "testops.wasm", wasm)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close(context.Background())
+	m := compileTestops(t, experimental.WithFunctionListenerFactory(context.Background(), allocs))
 	spec, batches, trap := poisonBatches(t, 128, 3)
-	inst, err := m.NewInstance(context.Background(), "v/0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer inst.Close(context.Background())
-	op := inst.Operator()
-	svc := newFakeServices()
-	if err := op.Open(spec, svc); err != nil {
-		t.Fatal(err)
-	}
-	if err := inst.Snapshot(); err != nil {
-		t.Fatal(err)
-	}
+	inst, op, _ := openSnapshottedPoison(t, m, spec)
 	process := func(what string, batch []byte) {
 		t.Helper()
 		allocs.on, allocs.count, allocs.where = true, 0, nil
@@ -148,30 +175,9 @@ func TestGoSDKWarmAtOpen(t *testing.T) {
 //
 //	go test -run '^$' -bench FirstCallAfterReset -benchtime 500x ./host/
 func BenchmarkFirstCallAfterReset(b *testing.B) {
-	wasm, err := os.ReadFile(testmod.GoModule(b, "examples/wasm/go/testops"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	r := newTestRuntime(b, Config{})
-	m, err := r.Compile(context.Background(), "testops.wasm", wasm)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer m.Close(context.Background())
+	m := compileTestops(b, context.Background())
 	spec, batches, trap := poisonBatches(b, 128, 64)
-	inst, err := m.NewInstance(context.Background(), "v/0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer inst.Close(context.Background())
-	op := inst.Operator()
-	svc := newFakeServices()
-	if err := op.Open(spec, svc); err != nil {
-		b.Fatal(err)
-	}
-	if err := inst.Snapshot(); err != nil {
-		b.Fatal(err)
-	}
+	inst, op, svc := openSnapshottedPoison(b, m, spec)
 	call := func(batch []byte) time.Duration {
 		t0 := time.Now()
 		if err := op.Process(batch, &fakeCollector{}); err != nil {
