@@ -367,7 +367,6 @@ func TestResetGoGuest(t *testing.T) {
 // operator is opened again, then a call of one record.
 func BenchmarkTrapRecovery(b *testing.B) {
 	m := compileTestops(b, context.Background())
-	spec := poisonSpec
 	// A value poison picks, and one it does not.
 	bad, good := poisonValues(1)
 	trap := batchOf(rec(0, 1, "k", good[0]), rec(0, 2, "k", bad))
@@ -378,7 +377,7 @@ func BenchmarkTrapRecovery(b *testing.B) {
 			b.Fatal(err)
 		}
 		op := inst.Operator()
-		if err := op.Open(spec, newFakeServices()); err != nil {
+		if err := op.Open(poisonSpec, newFakeServices()); err != nil {
 			b.Fatal(err)
 		}
 		return inst, op
