@@ -59,7 +59,14 @@ func (s *Store) BeginUndo() {
 	j := &s.undo
 	j.open = true
 	j.epoch++
-	if j.epoch == 0 { // 0 marks entries never journaled
+	if j.epoch == 0 {
+		// The counter wrapped: an entry last journaled 2^32 journals ago
+		// carries an epoch that comes round again, and would not be
+		// journaled in it. Once in 2^32 journals, every entry starts over
+		// at 0, which marks entries never journaled.
+		for k := range s.cache.entries {
+			s.cache.entries[k].undo = 0
+		}
 		j.epoch = 1
 	}
 	j.recs = j.recs[:0]

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -17,7 +18,10 @@ import (
 // timer registrations and deletions against a store with a tiny cache (so
 // entries are evicted, reloaded and flushed mid-call) and a model; every
 // call is committed or rolled back at random, and after each the store must
-// equal the model: a rolled-back call leaves no trace.
+// equal the model: a rolled-back call leaves no trace. Some calls have
+// commit points (dead-letter mode's commit: the journal committed and
+// opened again mid-call), and a rollback then undoes only what came after
+// the last one.
 func TestUndoRollbackRestoresBatchStart(t *testing.T) {
 	s, err := Open(Options{Dir: t.TempDir(), KeyGroups: fullRange, CacheEntries: 4})
 	if err != nil {
@@ -30,12 +34,19 @@ func TestUndoRollbackRestoresBatchStart(t *testing.T) {
 	model := map[string]string{} // key/ns → value
 	timers := map[string]int64{} // key/ns/ts → ts (event time)
 	key := func() (string, string) { return fmt.Sprintf("k%d", rng.IntN(12)), fmt.Sprintf("n%d", rng.IntN(3)) }
-	rolledBack, committed := 0, 0
+	rolledBack, committed, points := 0, 0, 0
 	for call := 0; call < 400; call++ {
 		next := maps.Clone(model)
 		nextT := maps.Clone(timers)
 		s.BeginUndo()
 		for range 1 + rng.IntN(20) {
+			if rng.IntN(8) == 0 {
+				// A commit point: what the call did so far stays.
+				s.CommitUndo()
+				s.BeginUndo()
+				model, timers = maps.Clone(next), maps.Clone(nextT)
+				points++
+			}
 			k, ns := key()
 			switch op := rng.IntN(10); {
 			case op < 4:
@@ -79,9 +90,33 @@ func TestUndoRollbackRestoresBatchStart(t *testing.T) {
 		}
 		checkUndoModel(t, call, v, h, model, timers)
 	}
-	if rolledBack == 0 || committed == 0 {
-		t.Fatalf("%d calls rolled back, %d committed: the test exercised one side only", rolledBack, committed)
+	if rolledBack == 0 || committed == 0 || points == 0 {
+		t.Fatalf("%d calls rolled back, %d committed, %d commit points: the test exercised one side only", rolledBack, committed, points)
 	}
+}
+
+// TestUndoEpochWraps: an entry journaled 2^32 journals ago carries the
+// epoch number a journal gets again once the counter wraps, and must still
+// be journaled in that one (commit points open a journal every 128
+// records, which wraps the counter after about 5·10^11 records).
+func TestUndoEpochWraps(t *testing.T) {
+	s, err := Open(Options{Dir: t.TempDir(), KeyGroups: fullRange})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeStore(t, s)
+	v := s.Vertex("op", true)
+	h := mustRegister(t, v, "m", abi.StateMap)
+	s.BeginUndo() // epoch 1
+	mustPut(t, v, h, "k0", "n0", "old")
+	s.CommitUndo()
+	s.undo.epoch = math.MaxUint32 // 2^32 - 2 journals later
+	s.BeginUndo()                 // the counter wraps to 1 again
+	mustPut(t, v, h, "k0", "n0", "new")
+	if err := s.RollbackUndo(); err != nil {
+		t.Fatal(err)
+	}
+	checkUndoModel(t, 0, v, h, map[string]string{"k0/n0": "old"}, map[string]int64{})
 }
 
 func checkUndoModel(t *testing.T, call int, v *VertexState, h int32, model map[string]string, timers map[string]int64) {
