@@ -52,6 +52,10 @@ const (
 	// ImportProgressAt is optional: the guest names where it keeps the
 	// index of the record or timer its batch callback is at (ABI.md).
 	ImportProgressAt = "progress_at"
+	// ImportCommit is optional: the guest marks the records of its batch
+	// callback that are done, whose work a later failure of the call
+	// then keeps (ABI.md).
+	ImportCommit = "commit"
 )
 
 // Status codes. Host functions return them (negative values) instead of

@@ -17,7 +17,7 @@ var hostFuncIndex = [numHostFuncs]string{
 	hfStateDelete: abi.ImportStateDelete, hfStateIter: abi.ImportStateIter, hfStateGetMany: ImportStateGetMany,
 	hfStateWriteBatch: ImportStateWriteBatch, hfTimerRegister: abi.ImportTimerRegister, hfTimerDelete: abi.ImportTimerDelete,
 	hfWatermark: abi.ImportWatermark, hfProcTime: abi.ImportProcTime, hfLog: abi.ImportLog, hfFail: abi.ImportFail,
-	hfProgressAt: abi.ImportProgressAt,
+	hfProgressAt: abi.ImportProgressAt, hfCommit: abi.ImportCommit,
 }
 
 func init() {

@@ -36,6 +36,7 @@ const watImports = `
   (import "wstream" "state_get_many" (func $state_get_many (param i32 i32 i32 i32 i32) (result i32)))
   (import "wstream" "state_write_batch" (func $state_write_batch (param i32 i32) (result i32)))
   (import "wstream" "progress_at" (func $progress_at (param i32) (result i32)))
+  (import "wstream" "commit" (func $commit (param i32) (result i32)))
 `
 
 // allocWAT hands out one region at 64 KiB, growing memory to fit it, and

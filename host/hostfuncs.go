@@ -61,6 +61,7 @@ var hostFuncs = []hostFunc{
 	{abi.ImportLog, hostLog, []string{"level", "ptr", "len"}, []api.ValueType{i32, i32, i32}, nil},
 	{abi.ImportFail, hostFail, []string{"ptr", "len"}, []api.ValueType{i32, i32}, nil},
 	{abi.ImportProgressAt, hostProgressAt, []string{"ptr"}, []api.ValueType{i32}, []api.ValueType{i32}},
+	{abi.ImportCommit, hostCommit, []string{"done"}, []api.ValueType{i32}, []api.ValueType{i32}},
 }
 
 // instantiateHostModule instantiates module "wstream" once per runtime.
@@ -94,6 +95,7 @@ const (
 	hfLog
 	hfFail
 	hfProgressAt
+	hfCommit
 	numHostFuncs
 )
 
@@ -665,4 +667,39 @@ var hostProgressAt = api.GoModuleFunc(func(ctx context.Context, mod api.Module, 
 	}
 	i.progress = ptr
 	setStatus(stack, abi.StatusOK)
+})
+
+// hostCommit is commit(done i32) -> i32: in wstream_process or
+// wstream_on_timer, the guest says that the first done records (or
+// timers) of the call's batch are done: their output emitted, their
+// state written. When the call fails later, a host that asked for commit
+// points (an operator.Committer collector: dead-letter mode) keeps that
+// work and undoes only what came after. The result is how many records
+// the host would have the guest process before its next commit point, 0
+// for none: commit(0) at the start of a call asks without committing.
+//
+// Result: the interval (≥ 0), NOT_IN_CALLBACK outside a batch call,
+// BAD_ARGUMENT for done below what was committed before in the call or not
+// below the batch's count (the end of the call commits everything), or
+// the collector's error.
+var hostCommit = api.GoModuleFunc(func(ctx context.Context, mod api.Module, stack []uint64) {
+	i, s := callback(ctx)
+	if s == nil || !i.inBatch {
+		setStatus(stack, abi.StatusNotInCallback)
+		return
+	}
+	i.count(hfCommit)
+	done := int(int32(uint32(stack[0])))
+	if done < i.committed || done >= i.inputs {
+		setStatus(stack, abi.StatusBadArgument)
+		return
+	}
+	if done > i.committed && i.commitEvery > 0 {
+		if err := i.out.(operator.Committer).Commit(done); err != nil {
+			setStatus(stack, i.status(err))
+			return
+		}
+	}
+	i.committed = done
+	setStatus(stack, int32(i.commitEvery))
 })

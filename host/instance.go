@@ -125,6 +125,11 @@ type Instance struct {
 	progress uint32
 	failedAt int
 	inBatch  bool // a wstream_process or wstream_on_timer call is running
+	// commitEvery is the interval between commit points the collector of
+	// the batch call in progress asked for (0: none; commit), committed
+	// how many of its records the guest said were done.
+	commitEvery int
+	committed   int
 }
 
 // callCtx is the context of every guest call of one instance. It is reused

@@ -140,6 +140,10 @@ func (s *slot) batchCall(call string, ph phase, batch []byte, out operator.Colle
 	if i.progress != 0 {
 		i.mem.WriteUint32Le(i.progress, math.MaxUint32)
 	}
+	i.commitEvery, i.committed = 0, 0
+	if c, ok := out.(operator.Committer); ok {
+		i.commitEvery = max(c.CommitInterval(), 0)
+	}
 	i.inBatch = true
 	st, err := i.call(s, ph, out, fn, call, 3)
 	if err == nil && (i.failed || i.fatal != nil || st != abi.StatusOK) {

@@ -134,6 +134,22 @@ type CheckedCollector interface {
 	EmitCheckedBatch(b []byte, maxPort uint32) error
 }
 
+// Committer is a Collector that keeps what a batch call (Process,
+// OnTimers) of a guest did up to the last commit point the guest marked
+// (the optional import commit, abi/ABI.md): when the call fails after
+// one, only what came after it is undone. Dead-letter mode collects so.
+type Committer interface {
+	Collector
+	// CommitInterval is how many records (or timers) the guest should
+	// process between commit points in the batch call about to run; 0
+	// asks for none.
+	CommitInterval() int
+	// Commit says that the first n records (or timers) of the batch call
+	// in progress are done: their output has been emitted and their state
+	// written.
+	Commit(n int) error
+}
+
 // Spec describes the operator instance the runtime asks for.
 type Spec struct {
 	VertexID       string // stable user-assigned vertex id

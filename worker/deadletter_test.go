@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -181,9 +182,11 @@ func readDeadLetters(t *testing.T, path string) []deadLetter {
 // records at hash-chosen positions, trapping, failing and failing in
 // timers: the output must be the running counts of the good records only
 // (state rolled back, no output of a failed call), and the dead letters
-// exactly the bad records, each once, with the error, key and time.
+// exactly the bad records, each once, with the error, key and time. After
+// the first failure the Go SDK marks commit points (every commitEvery
+// records, several per batch), and a failure keeps the work before them.
 func TestDeadLettersIsolateBadRecords(t *testing.T) {
-	const records, batch, keys, every = 3000, 256, 7, 97
+	const records, batch, keys, every = 3000, 600, 7, 97
 	for _, mode := range []string{"trap", "fail", "timers"} {
 		t.Run(mode, func(t *testing.T) {
 			cfg := fmt.Sprintf(`{"every":%d,"salt":"s","mode":%q}`, every, mode)
@@ -253,6 +256,9 @@ func TestDeadLettersIsolateBadRecords(t *testing.T) {
 			if g.tk.renewals != 0 || g.tk.resets != traps {
 				t.Errorf("%d instances replaced and %d reset for %d bad records, want none and %d", g.tk.renewals, g.tk.resets, len(bad), traps)
 			}
+			if !g.tk.dlCommits {
+				t.Error("the guest never marked a commit point")
+			}
 		})
 	}
 }
@@ -292,6 +298,11 @@ type fakeGuest struct {
 	bad   map[string]bool
 	calls int
 	sizes []int // records per call
+	// commits: the guest marks the commit points its collector asks for
+	// (operator.Committer); firsts holds the first value of each call.
+	commits   bool
+	firsts    []string
+	intervals []int // the commit interval asked for in each call
 }
 
 func (o *fakeGuest) Open(operator.Spec, operator.Services) error { return nil }
@@ -302,7 +313,24 @@ func (o *fakeGuest) Process(batch []byte, out operator.Collector) error {
 		return err
 	}
 	o.sizes = append(o.sizes, len(recs))
-	for _, r := range recs {
+	if len(recs) > 0 {
+		o.firsts = append(o.firsts, string(recs[0].Value))
+	}
+	next := -1
+	cm, _ := out.(operator.Committer)
+	if cm != nil {
+		o.intervals = append(o.intervals, cm.CommitInterval())
+	}
+	if o.commits && cm != nil && cm.CommitInterval() > 0 {
+		next = cm.CommitInterval()
+	}
+	for i, r := range recs {
+		if i == next {
+			if err := cm.Commit(i); err != nil {
+				return err
+			}
+			next += cm.CommitInterval()
+		}
 		if o.bad[string(r.Value)] {
 			return &host.GuestError{Operator: "v", Call: abi.ExportProcess, Message: "bad " + string(r.Value), Err: host.ErrGuestFailed}
 		}
@@ -537,5 +565,87 @@ func TestWaryWhileFailuresAreFrequent(t *testing.T) {
 	}
 	if got := strings.Join(dead.values, ","); got != strings.Join(wantDead, ",") {
 		t.Errorf("dead letters %v, want %v", got, wantDead)
+	}
+}
+
+// TestCommitPointsKeepWork: once a batch failed, a guest that marks
+// commit points is asked for them, and has the work before the last one
+// kept when it fails: the records after it run again, none before, and the
+// output still comes out whole and in order, each bad record
+// dead-lettered once. Without a failure in the last waryWindow batches it
+// is asked for none, and it is never fed in pieces.
+func TestCommitPointsKeepWork(t *testing.T) {
+	const n = 1000
+	for _, badAt := range [][]int{{700}, {0}, {commitEvery}, {n - 1}, {5, 300, 301, 999}} {
+		t.Run(fmt.Sprint(badAt), func(t *testing.T) {
+			op := &fakeGuest{bad: map[string]bool{}, commits: true}
+			dead, out := &memSink{}, &valueSink{}
+			tk := &task{label: "v/0", now: time.Now, curChan: -1,
+				chain: &job.Chain{Vertices: []*job.Vertex{{ID: "v"}, {ID: "out", Kind: job.KindSink}}},
+				dl:    &deadLetters{sink: dead, max: -1}, sink: out}
+			st := &stage{vertex: tk.chain.Vertices[0], op: op, state: noKeyedState{}, coll: stageCollector{nOut: 1, keep: -1}, guest: true}
+			tk.stages = []*stage{st}
+			var want, wantDead []string
+			feed := func(batch int, bad []int) {
+				t.Helper()
+				var b abi.Builder
+				for i := range n {
+					v := fmt.Sprintf("b%d-%d", batch, i)
+					b.Add(0, int64(i), []byte("k"), []byte(v))
+					if slices.Contains(bad, i) {
+						op.bad[v] = true
+						wantDead = append(wantDead, v)
+					} else {
+						want = append(want, v)
+					}
+				}
+				op.firsts, op.sizes, op.intervals = nil, nil, nil
+				if err := tk.processGuarded(context.Background(), 0, b.Bytes(), false); err != nil {
+					t.Fatal(err)
+				}
+				if st.coll.cp != nil {
+					t.Fatal("the collector still asks for commit points after the batch")
+				}
+			}
+			// The first failure finds the guest asked for no commit point.
+			feed(0, []int{400})
+			if op.intervals[0] != 0 {
+				t.Errorf("the first batch asked for commit points every %d records, before any failure", op.intervals[0])
+			}
+			// Then, waryFails and more failing batches: commit points, and
+			// the batches stay whole.
+			for batch := 1; batch <= waryFails+1; batch++ {
+				feed(batch, badAt)
+				if op.intervals[0] != commitEvery || op.sizes[0] != n {
+					t.Fatalf("batch %d after a failure: the first call had %d records and commit points every %d, want %d and %d",
+						batch, op.sizes[0], op.intervals[0], n, commitEvery)
+				}
+				// The first call fails at the first bad record; what runs
+				// again starts at the commit point before it.
+				first := badAt[0]
+				from := fmt.Sprintf("b%d-%d", batch, first/commitEvery*commitEvery)
+				if len(op.firsts) < 2 || op.firsts[1] != from {
+					t.Fatalf("batch %d: calls starting at %v; the second should start at %s, the last commit point before record %d",
+						batch, op.firsts, from, first)
+				}
+			}
+			// waryWindow clean batches later, no commit points.
+			for batch := waryFails + 2; batch < 2*waryWindow; batch++ {
+				feed(batch, nil)
+				wantEvery := commitEvery
+				if batch > waryFails+1+waryWindow {
+					wantEvery = 0
+				}
+				if len(op.intervals) != 1 || op.intervals[0] != wantEvery {
+					t.Fatalf("clean batch %d: calls asking for commit points every %v records, want one call at %d", batch, op.intervals, wantEvery)
+				}
+			}
+			if strings.Join(out.values, ",") != strings.Join(want, ",") {
+				t.Errorf("output of %d records, want the %d good ones in order", len(out.values), len(want))
+			}
+			if strings.Join(dead.values, ",") != strings.Join(wantDead, ",") {
+				t.Errorf("dead letters %v, want %v", dead.values, wantDead)
+			}
+		})
 	}
 }

@@ -101,6 +101,27 @@ type stageCollector struct {
 	tail        *task
 	routed      int
 	routedBytes int
+	// cp is the commit points of the guarded call in progress (nil
+	// outside one): dead-letter mode keeps what a guest marked done.
+	cp *commitPoints
+}
+
+var _ operator.Committer = (*stageCollector)(nil)
+
+// CommitInterval asks the guest for commit points in a guarded call only.
+func (c *stageCollector) CommitInterval() int {
+	if c.cp == nil {
+		return 0
+	}
+	return c.cp.every
+}
+
+// Commit keeps the output and state changes of the guarded call so far.
+func (c *stageCollector) Commit(n int) error {
+	if c.cp != nil {
+		c.cp.commit(c, n)
+	}
+	return nil
 }
 
 func (c *stageCollector) Emit(port uint32, ts int64, key, value []byte) error {
@@ -363,6 +384,12 @@ type task struct {
 	dlNext    int
 	dlNFails  int
 	dlIn      batchInput
+	// dlCommit is the commit points of the guarded call in progress,
+	// dlEvery the interval asked of the guest during the batch (0: none,
+	// failedLately), and dlCommits whether the guest ever marked one.
+	dlCommit  commitPoints
+	dlEvery   int
+	dlCommits bool
 	// spare delivers the instance made ahead for the next renewal (nil:
 	// none is being made); spareCloser: dropSpare is among the closers.
 	spare       chan spareResult

@@ -41,6 +41,11 @@
   ;; Optional: where the guest keeps the index of the record it is on, so
   ;; that dead-letter mode finds a failing record without searching.
   (import "wstream" "progress_at" (func $progress_at (param i32) (result i32)))                    ;; ptr (0: none)
+  ;; Optional: in process and on_timer, the records before done are done
+  ;; (output emitted, state written); returns the records wanted before the
+  ;; next such point, 0 for none (abi/ABI.md, "commit"). This skeleton
+  ;; holds no state between records, so it has nothing to gain from it.
+  (import "wstream" "commit" (func $commit (param i32) (result i32)))                              ;; done -> interval
 
   ;; ----------------------------------------------------------------- memory
   ;; 0x0400 message buffer (1 KiB)      0x0800 scratch for digits and int64s

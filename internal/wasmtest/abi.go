@@ -52,6 +52,7 @@ var (
 		ImportStateGetMany:      {types(i32, i32, i32, i32, i32), types(i32)},
 		ImportStateWriteBatch:   {types(i32, i32), types(i32)},
 		abi.ImportProgressAt:    {types(i32), types(i32)},
+		abi.ImportCommit:        {types(i32), types(i32)},
 	}
 )
 

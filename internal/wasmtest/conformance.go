@@ -443,3 +443,58 @@ func (l Lang) CheckProgress(t *testing.T) {
 		t.Errorf("%s: the progress word reads %d after a call that succeeded, want 0xFFFFFFFF", l.Name, v)
 	}
 }
+
+// CheckCommits checks an SDK that marks commit points (the optional import
+// commit): asked for one every 2 records, it marks them before records 2,
+// 4 and 6 of a batch of 7, each after the host got the output and the
+// state writes of the records before it; a callback failing at record 5
+// has marked those before it; asked for none, it marks none.
+func (l Lang) CheckCommits(t *testing.T) {
+	t.Helper()
+	h := l.ConformHost(t, "conformance")
+	h.CommitEvery = 2
+	n := StateKey{Handle: -1, Key: "k"}
+	count := func(c Commit) int64 {
+		if n.Handle < 0 {
+			h, ok := h.States["n"]
+			if !ok {
+				t.Fatalf("%s: state n was never registered", l.Name)
+			}
+			n.Handle = h
+		}
+		v := c.State[n]
+		if len(v) != 8 {
+			return 0
+		}
+		return int64(binary.LittleEndian.Uint64(v))
+	}
+	points := func() string {
+		var s []string
+		for _, c := range h.Commits {
+			s = append(s, fmt.Sprintf("%d:out=%d:n=%d", c.Done, c.Emitted, count(c)))
+		}
+		h.Commits = nil
+		return strings.Join(s, " ")
+	}
+	recs := make([]abi.Record, 7)
+	for i := range recs {
+		recs[i] = Rec("k", "inc n", 3)
+	}
+	h.MustProcess(0, recs...)
+	h.Take()
+	if got, want := points(), "2:out=2:n=2 4:out=4:n=4 6:out=6:n=6"; got != want {
+		t.Errorf("%s: commit points every 2 of 7 records: %s, want %s", l.Name, got, want)
+	}
+	recs[5] = Rec("k", "fail here", 3)
+	st, err := h.ProcessCtx(h.Ctx, 0, recs)
+	WantFailure(t, h, "a batch failing at record 5", st, err, abi.StatusGuestError, "record 5 of 7")
+	h.Take()
+	if got, want := points(), "2:out=2:n=9 4:out=4:n=11"; got != want {
+		t.Errorf("%s: commit points before a failure at record 5: %s, want %s", l.Name, got, want)
+	}
+	h.CommitEvery = 0
+	h.MustProcess(0, recs[:4]...)
+	if got := points(); got != "" {
+		t.Errorf("%s: commit points %s when the host asked for none", l.Name, got)
+	}
+}

@@ -63,6 +63,10 @@ type Host struct {
 	GetManyCalls, WriteBatchCalls   int
 	// ProgressAt is the address the guest named with progress_at (0: none).
 	ProgressAt uint32
+	// CommitEvery is what commit answers: the records between commit
+	// points (0: none). Commits are the commit points the guest marked.
+	CommitEvery int
+	Commits     []Commit
 
 	// The module's exports.
 	AllocFn, OpenFn, ProcessFn, OnTimerFn, CloseFn, PlanFn api.Function
@@ -70,6 +74,13 @@ type Host struct {
 	// The argument arena: the last region wstream_alloc returned, which
 	// Write reuses while its arguments fit.
 	ArenaPtr, ArenaSize uint32
+}
+
+// Commit is a commit point a guest marked: the records it said were done,
+// and the records it had emitted and the state the host held by then.
+type Commit struct {
+	Done, Emitted int
+	State         map[StateKey][]byte
 }
 
 // An Option configures New.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"maps"
 	"sort"
 	"strings"
 
@@ -303,6 +304,12 @@ func (h *Host) hostModule() wazero.HostModuleBuilder {
 	fn(abi.ImportProgressAt, func(_ api.Module, s []uint64) {
 		h.ProgressAt = uint32(s[0])
 		status(s, abi.StatusOK)
+	})
+	fn(abi.ImportCommit, func(_ api.Module, s []uint64) {
+		if done := api.DecodeI32(s[0]); done > 0 {
+			h.Commits = append(h.Commits, Commit{Done: int(done), Emitted: len(h.Out) + h.Emitted, State: maps.Clone(h.State)})
+		}
+		status(s, int32(h.CommitEvery))
 	})
 	return b
 }

@@ -20,3 +20,7 @@ func TestConformanceBatchedState(t *testing.T) { lang.CheckConformanceBatchedSta
 // TestProgress checks that the SDK tells the host which record a failed
 // callback was at (progress_at), for dead-letter mode.
 func TestProgress(t *testing.T) { lang.CheckProgress(t) }
+
+// TestCommits: the Go SDK marks commit points (the other SDKs do not: a
+// call of theirs costs little, and the host feeds them pieces instead).
+func TestCommits(t *testing.T) { lang.CheckCommits(t) }

@@ -63,7 +63,9 @@
 // and returns GUEST_ERROR, and the host fails the job (or, in dead-letter
 // mode, sends the record to the dead letters: the SDK tells the host which
 // record or timer each callback is at through progress_at, so the host
-// need not search the batch for it). Host status codes
+// need not search the batch for it, and marks the commit points the host
+// asks for with commit, so that the records before the last one need not
+// run again). Host status codes
 // become Go errors wrapping ErrNotFound, ErrKeyGroup and the other sentinels.
 // Misuse of the API (a state name not registered in Open, a state used as the
 // wrong kind) panics with a message that names the state and the fix.

@@ -38,6 +38,19 @@ type fakeHost struct {
 	fixedGet                                  []byte           // when set, state_get answers it without a lookup
 	discard                                   bool             // count emit_batch records instead of keeping them
 	discarded                                 int
+
+	// commitEvery is the interval commit answers (0: no commit points);
+	// commits records each commit point marked, with what the host had
+	// been handed by then.
+	commitEvery int32
+	commits     []fakeCommit
+}
+
+// fakeCommit is a commit point: the records done, and how many records the
+// host had been emitted and state writes it had taken by then.
+type fakeCommit struct {
+	done            uint32
+	emitted, writes int
 }
 
 type fakeKey struct {
@@ -326,6 +339,20 @@ func (f *fakeHost) log(level int32, msg string) {
 }
 
 func (f *fakeHost) fail(msg string) { f.fails = append(f.fails, msg) }
+
+func (f *fakeHost) commit(done uint32) int32 {
+	if st, ok := f.force[abi.ImportCommit]; ok && done > 0 {
+		return st
+	}
+	if done > 0 {
+		n := 0
+		for _, b := range f.batches {
+			n += len(b)
+		}
+		f.commits = append(f.commits, fakeCommit{done: done, emitted: n, writes: f.writeBatchCalls + f.putCalls})
+	}
+	return f.commitEvery
+}
 
 type tlogWriter struct{ t *testing.T }
 

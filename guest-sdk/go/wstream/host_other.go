@@ -31,6 +31,7 @@ type hostABI interface {
 	processingTime() int64
 	log(level int32, msg string)
 	fail(msg string)
+	commit(done uint32) int32
 }
 
 var host hostABI = noHost{}
@@ -104,6 +105,7 @@ func (noHost) watermark() int64                                 { return abi.Min
 func (noHost) processingTime() int64                            { return 0 }
 func (noHost) log(int32, string)                                {}
 func (noHost) fail(string)                                      {}
+func (noHost) commit(uint32) int32                              { return abi.StatusNotInCallback }
 func (noHost) stateIter(int32, []byte, []byte, []byte, bool, []byte) int32 {
 	return abi.StatusNotInCallback
 }
@@ -130,6 +132,7 @@ func hostWatermark() int64            { return host.watermark() }
 func hostProcessingTime() int64       { return host.processingTime() }
 func hostLog(level int32, msg string) { host.log(level, msg) }
 func hostFail(msg string)             { host.fail(msg) }
+func hostCommit(done uint32) int32    { return host.commit(done) }
 
 // hostProgressAt has nothing to tell outside wasm: the index stays in the
 // guest's variable.

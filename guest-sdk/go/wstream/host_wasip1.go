@@ -73,6 +73,9 @@ func importFail(msg string)
 //go:wasmimport wstream progress_at
 func importProgressAt(p unsafe.Pointer) int32
 
+//go:wasmimport wstream commit
+func importCommit(done uint32) int32
+
 func ptr(b []byte) unsafe.Pointer { return unsafe.Pointer(unsafe.SliceData(b)) }
 
 // addr is the address of b in linear memory, for the (ptr, len) pairs of
@@ -136,6 +139,8 @@ func hostLog(level int32, msg string) { importLog(level, msg) }
 func hostFail(msg string) { importFail(msg) }
 
 func hostProgressAt(p *uint32) int32 { return importProgressAt(unsafe.Pointer(p)) }
+
+func hostCommit(done uint32) int32 { return importCommit(done) }
 
 // The exports of abi/ABI.md.
 

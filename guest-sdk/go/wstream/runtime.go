@@ -180,7 +180,7 @@ func (m *module) process(op int32, batch []byte) (status int32) {
 		return m.badBatch(s, "input", err)
 	}
 	m.begin(s)
-	if err := m.records(s, &it); err != nil {
+	if err := m.records(s, &it, m.firstCommit()); err != nil {
 		return m.fail(s, "process", err)
 	}
 	progress = noProgress // a failure from here on is no record's
@@ -193,15 +193,23 @@ func (m *module) process(op int32, batch []byte) (status int32) {
 
 // records calls Process for each record of it, until the end of the batch,
 // a malformed record or an error of the operator (returned with the
-// record's index and key). It is the per-record loop, apart from process
-// for the compiler's sake: a function without defer and with few live
-// values keeps them in wasm locals. It decodes records itself rather than
-// through batchIter.next: on wasm a Go call costs tens of nanoseconds.
-func (m *module) records(s *slot, it *batchIter) error {
+// record's index and key), marking a commit point before record next and
+// then as the host asks (commit). It is the per-record loop, apart from
+// process for the compiler's sake: a function without defer and with few
+// live values keeps them in wasm locals. It decodes records itself rather
+// than through batchIter.next: on wasm a Go call costs tens of
+// nanoseconds.
+func (m *module) records(s *slot, it *batchIter, next int) error {
 	proc, ctx := s.op, s.ctx
 	b, off, left, i := it.b, it.off, it.left, it.i
 	ctx.sc.in, ctx.sc.n = b, i+int(left)
 	for ; left > 0; left-- {
+		if i == next {
+			var err error
+			if next, err = m.commit(s, i); err != nil {
+				return err
+			}
+		}
 		d := b[off:]
 		if len(d) < abi.RecordHeaderSize {
 			break
@@ -247,7 +255,13 @@ func (m *module) onTimer(op int32, batch []byte) (status int32) {
 	m.begin(s)
 	var rec abi.Record
 	s.ctx.sc.in, s.ctx.sc.n = it.b, int(it.left)
+	next := m.firstCommit()
 	for {
+		if it.i == next && it.left > 0 {
+			if next, err = m.commit(s, it.i); err != nil {
+				return m.fail(s, "on_timer", err)
+			}
+		}
 		s.ctx.sc.off, s.ctx.sc.rec = it.off, it.i
 		if !it.next(&rec) {
 			break
@@ -265,6 +279,42 @@ func (m *module) onTimer(op int32, batch []byte) (status int32) {
 		return m.badBatch(s, "timer", err)
 	}
 	return m.end(s, "on_timer", nil)
+}
+
+// firstCommit asks the host where the batch callback starting should mark
+// its first commit point (commit, abi/ABI.md): the index of a record, or -1
+// for none.
+func (m *module) firstCommit() int {
+	if st := hostCommit(0); st > 0 {
+		return int(st)
+	}
+	return -1
+}
+
+// commit marks a commit point before record (or timer) i: the work of the
+// records before it goes to the host, its cached state written back and
+// its output emitted, and the host keeps it should the callback fail
+// later (dead-letter mode then runs again only the records after it). It
+// returns the index of the next commit point the host asks for, or -1.
+func (m *module) commit(s *slot, i int) (int, error) {
+	progress = noProgress // a failure in here is no record's
+	if err := s.ctx.flushState(); err != nil {
+		return -1, fmt.Errorf("commit point before record %d: %w", i, err)
+	}
+	if s.ctx.sc.err != nil {
+		return -1, fmt.Errorf("commit point before record %d: %w", i, s.ctx.sc.err)
+	}
+	if err := m.flush(); err != nil {
+		return -1, fmt.Errorf("commit point before record %d: %w", i, err)
+	}
+	st := hostCommit(uint32(i))
+	if st < 0 {
+		return -1, fmt.Errorf("commit point before record %d: %w", i, statusErr(st))
+	}
+	if st == 0 {
+		return -1, nil
+	}
+	return i + int(st), nil
 }
 
 func (m *module) close(op int32) (status int32) {

@@ -1000,3 +1000,97 @@ func TestStateGetInconsistentHost(t *testing.T) {
 	mustOpen(t, f, 1, "late", "")
 	wantFailure(t, f, mod.process(1, batch(r("k", "", 0))), abi.StatusGuestError, `map state "x" was not registered: call ctx.MapState("x") in Open`)
 }
+
+// TestCommitPoints: when the host asks for commit points every n records,
+// the SDK marks one before every nth record of a batch callback (never
+// before the first, never after the last), each after handing the host the
+// records' output and their cached state writes; a host that asks for none
+// gets none, and a refused commit fails the callback.
+func TestCommitPoints(t *testing.T) {
+	f := install(t)
+	var n ValueState
+	op := &fullOp{testOp: testOp{
+		open: func(ctx *Context) error { n = ctx.ValueState("n"); return nil },
+		process: func(ctx *Context, r Record) error {
+			c, _, err := n.GetInt64()
+			if err != nil {
+				return err
+			}
+			if err := n.PutInt64(c + 1); err != nil {
+				return err
+			}
+			ctx.Emit(r.Key, r.Value, r.Timestamp)
+			if string(r.Value) == "bad" {
+				return errors.New("bad record")
+			}
+			return nil
+		},
+	}}
+	op.timer = func(ctx *Context, tm Timer) error {
+		ctx.Emit(tm.Key, tm.Namespace, tm.Timestamp)
+		return nil
+	}
+	register("op", op)
+	mustOpen(t, f, 0, "op", "")
+	recs := func(n int, bad int) []byte {
+		var rs []abi.Record
+		for i := range n {
+			v := "ok"
+			if i == bad {
+				v = "bad"
+			}
+			rs = append(rs, r(fmt.Sprintf("k%d", i%3), v, int64(i)))
+		}
+		return batch(rs...)
+	}
+	// Committed so far: each point's index, records emitted by then and
+	// whether state had been written back.
+	points := func() string {
+		var s []string
+		for _, c := range f.commits {
+			s = append(s, fmt.Sprintf("%d:%d:%t", c.done, c.emitted, c.writes > 0))
+		}
+		f.commits, f.batches, f.writeBatchCalls, f.putCalls = nil, nil, 0, 0
+		return strings.Join(s, " ")
+	}
+
+	if st := mod.process(0, recs(8, -1)); st != abi.StatusOK {
+		t.Fatalf("process: %d %q", st, f.fails)
+	}
+	if got := points(); got != "" {
+		t.Errorf("commit points %q without the host asking for any", got)
+	}
+
+	f.commitEvery = 3
+	if st := mod.process(0, recs(8, -1)); st != abi.StatusOK {
+		t.Fatalf("process: %d %q", st, f.fails)
+	}
+	if got, want := points(), "3:3:true 6:6:true"; got != want {
+		t.Errorf("commit points every 3 of 8 records: %q, want %q", got, want)
+	}
+	if st := mod.process(0, recs(6, -1)); st != abi.StatusOK {
+		t.Fatalf("process: %d %q", st, f.fails)
+	}
+	if got, want := points(), "3:3:true"; got != want {
+		t.Errorf("commit points every 3 of 6 records: %q, want %q (none after the last)", got, want)
+	}
+	wantFailure(t, f, mod.process(0, recs(8, 7)), abi.StatusGuestError, "record 7 of 8")
+	if got, want := points(), "3:3:true 6:6:true"; got != want {
+		t.Errorf("commit points before a failure at record 7: %q, want %q", got, want)
+	}
+	if progress != 7 {
+		t.Errorf("progress %d after a failure at record 7", progress)
+	}
+
+	timers := batch(r("a", "t0", 1), r("a", "t1", 2), r("b", "t2", 3), r("b", "t3", 4), r("c", "t4", 5))
+	f.commitEvery = 2
+	if st := mod.onTimer(0, timers); st != abi.StatusOK {
+		t.Fatalf("on_timer: %d %q", st, f.fails)
+	}
+	if got, want := points(), "2:2:false 4:4:false"; got != want {
+		t.Errorf("commit points every 2 of 5 timers: %q, want %q", got, want)
+	}
+
+	f.force[abi.ImportCommit] = abi.StatusStateError
+	wantFailure(t, f, mod.process(0, recs(8, -1)), abi.StatusGuestError, "commit point before record 2: ")
+}
