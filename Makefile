@@ -90,7 +90,7 @@ bench: setup
 	@$(GO) test -run '^$$' -bench '^BenchmarkRatios$$' -benchtime $(BENCHROUNDS)x -timeout 60m ./bench/ > $(BENCHOUT) || { cat $(BENCHOUT); exit 1; }
 	@$(GO) test -run '^$$' -bench '^BenchmarkStart$$' -benchtime 3x -timeout 30m ./bench/ >> $(BENCHOUT) || { cat $(BENCHOUT); exit 1; }
 	@$(GO) test -run '^$$' -bench '^BenchmarkMemoryPerInstance$$' -benchtime 1x -timeout 30m ./bench/ >> $(BENCHOUT) || { cat $(BENCHOUT); exit 1; }
-	@$(GO) test -run '^$$' -bench '^BenchmarkPoisonRecords$$' -benchtime 10x -timeout 30m ./bench/ >> $(BENCHOUT) || { cat $(BENCHOUT); exit 1; }
+	@$(GO) test -run '^$$' -bench '^BenchmarkPoisonRecords$$' -benchtime 6x -timeout 30m ./bench/ >> $(BENCHOUT) || { cat $(BENCHOUT); exit 1; }
 	@$(GO) run ./internal/benchreport $(BENCHOUT)
 
 clean:

@@ -10,13 +10,15 @@ import (
 	"github.com/wstream/wstream/transport"
 )
 
-// poisonPlan is a keyed running count (testops' poison) of 1M gen records
-// over 10,000 keys, checkpointing every second, whose operator traps on the
-// records of the words that poison's hash picks with every and salt.
+// poisonPlan is a keyed running count (testops' poison) of poisonRecords
+// gen records over 10,000 keys, checkpointing every second, whose operator
+// traps on the records of the words that poison's hash picks with every and
+// salt.
 // deadLetter adds "onGuestError": dead-letter mode, its dead letters in the
 // default file sink, without a budget. withTime hashes each record's time
 // too, which spreads the bad records over every key.
 func poisonPlan(every uint64, salt, mode string, deadLetter, withTime bool) string {
+	records := poisonRecords
 	onError := ""
 	if deadLetter {
 		onError = `"onGuestError":{"policy":"dead-letter","maxDeadLetters":-1},`
@@ -46,20 +48,27 @@ func poisonWords(every uint64, salt string) int {
 	return n
 }
 
+// poisonRecords is how many records a poison run counts: 3M, 0.01% of them
+// 300, so that a run's start weighs little against its records and its
+// bad records.
+const poisonRecords = 3_000_000
+
 // BenchmarkPoisonRecords measures what dead-letter mode costs: the keyed
-// count with no bad record and the default policy (fail), with no bad
-// record in dead-letter mode (the undo journal of every call), and in
-// dead-letter mode with 0.01% bad records, about 100 of the million spread
-// over the whole input, each costing a rollback, the records before it in
-// its call run again and, when the operator traps rather than fails, a
-// reset of the instance. poison-* picks the records of one word of 10,000
-// (one key: every bad record reaches the same subtask); spread-* picks
-// records by a hash of their value and time, as random positions spread
-// over every key and both subtasks. Each timed run checks its dead-letter
-// count. The configurations run side by side, one of each per round
-// (runPaired), and the ratios are medians of per-round ratios. -benchtime
-// Nx sets the rounds. WSTREAM_POISON_CASES=A,B,… runs only the
-// configurations named, and the ratios between them.
+// count with no bad record and the default policy (fail), with no bad record
+// in dead-letter mode (the undo journal of every call), and in dead-letter
+// mode with 0.01% bad records, about 300 of the 3M spread over the whole
+// input, each costing a rollback, the records before it in its call (or
+// since the last commit point) run again and, when the operator traps rather
+// than fails, a reset of the instance. poison-* picks the records of one
+// word of 10,000 (one key: every bad record reaches the same subtask);
+// spread-* picks records by a hash of their value and time, as random
+// positions spread over every key and both subtasks, and compares with
+// spread-clean, the same operator and hash over the same records, none of
+// them bad (the hash of the time costs the count a few percent). Each timed
+// run checks its dead-letter count. The configurations run side by side, one
+// of each per round (runPaired), and the ratios are medians of per-round
+// ratios. -benchtime Nx sets the rounds. WSTREAM_POISON_CASES=A,B,… runs
+// only the configurations named, and the ratios between them.
 func BenchmarkPoisonRecords(b *testing.B) {
 	mod, err := testmod.BuildGo("examples/wasm/go/testops")
 	if err != nil {
@@ -93,20 +102,24 @@ func BenchmarkPoisonRecords(b *testing.B) {
 			}
 		}
 	}
-	clean, bad100 := deadLetters(0, 0), deadLetters(50, 200)
+	clean, bad100 := deadLetters(0, 0), deadLetters(poisonRecords/20000, poisonRecords/5000)
 	configs := []pairedRun{
-		{name: "fail-policy-clean", run: jobRun{module: mod, plan: poisonPlan(10000, none, "trap", false, false), records: records, check: clean}},
-		{name: "dead-letter-clean", run: jobRun{module: mod, plan: poisonPlan(10000, none, "trap", true, false), records: records, check: clean}},
-		{name: "poison-trap", run: jobRun{module: mod, plan: poisonPlan(10000, bad, "trap", true, false), records: records, check: bad100}},
-		{name: "poison-fail", run: jobRun{module: mod, plan: poisonPlan(10000, bad, "fail", true, false), records: records, check: bad100}},
-		{name: "spread-trap", run: jobRun{module: mod, plan: poisonPlan(10000, "spread", "trap", true, true), records: records, check: bad100}},
-		{name: "spread-fail", run: jobRun{module: mod, plan: poisonPlan(10000, "spread", "fail", true, true), records: records, check: bad100}},
+		{name: "fail-policy-clean", run: jobRun{module: mod, plan: poisonPlan(10000, none, "trap", false, false), records: poisonRecords, check: clean}},
+		{name: "dead-letter-clean", run: jobRun{module: mod, plan: poisonPlan(10000, none, "trap", true, false), records: poisonRecords, check: clean}},
+		{name: "poison-trap", run: jobRun{module: mod, plan: poisonPlan(10000, bad, "trap", true, false), records: poisonRecords, check: bad100}},
+		{name: "poison-fail", run: jobRun{module: mod, plan: poisonPlan(10000, bad, "fail", true, false), records: poisonRecords, check: bad100}},
+		// The same hash as spread-*, over value and time, with a modulus
+		// that picks no record: spread-*'s operator without a bad record.
+		{name: "spread-clean", run: jobRun{module: mod, plan: poisonPlan(1<<62, "spread", "trap", true, true), records: poisonRecords, check: clean}},
+		{name: "spread-trap", run: jobRun{module: mod, plan: poisonPlan(10000, "spread", "trap", true, true), records: poisonRecords, check: bad100}},
+		{name: "spread-fail", run: jobRun{module: mod, plan: poisonPlan(10000, "spread", "fail", true, true), records: poisonRecords, check: bad100}},
 	}
 	ratios := []pairedRatio{
 		{"poison-trap/clean", "poison-trap", "dead-letter-clean"},
 		{"poison-fail/clean", "poison-fail", "dead-letter-clean"},
-		{"spread-trap/clean", "spread-trap", "dead-letter-clean"},
-		{"spread-fail/clean", "spread-fail", "dead-letter-clean"},
+		{"spread-trap/clean", "spread-trap", "spread-clean"},
+		{"spread-fail/clean", "spread-fail", "spread-clean"},
+		{"spread-clean/clean", "spread-clean", "dead-letter-clean"},
 		{"dead-letter/fail-policy", "dead-letter-clean", "fail-policy-clean"},
 	}
 	if only := os.Getenv("WSTREAM_POISON_CASES"); only != "" {
