@@ -485,6 +485,19 @@ func (m *valueSink) Write(b []byte) error {
 }
 func (m *valueSink) Close() error { return nil }
 
+// fakeGuestTask is a dead-letter subtask of one stage, op, whose output
+// goes to a sink: it returns the task, the stage, its dead letters and its
+// output.
+func fakeGuestTask(op *fakeGuest) (*task, *stage, *memSink, *valueSink) {
+	dead, out := &memSink{}, &valueSink{}
+	tk := &task{label: "v/0", now: time.Now, curChan: -1,
+		chain: &job.Chain{Vertices: []*job.Vertex{{ID: "v"}, {ID: "out", Kind: job.KindSink}}},
+		dl:    &deadLetters{sink: dead, max: -1}, sink: out}
+	st := &stage{vertex: tk.chain.Vertices[0], op: op, state: noKeyedState{}, coll: stageCollector{nOut: 1, keep: -1}, guest: true}
+	tk.stages = []*stage{st}
+	return tk, st, dead, out
+}
+
 // TestWaryWhileFailuresAreFrequent: once waryFails of the last waryWindow
 // batches failed, batches reach the guest in pieces of at most waryPiece
 // records, so that a bad record costs its piece rather than its batch; bad
@@ -506,12 +519,7 @@ func TestWaryWhileFailuresAreFrequent(t *testing.T) {
 		bad[fmt.Sprintf("b%d-%d", b, b)] = true
 	}
 	op := &fakeGuest{bad: bad}
-	dead, out := &memSink{}, &valueSink{}
-	tk := &task{label: "v/0", now: time.Now, curChan: -1,
-		chain: &job.Chain{Vertices: []*job.Vertex{{ID: "v"}, {ID: "out", Kind: job.KindSink}}},
-		dl:    &deadLetters{sink: dead, max: -1}, sink: out}
-	st := &stage{vertex: tk.chain.Vertices[0], op: op, state: noKeyedState{}, coll: stageCollector{nOut: 1, keep: -1}, guest: true}
-	tk.stages = []*stage{st}
+	tk, _, dead, out := fakeGuestTask(op)
 	var want, wantDead []string
 	feed := func(batch int) (sizes []int, hasBad bool) {
 		var b abi.Builder
@@ -579,12 +587,7 @@ func TestCommitPointsKeepWork(t *testing.T) {
 	for _, badAt := range [][]int{{700}, {0}, {commitEvery}, {n - 1}, {5, 300, 301, 999}} {
 		t.Run(fmt.Sprint(badAt), func(t *testing.T) {
 			op := &fakeGuest{bad: map[string]bool{}, commits: true}
-			dead, out := &memSink{}, &valueSink{}
-			tk := &task{label: "v/0", now: time.Now, curChan: -1,
-				chain: &job.Chain{Vertices: []*job.Vertex{{ID: "v"}, {ID: "out", Kind: job.KindSink}}},
-				dl:    &deadLetters{sink: dead, max: -1}, sink: out}
-			st := &stage{vertex: tk.chain.Vertices[0], op: op, state: noKeyedState{}, coll: stageCollector{nOut: 1, keep: -1}, guest: true}
-			tk.stages = []*stage{st}
+			tk, st, dead, out := fakeGuestTask(op)
 			var want, wantDead []string
 			feed := func(batch int, bad []int) {
 				t.Helper()
