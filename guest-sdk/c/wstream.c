@@ -59,6 +59,9 @@ WS_IMPORT("state_write_batch") int32_t ws_host_state_write_batch(const void *bat
 WS_IMPORT("fail") void ws_host_fail(const void *msg, uint32_t len);
 /* Optional: names ws_progress to the host (abi/ABI.md, progress_at). */
 WS_IMPORT("progress_at") int32_t ws_host_progress_at(const void *ptr);
+/* Optional: marks the records of a batch callback that are done (abi/ABI.md,
+ * commit). */
+WS_IMPORT("commit") int32_t ws_host_commit(uint32_t done);
 
 /* The index, in the running wstream_process or wstream_on_timer call's
  * batch, of the record or timer being processed (0xFFFFFFFF between
@@ -2218,6 +2221,38 @@ int64_t ws_migrate_run_(ws_migrate_fn fn, uint32_t op_ptr, int32_t op_len, uint3
 	return (int64_t)(((uint64_t)(uintptr_t)out << 32) | (uint64_t)out_len);
 }
 
+/* first_commit asks the host where the batch callback starting marks its
+ * first commit point (commit): a record's index, or 0xFFFFFFFF for none. */
+static uint32_t first_commit(void) {
+	int32_t st = ws_host_commit(0);
+	return st > 0 ? (uint32_t)st : 0xFFFFFFFFu;
+}
+
+/* commit_point marks a commit point before record (or timer) i: the cached
+ * state writes and the buffered output of the records before it go to the
+ * host, which keeps them should the callback fail later (dead-letter mode
+ * then runs again only the records after it). It sets *next to the next
+ * point the host asks for and returns 0, or a status with the error set. */
+static __attribute__((noinline)) int commit_point(ws_ctx *c, uint32_t i, uint32_t *next) {
+	ws_progress = 0xFFFFFFFFu; /* a failure in here is no record's */
+	int st = sc_flush(c);
+	if (st == 0)
+		st = c->sc.err;
+	if (st < 0)
+		return st;
+	if (flush() < 0) {
+		set_error("%s", M.emit_msg);
+		return M.emit_err;
+	}
+	int32_t r = ws_host_commit(i);
+	if (r < 0) {
+		set_error("commit point before record %u: %s", i, ws_status_text(r));
+		return r;
+	}
+	*next = r > 0 ? i + (uint32_t)r : 0xFFFFFFFFu;
+	return 0;
+}
+
 WS_EXPORT("wstream_process") int32_t wstream_process(int32_t op, uint32_t ptr, int32_t len) {
 	ws_ctx *c = slot(op);
 	if (!c)
@@ -2237,34 +2272,46 @@ WS_EXPORT("wstream_process") int32_t wstream_process(int32_t op, uint32_t ptr, i
 		return end(c, "process", WS_GUEST_ERROR, 0);
 	}
 	ws_record r;
-	/* Unrolled: wazero's deadline checks (WithCloseOnContextDone) cost a call
-	 * per loop iteration; four records per iteration pay a quarter of it. */
+	/* The records run in stretches between commit points (one stretch
+	 * when the host asks for none), so that the record loop itself checks
+	 * nothing more per record. */
+	uint32_t i = 0, next = first_commit();
+	for (;;) {
+		uint32_t stop = next < count ? next : count;
+		/* Unrolled: wazero's deadline checks (WithCloseOnContextDone) cost a call
+		 * per loop iteration; four records per iteration pay a quarter of it. */
 #pragma clang loop unroll_count(4)
-	for (uint32_t i = 0; i < count; i++) {
-		uint32_t left = (uint32_t)(e - p);
-		if (left < RECORD_HEADER)
-			return bad_batch(c, "input", "header truncated", i, (uint32_t)(p - b));
-		uint32_t kl = le32(p + 12), vl = le32(p + 16);
-		if ((uint64_t)kl + vl > left - RECORD_HEADER)
-			return bad_batch(c, "input", "key and value overrun the batch", i, (uint32_t)(p - b));
-		r.input = le32(p);
-		r.ts = (int64_t)le64(p + 4);
-		r.key = p + RECORD_HEADER;
-		r.key_len = kl;
-		r.value = r.key + kl;
-		r.value_len = vl;
-		c->key = r.key;
-		c->key_len = kl;
-		c->bp = p;
-		c->bleft = count - i;
-		c->rec = i;
-		ws_progress = i;
-		int rc = process(c, &r);
-		if (__builtin_expect(rc != 0, 0)) {
-			what w = {1, i, count, 0, 0, r.key, kl};
-			return end(c, "process", rc, &w);
+		for (; i < stop; i++) {
+			uint32_t left = (uint32_t)(e - p);
+			if (left < RECORD_HEADER)
+				return bad_batch(c, "input", "header truncated", i, (uint32_t)(p - b));
+			uint32_t kl = le32(p + 12), vl = le32(p + 16);
+			if ((uint64_t)kl + vl > left - RECORD_HEADER)
+				return bad_batch(c, "input", "key and value overrun the batch", i, (uint32_t)(p - b));
+			r.input = le32(p);
+			r.ts = (int64_t)le64(p + 4);
+			r.key = p + RECORD_HEADER;
+			r.key_len = kl;
+			r.value = r.key + kl;
+			r.value_len = vl;
+			c->key = r.key;
+			c->key_len = kl;
+			c->bp = p;
+			c->bleft = count - i;
+			c->rec = i;
+			ws_progress = i;
+			int rc = process(c, &r);
+			if (__builtin_expect(rc != 0, 0)) {
+				what w = {1, i, count, 0, 0, r.key, kl};
+				return end(c, "process", rc, &w);
+			}
+			p = r.value + vl;
 		}
-		p = r.value + vl;
+		if (i >= count)
+			break;
+		int st = commit_point(c, i, &next);
+		if (st < 0)
+			return end(c, "process", st, 0);
 	}
 	/* A failure from here on is no record's. */
 	ws_progress = 0xFFFFFFFFu;
@@ -2291,7 +2338,13 @@ WS_EXPORT("wstream_on_timer") int32_t wstream_on_timer(int32_t op, uint32_t ptr,
 	const uint8_t *p = b + BATCH_HEADER, *e = b + len;
 	c->be = e;
 	ws_timer t;
+	uint32_t next = first_commit();
 	for (uint32_t i = 0; i < count; i++) {
+		if (__builtin_expect(i == next, 0)) {
+			int st = commit_point(c, i, &next);
+			if (st < 0)
+				return end(c, "on_timer", st, 0);
+		}
 		uint32_t left = (uint32_t)(e - p);
 		if (left < RECORD_HEADER)
 			return bad_batch(c, "timer", "header truncated", i, (uint32_t)(p - b));

@@ -21,6 +21,7 @@ func TestConformanceBatchedState(t *testing.T) { lang.CheckConformanceBatchedSta
 // callback was at (progress_at), for dead-letter mode.
 func TestProgress(t *testing.T) { lang.CheckProgress(t) }
 
-// TestCommits: the Go SDK marks commit points (the other SDKs do not yet:
-// the host feeds their guests pieces instead).
+// TestCommits: the Go SDK marks commit points, as the C SDK does (the
+// Rust and AssemblyScript SDKs do not yet: the host feeds their guests
+// pieces instead).
 func TestCommits(t *testing.T) { lang.CheckCommits(t) }
