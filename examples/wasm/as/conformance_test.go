@@ -20,3 +20,8 @@ func TestConformanceBatchedState(t *testing.T) { lang.CheckConformanceBatchedSta
 // TestProgress checks that the SDK tells the host which record a failed
 // callback was at (progress_at), for dead-letter mode.
 func TestProgress(t *testing.T) { lang.CheckProgress(t) }
+
+// TestCommits checks that the SDK marks the commit points the host asks for
+// (commit), each after handing the host the output and state writes of the
+// records before it.
+func TestCommits(t *testing.T) { lang.CheckCommits(t) }

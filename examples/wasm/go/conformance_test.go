@@ -21,7 +21,7 @@ func TestConformanceBatchedState(t *testing.T) { lang.CheckConformanceBatchedSta
 // callback was at (progress_at), for dead-letter mode.
 func TestProgress(t *testing.T) { lang.CheckProgress(t) }
 
-// TestCommits: the Go SDK marks commit points, as the C SDK does (the
-// Rust and AssemblyScript SDKs do not yet: the host feeds their guests
-// pieces instead).
+// TestCommits checks that the SDK marks the commit points the host asks for
+// (commit), each after handing the host the output and state writes of the
+// records before it.
 func TestCommits(t *testing.T) { lang.CheckCommits(t) }

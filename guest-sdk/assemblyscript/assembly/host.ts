@@ -58,3 +58,8 @@ export declare function hostFail(ptr: usize, len: i32): void;
 // Optional (abi/ABI.md, progress_at): names the SDK's progress word.
 @external("wstream", "progress_at")
 export declare function hostProgressAt(ptr: usize): i32;
+
+// Optional (abi/ABI.md, commit): the records of the running batch callback
+// before done are done; returns the records wanted before the next point.
+@external("wstream", "commit")
+export declare function hostCommit(done: u32): i32;

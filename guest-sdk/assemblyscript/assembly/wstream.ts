@@ -5,7 +5,7 @@
 import {
   hostEmit, hostEmitBatch, hostOutputIndex, hostStateRegister, hostStateGet, hostStatePut,
   hostStateDelete, hostStateIter, hostTimerRegister, hostTimerDelete, hostCurrentWatermark,
-  hostProcessingTime, hostLog, hostFail, hostProgressAt,
+  hostProcessingTime, hostLog, hostFail, hostProgressAt, hostCommit,
 } from "./host";
 import {
   OK, NOT_FOUND, BAD_POINTER, BAD_HANDLE, BAD_ARGUMENT, LIMIT, UNKNOWN_OPERATOR, GUEST_ERROR, statusText,
@@ -1245,6 +1245,35 @@ function badBatch(c: Context, kind: string, problem: string, index: u32, off: u3
 const progressWord: usize = memory.data<u32>([0xFFFFFFFF]);
 let progressNamed = false;
 
+// firstCommit asks the host where the batch callback starting marks its
+// first commit point (commit): a record's index, 0xFFFFFFFF for none.
+function firstCommit(): u32 {
+  const st = hostCommit(0);
+  return st > 0 ? <u32>st : 0xFFFFFFFF;
+}
+
+// commitPoint marks a commit point before record (or timer) i: the cached
+// state writes and the buffered output of the records before it go to the
+// host, which keeps them should the callback fail later (dead-letter mode
+// then runs again only the records after it). It returns the index of the
+// next point the host asks for, 0xFFFFFFFF for none; a failure is recorded
+// on c.
+function commitPoint(c: Context, i: u32): u32 {
+  if (!flushState(c)) return 0xFFFFFFFF;
+  if (c.cache.err != 0) {
+    c.fail(writeBackError(c, c.cache.err, -1));
+    return 0xFFFFFFFF;
+  }
+  flush(c);
+  if (c.err !== null) return 0xFFFFFFFF;
+  const st = hostCommit(i);
+  if (st < 0) {
+    c.fail("commit point before record " + i.toString() + ": " + statusText(st));
+    return 0xFFFFFFFF;
+  }
+  return st == 0 ? 0xFFFFFFFF : i + <u32>st;
+}
+
 // batch walks an input or timer batch and calls the operator for each entry.
 function runBatch(exportName: string, op: i32, ptr: usize, len: i32, timers: bool): i32 {
   const c = slot(op);
@@ -1257,7 +1286,13 @@ function runBatch(exportName: string, op: i32, ptr: usize, len: i32, timers: boo
   const e = ptr + <usize>len;
   let p = ptr + 4;
   const phase = timers ? "on_timer" : "process";
+  let next = firstCommit();
   for (let i: u32 = 0; i < count; i++) {
+    if (i == next) {
+      store<u32>(progressWord, 0xFFFFFFFF); // a failure in here is no record's
+      next = commitPoint(c, i);
+      if (c.err !== null) return finish(c, phase, "");
+    }
     const left = e - p;
     if (left < <usize>RECORD_HEADER) return badBatch(c, kind, "header truncated", i, <u32>(p - ptr));
     const kl = load<u32>(p, 12);

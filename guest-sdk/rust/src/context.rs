@@ -73,6 +73,28 @@ impl Context {
         res.map_err(|(st, h)| self.write_back_error(st, h))
     }
 
+    /// Marks a commit point before record (or timer) i: the cached state
+    /// writes and the buffered output of the records before it go to the
+    /// host, which keeps them should the callback fail later (dead-letter
+    /// mode then runs again only the records after it). Returns the index
+    /// of the next point the host asks for, u32::MAX for none.
+    pub(crate) fn commit_point(&mut self, i: u32) -> Result<u32> {
+        self.flush_state()?;
+        let err = self.cache.borrow().err;
+        if let Some((st, h)) = err {
+            return Err(self.write_back_error(st, h));
+        }
+        self.flush();
+        if let Some(e) = self.emit_err.take() {
+            return Err(e);
+        }
+        let st = host::commit(i);
+        if st < 0 {
+            return Err(Error::host(st, format_args!("commit point before record {}", i)));
+        }
+        Ok(if st == 0 { u32::MAX } else { i + st as u32 })
+    }
+
     /// Writes the cached state writes back and empties the cache, at the
     /// end of a callback.
     pub(crate) fn end_state(&self) -> Result<()> {

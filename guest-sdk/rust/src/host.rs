@@ -54,6 +54,7 @@ mod imports {
         pub fn log(level: i32, ptr: *const u8, len: i32);
         pub fn fail(ptr: *const u8, len: i32);
         pub fn progress_at(ptr: *const u32) -> i32;
+        pub fn commit(done: i32) -> i32;
     }
 }
 
@@ -288,6 +289,21 @@ pub fn progress_at(word: &'static std::sync::atomic::AtomicU32) -> i32 {
     #[cfg(not(target_arch = "wasm32"))]
     {
         let _ = word;
+        NO_HOST
+    }
+}
+
+/// Says that the first `done` records (or timers) of the running batch
+/// callback are done (the optional import `commit`) and returns how many
+/// records the host wants before the next commit point, 0 for none.
+pub fn commit(done: u32) -> i32 {
+    #[cfg(target_arch = "wasm32")]
+    unsafe {
+        imports::commit(done as i32)
+    }
+    #[cfg(not(target_arch = "wasm32"))]
+    {
+        let _ = done;
         NO_HOST
     }
 }

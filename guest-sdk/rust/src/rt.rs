@@ -358,6 +358,17 @@ fn next_entry<'a>(b: &'a [u8], off: &mut usize, index: u32) -> std::result::Resu
     Ok((port, ts, key, value))
 }
 
+/// Asks the host where the batch callback starting marks its first commit
+/// point (the import commit): a record's index, u32::MAX for none.
+fn first_commit() -> u32 {
+    let st = host::commit(0);
+    if st > 0 {
+        st as u32
+    } else {
+        u32::MAX
+    }
+}
+
 /// The wstream_process export.
 pub fn process(op: i32, ptr: i32, len: i32) -> i32 {
     let s = match slot(op) {
@@ -374,20 +385,37 @@ pub fn process(op: i32, ptr: i32, len: i32) -> i32 {
     enter(&mut s.ctx, "process");
     let count = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
     let mut off = BATCH_HEADER;
-    for i in 0..count {
-        let at = off;
-        let (input, timestamp, key, value) = match next_entry(b, &mut off, i) {
-            Ok(e) => e,
-            Err(problem) => return bad_batch(&mut s.ctx, "input", &problem),
-        };
-        s.ctx.set_key(key);
-        s.ctx.cache.get_mut().set_record(&b[at..], count - i, i);
-        let what = Where::Record { index: i, count, key: key.as_ptr(), key_len: key.len() };
-        current().what = what;
-        let r = Record { key, value, timestamp, input };
-        PROGRESS.store(i, Ordering::Relaxed);
-        if let Err(e) = s.op.process(&mut s.ctx, &r) {
-            return end(&mut s.ctx, "process", Err(e), what);
+    // The records run in stretches between commit points (one stretch when
+    // the host asks for none), so that the record loop checks nothing more
+    // per record.
+    let (mut i, mut next) = (0, first_commit());
+    loop {
+        let stop = next.min(count);
+        while i < stop {
+            let at = off;
+            let (input, timestamp, key, value) = match next_entry(b, &mut off, i) {
+                Ok(e) => e,
+                Err(problem) => return bad_batch(&mut s.ctx, "input", &problem),
+            };
+            s.ctx.set_key(key);
+            s.ctx.cache.get_mut().set_record(&b[at..], count - i, i);
+            let what = Where::Record { index: i, count, key: key.as_ptr(), key_len: key.len() };
+            current().what = what;
+            let r = Record { key, value, timestamp, input };
+            PROGRESS.store(i, Ordering::Relaxed);
+            if let Err(e) = s.op.process(&mut s.ctx, &r) {
+                return end(&mut s.ctx, "process", Err(e), what);
+            }
+            i += 1;
+        }
+        if i >= count {
+            break;
+        }
+        PROGRESS.store(NO_PROGRESS, Ordering::Relaxed); // a failure in here is no record's
+        current().what = Where::Nothing;
+        match s.ctx.commit_point(i) {
+            Ok(n) => next = n,
+            Err(e) => return end(&mut s.ctx, "process", Err(e), Where::Nothing),
         }
     }
     // A failure from here on is no record's.
@@ -414,7 +442,16 @@ pub fn on_timer(op: i32, ptr: i32, len: i32) -> i32 {
     enter(&mut s.ctx, "on_timer");
     let count = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
     let mut off = BATCH_HEADER;
+    let mut next = first_commit();
     for i in 0..count {
+        if i == next {
+            PROGRESS.store(NO_PROGRESS, Ordering::Relaxed);
+            current().what = Where::Nothing;
+            match s.ctx.commit_point(i) {
+                Ok(n) => next = n,
+                Err(e) => return end(&mut s.ctx, "on_timer", Err(e), Where::Nothing),
+            }
+        }
         let at = off;
         let (port, timestamp, key, namespace) = match next_entry(b, &mut off, i) {
             Ok(e) => e,
