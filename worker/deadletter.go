@@ -621,7 +621,7 @@ func (t *task) wary() bool {
 // failedLately reports whether one of the last waryWindow batches failed:
 // then the next one asks the guest for commit points. A subtask without
 // failures does not pay for them (BenchmarkCommitPoints in package host:
-// about 0.3% of a Go guest's keyed count at 128 records).
+// under 1% of a Go guest's keyed count at 128 records).
 func (t *task) failedLately() bool {
 	if t.dlNFails == 0 {
 		return false
