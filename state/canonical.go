@@ -403,6 +403,9 @@ func (s *Store) ExportCanonical(w io.Writer, level int) (ExportStats, error) {
 		curTimerCount = 0
 	}
 
+	if err := s.ready(); err != nil {
+		return st, err
+	}
 	lower, upper := KeyGroupSpan(s.groups)
 	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
 	if err != nil {
@@ -849,6 +852,9 @@ func (s *Store) ImportCanonicalMigrating(r io.Reader, migrate Migrate) (ImportSt
 				ErrCanonicalMismatch, h.MaxParallelism, s.maxPar)
 		}
 		return s.Flush()
+	}
+	if err := s.ready(); err != nil {
+		return st, err
 	}
 	b := s.db.NewBatch()
 	defer b.Close()

@@ -37,6 +37,9 @@ func (s *Store) Checkpoint(dir string) error {
 	if err := s.Flush(); err != nil {
 		return err
 	}
+	if err := s.ready(); err != nil {
+		return err
+	}
 	// The store has no write-ahead log: what is in the memtable reaches
 	// the checkpoint only as a table. Nothing reaches Pebble before the
 	// checkpoint, as the subtask's goroutine is here.

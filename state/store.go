@@ -5,7 +5,10 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
+	"io/fs"
 	"math"
+	"os"
 	"slices"
 	"sync"
 
@@ -88,6 +91,18 @@ type Options struct {
 	// eventListener, when set, receives Pebble's events (tests use it to
 	// wait for compactions).
 	eventListener *pebble.EventListener
+	// Lazy, when the directory is new (missing or empty), leaves Pebble
+	// unopened until a call needs it. Opening a new store creates a dozen
+	// files and ratchets its format version a step at a time: 3-5 ms of
+	// CPU, which a job's first record waited for (opened on another
+	// goroutine instead, it took the cores the starting subtasks needed).
+	// A new store is empty, so until the first write reaches Pebble its
+	// reads need nothing from it: they are answered from the cache, and
+	// only a Flush with changes, iteration, checkpoints, imports and Close
+	// open it; timers are kept in memory until then. A failure to open is
+	// then theirs, and sticky.
+	Lazy bool
+
 	// fs, when set, is the filesystem under the store (tests count its
 	// syncs); vfs.Default otherwise.
 	fs vfs.FS
@@ -134,6 +149,21 @@ type Store struct {
 	sinceFlush int64
 	// committed counts the bytes of every batch committed (Committed).
 	committed int64
+
+	// lazy holds the options to open Pebble with while it is not open yet
+	// (Options.Lazy); db and batch are nil until ready opens it. early
+	// holds the timer writes staged meanwhile, in order, and earlyBytes
+	// their keys' bytes: ready replays them into the batch.
+	lazy       *pebble.Options
+	early      []earlyTimer
+	earlyBytes int
+}
+
+// earlyTimer is a timer write staged before Pebble was open: the timer's
+// key, and whether it is a deletion.
+type earlyTimer struct {
+	pk  []byte
+	del bool
 }
 
 // QuotaError says a store grew beyond Options.MaxBytes.
@@ -256,17 +286,11 @@ func Open(o Options) (*Store, error) {
 		base = vfs.Default
 	}
 	po.FS = noSyncFS{FS: base}
-	db, err := pebble.Open(o.Dir, po)
-	if err != nil {
-		return nil, fmt.Errorf("state: open pebble in %s: %w", o.Dir, err)
-	}
 	s := &Store{
 		dir:        o.Dir,
 		maxBytes:   o.MaxBytes,
-		db:         db,
 		maxPar:     maxPar,
 		groups:     o.KeyGroups,
-		batch:      db.NewBatch(),
 		cache:      newHotCache(entries),
 		dirtyBases: make(map[uint64]struct{}),
 		vertices:   make(map[string]*VertexState),
@@ -280,12 +304,81 @@ func Open(o Options) (*Store, error) {
 		s.flushAt = max(half, 1)
 		s.cache.cleanBytes = min(s.cache.cleanBytes, half)
 	}
+	if o.Lazy && isNewDir(o.Dir) {
+		// A new store holds no timers to load.
+		s.lazy = po
+		return s, nil
+	}
+	db, err := pebble.Open(o.Dir, po)
+	if err != nil {
+		return nil, fmt.Errorf("state: open pebble in %s: %w", o.Dir, err)
+	}
+	s.db, s.batch = db, db.NewBatch()
 	if err := s.loadTimers(); err != nil {
 		_ = s.batch.Close()
 		_ = db.Close()
 		return nil, err
 	}
 	return s, nil
+}
+
+// isNewDir reports whether dir is missing or empty: a store opened there
+// starts empty.
+func isNewDir(dir string) bool {
+	f, err := os.Open(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return true
+	}
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	names, err := f.Readdirnames(1)
+	return len(names) == 0 && errors.Is(err, io.EOF)
+}
+
+// ready opens Pebble when the store was opened lazily (Options.Lazy) and
+// has not yet; it returns why it could not, which the store keeps.
+// Everything that needs Pebble calls it first.
+func (s *Store) ready() error {
+	if s.lazy == nil {
+		return nil
+	}
+	po := s.lazy
+	s.lazy = nil
+	db, err := pebble.Open(s.dir, po)
+	if err != nil {
+		s.err = fmt.Errorf("state: open pebble in %s: %w", s.dir, err)
+		return s.err
+	}
+	s.db, s.batch = db, db.NewBatch()
+	for _, e := range s.early {
+		if err := s.stageTimer(e.pk, e.del); err != nil {
+			return err
+		}
+	}
+	s.early, s.earlyBytes = nil, 0
+	return nil
+}
+
+// stageTimer stages the write of timer key pk (its deletion with del) for
+// the next Flush: in the batch, or while Pebble is not open yet, in early.
+func (s *Store) stageTimer(pk []byte, del bool) error {
+	if s.lazy != nil {
+		s.early = append(s.early, earlyTimer{bytes.Clone(pk), del})
+		s.earlyBytes += len(pk)
+		return nil
+	}
+	if del {
+		if err := s.batch.Delete(pk, nil); err != nil {
+			return s.fail("stage timer deletion", err)
+		}
+		return nil
+	}
+	if err := s.batch.Set(pk, nil, nil); err != nil {
+		return s.fail("stage timer", err)
+	}
+	return nil
 }
 
 // Dir is the store's Pebble directory.
@@ -320,18 +413,31 @@ func (s *Store) Vertex(vertexID string, keyed bool) *VertexState {
 // Pending is the number of changes (state entries and timer writes) not yet
 // flushed. Callers flush when it grows large rather than after every input
 // batch: repeated writes to a hot key between flushes cost one Pebble write.
-func (s *Store) Pending() int { return len(s.cache.dirty) + int(s.batch.Count()) }
+func (s *Store) Pending() int {
+	if s.batch == nil {
+		return len(s.cache.dirty) + len(s.early)
+	}
+	return len(s.cache.dirty) + int(s.batch.Count())
+}
 
 // PendingBytes bounds the value bytes written since the last Flush (a value
 // written twice counts twice), for callers that bound unflushed memory.
-func (s *Store) PendingBytes() int { return s.pendingBytes + len(s.batch.Repr()) }
+func (s *Store) PendingBytes() int {
+	if s.batch == nil {
+		return s.pendingBytes + s.earlyBytes
+	}
+	return s.pendingBytes + len(s.batch.Repr())
+}
 
 // HeldBytes is the memory the store holds for its subtask outside Pebble:
 // the key and value buffers of the cache's entries (changed, clean and kept
 // for reuse) and the batch not yet committed. It walks the cache, for
 // tests and metrics rather than the hot path.
 func (s *Store) HeldBytes() int {
-	n := cap(s.batch.Repr())
+	n := s.earlyBytes
+	if s.batch != nil {
+		n = cap(s.batch.Repr())
+	}
 	for i := range s.cache.entries {
 		e := &s.cache.entries[i]
 		n += cap(e.key) + cap(e.val)
@@ -349,6 +455,12 @@ func (s *Store) Flush() error {
 		return s.err
 	}
 	c := s.cache
+	if s.lazy != nil && len(c.dirty) == 0 && len(s.early) == 0 {
+		return nil // nothing to write: Pebble can stay unopened
+	}
+	if err := s.ready(); err != nil {
+		return err
+	}
 	// In key order, the memtable's skiplist inserts each entry next to the
 	// previous one (its splice hint) instead of searching from the top.
 	slices.SortFunc(c.dirty, func(a, b int32) int { return bytes.Compare(c.entries[a].key, c.entries[b].key) })
@@ -438,8 +550,23 @@ func (s *Store) fail(what string, err error) error {
 
 // Close flushes and closes Pebble. Later calls return ErrClosed.
 func (s *Store) Close() error {
+	if s.lazy != nil && len(s.cache.dirty) == 0 && len(s.early) == 0 {
+		// Never written to: there is no store to make.
+		s.lazy, s.err = nil, ErrClosed
+		return nil
+	}
+	if err := s.ready(); err != nil {
+		s.err = ErrClosed
+		return err
+	}
 	if s.db == nil {
-		return ErrClosed
+		if s.err == ErrClosed {
+			return ErrClosed
+		}
+		// Pebble failed to open (Options.Lazy), which an earlier call
+		// reported.
+		s.err = ErrClosed
+		return nil
 	}
 	var ferr error
 	if s.err == nil {
@@ -518,6 +645,10 @@ func (m *manyGet) release() {
 // load reads the entry with Pebble key pk (hash h), which is not cached,
 // into the cache.
 func (s *Store) load(pk []byte, h uint64) (int32, error) {
+	if s.lazy != nil {
+		// Not open yet: nothing has reached Pebble, which is empty.
+		return s.cache.insert(pk, h), nil
+	}
 	val, closer, err := s.db.Get(pk)
 	if err != nil {
 		if errors.Is(err, pebble.ErrNotFound) {
@@ -616,6 +747,10 @@ func (m *StoreMetrics) Add(o StoreMetrics) {
 // metrics (microseconds): call it at most every second or so, and not
 // concurrently with Close.
 func (s *Store) Metrics() StoreMetrics {
+	if s.db == nil {
+		// Not open yet (Options.Lazy): nothing is on disk.
+		return StoreMetrics{Committed: s.committed, Stores: 1}
+	}
 	m := s.db.Metrics()
 	return StoreMetrics{
 		DiskBytes:     int64(m.DiskSpaceUsage()),

@@ -118,16 +118,16 @@ func (s *Store) RollbackUndo() error {
 		case undoTimerAdded:
 			q := &r.v.timers[r.domain]
 			if t := q.find(pk); t != nil {
-				if err := s.batch.Delete(pk, nil); err != nil {
-					return s.fail("stage timer deletion", err)
+				if err := s.stageTimer(pk, true); err != nil {
+					return err
 				}
 				q.remove(t)
 			}
 		case undoTimerDeleted:
 			q := &r.v.timers[r.domain]
 			if q.find(pk) == nil {
-				if err := s.batch.Set(pk, nil, nil); err != nil {
-					return s.fail("stage timer", err)
+				if err := s.stageTimer(pk, false); err != nil {
+					return err
 				}
 				q.add(newTimer(r.ts, pk, r.keyLen, r.nsLen))
 			}

@@ -248,6 +248,9 @@ func (v *VertexState) StateIter(h int32, key, prefix, after []byte, fn func(ns, 
 	bounds := make([]byte, 0, 3*n+2*len(prefix)+len(after)+1)
 	lower := append(append(bounds, base...), prefix...)
 	upper := prefixSuccessor(lower[len(lower):], lower)
+	if err := s.ready(); err != nil {
+		return err
+	}
 	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
 	if err != nil {
 		return fmt.Errorf("state: vertex %q: iterate in %s: %w", v.id, s.dir, err)
@@ -286,8 +289,8 @@ func (v *VertexState) RegisterTimer(domain int32, key, ns []byte, ts int64) erro
 	if q.find(pk) != nil {
 		return nil
 	}
-	if err := v.s.batch.Set(pk, nil, nil); err != nil {
-		return v.s.fail("stage timer", err)
+	if err := v.s.stageTimer(pk, false); err != nil {
+		return err
 	}
 	if v.s.undo.open {
 		v.s.journalNewTimer(v, domain, pk, ts, len(key), len(ns))
@@ -307,8 +310,8 @@ func (v *VertexState) DeleteTimer(domain int32, key, ns []byte, ts int64) error 
 	if t == nil {
 		return nil
 	}
-	if err := v.s.batch.Delete(pk, nil); err != nil {
-		return v.s.fail("stage timer deletion", err)
+	if err := v.s.stageTimer(pk, true); err != nil {
+		return err
 	}
 	if v.s.undo.open {
 		v.s.journalTimer(undoTimerDeleted, v, domain, t)
@@ -334,8 +337,8 @@ func (v *VertexState) PopTimers(domain int32, upTo int64, b *abi.Builder) (int, 
 	// At most MaxTimersPerPop per call: the end of input fires a timer per
 	// key, and one guest call must not carry them all.
 	for t := q.peek(); t != nil && t.ts <= upTo && n < MaxTimersPerPop; t = q.peek() {
-		if err := v.s.batch.Delete(t.pk, nil); err != nil {
-			return n, v.s.fail("stage timer deletion", err)
+		if err := v.s.stageTimer(t.pk, true); err != nil {
+			return n, err
 		}
 		if v.s.undo.open {
 			v.s.journalTimer(undoTimerDeleted, v, domain, t)
