@@ -57,6 +57,13 @@
 // StateIter flushes first when the iterated key has unflushed writes and
 // then reads Pebble, so it sees every earlier put and delete.
 //
+// A store opened with Options.Lazy in a new directory leaves Pebble
+// unopened until it needs it: the store is empty, so reads are answered
+// from the cache, and timer changes wait in memory. The first Flush with
+// changes, iteration, checkpoint, export or import opens it, and Close
+// opens it only to keep changes. A subtask's first records then do not wait
+// for Pebble to create its files (3-5 ms of CPU).
+//
 // # Timers
 //
 // Each vertex keeps, per time domain, a min-heap of timers in (time, key,
