@@ -2,7 +2,6 @@ package state
 
 import (
 	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -222,32 +221,23 @@ func TestLazyTimers(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "new")
 	s := openLazy(t, dir)
 	v := s.Vertex("w", true)
-	reg := func(key string, ts int64) {
-		t.Helper()
-		if err := v.RegisterTimer(abi.TimeEvent, []byte(key), nil, ts); err != nil {
-			t.Fatal(err)
-		}
-	}
-	reg("a", 10)
-	reg("b", 20)
-	reg("c", 30)
-	reg("d", 40)
+	mustTimer(t, v, abi.TimeEvent, "a", "", 10)
+	mustTimer(t, v, abi.TimeEvent, "b", "", 20)
+	mustTimer(t, v, abi.TimeEvent, "c", "", 30)
+	mustTimer(t, v, abi.TimeEvent, "d", "", 40)
 	if err := v.DeleteTimer(abi.TimeEvent, []byte("b"), nil, 20); err != nil {
 		t.Fatal(err)
 	}
-	var b abi.Builder
-	if n, err := v.PopTimers(abi.TimeEvent, 10, &b); err != nil || n != 1 {
-		t.Fatalf("PopTimers = %d, %v; want the timer at 10", n, err)
-	}
+	expectTimers(t, pop(t, v, abi.TimeEvent, 10), "10:a/")
 	s.BeginUndo()
-	reg("e", 50)
+	mustTimer(t, v, abi.TimeEvent, "e", "", 50)
 	if err := v.DeleteTimer(abi.TimeEvent, []byte("c"), nil, 30); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.RollbackUndo(); err != nil {
 		t.Fatal(err)
 	}
-	reg("b", 25) // a key deleted earlier, again at another time
+	mustTimer(t, v, abi.TimeEvent, "b", "", 25) // a key deleted earlier, again at another time
 	if s.db != nil || hasPebble(dir) {
 		t.Fatal("a timer opened Pebble")
 	}
@@ -265,28 +255,5 @@ func TestLazyTimers(t *testing.T) {
 
 	s = openStore(t, dir, fullRange)
 	defer closeStore(t, s)
-	v = s.Vertex("w", true)
-	b.Reset()
-	if _, err := v.PopTimers(abi.TimeEvent, 1000, &b); err != nil {
-		t.Fatal(err)
-	}
-	rd, err := abi.NewReader(b.Bytes())
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got []string
-	var r abi.Record
-	for {
-		ok, err := rd.Next(&r)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !ok {
-			break
-		}
-		got = append(got, fmt.Sprintf("%s@%d", r.Key, r.Timestamp))
-	}
-	if want := "b@25 c@30 d@40"; strings.Join(got, " ") != want {
-		t.Fatalf("timers after a reopen: %q, want %q", strings.Join(got, " "), want)
-	}
+	expectTimers(t, pop(t, s.Vertex("w", true), abi.TimeEvent, 1000), "25:b/", "30:c/", "40:d/")
 }
