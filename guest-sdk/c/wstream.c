@@ -68,7 +68,7 @@ WS_IMPORT("commit") int32_t ws_host_commit(uint32_t done);
  * records): in dead-letter mode the host reads it when the call fails, and
  * takes that record out instead of searching the batch. Its address is
  * given to the host, so every store reaches memory before the callback it
- * precedes. */
+ * precedes. The state cache reads it as the current record's index. */
 static uint32_t ws_progress = 0xFFFFFFFFu;
 static int ws_progress_named;
 
@@ -610,8 +610,6 @@ struct ws_ctx {
 	char *name;
 	uint8_t *config; /* NUL-terminated copy */
 	uint32_t config_len;
-	const uint8_t *key;
-	uint32_t key_len;
 	int opening;
 
 	state_entry *states;
@@ -627,10 +625,14 @@ struct ws_ctx {
 	uint32_t niters, depth;
 
 	/* The batch of the callback in progress, from the current record (or
-	 * timer) on, and that record's index: what the state cache reads ahead.
-	 * bp is 0 outside process and on_timer. */
+	 * timer) on, and its count: what the state cache reads ahead, and where
+	 * the current key is (cur_key). bp is 0 outside process and on_timer.
+	 * The current record's index is ws_progress. The record loop stores
+	 * only bp and ws_progress per record: each store is a bounds-checked
+	 * write to linear memory, and the key, its length, the records left and
+	 * the index were four more. */
 	const uint8_t *bp, *be;
-	uint32_t bleft, rec;
+	uint32_t bcount;
 
 	state_cache sc;
 };
@@ -830,10 +832,23 @@ const uint8_t *ws_config(const ws_ctx *ctx, uint32_t *len) {
 	return ctx->config;
 }
 
+/* cur_key returns the key of the record or timer in progress, and its
+ * length, from its header in the batch: none outside process and on_timer. */
+static inline const uint8_t *cur_key(const ws_ctx *c, uint32_t *len) {
+	if (!c->bp) {
+		*len = 0;
+		return 0;
+	}
+	*len = le32(c->bp + 12);
+	return c->bp + RECORD_HEADER;
+}
+
 const uint8_t *ws_key(const ws_ctx *ctx, uint32_t *len) {
+	uint32_t n;
+	const uint8_t *k = cur_key(ctx, &n);
 	if (len)
-		*len = ctx->key_len;
-	return ctx->key;
+		*len = n;
+	return k;
 }
 
 int64_t ws_watermark(ws_ctx *ctx) {
@@ -1438,8 +1453,9 @@ static inline int sc_same_ns(const sc_group *g, const uint8_t *ns, uint32_t nl) 
  * went wrong. */
 static sc_group *sc_open(ws_ctx *c, sc_group *g, int32_t h, const uint8_t *ns, uint32_t nl) {
 	state_cache *sc = &c->sc;
-	*g = (sc_group){h, nl, 0, c->rec, 0, 0, 0, 1};
-	uint32_t n = c->bleft < SC_CHUNK ? c->bleft : SC_CHUNK;
+	*g = (sc_group){h, nl, 0, ws_progress, 0, 0, 0, 1};
+	uint32_t left = c->bcount - ws_progress;
+	uint32_t n = left < SC_CHUNK ? left : SC_CHUNK;
 	uint8_t *nsc = sc_alloc(sc, nl);
 	uint8_t *req = sc_alloc(sc, REQUEST_SIZE * n);
 	if ((!nsc && nl) || !req) {
@@ -1500,7 +1516,7 @@ static sc_group *sc_group_for(ws_ctx *c, int32_t h, const uint8_t *ns, uint32_t 
 	state_cache *sc = &c->sc;
 	if (sc->last) {
 		sc_group *g = &sc->g[sc->last - 1];
-		if (g->h == h && c->rec - g->start < g->n && sc_same_ns(g, ns, nl))
+		if (g->h == h && ws_progress - g->start < g->n && sc_same_ns(g, ns, nl))
 			return g;
 	}
 	if (!c->bp)
@@ -1511,7 +1527,7 @@ static sc_group *sc_group_for(ws_ctx *c, int32_t h, const uint8_t *ns, uint32_t 
 			continue;
 		if (g->slow)
 			return 0;
-		if (c->rec - g->start >= g->n) {
+		if (ws_progress - g->start >= g->n) {
 			/* Past its records: the group moves on to the next ones. Its
 			 * writes go back first, so that the host's answers include
 			 * them. */
@@ -1534,8 +1550,8 @@ static sc_group *sc_group_for(ws_ctx *c, int32_t h, const uint8_t *ns, uint32_t 
 }
 
 /* sc_entry returns the result that is the current record's entry in g. */
-static inline uint8_t *sc_entry(const ws_ctx *c, const sc_group *g) {
-	uint32_t f = le32(g->res + RESULT_SIZE * (c->rec - g->start)) & ~SC_DIRTY;
+static inline uint8_t *sc_entry(const sc_group *g) {
+	uint32_t f = le32(g->res + RESULT_SIZE * (ws_progress - g->start)) & ~SC_DIRTY;
 	return g->res + RESULT_SIZE * f;
 }
 
@@ -1608,7 +1624,9 @@ static int sc_flush(ws_ctx *c) {
 static int read_direct(ws_ctx *c, int32_t h, const char *name, const void *ns, uint32_t ns_len, const uint8_t **val,
                        uint32_t *len) {
 	for (int attempt = 0;; attempt++) {
-		int32_t n = ws_host_state_get(h, c->key, c->key_len, ns, ns_len, c->get_buf, c->get_cap);
+		uint32_t kl;
+		const uint8_t *key = cur_key(c, &kl);
+		int32_t n = ws_host_state_get(h, key, kl, ns, ns_len, c->get_buf, c->get_cap);
 		if (n == WS_NOT_FOUND)
 			return 0;
 		if (n < 0)
@@ -1647,7 +1665,7 @@ static int state_read(ws_ctx *c, int32_t h, const char *name, const void *ns, ui
 	sc_group *g = SC_ENABLED ? sc_group_for(c, h, ns, ns_len) : 0;
 	if (!g)
 		return read_direct(c, h, name, ns, ns_len, val, len);
-	uint8_t *r = sc_entry(c, g);
+	uint8_t *r = sc_entry(g);
 	int32_t vlen = (int32_t)le32(r + 4);
 	uint32_t vptr = le32(r + 8);
 	if (vlen >= 0 && vptr) {
@@ -1680,18 +1698,20 @@ static int state_write(ws_ctx *c, int32_t h, const char *what, const char *name,
 	if (h < 0)
 		return unregistered(what);
 	sc_group *g = 0;
+	uint32_t kl;
+	const uint8_t *key = cur_key(c, &kl);
 	if (SC_ENABLED) {
-		if (c->key_len > SC_MAX_KEY || ns_len > SC_MAX_KEY || (!del && len > SC_MAX_VALUE))
+		if (kl > SC_MAX_KEY || ns_len > SC_MAX_KEY || (!del && len > SC_MAX_VALUE))
 			return call_error(what, name, WS_LIMIT);
 		g = sc_group_for(c, h, ns, ns_len);
 	}
 	if (!g) {
-		int32_t st = del ? ws_host_state_delete(h, c->key, c->key_len, ns, ns_len)
-		                 : ws_host_state_put(h, c->key, c->key_len, ns, ns_len, val, len);
+		int32_t st = del ? ws_host_state_delete(h, key, kl, ns, ns_len)
+		                 : ws_host_state_put(h, key, kl, ns, ns_len, val, len);
 		return st < 0 ? call_error(what, name, st) : WS_OK;
 	}
 	state_cache *sc = &c->sc;
-	uint8_t *r = sc_entry(c, g);
+	uint8_t *r = sc_entry(g);
 	uint8_t *v = 0;
 	if (!del) {
 		v = sc_alloc(sc, len);
@@ -1790,9 +1810,10 @@ static int malformed_page(const char *name, const char *what) {
 static int range_run(ws_ctx *c, iter_scratch *sc, ws_map_state m, const void *prefix, uint32_t prefix_len,
                      ws_map_fn fn, void *arg) {
 	int32_t after_len = -1;
+	uint32_t kl;
+	const uint8_t *key = cur_key(c, &kl);
 	for (;;) {
-		int32_t n = ws_host_state_iter(m.h, c->key, c->key_len, prefix, prefix_len, sc->after, after_len, sc->page,
-		                               sc->page_cap);
+		int32_t n = ws_host_state_iter(m.h, key, kl, prefix, prefix_len, sc->after, after_len, sc->page, sc->page_cap);
 		if (n == WS_LIMIT) {
 			/* Not even one entry fits: grow and ask again from the same place. */
 			if (sc->page_cap >= MAX_PAGE)
@@ -1882,7 +1903,9 @@ static const char *domain_name(int32_t d) {
 }
 
 int ws_timer_register(ws_ctx *ctx, int32_t domain, int64_t ts, const void *ns, uint32_t ns_len) {
-	int32_t st = ws_host_timer_register(domain, ctx->key, ctx->key_len, ns, ns_len, ts);
+	uint32_t kl;
+	const uint8_t *key = cur_key(ctx, &kl);
+	int32_t st = ws_host_timer_register(domain, key, kl, ns, ns_len, ts);
 	if (st < 0) {
 		set_error("register %s timer at %lld: %s", domain_name(domain), (long long)ts, ws_status_text(st));
 		return st;
@@ -1891,7 +1914,9 @@ int ws_timer_register(ws_ctx *ctx, int32_t domain, int64_t ts, const void *ns, u
 }
 
 int ws_timer_delete(ws_ctx *ctx, int32_t domain, int64_t ts, const void *ns, uint32_t ns_len) {
-	int32_t st = ws_host_timer_delete(domain, ctx->key, ctx->key_len, ns, ns_len, ts);
+	uint32_t kl;
+	const uint8_t *key = cur_key(ctx, &kl);
+	int32_t st = ws_host_timer_delete(domain, key, kl, ns, ns_len, ts);
 	if (st < 0) {
 		set_error("delete %s timer at %lld: %s", domain_name(domain), (long long)ts, ws_status_text(st));
 		return st;
@@ -1918,8 +1943,6 @@ int ws_delete_processing_timer(ws_ctx *ctx, int64_t ts, const void *ns, uint32_t
 /* ---- Exports ------------------------------------------------------------- */
 
 static void begin(ws_ctx *c) {
-	c->key = 0;
-	c->key_len = 0;
 	c->bp = 0;
 	c->wm_valid = 0;
 	reset_out();
@@ -1942,8 +1965,6 @@ static int32_t fail_callback(ws_ctx *c, const char *phase, int rc, const what *w
 	char buf[ERRMSG_CAP + 512];
 	sbuf s = {buf, sizeof buf, 0};
 	reset_out();
-	c->key = 0;
-	c->key_len = 0;
 	sb_str(&s, "operator ");
 	sb_quote(&s, (const uint8_t *)c->name, (uint32_t)strlen(c->name), MAX_NAME);
 	sb_str(&s, ": ");
@@ -1987,8 +2008,6 @@ static int32_t fail_callback(ws_ctx *c, const char *phase, int rc, const what *w
 /* end finishes a callback: it reports rc != 0, or else hands the buffered
  * output to the host. */
 static int32_t end(ws_ctx *c, const char *phase, int rc, const what *w) {
-	c->key = 0;
-	c->key_len = 0;
 	c->bp = 0;
 	/* The cached writes reach the host whether the callback succeeds or
 	 * fails, as the unbatched calls would have. */
@@ -2035,8 +2054,6 @@ static int region(const char *export, uint32_t ptr, int32_t len, const uint8_t *
 
 static int32_t bad_batch(ws_ctx *c, const char *kind, const char *problem, uint32_t index, uint32_t off) {
 	reset_out();
-	c->key = 0;
-	c->key_len = 0;
 	c->bp = 0;
 	sc_flush(c);
 	sc_reset(&c->sc);
@@ -2051,8 +2068,6 @@ static int32_t bad_batch(ws_ctx *c, const char *kind, const char *problem, uint3
 
 static int32_t trailing(ws_ctx *c, const char *kind, uint32_t extra, uint32_t count) {
 	reset_out();
-	c->key = 0;
-	c->key_len = 0;
 	c->bp = 0;
 	sc_flush(c);
 	sc_reset(&c->sc);
@@ -2267,6 +2282,7 @@ WS_EXPORT("wstream_process") int32_t wstream_process(int32_t op, uint32_t ptr, i
 	const uint8_t *p = b + BATCH_HEADER, *e = b + len;
 	uint32_t count = le32(b);
 	c->be = e;
+	c->bcount = count;
 	if (count > 0 && !process) {
 		set_error("%u records arrived but the operator has no process callback", count);
 		return end(c, "process", WS_GUEST_ERROR, 0);
@@ -2294,11 +2310,7 @@ WS_EXPORT("wstream_process") int32_t wstream_process(int32_t op, uint32_t ptr, i
 			r.key_len = kl;
 			r.value = r.key + kl;
 			r.value_len = vl;
-			c->key = r.key;
-			c->key_len = kl;
 			c->bp = p;
-			c->bleft = count - i;
-			c->rec = i;
 			ws_progress = i;
 			int rc = process(c, &r);
 			if (__builtin_expect(rc != 0, 0)) {
@@ -2337,6 +2349,7 @@ WS_EXPORT("wstream_on_timer") int32_t wstream_on_timer(int32_t op, uint32_t ptr,
 	}
 	const uint8_t *p = b + BATCH_HEADER, *e = b + len;
 	c->be = e;
+	c->bcount = count;
 	ws_timer t;
 	uint32_t next = first_commit();
 	for (uint32_t i = 0; i < count; i++) {
@@ -2357,11 +2370,7 @@ WS_EXPORT("wstream_on_timer") int32_t wstream_on_timer(int32_t op, uint32_t ptr,
 		t.key_len = kl;
 		t.ns = t.key + kl;
 		t.ns_len = vl;
-		c->key = t.key;
-		c->key_len = kl;
 		c->bp = p;
-		c->bleft = count - i;
-		c->rec = i;
 		ws_progress = i;
 		int rc = c->op->on_timer(c, &t);
 		if (rc != 0) {
