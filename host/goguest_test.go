@@ -99,7 +99,7 @@ func TestGoGuest(t *testing.T) {
 		op := open(t, "grow", `{"mb":64}`)
 		err := op.Process(in, &fakeCollector{})
 		ge := asGuestError(t, err)
-		for _, w := range []string{"fatal error: out of memory", "guest memory is at its limit of 256 pages"} {
+		for _, w := range []string{"fatal error: out of memory", "the instance hit its memory limit of 16 MiB (256 pages)"} {
 			if !strings.Contains(ge.Message, w) {
 				t.Errorf("message %q lacks %q", ge.Message, w)
 			}

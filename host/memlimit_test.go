@@ -179,7 +179,7 @@ func TestMemoryLimitRuntimeMessage(t *testing.T) {
 	m := compileWAT(t, r, growLoopWAT(`unreachable`))
 	_, s := openLimited(t, m)
 	ge := asGuestError(t, s.Process(batchOf(), &fakeCollector{}))
-	if w := "guest memory is at its limit of 4 pages, 256 KiB"; !strings.Contains(ge.Message, w) {
+	if w := "the instance hit its memory limit of 256 KiB (4 pages)"; !strings.Contains(ge.Message, w) {
 		t.Errorf("message %q lacks %q", ge.Message, w)
 	}
 }

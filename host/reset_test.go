@@ -175,14 +175,26 @@ func TestResetWAT(t *testing.T) {
 		if got := wasmState(t, inst); got != 1008 {
 			t.Errorf("state %d after the reset and a call, want 1008", got)
 		}
-		// At its maximum the memory cannot be given its size back: the
-		// instance must be replaced.
+		// At its limit too the memory is given its size back: the limit
+		// is the instance's allocator's, past which wazero lets it grow.
 		err := op.Process(records(5), &fakeCollector{})
 		if ge := asGuestError(t, err); !strings.Contains(ge.Message, "at its limit") {
 			t.Fatalf("got %v, want a trap at the memory limit", err)
 		}
-		if inst.CanReset() || !errors.Is(inst.Reset(), ErrNoReset) {
-			t.Error("an instance whose memory is at its maximum can be reset")
+		if inst.mem.Size() != 256*pageSize {
+			t.Fatalf("memory of %d bytes after the trap, want the limit's 256 pages", inst.mem.Size())
+		}
+		if err := inst.Reset(); err != nil {
+			t.Fatalf("an instance at its memory limit was not reset: %v", err)
+		}
+		if inst.mem.Size() != size {
+			t.Errorf("memory of %d bytes after Reset, want the snapshot's %d", inst.mem.Size(), size)
+		}
+		if err := op.Process(records(1), &fakeCollector{}); err != nil {
+			t.Fatal(err)
+		}
+		if got := wasmState(t, inst); got != 1008 {
+			t.Errorf("state %d after the reset at the limit and a call, want 1008", got)
 		}
 	})
 	t.Run("deadline", func(t *testing.T) {

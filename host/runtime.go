@@ -112,8 +112,17 @@ func NewRuntime(ctx context.Context, c Config) (*Runtime, error) {
 	}
 	// Guests are stopped through the flag that package instrument adds, not
 	// by wazero, whose checks call into Go at every loop iteration.
+	//
+	// wazero's own memory limit is WebAssembly's maximum: an instance's
+	// limit is enforced by its allocator (memLimiter), which so sees every
+	// growth the limit refuses. With wazero's limit at the instance's,
+	// wazero refused a growth past it without calling the allocator: a
+	// guest that ran out of memory short of the limit (a Go runtime asking
+	// for a whole heap arena) got an error that did not name the limit, and
+	// an instance at the limit could not be reset (shrinkMemory grows by a
+	// page). compile refuses a module whose memory starts above r.limit.
 	r.rc = wazero.NewRuntimeConfig().
-		WithMemoryLimitPages(r.limit).
+		WithMemoryLimitPages(MaxMemoryLimitPages).
 		WithCloseOnContextDone(false)
 	if c.CacheDir != "" {
 		cache, err := wazero.NewCompilationCacheWithDir(c.CacheDir)
@@ -367,6 +376,15 @@ func (r *Runtime) compile(ctx context.Context, name string, wasm []byte) (code, 
 			EscapeGuestText([]byte(err.Error()), maxGuestMessage, false), Err: err}
 	}
 	cm := cc.cm
+	for _, d := range cm.ExportedMemories() {
+		if d.Min() > r.limit {
+			_ = cm.Close(ctx)
+			// A valid module that asks for more memory than this worker
+			// gives an instance.
+			return code{}, nil, &ValidationError{Module: name, Reason: fmt.Sprintf("its memory starts at %s, above this runtime's memory limit of %s (--memory-limit)",
+				pagesText(d.Min()), pagesText(r.limit))}
+		}
+	}
 	problems := checkExports(cm)
 	if p := checkNames(wasm); p != "" {
 		problems = append(problems, p)

@@ -74,7 +74,7 @@ func TestMemoryLimitTrap(t *testing.T) {
 	inst, s := openOp(t, m)
 	err := s.Process(batchOf(), &fakeCollector{})
 	ge := asGuestError(t, err)
-	for _, w := range []string{"unreachable", "guest memory is at its limit of 4 pages"} {
+	for _, w := range []string{"unreachable", "the instance hit its memory limit of 256 KiB (4 pages): growing memory to 5 pages was refused"} {
 		if !strings.Contains(ge.Message, w) {
 			t.Errorf("message %q lacks %q", ge.Message, w)
 		}
@@ -102,7 +102,9 @@ func TestMemoryLimitReportedByGuest(t *testing.T) {
 	inst, s := openOp(t, m)
 	err := s.Process(batchOf(), &fakeCollector{})
 	ge := asGuestError(t, err)
-	if ge.Message != "out of memory" || ge.Status != abi.StatusGuestError || !errors.Is(err, ErrGuestFailed) {
+	// The host adds that its limit refused the growth.
+	if ge.Message != "out of memory (the instance hit its memory limit of 256 KiB (4 pages): growing memory to 102 pages was refused)" ||
+		ge.Status != abi.StatusGuestError || !errors.Is(err, ErrGuestFailed) {
 		t.Errorf("got %+v", ge)
 	}
 	if inst.MemoryBytes() != 2<<16 {

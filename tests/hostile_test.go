@@ -132,7 +132,7 @@ var hostileCases = []hostileCase{
 
 	// Memory and stack.
 	{file: "memory-grow.wat", want: append(hostileFailed("grow", "wstream_process", "wasm error: unreachable"),
-		"(guest memory is at its limit of 256 pages, 16 MiB)")},
+		"(the instance hit its memory limit of 16 MiB (256 pages): growing memory to 257 pages was refused)")},
 	// Deploy's own limit is the default, 64 MiB: only the worker refuses.
 	// The module is valid: the error must say that its memory is over the
 	// limit, not that the module is malformed.

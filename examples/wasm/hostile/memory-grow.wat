@@ -4,7 +4,7 @@
 ;; Attack: take all the memory the host lets an instance have, and make it
 ;; resident.
 ;; Answer: memory.grow returns -1 at the worker's --memory-limit; the trap fails
-;; the call, and the error says "guest memory is at its limit of N pages".
+;; the call, and the error says "the instance hit its memory limit of M MiB (N pages)".
 (module
   (memory (export "memory") 2)
 
