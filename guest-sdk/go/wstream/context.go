@@ -33,7 +33,6 @@ const firstOut = 16 << 10
 type Context struct {
 	name   string
 	config []byte
-	key    []byte
 
 	opening bool
 	states  map[string]stateInfo
@@ -67,7 +66,6 @@ func newContext(name string, config []byte) *Context {
 
 // begin resets what is valid for one callback only.
 func (c *Context) begin() {
-	c.key = nil
 	c.wmValid = false
 }
 
@@ -93,7 +91,7 @@ func (c *Context) UnmarshalConfig(v any) error {
 
 // Key is the current key: the record's key in Process, the timer's key in
 // OnTimer, nil elsewhere. Keyed state and timers act on it.
-func (c *Context) Key() []byte { return c.key }
+func (c *Context) Key() []byte { return c.sc.key() }
 
 // Emit sends a record to the main output (index 0). The SDK copies key and
 // value into its output buffer and hands the buffer to the host once, when
@@ -205,9 +203,9 @@ func (c *Context) DeleteProcessingTimer(ts int64, ns []byte) error {
 func (c *Context) timer(register bool, d TimeDomain, ts int64, ns []byte) error {
 	var st int32
 	if register {
-		st = hostTimerRegister(int32(d), c.key, ns, ts)
+		st = hostTimerRegister(int32(d), c.Key(), ns, ts)
 	} else {
-		st = hostTimerDelete(int32(d), c.key, ns, ts)
+		st = hostTimerDelete(int32(d), c.Key(), ns, ts)
 	}
 	if st < 0 {
 		verb := "register"

@@ -222,8 +222,7 @@ func (m *module) records(s *slot, it *batchIter, next int) error {
 		k := abi.RecordHeaderSize + int(kl)
 		e := k + int(vl)
 		key := d[abi.RecordHeaderSize:k:k]
-		ctx.key = key
-		ctx.sc.off, ctx.sc.rec = off, i
+		ctx.sc.off, ctx.sc.kl = off, int(kl)
 		progress = uint32(i)
 		if err := proc.Process(ctx, Record{Key: key, Value: d[k:e:e], Timestamp: int64(binary.LittleEndian.Uint64(d[4:])), Input: int(binary.LittleEndian.Uint32(d))}); err != nil {
 			return fmt.Errorf("record %d of %d (key %s): %w", i, abi.Count(b), abbreviate(key), err)
@@ -262,12 +261,13 @@ func (m *module) onTimer(op int32, batch []byte) (status int32) {
 				return m.fail(s, "on_timer", err)
 			}
 		}
-		s.ctx.sc.off, s.ctx.sc.rec = it.off, it.i
+		s.ctx.sc.off = it.off
+		i := it.i
 		if !it.next(&rec) {
 			break
 		}
-		s.ctx.key = rec.Key
-		progress = uint32(s.ctx.sc.rec)
+		s.ctx.sc.kl = len(rec.Key)
+		progress = uint32(i)
 		err = th.OnTimer(s.ctx, Timer{Domain: TimeDomain(rec.Port), Timestamp: rec.Timestamp, Key: rec.Key, Namespace: rec.Value})
 		if err != nil {
 			return m.fail(s, "on_timer", fmt.Errorf("%s timer at %d (key %s): %w", TimeDomain(rec.Port), rec.Timestamp, abbreviate(rec.Key), err))
@@ -377,7 +377,6 @@ func (m *module) begin(s *slot) {
 // end finishes a callback: it reports err, or else hands the buffered output
 // to the host.
 func (m *module) end(s *slot, phase string, err error) int32 {
-	s.ctx.key = nil
 	// The cached writes reach the host whether the callback succeeds or
 	// fails, as the unbatched calls would have.
 	serr := s.ctx.endState()
@@ -513,7 +512,6 @@ func (m *module) flush() error {
 // buffered output and returns GUEST_ERROR.
 func (m *module) fail(s *slot, phase string, err error) int32 {
 	m.resetOut()
-	s.ctx.key = nil
 	_ = s.ctx.endState()
 	hostFail(fmt.Sprintf("operator %q: %s: %v", s.ctx.name, phase, err))
 	return abi.StatusGuestError

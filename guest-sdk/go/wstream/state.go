@@ -106,7 +106,7 @@ func (s ValueState) GetInt64() (int64, bool, error) {
 	// deadline every Go call in wasm costs a termination check.
 	if c := s.c; c != nil && batchedState {
 		if g := c.sc.hit(s.h, s.ns); g != nil {
-			r, _ := g.entry(c.sc.rec)
+			r, _ := g.entry(curRec())
 			switch vlen := int32(binary.LittleEndian.Uint32(r[4:])); vlen {
 			case 8:
 				if p := binary.LittleEndian.Uint32(r[8:]); p != 0 {
@@ -149,11 +149,11 @@ func (s ValueState) PutInt64(v int64) error {
 	if c == nil {
 		return errUnregistered
 	}
-	if batchedState && len(c.key) <= maxStateKey {
+	if batchedState && c.sc.kl <= maxStateKey {
 		if g := c.sc.hit(s.h, s.ns); g != nil {
 			// put, for 8 bytes, with as few calls as may be (GetInt64).
 			sc := &c.sc
-			r, f := g.entry(sc.rec)
+			r, f := g.entry(curRec())
 			if first := binary.LittleEndian.Uint32(r); first&dirtyBit == 0 {
 				binary.LittleEndian.PutUint32(r, first|dirtyBit)
 				sc.dirty = append(sc.dirty, uint32(g.index)<<17|f)
@@ -233,7 +233,7 @@ func (s MapState) Range(prefix []byte, fn func(k, v []byte) bool) error {
 	sc := c.iters[c.depth]
 	c.depth++
 	defer func() { c.depth-- }()
-	return sc.run(s.h, s.name, c.key, prefix, fn)
+	return sc.run(s.h, s.name, c.Key(), prefix, fn)
 }
 
 const (
@@ -302,7 +302,7 @@ func (sc *iterScratch) run(h int32, name string, key, prefix []byte, fn func(k, 
 func (c *Context) getDirect(h int32, name string, ns []byte) ([]byte, bool, error) {
 	for attempt := 0; ; attempt++ {
 		buf := c.getBuf[:cap(c.getBuf)]
-		n := hostStateGet(h, c.key, ns, buf)
+		n := hostStateGet(h, c.Key(), ns, buf)
 		switch {
 		case n == abi.StatusNotFound:
 			return nil, false, nil
