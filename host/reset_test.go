@@ -163,18 +163,24 @@ func TestResetWAT(t *testing.T) {
 		if inst.mem.Size() != 255*pageSize {
 			t.Fatalf("memory of %d bytes after the trap, want 255 pages", inst.mem.Size())
 		}
-		if err := inst.Reset(); err != nil {
-			t.Fatal(err)
+		// resetAfter resets the instance after a trap (what says which),
+		// and checks that it has the snapshot's memory size and state.
+		resetAfter := func(what string) {
+			t.Helper()
+			if err := inst.Reset(); err != nil {
+				t.Fatalf("Reset after %s: %v", what, err)
+			}
+			if inst.mem.Size() != size {
+				t.Errorf("memory of %d bytes after %s and Reset, want the snapshot's %d", inst.mem.Size(), what, size)
+			}
+			if err := op.Process(records(1), &fakeCollector{}); err != nil {
+				t.Fatal(err)
+			}
+			if got := wasmState(t, inst); got != 1008 {
+				t.Errorf("state %d after %s, Reset and a call, want 1008", got, what)
+			}
 		}
-		if inst.mem.Size() != size {
-			t.Errorf("memory of %d bytes after Reset, want the snapshot's %d", inst.mem.Size(), size)
-		}
-		if err := op.Process(records(1), &fakeCollector{}); err != nil {
-			t.Fatal(err)
-		}
-		if got := wasmState(t, inst); got != 1008 {
-			t.Errorf("state %d after the reset and a call, want 1008", got)
-		}
+		resetAfter("a trap at 255 pages")
 		// At its limit too the memory is given its size back: the limit
 		// is the instance's allocator's, past which wazero lets it grow.
 		err := op.Process(records(5), &fakeCollector{})
@@ -184,18 +190,7 @@ func TestResetWAT(t *testing.T) {
 		if inst.mem.Size() != 256*pageSize {
 			t.Fatalf("memory of %d bytes after the trap, want the limit's 256 pages", inst.mem.Size())
 		}
-		if err := inst.Reset(); err != nil {
-			t.Fatalf("an instance at its memory limit was not reset: %v", err)
-		}
-		if inst.mem.Size() != size {
-			t.Errorf("memory of %d bytes after Reset, want the snapshot's %d", inst.mem.Size(), size)
-		}
-		if err := op.Process(records(1), &fakeCollector{}); err != nil {
-			t.Fatal(err)
-		}
-		if got := wasmState(t, inst); got != 1008 {
-			t.Errorf("state %d after the reset at the limit and a call, want 1008", got)
-		}
+		resetAfter("a trap at the limit")
 	})
 	t.Run("deadline", func(t *testing.T) {
 		inst, op := open()
