@@ -11,6 +11,7 @@ import (
 	"os"
 	"slices"
 	"sync"
+	"unsafe"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/bloom"
@@ -153,7 +154,8 @@ type Store struct {
 	// lazy holds the options to open Pebble with while it is not open yet
 	// (Options.Lazy); db and batch are nil until ready opens it. early
 	// holds the timer writes staged meanwhile, in order, and earlyBytes
-	// their keys' bytes: ready replays them into the batch.
+	// the memory they hold (keys and entries), which counts toward
+	// PendingBytes as a batch's bytes do: ready replays them into the batch.
 	lazy       *pebble.Options
 	early      []earlyTimer
 	earlyBytes int
@@ -366,7 +368,7 @@ func (s *Store) ready() error {
 func (s *Store) stageTimer(pk []byte, del bool) error {
 	if s.lazy != nil {
 		s.early = append(s.early, earlyTimer{bytes.Clone(pk), del})
-		s.earlyBytes += len(pk)
+		s.earlyBytes += len(pk) + int(unsafe.Sizeof(earlyTimer{}))
 		return nil
 	}
 	if del {
