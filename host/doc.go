@@ -40,9 +40,12 @@
 //     (Instance.Snapshot: a copy of its memory and of the mutable globals
 //     that package instrument exports, with the host's view of the guest):
 //     Instance.Reset then puts it back into that state, its memory's size
-//     included, in the time of a memory copy, and keeps the handles of its
-//     exports, whose call stacks are already grown. Dead-letter mode
-//     snapshots every instance once its operators are open.
+//     included, comparing only the pages written since the snapshot where
+//     the kernel tracks writes (Linux 6.7 and later: userfaultfd's
+//     asynchronous write-protect, read back with PAGEMAP_SCAN) and every
+//     page elsewhere, and keeps the handles of its exports, whose call
+//     stacks are already grown. Dead-letter mode snapshots every instance
+//     once its operators are open.
 //
 // Host functions are stack-based api.GoModuleFunc values. They find the
 // instance of the call in progress from the context with a type assertion,

@@ -115,7 +115,8 @@ type Instance struct {
 	globalIdx []uint32
 	globals   []api.MutableGlobal
 	snap      *snapshot
-	inMem     []byte // memLimiter.resident's vector, reused
+	inMem     []byte        // memLimiter.resident's vector, reused
+	track     *writeTracker // the pages written since the snapshot, or nil
 	trapped   bool
 	resets    int
 

@@ -44,8 +44,9 @@ type slotSnapshot struct {
 
 // Snapshot saves the instance's state, so that Reset can bring it back
 // after a trap instead of a new instance being made and its operators
-// opened again. It copies the guest's whole memory (MemoryBytes): take it
-// once the operators are open, between calls. It fails with ErrNoReset,
+// opened again. It copies the guest's whole memory (MemoryBytes), and has
+// the kernel track the writes to it where it can: take it once the
+// operators are open, between calls. It fails with ErrNoReset,
 // wrapped, when the module's instances cannot be reset, and when the
 // instance is not idle and usable.
 func (i *Instance) Snapshot() error {
@@ -112,6 +113,7 @@ func (i *Instance) Snapshot() error {
 	for _, g := range i.globals {
 		sn.globals = append(sn.globals, g.Get())
 	}
+	i.trackWrites(sn.size)
 	sn.arenaPtr, sn.arenaCap, sn.progress = i.arenaPtr, i.arenaCap, i.progress
 	sn.timers = i.timers.clone()
 	sn.slots = sn.slots[:0]
@@ -165,26 +167,23 @@ func (i *Instance) Reset() error {
 	}
 	// Page by page, writing only the pages that changed: between two
 	// traps a guest touches a fraction of its memory, and comparing reads
-	// at memory speed where copying would also write every page. A page
-	// zero at the snapshot and still not in memory was not written since:
-	// it is not read (a Go guest's memory has a third of its pages so).
-	in := i.grow.resident(buf, i.inMem)
-	i.inMem = in
-	for p, at := range sn.at {
-		off := p * resetPage
-		page := buf[off:min(off+resetPage, len(buf))]
-		if at < 0 {
-			if in != nil && in[off/hostPage]&1 == 0 {
+	// at memory speed where copying would also write every page. Where
+	// the kernel tracks writes, only the pages written since the snapshot
+	// are compared; elsewhere every page is, but that a page zero at the
+	// snapshot and still not in memory was not written since: it is not
+	// read (a Go guest's memory has a third of its pages so).
+	if i.track == nil || !i.track.written(func(lo, hi int) {
+		for off := lo - lo%resetPage; off < hi; off += resetPage {
+			sn.restore(buf, off)
+		}
+	}) {
+		in := i.grow.resident(buf, i.inMem)
+		i.inMem = in
+		for off := 0; off < len(buf); off += resetPage {
+			if in != nil && sn.at[off/resetPage] < 0 && in[off/hostPage]&1 == 0 {
 				continue
 			}
-			if !isZero(page) {
-				clear(page)
-			}
-			continue
-		}
-		src := sn.mem[int(at)*resetPage:][:len(page)]
-		if !bytes.Equal(page, src) {
-			copy(page, src)
+			sn.restore(buf, off)
 		}
 	}
 	for k, g := range i.globals {
@@ -204,6 +203,41 @@ func (i *Instance) Reset() error {
 	i.fetchFunctions()
 	return nil
 }
+
+// restore puts back the page of buf, the memory, at off as the snapshot
+// holds it, writing it only where it differs.
+func (sn *snapshot) restore(buf []byte, off int) {
+	page := buf[off:min(off+resetPage, len(buf))]
+	at := sn.at[off/resetPage]
+	if at < 0 {
+		if !isZero(page) {
+			clear(page)
+		}
+		return
+	}
+	if src := sn.mem[int(at)*resetPage:][:len(page)]; !bytes.Equal(page, src) {
+		copy(page, src)
+	}
+}
+
+// trackWrites has the kernel track the writes to the first size bytes of
+// the memory from now on, where it can (writeTracker): the pages a reset
+// must compare are then the pages written since.
+func (i *Instance) trackWrites(size uint32) {
+	if t := i.track; t != nil {
+		if len(t.mem) == int(size) && t.protect() {
+			return
+		}
+		t.stop()
+		i.track = nil
+	}
+	if i.grow.res != nil && uint64(size) <= i.grow.res.committed {
+		i.track = trackWrites(i.grow.res.mem[:size])
+	}
+}
+
+// noWriteTracking turns writeTracker off, for tests of the other path.
+var noWriteTracking bool
 
 // shrinkMemory gives the memory back its size at the snapshot, zeroing
 // what lies past it, as fresh memory reads when it grows again. Memory

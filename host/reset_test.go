@@ -445,35 +445,70 @@ func openSnapshotted(t *testing.T, r *Runtime) (*Instance, operator.Operator) {
 // trap: pages the snapshot kept and pages it left out as zero, single
 // bytes and runs over several pages.
 func TestResetRestoresWrittenPages(t *testing.T) {
-	r := newTestRuntime(t, Config{CallTimeout: 2 * time.Second})
-	inst, op := openSnapshotted(t, r)
-	snapMem := memoryCopy(t, inst)
-	rng := rand.New(rand.NewPCG(1, 2))
-	for round := range 5 {
-		for range 40 {
-			off := rng.IntN(len(snapMem) - 3*resetPage)
-			b := make([]byte, 1+rng.IntN(3*resetPage))
-			for k := range b {
-				b[k] = byte(1 + rng.IntN(255))
+	for _, tracked := range []bool{true, false} {
+		name := "compared"
+		if tracked {
+			name = "tracked"
+		}
+		t.Run(name, func(t *testing.T) {
+			noWriteTracking = !tracked
+			defer func() { noWriteTracking = false }()
+			r := newTestRuntime(t, Config{CallTimeout: 2 * time.Second})
+			inst, op := openSnapshotted(t, r)
+			isTracked := func() {
+				t.Helper()
+				if uffd, _ := tracking(); (inst.track != nil) != (tracked && uffd >= 0) {
+					t.Fatalf("writes tracked: %v, want %v", inst.track != nil, tracked && uffd >= 0)
+				}
 			}
-			if !inst.mem.Write(uint32(off), b) {
-				t.Fatal("writing the memory")
+			isTracked()
+			snapMem := memoryCopy(t, inst)
+			rng := rand.New(rand.NewPCG(1, 2))
+			for round := range 6 {
+				if round == 3 {
+					// A snapshot of a larger memory: the pages it adds
+					// must be tracked too.
+					if _, ok := inst.mem.Grow(1); !ok {
+						t.Fatal("growing the memory")
+					}
+					if !inst.mem.WriteByte(uint32(len(snapMem))+pageSize/2, 7) {
+						t.Fatal("writing the new page")
+					}
+					if err := inst.Snapshot(); err != nil {
+						t.Fatal(err)
+					}
+					isTracked()
+					snapMem = memoryCopy(t, inst)
+				}
+				for range 40 {
+					off := rng.IntN(len(snapMem) - 3*resetPage)
+					if round >= 3 && rng.IntN(4) == 0 {
+						off = len(snapMem) - pageSize + rng.IntN(pageSize-3*resetPage)
+					}
+					b := make([]byte, 1+rng.IntN(3*resetPage))
+					for k := range b {
+						b[k] = byte(1 + rng.IntN(255))
+					}
+					if !inst.mem.Write(uint32(off), b) {
+						t.Fatal("writing the memory")
+					}
+				}
+				err := op.Process(records(2), &fakeCollector{})
+				if ge := asGuestError(t, err); !strings.Contains(ge.Message, "unreachable") {
+					t.Fatalf("round %d: got %v, want a trap", round, err)
+				}
+				if err := inst.Reset(); err != nil {
+					t.Fatal(err)
+				}
+				if mem := memoryCopy(t, inst); !bytes.Equal(mem, snapMem) {
+					k := 0
+					for k < len(mem) && k < len(snapMem) && mem[k] == snapMem[k] {
+						k++
+					}
+					t.Fatalf("round %d: memory differs from the snapshot's from %#x (page %d)", round, k, k/resetPage)
+				}
 			}
-		}
-		err := op.Process(records(2), &fakeCollector{})
-		if ge := asGuestError(t, err); !strings.Contains(ge.Message, "unreachable") {
-			t.Fatalf("round %d: got %v, want a trap", round, err)
-		}
-		if err := inst.Reset(); err != nil {
-			t.Fatal(err)
-		}
-		if mem := memoryCopy(t, inst); !bytes.Equal(mem, snapMem) {
-			k := 0
-			for k < len(mem) && mem[k] == snapMem[k] {
-				k++
-			}
-			t.Fatalf("round %d: memory differs from the snapshot's from %#x (page %d)", round, k, k/resetPage)
-		}
+		})
 	}
 }
 
