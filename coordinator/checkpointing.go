@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -114,8 +115,14 @@ func (c *Coordinator) writeRecord(j *jobState, state string) {
 	}
 }
 
+// writeJSONAtomic replaces dir/name with v as JSON, durably: the file is
+// synced before it is renamed into place, and dir after, as is the parent
+// of every directory it had to create. Without the directories' syncs a
+// crash of the machine could lose the rename or the new job's directory,
+// and with it a record written before the job was deployed precisely so
+// that a restarted coordinator finds the job.
 func writeJSONAtomic(dir, name string, v any) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := mkdirDurable(dir); err != nil {
 		return err
 	}
 	b, err := json.MarshalIndent(v, "", "  ")
@@ -134,7 +141,55 @@ func writeJSONAtomic(dir, name string, v any) error {
 		_ = os.Remove(tmp)
 		return err
 	}
-	return os.Rename(tmp, filepath.Join(dir, name))
+	if err := os.Rename(tmp, filepath.Join(dir, name)); err != nil {
+		_ = os.Remove(tmp)
+		return err
+	}
+	return syncDir(dir)
+}
+
+// mkdirDurable is os.MkdirAll, and then syncs the parent of every directory
+// it created, top down, so that they survive a crash of the machine.
+func mkdirDurable(dir string) error {
+	// The directories that do not exist yet, deepest first.
+	var missing []string
+	for d := filepath.Clean(dir); ; d = filepath.Dir(d) {
+		if _, err := os.Stat(d); err == nil {
+			break
+		} else if !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+		missing = append(missing, d)
+		if filepath.Dir(d) == d {
+			break
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	for k := len(missing) - 1; k >= 0; k-- {
+		if err := syncDir(filepath.Dir(missing[k])); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// syncDir makes the entries of the directory dir durable: a file renamed
+// into it, a directory created in it. A variable for the tests.
+var syncDir = func(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 // HistoryEntry is one line of a job's checkpoint history
