@@ -21,6 +21,8 @@ import (
 	"sync/atomic"
 
 	"github.com/klauspost/compress/zstd"
+
+	"github.com/wstream/wstream/internal/durable"
 )
 
 // MetadataFormat names the format of a checkpoint's _metadata file.
@@ -1668,14 +1670,4 @@ func (osStorageFS) Rename(oldpath, newpath string) error { return os.Rename(oldp
 
 func (osStorageFS) Mkdir(dir string) error { return os.Mkdir(dir, 0o755) }
 
-func (osStorageFS) SyncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	return err
-}
+func (osStorageFS) SyncDir(dir string) error { return durable.SyncDir(dir) }

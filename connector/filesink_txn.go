@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/wstream/wstream/internal/durable"
 )
 
 // Transactional is implemented by sinks that take part in checkpoints with
@@ -162,20 +164,7 @@ type fsOps struct {
 	syncDir  func(dir string) error
 }
 
-var osFS = fsOps{rename: os.Rename, remove: os.Remove, syncFile: (*os.File).Sync, syncDir: syncDir}
-
-// syncDir fsyncs a directory, making the renames and removals in it durable.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	return err
-}
+var osFS = fsOps{rename: os.Rename, remove: os.Remove, syncFile: (*os.File).Sync, syncDir: durable.SyncDir}
 
 // fileTxns is the transactional mode of the file sink. The sink's path is a
 // directory that every subtask writes into:

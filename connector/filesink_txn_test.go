@@ -86,7 +86,7 @@ func (l *fsLog) fsOps() fsOps {
 				l.dirty = nil
 				l.ops = append(l.ops, "syncdir")
 			}
-			return syncDir(dir)
+			return osFS.syncDir(dir)
 		},
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/wstream/wstream/checkpoint"
+	"github.com/wstream/wstream/internal/durable"
 	"github.com/wstream/wstream/internal/logging"
 	"github.com/wstream/wstream/job"
 	"github.com/wstream/wstream/lifecycle"
@@ -178,19 +179,8 @@ func mkdirDurable(dir string) error {
 	return nil
 }
 
-// syncDir makes the entries of the directory dir durable: a file renamed
-// into it, a directory created in it. A variable for the tests.
-var syncDir = func(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	return err
-}
+// syncDir is durable.SyncDir, a variable for the tests.
+var syncDir = durable.SyncDir
 
 // HistoryEntry is one line of a job's checkpoint history
 // (checkpoints/history.jsonl), which `wstream checkpoints` prints.
