@@ -52,8 +52,9 @@ type pmScanArg struct {
 type pageRegion struct{ start, end, categories uint64 }
 
 // tracking is the process's userfaultfd in asynchronous write-protect mode
-// and its page map, or zero fds when the kernel offers neither (before
-// 6.7, or without userfaultfd): one of each serves every tracked range.
+// and its page map, or -1 for both when the kernel cannot track writes
+// (before 6.7, or userfaultfd forbidden): one of each serves every tracked
+// range.
 var tracking = sync.OnceValues(func() (uffd, pagemap int) {
 	fd, _, e := unix.Syscall(unix.SYS_USERFAULTFD, unix.O_CLOEXEC|unix.O_NONBLOCK|uffdUserModeOnly, 0, 0)
 	if e != 0 {
