@@ -257,3 +257,57 @@ func TestLazyTimers(t *testing.T) {
 	defer closeStore(t, s)
 	expectTimers(t, pop(t, s.Vertex("w", true), abi.TimeEvent, 1000), "25:b/", "30:c/", "40:d/")
 }
+
+// TestDiscard: a store discarded before Pebble opened leaves no Pebble
+// store behind, timers and writes included; one discarded after it opened
+// closes it without flushing what the batch holds; either refuses every
+// later call.
+func TestDiscard(t *testing.T) {
+	t.Run("lazy", func(t *testing.T) {
+		dir := filepath.Join(t.TempDir(), "new")
+		s := openLazy(t, dir)
+		v := s.Vertex("counter", true)
+		h := mustRegister(t, v, "count", abi.StateValue)
+		mustPut(t, v, h, "a", "", "1")
+		if err := v.RegisterTimer(abi.TimeEvent, []byte("a"), nil, 10); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Discard(); err != nil {
+			t.Fatalf("Discard: %v", err)
+		}
+		if hasPebble(dir) {
+			t.Fatal("Discard made a Pebble store")
+		}
+		if _, err := v.StateGet(h, []byte("a"), nil, nil); !errors.Is(err, ErrClosed) {
+			t.Fatalf("StateGet after Discard: %v, want ErrClosed", err)
+		}
+		if err := s.Discard(); !errors.Is(err, ErrClosed) {
+			t.Fatalf("second Discard: %v, want ErrClosed", err)
+		}
+		if err := s.Close(); !errors.Is(err, ErrClosed) {
+			t.Fatalf("Close after Discard: %v, want ErrClosed", err)
+		}
+	})
+	t.Run("open", func(t *testing.T) {
+		dir := t.TempDir()
+		s := openStore(t, dir, fullRange)
+		v := s.Vertex("counter", true)
+		h := mustRegister(t, v, "count", abi.StateValue)
+		mustPut(t, v, h, "a", "", "1")
+		flush(t, s)
+		mustPut(t, v, h, "b", "", "2")
+		if err := s.Discard(); err != nil {
+			t.Fatalf("Discard: %v", err)
+		}
+		if err := s.Flush(); !errors.Is(err, ErrClosed) {
+			t.Fatalf("Flush after Discard: %v, want ErrClosed", err)
+		}
+		// Pebble was closed: the directory opens again. What Flush
+		// handed it is there or not (no WAL); the later put is not.
+		s = openStore(t, dir, fullRange)
+		defer closeStore(t, s)
+		v = s.Vertex("counter", true)
+		h = mustRegister(t, v, "count", abi.StateValue)
+		expectGet(t, v, h, "b", "", "", true)
+	})
+}

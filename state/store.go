@@ -588,6 +588,30 @@ func (s *Store) Close() error {
 	return errors.Join(ferr, berr, cerr)
 }
 
+// Discard closes the store without keeping what it has not written to
+// Pebble yet: for a store whose files nobody opens again. A subtask's
+// working store is one (the next attempt clears it and starts from a
+// checkpoint's files), so its end does not pay for flushing its changes,
+// nor, when it was opened lazily, for making a Pebble store only to close
+// it.
+func (s *Store) Discard() error {
+	if s.err == ErrClosed {
+		return ErrClosed
+	}
+	s.lazy, s.err = nil, ErrClosed
+	s.early, s.earlyBytes = nil, 0
+	if s.db == nil {
+		return nil
+	}
+	berr := s.batch.Close()
+	cerr := s.db.Close()
+	s.db, s.batch = nil, nil
+	if cerr != nil {
+		cerr = fmt.Errorf("state: close pebble in %s: %w", s.dir, cerr)
+	}
+	return errors.Join(berr, cerr)
+}
+
 // keyGroup returns the key group of key and whether this store owns it.
 func (s *Store) keyGroup(key []byte) (int, bool) {
 	kg := abi.KeyGroup(key, s.maxPar)

@@ -1042,7 +1042,10 @@ func (w *Worker) newTask(j *jobRun, mod *host.Module, c *job.Chain, sub int, cha
 			return fail(fmt.Errorf("subtask %s: opening state: %w", t.label, err))
 		}
 		store = s
-		t.closers = append(t.closers, s.Close)
+		// The store is the attempt's working copy: the next attempt
+		// clears it and starts from a checkpoint's files, so nothing in
+		// it is kept at the end.
+		t.closers = append(t.closers, s.Discard)
 		t.store = s
 		if j.ckpt != nil && j.ckpt.fromSavepoint {
 			migrate, err := w.migrator(j, mod, t, head, &inst)
