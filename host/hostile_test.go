@@ -726,7 +726,7 @@ func TestHostileDeepRecursion(t *testing.T) {
 		}
 		heap.check(t, 192<<20)
 		// The grown stack does not stay with the instance.
-		if n := retainedStack(inst.fnProcess); n > maxRetainedStack {
+		if n := retainedStack(inst.fns[expProcess]); n > maxRetainedStack {
 			t.Errorf("the instance keeps a %d-byte stack", n)
 		}
 		runtime.GC()
@@ -746,13 +746,13 @@ func TestRetainedStackProbe(t *testing.T) {
 	r := newTestRuntime(t, Config{})
 	m := compileWAT(t, r, passWAT)
 	inst := newInstance(t, m)
-	if n := retainedStack(inst.fnProcess); n < 4<<10 || n > maxRetainedStack {
+	if n := retainedStack(inst.fn(expProcess)); n < 4<<10 || n > maxRetainedStack {
 		t.Errorf("retainedStack of a fresh handle = %d, want wazero's initial stack (10 KiB)", n)
 	}
 	if n := retainedStack(nil); n != 0 {
 		t.Errorf("retainedStack(nil) = %d", n)
 	}
-	if a := testing.AllocsPerRun(100, func() { retainedStack(inst.fnProcess) }); a != 0 {
+	if a := testing.AllocsPerRun(100, func() { retainedStack(inst.fns[expProcess]) }); a != 0 {
 		t.Errorf("retainedStack allocates %.0f times", a)
 	}
 }

@@ -50,9 +50,12 @@ type Instance struct {
 	api   api.Module
 	mem   api.Memory
 
-	fnAlloc, fnOpen, fnProcess, fnOnTimer, fnClose api.Function
-	fnPreBarrier, fnCkptComplete, fnCkptAborted    api.Function
-	fnMigrate                                      api.Function
+	// fns are the handles of the exports the host calls (fn), taken on
+	// first use; exports says which of them the module has, and noFetch
+	// that none may be taken (dropFunctions).
+	fns     [numExports]api.Function
+	exports uint16
+	noFetch bool
 
 	cc    callCtx
 	stack [16]uint64 // parameters and results of the call in progress
@@ -262,7 +265,7 @@ func instanceOf(ctx context.Context) *Instance {
 func (r *Runtime) instantiate(ctx context.Context, cc code, label string, lim Limits, memPages uint32) (_ *Instance, err error) {
 	cm := cc.cm
 	i := &Instance{r: r, label: label, limits: lim, q: lim.quotas(), timerDomain: -1, memPages: r.limit, failedAt: -1,
-		noReset: cc.noReset, globalIdx: cc.globals}
+		noReset: cc.noReset, globalIdx: cc.globals, exports: cc.exports}
 	defer func() {
 		if err != nil {
 			i.grow.release()
@@ -371,55 +374,79 @@ func (r *Runtime) instantiate(ctx context.Context, cc code, label string, lim Li
 // is -1).
 func (i *Instance) Limits() Limits { return i.limits }
 
-// fetchFunctions takes the handles of the exports the host calls that it
-// does not hold (dropFunctions, dropLargeStacks).
-func (i *Instance) fetchFunctions() {
-	for _, f := range i.functions() {
-		if *f.fn == nil {
-			*f.fn = i.api.ExportedFunction(f.name)
+// The exports the host calls, as indices of Instance.fns.
+const (
+	expAlloc = iota
+	expOpen
+	expProcess
+	expOnTimer
+	expClose
+	expPreBarrier
+	expCkptComplete
+	expCkptAborted
+	expMigrate
+	numExports
+)
+
+var exportNames = [numExports]string{abi.ExportAlloc, abi.ExportOpen, abi.ExportProcess, abi.ExportOnTimer,
+	abi.ExportClose, abi.ExportPreBarrier, abi.ExportCkptComplete, abi.ExportCkptAborted, abi.ExportMigrate}
+
+// exportMask says which of exportNames cm exports, a bit per index.
+func exportMask(cm wazero.CompiledModule) uint16 {
+	defs := cm.ExportedFunctions()
+	var m uint16
+	for k, name := range exportNames {
+		if _, ok := defs[name]; ok {
+			m |= 1 << k
 		}
 	}
+	return m
 }
 
-// exportHandle is where an instance keeps the handle of an export.
-type exportHandle struct {
-	name string
-	fn   *api.Function
-}
-
-// functions lists the handles of the exports the host calls.
-func (i *Instance) functions() [9]exportHandle {
-	return [...]exportHandle{
-		{abi.ExportAlloc, &i.fnAlloc}, {abi.ExportOpen, &i.fnOpen}, {abi.ExportProcess, &i.fnProcess},
-		{abi.ExportOnTimer, &i.fnOnTimer}, {abi.ExportClose, &i.fnClose}, {abi.ExportPreBarrier, &i.fnPreBarrier},
-		{abi.ExportCkptComplete, &i.fnCkptComplete}, {abi.ExportCkptAborted, &i.fnCkptAborted}, {abi.ExportMigrate, &i.fnMigrate},
+// fn returns the handle of export k (expAlloc…), taking it on first use:
+// each handle holds a call stack of its own (10 KiB to start, zeroed), and
+// most operators never call half of the exports, so taking them all made
+// up half of an instance's start. It is nil when the module does not
+// export k, or while the handles are dropped.
+func (i *Instance) fn(k int) api.Function {
+	f := i.fns[k]
+	if f == nil && !i.noFetch && i.exports&(1<<k) != 0 {
+		f = i.api.ExportedFunction(exportNames[k])
+		i.fns[k] = f
 	}
+	return f
 }
+
+// fetchFunctions lets fn take handles again (after dropFunctions or
+// dropLargeStacks).
+func (i *Instance) fetchFunctions() { i.noFetch = false }
 
 // dropLargeStacks forgets the handles whose call stacks grew past
-// maxRetainedStack, as a call that returns does (call).
+// maxRetainedStack, as a call that returns does (call), and takes no new
+// ones until fetchFunctions.
 func (i *Instance) dropLargeStacks() {
-	for _, f := range i.functions() {
-		if *f.fn != nil && retainedStack(*f.fn) > maxRetainedStack {
-			*f.fn = nil
+	for k, f := range i.fns {
+		if f != nil && retainedStack(f) > maxRetainedStack {
+			i.fns[k] = nil
 		}
 	}
+	i.noFetch = true
 }
 
-// dropFunctions forgets the export handles: each holds wazero's call stack
-// for its export, which deep recursion may have grown to tens of MB.
+// dropFunctions forgets the export handles, and takes no new ones until
+// fetchFunctions: each holds wazero's call stack for its export, which
+// deep recursion may have grown to tens of MB.
 func (i *Instance) dropFunctions() {
-	for _, f := range i.functions() {
-		*f.fn = nil
-	}
+	i.fns = [numExports]api.Function{}
+	i.noFetch = true
 }
 
 // renewFunction replaces the handle of export name by a fresh one, whose
 // call stack starts small again.
 func (i *Instance) renewFunction(name string) {
-	for _, f := range i.functions() {
-		if f.name == name {
-			*f.fn = i.api.ExportedFunction(name)
+	for k, n := range exportNames {
+		if n == name {
+			i.fns[k] = i.api.ExportedFunction(name)
 		}
 	}
 }
@@ -736,11 +763,12 @@ func (i *Instance) growArena(s *slot, n uint32) error {
 }
 
 func (i *Instance) alloc(s *slot, n uint32) (uint32, error) {
-	if i.fnAlloc == nil {
+	fn := i.fn(expAlloc)
+	if fn == nil {
 		return 0, i.usable(s, abi.ExportAlloc)
 	}
 	i.stack[0] = uint64(n)
-	if _, err := i.call(s, phaseIdle, nil, i.fnAlloc, abi.ExportAlloc, 1); err != nil {
+	if _, err := i.call(s, phaseIdle, nil, fn, abi.ExportAlloc, 1); err != nil {
 		return 0, err
 	}
 	return uint32(i.stack[0]), nil

@@ -28,7 +28,7 @@ func (m *Module) CanMigrate() bool {
 // is the caller's.
 func (i *Instance) Migrate(op, state string, version int, key, ns, value []byte) ([]byte, error) {
 	const call = abi.ExportMigrate
-	if i.fnMigrate == nil {
+	if i.fn(expMigrate) == nil {
 		if err := i.usable(nil, call); err != nil {
 			return nil, err
 		}
@@ -51,7 +51,7 @@ func (i *Instance) Migrate(op, state string, version int, key, ns, value []byte)
 	}
 	// The arena write may have called wstream_alloc, which drops nothing
 	// but may have renewed handles: take the function only now.
-	fn := i.fnMigrate
+	fn := i.fn(expMigrate)
 	p := uint64(ptr)
 	at := func(n int) (uint64, uint64) { start := p; p += uint64(n); return start, uint64(n) }
 	i.stack[0], i.stack[1] = at(len(op))

@@ -77,7 +77,7 @@ func (s *slot) Open(spec operator.Spec, svc operator.Services) error {
 	i.stack[2] = uint64(nameLen)
 	i.stack[3] = uint64(ptr + nameLen)
 	i.stack[4] = uint64(len(spec.Config))
-	st, err := i.call(s, phaseOpen, nil, i.fnOpen, abi.ExportOpen, 5)
+	st, err := i.call(s, phaseOpen, nil, i.fn(expOpen), abi.ExportOpen, 5)
 	if err := s.result(abi.ExportOpen, st, err); err != nil {
 		return err
 	}
@@ -128,9 +128,9 @@ func (s *slot) batchCall(call string, ph phase, batch []byte, out operator.Colle
 	}
 	// The arena write may have called wstream_alloc: take the function and
 	// set the call's accounting only now.
-	fn := i.fnProcess
+	fn := i.fn(expProcess)
 	if ph == phaseTimer {
-		fn = i.fnOnTimer
+		fn = i.fn(expOnTimer)
 	}
 	i.inputs, i.inputTimers, i.timerDomain = abi.Count(batch), ph == phaseTimer, domain
 	i.stack[0] = uint64(s.index)
@@ -155,19 +155,19 @@ func (s *slot) batchCall(call string, ph phase, batch []byte, out operator.Colle
 
 // PreBarrier calls wstream_pre_barrier(slot, checkpoint) when exported.
 func (s *slot) PreBarrier(checkpoint int64, out operator.Collector) error {
-	return s.hook(abi.ExportPreBarrier, phaseBarrier, s.inst.fnPreBarrier, checkpoint, out)
+	return s.hook(abi.ExportPreBarrier, phaseBarrier, s.inst.fn(expPreBarrier), checkpoint, out)
 }
 
 // CheckpointComplete calls wstream_checkpoint_complete(slot, checkpoint)
 // when exported.
 func (s *slot) CheckpointComplete(checkpoint int64) error {
-	return s.hook(abi.ExportCkptComplete, phaseNotify, s.inst.fnCkptComplete, checkpoint, nil)
+	return s.hook(abi.ExportCkptComplete, phaseNotify, s.inst.fn(expCkptComplete), checkpoint, nil)
 }
 
 // CheckpointAborted calls wstream_checkpoint_aborted(slot, checkpoint) when
 // exported.
 func (s *slot) CheckpointAborted(checkpoint int64) error {
-	return s.hook(abi.ExportCkptAborted, phaseNotify, s.inst.fnCkptAborted, checkpoint, nil)
+	return s.hook(abi.ExportCkptAborted, phaseNotify, s.inst.fn(expCkptAborted), checkpoint, nil)
 }
 
 func (s *slot) hook(call string, ph phase, fn api.Function, checkpoint int64, out operator.Collector) error {
@@ -194,7 +194,7 @@ func (s *slot) Close(out operator.Collector) error {
 	s.cascade = 0
 	i := s.inst
 	i.stack[0] = uint64(s.index)
-	st, err := i.call(s, phaseClose, out, i.fnClose, abi.ExportClose, 1)
+	st, err := i.call(s, phaseClose, out, i.fn(expClose), abi.ExportClose, 1)
 	return s.result(abi.ExportClose, st, err)
 }
 

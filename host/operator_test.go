@@ -1,6 +1,7 @@
 package host
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -381,5 +382,46 @@ func TestMemoryQuotaOfStateStopsTheCall(t *testing.T) {
 	}
 	if q.Quota != "MemoryBytes" || q.Flag != "--memory" || !strings.Contains(err.Error(), "holds 20971520 bytes of old state values, over the quota of") {
 		t.Errorf("quota %q flag %q, message %q", q.Quota, q.Flag, err.Error())
+	}
+}
+
+// TestExportHandlesTakenOnFirstUse: an instance takes the handle of an
+// export (and its call stack) only when it first calls it; the handle of
+// an export the module lacks stays nil, and a closed instance takes none.
+func TestExportHandlesTakenOnFirstUse(t *testing.T) {
+	r := newTestRuntime(t, Config{})
+	m := compileWAT(t, r, passWAT)
+	inst := newInstance(t, m)
+	if inst.exports&(1<<expProcess) == 0 || inst.exports&(1<<expMigrate) != 0 {
+		t.Fatalf("exports %b: want wstream_process and not wstream_migrate", inst.exports)
+	}
+	for k, f := range inst.fns {
+		if f != nil {
+			t.Fatalf("a new instance holds the handle of %s", exportNames[k])
+		}
+	}
+	op := inst.Operator()
+	if err := op.Open(testSpec(), newFakeServices()); err != nil {
+		t.Fatal(err)
+	}
+	if err := op.Process(records(3), &fakeCollector{}); err != nil {
+		t.Fatal(err)
+	}
+	if inst.fns[expOpen] == nil || inst.fns[expProcess] == nil {
+		t.Fatal("Open and Process left no handles")
+	}
+	for _, k := range []int{expOnTimer, expPreBarrier, expCkptComplete, expCkptAborted, expMigrate} {
+		if inst.fns[k] != nil {
+			t.Errorf("the handle of %s, never called, was taken", exportNames[k])
+		}
+	}
+	if inst.fn(expMigrate) != nil {
+		t.Error("fn returned a handle for an export the module lacks")
+	}
+	if err := inst.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if inst.fn(expProcess) != nil {
+		t.Error("a closed instance took a handle")
 	}
 }

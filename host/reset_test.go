@@ -518,14 +518,14 @@ func TestResetRestoresWrittenPages(t *testing.T) {
 func TestResetKeepsExportHandles(t *testing.T) {
 	r := newTestRuntime(t, Config{CallTimeout: 5 * time.Second})
 	inst, op := openSnapshotted(t, r)
-	h := inst.fnProcess
+	h := inst.fn(expProcess)
 	if err := op.Process(records(2), &fakeCollector{}); err == nil {
 		t.Fatal("no trap")
 	}
 	if err := inst.Reset(); err != nil {
 		t.Fatal(err)
 	}
-	if inst.fnProcess != h {
+	if inst.fn(expProcess) != h {
 		t.Error("the reset instance took a new wstream_process handle")
 	}
 	if err := op.Process(records(1), &fakeCollector{}); err != nil {
@@ -551,7 +551,7 @@ func TestResetKeepsExportHandles(t *testing.T) {
 	if err := inst.Reset(); err != nil {
 		t.Fatal(err)
 	}
-	if n := retainedStack(inst.fnProcess); n > maxRetainedStack {
+	if n := retainedStack(inst.fns[expProcess]); n > maxRetainedStack {
 		t.Errorf("the reset instance keeps a %d-byte stack", n)
 	}
 	s.index = 10

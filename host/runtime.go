@@ -242,6 +242,8 @@ type code struct {
 	// ("": they can).
 	globals []uint32
 	noReset string
+	// exports says which exports the host calls cm has (exportMask).
+	exports uint16
 }
 
 // Module is a validated, compiled operator module.
@@ -376,6 +378,7 @@ func (r *Runtime) compile(ctx context.Context, name string, wasm []byte) (code, 
 			EscapeGuestText([]byte(err.Error()), maxGuestMessage, false), Err: err}
 	}
 	cm := cc.cm
+	cc.exports = exportMask(cm)
 	for _, d := range cm.ExportedMemories() {
 		if d.Min() > r.limit {
 			_ = cm.Close(ctx)
