@@ -98,18 +98,28 @@ func (c *Coordinator) readRecord(id string) (*Record, error) {
 
 // writeRecord saves a job's record atomically, and its spec in the job
 // bucket.
-func (c *Coordinator) writeRecord(j *jobState, state string) {
+func (c *Coordinator) writeRecord(j *jobState) {
+	j.recordMu.Lock()
+	defer j.recordMu.Unlock()
+	c.saveRecord(j)
+}
+
+// saveRecord writes j's record as it stands, and then its spec into the
+// bucket. j.recordMu is held: each write takes its view of the job under
+// it, so that an older view never replaces a newer one.
+func (c *Coordinator) saveRecord(j *jobState) {
+	c.mu.Lock()
+	state := j.info.State
+	r := Record{JobID: j.info.JobID, Name: j.info.Name, Plan: j.plan.JSON(), ModuleDigest: j.digest,
+		ModuleName: j.module, State: state, Attempt: j.attempt, Updated: c.now(),
+		Restarts: slices.Clone(j.restartLog), Tenant: j.info.Tenant}
+	c.mu.Unlock()
 	// The spec after the file: a client may take a job's result from
 	// the spec, and find the file up to date then.
 	defer c.storeSpec(j, state)
 	if c.cfg.DataDir == "" {
 		return
 	}
-	c.mu.Lock()
-	r := Record{JobID: j.info.JobID, Name: j.info.Name, Plan: j.plan.JSON(), ModuleDigest: j.digest,
-		ModuleName: j.module, State: state, Attempt: j.attempt, Updated: c.now(),
-		Restarts: slices.Clone(j.restartLog), Tenant: j.info.Tenant}
-	c.mu.Unlock()
 	dir := JobDir(c.cfg.DataDir, r.JobID)
 	if err := writeJSONAtomic(dir, "job.json", r); err != nil {
 		c.cfg.Log.Error("saving the job's record", logging.Job, r.JobID, "err", err)

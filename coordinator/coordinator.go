@@ -166,6 +166,10 @@ type jobState struct {
 	// reverse); onTaskStatus hands it to the lifecycle before it counts a
 	// subtask's end.
 	stopped atomic.Bool
+	// recordMu orders the writes of the job's record and spec: each
+	// takes its view of the job under it, so that an older view never
+	// replaces a newer one.
+	recordMu sync.Mutex
 	// savepoint the first attempt restores from
 	fromSavepoint string
 	savepointID   int64
@@ -649,8 +653,9 @@ func (c *Coordinator) submit(req transport.SubmitRequest, who caller) (string, e
 	acts := c.applyLocked(js)
 	c.mu.Unlock()
 	// The first attempt is deployed here: the client learns whether it
-	// could be.
-	if err := c.carryOut(js, acts); err != nil {
+	// could be. A new job's record is written once it is deployed (see
+	// carry).
+	if err := c.carry(js, acts, rec == nil); err != nil {
 		c.forget(id)
 		return "", err
 	}
@@ -941,15 +946,14 @@ type Watch struct {
 }
 
 // WatchJobs subscribes to every job's done subject; call it before
-// submitting so that a short job's end is not missed.
+// submitting on nc so that a short job's end is not missed. It does not
+// wait for the server to confirm the subscription: the server takes a
+// connection's messages in order, so it has the subscription before the
+// submission that follows on nc, and Wait looks in the job bucket too.
 func WatchJobs(nc *nats.Conn) (*Watch, error) {
 	ch := make(chan *nats.Msg, 64)
 	sub, err := nc.ChanSubscribe(transport.JobDoneSubject("*"), ch)
 	if err != nil {
-		return nil, err
-	}
-	if err := nc.Flush(); err != nil {
-		_ = sub.Unsubscribe()
 		return nil, err
 	}
 	return &Watch{nc: nc, sub: sub, ch: ch, Poll: time.Second}, nil

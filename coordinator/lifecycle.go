@@ -108,9 +108,26 @@ func (c *Coordinator) syncLocked(j *jobState) {
 // goroutine (whoever asked for the attempt: submit, resume, a restart's
 // timer); carryOut returns its error.
 func (c *Coordinator) carryOut(j *jobState, acts []lifecycle.Action) error {
+	return c.carry(j, acts, false)
+}
+
+// carry is carryOut. With first, the submission of a new job, a record
+// followed by the deployment of the first attempt is written once the
+// workers have built the attempt's subtasks, while they start them: its
+// three syncs (about a millisecond, most of it CPU in the kernel) are no
+// longer on the path to the job's first record. The client's answer still
+// waits for the record, so a job whose submission succeeded is one a restarted
+// coordinator finds; a job deployed by a coordinator that failed before
+// its record was written was never accepted, and the workers' heartbeats
+// have its subtasks cancelled by the next coordinator, which does not
+// know it (reconcileLocked). A later attempt's record is written first: a
+// coordinator that recovered the attempt before would deploy one that
+// runs already.
+func (c *Coordinator) carry(j *jobState, acts []lifecycle.Action, first bool) error {
 	id := j.info.JobID
 	var deployErr error
-	for _, a := range acts {
+	record := false // a record is due after the deployment
+	for i, a := range acts {
 		switch a := a.(type) {
 		case lifecycle.CancelAttempt:
 			go c.cancelAll(a.Workers, id, a.Attempt, a.Failed)
@@ -133,16 +150,20 @@ func (c *Coordinator) carryOut(j *jobState, acts []lifecycle.Action) error {
 					if c.deploy(j, a) == nil {
 						// The record names what the job runs now (after the
 						// deployment: it is on the downtime's path).
-						c.mu.Lock()
-						state := j.info.State
-						c.mu.Unlock()
-						c.writeRecord(j, state)
+						c.writeRecord(j)
 					}
 				}()
 				continue
 			}
 			if err := c.deploy(j, a); err != nil {
 				deployErr = err
+			}
+			if record {
+				// It says what the job is now: a job that ended or failed
+				// meanwhile wrote its record already, and this one is
+				// the same.
+				c.writeRecord(j)
+				record = false
 			}
 		case lifecycle.UpgradeEnded:
 			c.upgradeEnded(j, a)
@@ -151,10 +172,11 @@ func (c *Coordinator) carryOut(j *jobState, acts []lifecycle.Action) error {
 		case lifecycle.DropDataStream:
 			c.dropDataStream(j)
 		case lifecycle.PersistSpec:
-			c.mu.Lock()
-			state := j.info.State
-			c.mu.Unlock()
-			c.writeRecord(j, state)
+			if next, ok := nextAction(acts, i).(lifecycle.Deploy); first && ok && next.Module == lifecycle.ModuleCurrent {
+				record = true
+				continue
+			}
+			c.writeRecord(j)
 		case lifecycle.PublishResult:
 			c.mu.Lock()
 			b, _ := json.Marshal(j.result)
@@ -242,6 +264,14 @@ func (c *Coordinator) deploy(j *jobState, a lifecycle.Deploy) error {
 	}
 	c.carryOut(j, acts)
 	return err
+}
+
+// nextAction is the action after acts[i], or nil.
+func nextAction(acts []lifecycle.Action, i int) lifecycle.Action {
+	if i+1 < len(acts) {
+		return acts[i+1]
+	}
+	return nil
 }
 
 // deployFailed tells the lifecycle that attempt a could not be placed or

@@ -1,10 +1,15 @@
 package coordinator
 
 import (
+	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"slices"
 	"testing"
+	"time"
+
+	"github.com/wstream/wstream/transport"
 )
 
 // TestWriteJSONAtomicIsDurable: a record's file is in place before its
@@ -47,5 +52,50 @@ func TestWriteJSONAtomicIsDurable(t *testing.T) {
 	}
 	if len(entries) != 1 || entries[0].Name() != "job.json" {
 		t.Fatalf("the directory holds %v, want only job.json", entries)
+	}
+}
+
+// TestSubmitAnswersOnceRecorded: a new job's first attempt is deployed
+// before its record is written (the syncs are not on the path to its first
+// record), but the submission is answered only once the record is on disk;
+// the record of a job that then ends says so.
+func TestSubmitAnswersOnceRecorded(t *testing.T) {
+	c, client := startTestCoordinator(t)
+	w := startFakeWorker(t, client, "fw")
+	waitUntil(t, "the worker never registered by its heartbeat", func() bool {
+		return slices.Equal(workerIDs(c), []string{"fw"})
+	})
+	var atDeploy error
+	w.mu.Lock()
+	w.beforeReply = func(d transport.Deployment) { _, atDeploy = ReadRecord(c.cfg.DataDir, d.JobID) }
+	w.mu.Unlock()
+	watch, err := WatchJobs(client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer watch.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	id, err := Submit(ctx, client, transport.SubmitRequest{Name: "one", Plan: json.RawMessage(onePlan)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := ReadRecord(c.cfg.DataDir, id)
+	if err != nil || rec.State != transport.JobRunning || rec.Attempt != 0 {
+		t.Fatalf("record when the submission was answered: %+v, %v; want running, attempt 0", rec, err)
+	}
+	if d := nextDeploy(t, w); d.JobID != id {
+		t.Fatalf("deployed %s, want %s", d.JobID, id)
+	}
+	if atDeploy == nil {
+		t.Error("the record was written before the first attempt was deployed")
+	}
+	w.report(t, id, 0, transport.TaskFinished)
+	res, err := watch.Wait(ctx, id)
+	if err != nil || res.State != transport.JobFinished {
+		t.Fatalf("result %+v, %v; want finished", res, err)
+	}
+	if rec, err = ReadRecord(c.cfg.DataDir, id); err != nil || rec.State != transport.JobFinished {
+		t.Fatalf("record after the end: %+v, %v; want finished", rec, err)
 	}
 }

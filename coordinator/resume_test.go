@@ -33,6 +33,8 @@ type fakeWorker struct {
 	cancels chan transport.CancelRequest
 	stop    chan struct{}
 	stopped chan struct{}
+	// beforeReply, when set, sees each deployment before it is answered.
+	beforeReply func(transport.Deployment)
 }
 
 func startFakeWorker(t *testing.T, nc *nats.Conn, id string, running ...transport.RunningAttempt) *fakeWorker {
@@ -47,7 +49,11 @@ func startFakeWorker(t *testing.T, nc *nats.Conn, id string, running ...transpor
 		}
 		w.mu.Lock()
 		w.running = append(w.running, transport.RunningAttempt{JobID: d.JobID, Attempt: d.Attempt})
+		before := w.beforeReply
 		w.mu.Unlock()
+		if before != nil {
+			before(d)
+		}
 		w.deploys <- d
 		_ = m.Respond(ok)
 	})
