@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -25,12 +26,60 @@ func ModuleDigest(wasm []byte) string {
 // StoreModule puts a module into the JetStream object store under its
 // digest (creating the bucket on first use) and returns the digest.
 func StoreModule(ctx context.Context, nc *nats.Conn, wasm []byte) (string, error) {
-	js, err := jetstream.New(nc)
+	return NewModuleStore(nc).Store(ctx, "", wasm)
+}
+
+// ModuleStore puts modules into the JetStream object store under their
+// digests, as StoreModule does, keeping the bucket's handle from one call
+// to the next: looking the bucket up is a request to the server on every
+// deploy's path. It is safe for concurrent use.
+type ModuleStore struct {
+	nc  *nats.Conn
+	mu  sync.Mutex
+	obs jetstream.ObjectStore // nil until a call found or made the bucket
+}
+
+// NewModuleStore returns a ModuleStore that reaches the bucket through nc.
+func NewModuleStore(nc *nats.Conn) *ModuleStore { return &ModuleStore{nc: nc} }
+
+// Store puts wasm into the bucket unless it holds it already, and returns
+// its digest. digest is ModuleDigest(wasm) when the caller knows it, or ""
+// to have it computed.
+func (m *ModuleStore) Store(ctx context.Context, digest string, wasm []byte) (string, error) {
+	if digest == "" {
+		digest = ModuleDigest(wasm)
+	}
+	m.mu.Lock()
+	obs := m.obs
+	m.mu.Unlock()
+	if obs != nil {
+		if err := putModule(ctx, obs, digest, wasm); err == nil {
+			return digest, nil
+		}
+		// The bucket may have gone since (a server that lost its store):
+		// look it up, or make it, again.
+	}
+	obs, err := openModuleBucket(ctx, m.nc)
 	if err != nil {
 		return "", err
 	}
+	if err := putModule(ctx, obs, digest, wasm); err != nil {
+		return "", err
+	}
+	m.mu.Lock()
+	m.obs = obs
+	m.mu.Unlock()
+	return digest, nil
+}
+
+// openModuleBucket returns the module bucket, made if it does not exist.
+func openModuleBucket(ctx context.Context, nc *nats.Conn) (jetstream.ObjectStore, error) {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, err
+	}
 	// Looked up first: creating (or updating) the bucket is two requests
-	// and a write of the stream's configuration, on every deploy's path.
+	// and a write of the stream's configuration.
 	obs, err := js.ObjectStore(ctx, transport.ModuleBucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		obs, err = js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
@@ -40,16 +89,20 @@ func StoreModule(ctx context.Context, nc *nats.Conn, wasm []byte) (string, error
 		})
 	}
 	if err != nil {
-		return "", fmt.Errorf("opening module store %s: %w", transport.ModuleBucket, err)
+		return nil, fmt.Errorf("opening module store %s: %w", transport.ModuleBucket, err)
 	}
-	digest := ModuleDigest(wasm)
+	return obs, nil
+}
+
+// putModule puts wasm into obs under digest unless obs holds it already.
+func putModule(ctx context.Context, obs jetstream.ObjectStore, digest string, wasm []byte) error {
 	if info, err := obs.GetInfo(ctx, digest); err == nil && info.Size == uint64(len(wasm)) {
-		return digest, nil
+		return nil
 	}
 	if _, err := obs.PutBytes(ctx, digest, wasm); err != nil {
-		return "", fmt.Errorf("storing module %s: %w", digest, err)
+		return fmt.Errorf("storing module %s: %w", digest, err)
 	}
-	return digest, nil
+	return nil
 }
 
 // SubmitTimeout bounds the wait for the coordinator's answer to a

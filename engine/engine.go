@@ -116,7 +116,8 @@ type Engine struct {
 	opts    Options
 	srv     *server.Server
 	nc      *nats.Conn
-	sys     *nats.Conn // the system account's (tenants)
+	sys     *nats.Conn               // the system account's (tenants)
+	modules *coordinator.ModuleStore // stores deployed modules through nc
 	rt      *host.Runtime
 	ownsRT  bool
 	coord   *coordinator.Coordinator
@@ -229,6 +230,7 @@ func Start(ctx context.Context, o Options) (e *Engine, err error) {
 			return nil, err
 		}
 	}
+	e.modules = coordinator.NewModuleStore(e.nc)
 	if o.NoWorkers {
 		o.Workers = 0
 	}
@@ -412,6 +414,17 @@ func (e *Engine) KillWorker(ctx context.Context, i int) error {
 
 // Conn is the engine's NATS connection.
 func (e *Engine) Conn() *nats.Conn { return e.nc }
+
+// storeModule puts d's module into the module bucket and returns its
+// digest.
+func (e *Engine) storeModule(ctx context.Context, d *Deployment) (string, error) {
+	digest := ""
+	if d.module != nil {
+		// Compile hashed it already: a Go module is megabytes.
+		digest = d.module.Digest()
+	}
+	return e.modules.Store(ctx, digest, d.Wasm)
+}
 
 // ClientURL is the URL clients reach the embedded NATS server at (the
 // address it listens on, with the port it picked for port 0); empty when
@@ -636,7 +649,7 @@ func (e *Engine) Submit(ctx context.Context, d *Deployment) (string, error) {
 		ModuleDigest: d.ModuleDigest, FromSavepoint: d.FromSavepoint, AllowNonRestoredState: d.AllowNonRestoredState,
 		Tenant: d.Tenant}
 	if d.Wasm != nil {
-		digest, err := coordinator.StoreModule(ctx, e.nc, d.Wasm)
+		digest, err := e.storeModule(ctx, d)
 		if err != nil {
 			return "", err
 		}

@@ -22,7 +22,7 @@ func (e *Engine) Upgrade(ctx context.Context, id string, d *Deployment) (*transp
 	if d.Wasm == nil {
 		return nil, errors.New("an upgrade needs a module")
 	}
-	digest, err := coordinator.StoreModule(ctx, e.nc, d.Wasm)
+	digest, err := e.storeModule(ctx, d)
 	if err != nil {
 		return nil, err
 	}
