@@ -66,6 +66,15 @@
 // from the latest completed checkpoint, as after a restart. Only one
 // coordinator may run against a NATS server or cluster at a time.
 //
+// A new job's record (DATA/jobs/JOB/job.json) and spec are written once
+// its first attempt is deployed, which keeps the record's syncs off the
+// path to the job's first record, and the submission is answered only
+// after them: an accepted job is one a restarted coordinator finds. A job
+// whose coordinator died before writing them was never accepted; the next
+// coordinator does not know it, and cancels its attempt where the workers'
+// heartbeats list it. The records of later attempts are written before
+// they are deployed.
+//
 // Heartbeats list the job attempts a worker runs. The coordinator cancels
 // the attempts it does not run (any more), and fails an attempt when a
 // worker no longer runs it although some of its subtasks there never

@@ -17,10 +17,13 @@
 //     by its digest.
 //  3. NewInstance instantiates a Module for one subtask (running _initialize
 //     when exported). Instance.Operator hands out operator slots 0, 1, 2…
-//     that share the instance, as chained operators of one subtask do. Its
-//     linear memory lies in a reservation of address space as large as its
-//     memory limit: growing never copies it, and only the pages the guest
-//     touches take memory (memLimiter).
+//     that share the instance, as chained operators of one subtask do. The
+//     instance takes the handle of an export (wazero's call engine, with a
+//     call stack of its own) when it first calls it: most operators never
+//     call half of them, and taking all nine was half of a C instance's
+//     start. Its linear memory lies in a reservation of address space as
+//     large as its memory limit: growing never copies it, and only the
+//     pages the guest touches take memory (memLimiter).
 //  4. Every guest call runs under a per-instance context whose deadline is
 //     re-armed per call without allocating, and which is also done when the
 //     context given to NewInstance (the job's) is. When it fires, the
