@@ -128,10 +128,11 @@ func (s *slot) batchCall(call string, ph phase, batch []byte, out operator.Colle
 	}
 	// The arena write may have called wstream_alloc: take the function and
 	// set the call's accounting only now.
-	fn := i.fn(expProcess)
+	k := expProcess
 	if ph == phaseTimer {
-		fn = i.fn(expOnTimer)
+		k = expOnTimer
 	}
+	fn := i.fn(k)
 	i.inputs, i.inputTimers, i.timerDomain = abi.Count(batch), ph == phaseTimer, domain
 	i.stack[0] = uint64(s.index)
 	i.stack[1] = uint64(ptr)
