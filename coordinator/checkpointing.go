@@ -96,18 +96,12 @@ func (c *Coordinator) readRecord(id string) (*Record, error) {
 	return ReadRecord(c.cfg.DataDir, id)
 }
 
-// writeRecord saves a job's record atomically, and its spec in the job
-// bucket.
+// writeRecord saves a job's record as it stands, atomically, and then its
+// spec in the job bucket. Each write takes its view of the job under
+// j.recordMu, so that an older view never replaces a newer one.
 func (c *Coordinator) writeRecord(j *jobState) {
 	j.recordMu.Lock()
 	defer j.recordMu.Unlock()
-	c.saveRecord(j)
-}
-
-// saveRecord writes j's record as it stands, and then its spec into the
-// bucket. j.recordMu is held: each write takes its view of the job under
-// it, so that an older view never replaces a newer one.
-func (c *Coordinator) saveRecord(j *jobState) {
 	c.mu.Lock()
 	state := j.info.State
 	r := Record{JobID: j.info.JobID, Name: j.info.Name, Plan: j.plan.JSON(), ModuleDigest: j.digest,
@@ -130,8 +124,8 @@ func (c *Coordinator) saveRecord(j *jobState) {
 // synced before it is renamed into place, and dir after, as is the parent
 // of every directory it had to create. Without the directories' syncs a
 // crash of the machine could lose the rename or the new job's directory,
-// and with it a record written before the job was deployed precisely so
-// that a restarted coordinator finds the job.
+// and with it a record the job's submission waited for precisely so that a
+// restarted coordinator finds the job.
 func writeJSONAtomic(dir, name string, v any) error {
 	if err := mkdirDurable(dir); err != nil {
 		return err
