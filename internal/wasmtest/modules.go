@@ -2,6 +2,7 @@ package wasmtest
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"sync"
 	"testing"
@@ -39,6 +40,12 @@ func GoModule(tb testing.TB, pkg string) []byte {
 func CModule(tb testing.TB, dir string) []byte {
 	tb.Helper()
 	return moduleBytes(tb, "c:"+dir, func() (string, error) { return testmod.BuildC(dir) })
+}
+
+// CModuleFlags is CModule built with extra clang flags (testmod.BuildCFlags).
+func CModuleFlags(tb testing.TB, dir string, extra ...string) []byte {
+	tb.Helper()
+	return moduleBytes(tb, fmt.Sprintf("c:%s%q", dir, extra), func() (string, error) { return testmod.BuildCFlags(dir, extra...) })
 }
 
 func moduleBytes(tb testing.TB, key string, build func() (string, error)) []byte {

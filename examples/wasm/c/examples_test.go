@@ -72,28 +72,32 @@ func TestMatchesGo(t *testing.T) {
 	lang.Same(t, "upper+filter", run("mapfilter", []string{"upper", "filter"}, `{"contains":"A"}`, values),
 		run("go/mapfilter", []string{"upper", "filter"}, `{"contains":"A"}`, values))
 
-	// The C filter searches eight bytes at a time: every length, every
+	// The C filter searches for a needle's first two bytes sixteen
+	// positions at a time (wasm SIMD), or eight without SIMD, and covers
+	// a value's end with an overlapping last step: every length, every
 	// position of a match and of a near miss (the first byte alone, at
 	// and across word boundaries; WV makes the word compare flag V, one
-	// above W; upper makes the x filler X), against
-	// Go's bytes.Contains.
+	// above W; upper makes the x filler X), against Go's bytes.Contains,
+	// built both ways.
 	var probes []abi.Record
-	for n := 0; n <= 26; n++ {
+	for n := 0; n <= 40; n++ {
 		for pos := 0; pos <= n; pos++ {
-			for _, ins := range []string{"WQ", "W", "QW", "WWQ", "\x01W", "Q", "WV"} {
+			for _, ins := range []string{"WQ", "W", "QW", "WWQ", "\x01W", "Q", "WV", "WQV"} {
 				v := []byte(strings.Repeat("x", n))
 				v = slices.Insert(v, pos, []byte(ins)...)
 				probes = append(probes, abi.Record{Key: []byte(fmt.Sprintf("p%d", len(probes))), Value: v})
 			}
 		}
 	}
-	for _, needle := range []string{"W", "WQ", "QW", "WWQ", "XW", "Q", "WX"} {
-		cfg := fmt.Sprintf(`{"contains":%q}`, needle)
-		c, g := run("mapfilter", []string{"upper", "filter"}, cfg, probes), run("go/mapfilter", []string{"upper", "filter"}, cfg, probes)
-		if len(g) == 0 || len(g) == len(probes) {
-			t.Fatalf("needle %q keeps %d of %d probes: it does not tell them apart", needle, len(g), len(probes))
+	for _, module := range []string{"mapfilter", "mapfilter-nosimd"} {
+		for _, needle := range []string{"W", "WQ", "QW", "WWQ", "XW", "Q", "WX", "WV", "WQV", "QWX"} {
+			cfg := fmt.Sprintf(`{"contains":%q}`, needle)
+			c, g := run(module, []string{"upper", "filter"}, cfg, probes), run("go/mapfilter", []string{"upper", "filter"}, cfg, probes)
+			if len(g) == 0 || len(g) == len(probes) {
+				t.Fatalf("needle %q keeps %d of %d probes: it does not tell them apart", needle, len(g), len(probes))
+			}
+			lang.Same(t, module+" filter "+needle, c, g)
 		}
-		lang.Same(t, "filter "+needle, c, g)
 	}
 }
 

@@ -1,6 +1,7 @@
 package cexamples_test
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/wstream/wstream/internal/wasmtest"
@@ -12,9 +13,13 @@ import (
 // on its own.
 
 // lang builds "NAME" as the C module examples/wasm/c/NAME and "go/NAME" as
-// the Go one in examples/wasm/go/NAME.
+// the Go one in examples/wasm/go/NAME; "NAME-nosimd" is NAME built without
+// wasm's SIMD instructions, for the code an example has for that case.
 var lang = wasmtest.Lang{Name: "C", Build: func(tb testing.TB, name string) []byte {
 	tb.Helper()
+	if base, ok := strings.CutSuffix(name, "-nosimd"); ok {
+		return wasmtest.CModuleFlags(tb, "examples/wasm/c/"+base, "-mno-simd128")
+	}
 	return wasmtest.CModule(tb, "examples/wasm/c/"+name)
 }}
 
