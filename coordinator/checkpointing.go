@@ -98,8 +98,10 @@ func (c *Coordinator) readRecord(id string) (*Record, error) {
 
 // writeRecord saves a job's record as it stands, atomically, and then its
 // spec in the job bucket. Each write takes its view of the job under
-// j.recordMu, so that an older view never replaces a newer one.
-func (c *Coordinator) writeRecord(j *jobState) {
+// j.recordMu, so that an older view never replaces a newer one. It returns
+// the record's error, which it has logged: a new job's submission fails
+// on it (carry); a later write can only be logged.
+func (c *Coordinator) writeRecord(j *jobState) error {
 	j.recordMu.Lock()
 	defer j.recordMu.Unlock()
 	c.mu.Lock()
@@ -112,12 +114,14 @@ func (c *Coordinator) writeRecord(j *jobState) {
 	// the spec, and find the file up to date then.
 	defer c.storeSpec(j, state)
 	if c.cfg.DataDir == "" {
-		return
+		return nil
 	}
 	dir := JobDir(c.cfg.DataDir, r.JobID)
 	if err := writeJSONAtomic(dir, "job.json", r); err != nil {
 		c.cfg.Log.Error("saving the job's record", logging.Job, r.JobID, "err", err)
+		return fmt.Errorf("saving its record in %s: %w", dir, err)
 	}
+	return nil
 }
 
 // writeJSONAtomic replaces dir/name with v as JSON, durably: the file is

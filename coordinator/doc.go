@@ -72,8 +72,11 @@
 // after them: an accepted job is one a restarted coordinator finds. A job
 // whose coordinator died before writing them was never accepted; the next
 // coordinator does not know it, and cancels its attempt where the workers'
-// heartbeats list it. The records of later attempts are written before
-// they are deployed.
+// heartbeats list it. A new job whose record cannot be written (a full
+// disk, a data directory that is not one) is not accepted either: its
+// attempt is cancelled and the submission fails, naming the record's
+// directory. The records of later attempts are written before they are
+// deployed; a failure to write one is logged, and the job goes on.
 //
 // Heartbeats list the job attempts a worker runs. The coordinator cancels
 // the attempts it does not run (any more), and fails an attempt when a

@@ -162,8 +162,18 @@ func (c *Coordinator) carry(j *jobState, acts []lifecycle.Action, first bool) er
 				// It says what the job is now: a job that ended or failed
 				// meanwhile wrote its record already, and this one is
 				// the same.
-				c.writeRecord(j)
 				record = false
+				if err := c.writeRecord(j); err != nil && deployErr == nil {
+					// A job a restarted coordinator would not find is
+					// not accepted: its attempt is cancelled, and the
+					// submission fails with the reason.
+					deployErr = fmt.Errorf("job %s not accepted: %w", id, err)
+					c.mu.Lock()
+					_ = j.lc.Cancel(c.nowMillis())
+					more := c.applyLocked(j)
+					c.mu.Unlock()
+					c.carryOut(j, more)
+				}
 			}
 		case lifecycle.UpgradeEnded:
 			c.upgradeEnded(j, a)

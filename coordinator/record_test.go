@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -97,5 +98,57 @@ func TestSubmitAnswersOnceRecorded(t *testing.T) {
 	}
 	if rec, err = ReadRecord(c.cfg.DataDir, id); err != nil || rec.State != transport.JobFinished {
 		t.Fatalf("record after the end: %+v, %v; want finished", rec, err)
+	}
+}
+
+// TestSubmitFailsWithoutRecord checks that a new job whose record cannot be
+// written is not accepted: the submission fails and says why and where, the
+// attempt deployed for it is cancelled, and the job is not listed; the
+// coordinator takes the next job once the record can be written again.
+func TestSubmitFailsWithoutRecord(t *testing.T) {
+	c, client := startTestCoordinator(t)
+	w := startFakeWorker(t, client, "fw")
+	waitUntil(t, "the worker never registered by its heartbeat", func() bool {
+		return slices.Equal(workerIDs(c), []string{"fw"})
+	})
+	// A file where the job directories go: no record can be made.
+	jobs := filepath.Join(c.cfg.DataDir, "jobs")
+	if err := os.RemoveAll(jobs); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(jobs, []byte("not a directory"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, err := Submit(ctx, client, transport.SubmitRequest{Name: "one", Plan: json.RawMessage(onePlan)})
+	if err == nil || !strings.Contains(err.Error(), "not accepted") || !strings.Contains(err.Error(), jobs) {
+		t.Fatalf("submission without a record: %v; want it refused, naming %s", err, jobs)
+	}
+	if testing.Verbose() {
+		t.Logf("the refusal: %v", err)
+	}
+	d := nextDeploy(t, w)
+	select {
+	case r := <-w.cancels:
+		if r.JobID != d.JobID || r.Attempt != d.Attempt {
+			t.Fatalf("cancelled %s attempt %d, want %s attempt %d", r.JobID, r.Attempt, d.JobID, d.Attempt)
+		}
+	case <-ctx.Done():
+		t.Fatalf("the attempt of the refused job %s was never cancelled", d.JobID)
+	}
+	if list, err := List(ctx, client); err != nil || len(list) != 0 {
+		t.Fatalf("jobs after the refusal: %+v, %v; want none", list, err)
+	}
+
+	if err := os.Remove(jobs); err != nil {
+		t.Fatal(err)
+	}
+	id, err := Submit(ctx, client, transport.SubmitRequest{Name: "two", Plan: json.RawMessage(onePlan)})
+	if err != nil {
+		t.Fatalf("submission once records can be written: %v", err)
+	}
+	if rec, err := ReadRecord(c.cfg.DataDir, id); err != nil || rec.State != transport.JobRunning {
+		t.Fatalf("record of the accepted job: %+v, %v", rec, err)
 	}
 }
