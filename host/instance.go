@@ -95,8 +95,9 @@ type Instance struct {
 	fatal   error  // first host-side failure (collector, state backend)
 
 	// Host-side buffers reused across calls.
-	scratch  []byte // state_get values
-	iterArgs []byte // state_iter arguments, copied out of guest memory
+	scratch  []byte     // state_get values
+	refs     *stateRefs // state_get_many's refs, for state_write_batch
+	iterArgs []byte     // state_iter arguments, copied out of guest memory
 	iterOut  []byte
 	iterN    int
 	iterFull bool

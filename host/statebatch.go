@@ -173,7 +173,11 @@ func (g *getMany) run(i *Instance, s *slot, mem api.Memory, h int32, req []byte,
 		return key, ns
 	}
 	var callErr error
-	answer := func(u int, v []byte, err error) error {
+	answer := func(u int, v []byte, ref operator.StateRef, err error) error {
+		if ref != 0 {
+			r := req[int(g.ask[u])*requestSize:]
+			i.stateRefs().put(h, binary.LittleEndian.Uint64(r), binary.LittleEndian.Uint64(r[8:]), ref)
+		}
 		res := g.res[int(g.ask[u])*resultSize:]
 		vlen, vptr := int32(0), uint32(0)
 		switch {
@@ -208,7 +212,7 @@ func (g *getMany) run(i *Instance, s *slot, mem api.Memory, h int32, req []byte,
 			key, ns := pair(u)
 			v, err := s.svc.StateGet(h, key, ns, g.one[:0])
 			g.one = v[:0]
-			if answer(u, v, err) != nil {
+			if answer(u, v, 0, err) != nil {
 				break
 			}
 		}
@@ -328,6 +332,13 @@ var hostStateWriteBatch = api.GoModuleFunc(func(ctx context.Context, mod api.Mod
 		setStatus(stack, st)
 		return
 	}
+	// A put of a pair a state_get_many read takes the store's ref to it
+	// (stateRefs).
+	rp, _ := s.svc.(operator.StateRefPutter)
+	refs := i.refs
+	if rp == nil {
+		refs = nil
+	}
 	for ; len(b) > 0; b = b[writeSize:] {
 		h := int32(binary.LittleEndian.Uint32(b))
 		key, ns, _ := pairIn(all, b[4:])
@@ -347,7 +358,15 @@ var hostStateWriteBatch = api.GoModuleFunc(func(ctx context.Context, mod api.Mod
 				return
 			}
 			i.chargeState(len(key) + len(ns) + len(val))
-			err = s.svc.StatePut(h, key, ns, val)
+			var ref operator.StateRef
+			if refs != nil {
+				ref = refs.get(h, binary.LittleEndian.Uint64(b[4:]), binary.LittleEndian.Uint64(b[12:]))
+			}
+			if ref != 0 {
+				err = rp.StatePutRef(h, key, ns, val, ref)
+			} else {
+				err = s.svc.StatePut(h, key, ns, val)
+			}
 		}
 		if err != nil {
 			setStatus(stack, i.status(err))
@@ -356,6 +375,49 @@ var hostStateWriteBatch = api.GoModuleFunc(func(ctx context.Context, mod api.Mod
 	}
 	setStatus(stack, abi.StatusOK)
 })
+
+// stateRefs remembers the operator.StateRef the store gave for each pair
+// of recent state_get_many calls, by where the guest's request put the
+// pair: (h, key_ptr, key_len, ns_ptr, ns_len). The SDKs write a pair back
+// through the pointers they read it by, so state_write_batch finds its
+// puts' refs here, and the store skips finding their entries again. It is
+// direct-mapped: a pair takes the place of an older one with the same
+// hash. A ref is a hint, which the store checks against the pair's bytes:
+// a stale or wrong one costs a lookup, never a wrong write.
+type stateRefs [stateRefSlots]stateRef
+
+// stateRefSlots holds a few state_get_many calls of the SDKs' 256 pairs,
+// in 24 KiB an instance allocates at its first state_get_many.
+const stateRefSlots = 1024
+
+type stateRef struct {
+	key, ns uint64 // pointer | length<<32, as in the request
+	h       int32
+	ref     operator.StateRef
+}
+
+func (i *Instance) stateRefs() *stateRefs {
+	if i.refs == nil {
+		i.refs = new(stateRefs)
+	}
+	return i.refs
+}
+
+func (t *stateRefs) slot(h int32, key, ns uint64) *stateRef {
+	x := (key ^ ns*0x9e3779b97f4a7c15 ^ uint64(uint32(h))<<40) * 0xff51afd7ed558ccd
+	return &t[x>>(64-10)]
+}
+
+func (t *stateRefs) put(h int32, key, ns uint64, ref operator.StateRef) {
+	*t.slot(h, key, ns) = stateRef{key: key, ns: ns, h: h, ref: ref}
+}
+
+func (t *stateRefs) get(h int32, key, ns uint64) operator.StateRef {
+	if r := t.slot(h, key, ns); r.key == key && r.ns == ns && r.h == h {
+		return r.ref
+	}
+	return 0
+}
 
 // checkWriteBatch checks a state_write_batch list before anything is
 // written: BAD_ARGUMENT for a length that is not a whole number of writes

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -127,11 +128,11 @@ func (f *foreignServices) StatePut(h int32, key, ns, value []byte) error {
 // operator.StateManyGetter, as package state does.
 type manyServices struct{ *foreignServices }
 
-func (m *manyServices) StateGetMany(h int32, n int, pair func(int) ([]byte, []byte), fn func(int, []byte, error) error) error {
+func (m *manyServices) StateGetMany(h int32, n int, pair func(int) ([]byte, []byte), fn func(int, []byte, operator.StateRef, error) error) error {
 	for j := range n {
 		key, ns := pair(j)
 		v, err := m.StateGet(h, key, ns, nil)
-		if err := fn(j, v, err); err != nil {
+		if err := fn(j, v, 0, err); err != nil {
 			return err
 		}
 	}
@@ -148,16 +149,25 @@ func newBatchRig(t testing.TB, pages int) *rig {
 // newBatchRigOver is newBatchRig, over manyServices when many is set.
 func newBatchRigOver(t testing.TB, pages int, many bool) *rig {
 	t.Helper()
+	return newBatchRigWith(t, pages, func(f *foreignServices) operator.Services {
+		if many {
+			return &manyServices{f}
+		}
+		return f
+	})
+}
+
+// newBatchRigWith is newBatchRig over the services wrap makes of
+// foreignServices.
+func newBatchRigWith(t testing.TB, pages int, wrap func(*foreignServices) operator.Services) *rig {
+	t.Helper()
 	g := &rig{logs: &logSink{}, svc: newFakeServices(), out: &fakeCollector{}}
 	g.t, _ = t.(*testing.T)
 	r := newTestRuntime(t, Config{Log: g.logs.log})
 	m := compileWAT(t, r, moduleWAT(map[string]string{abi.ExportMemory: fmt.Sprintf(`(memory (export "memory") %d)`, pages)}, trampolinesWAT()))
 	g.inst = newInstance(t, m)
 	g.s = g.inst.Operator().(*slot)
-	var svc operator.Services = &foreignServices{g.svc}
-	if many {
-		svc = &manyServices{&foreignServices{g.svc}}
-	}
+	svc := wrap(&foreignServices{g.svc})
 	if err := g.s.Open(testSpec(), svc); err != nil {
 		t.Fatal(err)
 	}
@@ -362,6 +372,79 @@ func TestStateWriteBatch(t *testing.T) {
 	}
 	if st := g.call(phaseNotify, ImportStateWriteBatch, 2000, uint64(len(ws))); st != abi.StatusOK {
 		t.Errorf("in checkpoint_complete: %d", st)
+	}
+}
+
+// refServices is manyServices that gives each pair it answers the ref
+// 100 + the pair's index in the call, and takes refs with puts
+// (operator.StateRefPutter), as package state does.
+type refServices struct{ *foreignServices }
+
+func (m *refServices) StateGetMany(h int32, n int, pair func(int) ([]byte, []byte), fn func(int, []byte, operator.StateRef, error) error) error {
+	for j := range n {
+		key, ns := pair(j)
+		v, err := m.StateGet(h, key, ns, nil)
+		if err := fn(j, v, operator.StateRef(100+j), err); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (m *refServices) StatePutRef(h int32, key, ns, value []byte, ref operator.StateRef) error {
+	m.calls = append(m.calls, fmt.Sprintf("ref %d", ref))
+	return m.StatePut(h, key, ns, value)
+}
+
+// TestStateWriteBatchRefs checks that a put of state_write_batch carries
+// the ref the store gave for its pair in a state_get_many, found by the
+// pointers of the request: the same handle, key and namespace pointers and
+// lengths. Others, and deletions, go without.
+func TestStateWriteBatchRefs(t *testing.T) {
+	g := newBatchRigWith(t, 2, func(f *foreignServices) operator.Services { return &refServices{f} })
+	if h, err := g.svc.RegisterState("t", abi.StateValue); err != nil || h != 1 {
+		t.Fatalf("RegisterState = %d, %v", h, err)
+	}
+	req := g.getRequests(3000, "abc", "a", "k2", "")
+	g.write(2000, req)
+	if n := g.call(phaseProcess, ImportStateGetMany, 0, 2000, uint64(len(req)), 1000, 64); n < 0 {
+		t.Fatalf("state_get_many = %d", n)
+	}
+	at := g.layout(3100, "v1", "v2", "v3", "v4")
+	var ws []byte
+	add := func(h int32, key, ns [2]uint32, val [2]uint32, del bool) {
+		ws = binary.LittleEndian.AppendUint32(ws, uint32(h))
+		for _, p := range [][2]uint32{key, ns} {
+			ws = binary.LittleEndian.AppendUint32(ws, p[0])
+			ws = binary.LittleEndian.AppendUint32(ws, p[1])
+		}
+		vl := val[1]
+		if del {
+			vl = math.MaxUint32 // -1
+		}
+		ws = binary.LittleEndian.AppendUint32(ws, val[0])
+		ws = binary.LittleEndian.AppendUint32(ws, vl)
+	}
+	abc, a, k2, none := [2]uint32{3000, 3}, [2]uint32{3003, 1}, [2]uint32{3004, 2}, [2]uint32{3006, 0}
+	add(0, abc, a, at[0], false)                // the first pair: ref 100
+	add(0, k2, none, at[1], false)              // the second: ref 101
+	add(1, abc, a, at[2], false)                // another state
+	add(0, [2]uint32{3000, 2}, a, at[3], false) // another key at the same place
+	add(0, abc, a, at[0], true)                 // a deletion
+	g.write(2500, ws)
+	g.svc.calls = nil
+	if st := g.call(phaseProcess, ImportStateWriteBatch, 2500, uint64(len(ws))); st != abi.StatusOK {
+		t.Fatalf("state_write_batch = %d", st)
+	}
+	want := []string{
+		"ref 100", `StatePut "abc" "a" "v1"`,
+		"ref 101", `StatePut "k2" "" "v2"`,
+		`StatePut "abc" "a" "v3"`,
+		`StatePut "ab" "a" "v4"`,
+		`StateDelete "abc" "a"`,
+	}
+	if !slices.Equal(g.svc.calls, want) {
+		t.Errorf("calls %q, want %q", g.svc.calls, want)
 	}
 }
 

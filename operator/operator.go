@@ -108,11 +108,27 @@ type KeyedState interface {
 // overlap the memory accesses of the whole batch instead of waiting for
 // each in turn.
 type StateManyGetter interface {
-	// StateGetMany calls fn(j, value, err) for j = 0 … n-1, in order, with
-	// what StateGet(h, key, ns, nil) would return for pair(j)'s key and ns.
-	// value is valid during fn only. It stops at fn's first error and
-	// returns it.
-	StateGetMany(h int32, n int, pair func(j int) (key, ns []byte), fn func(j int, value []byte, err error) error) error
+	// StateGetMany calls fn(j, value, ref, err) for j = 0 … n-1, in order,
+	// with what StateGet(h, key, ns, nil) would return for pair(j)'s key
+	// and ns, and a StateRef for a StatePutRef of the pair (zero for
+	// none). value is valid during fn only. It stops at fn's first error
+	// and returns it.
+	StateGetMany(h int32, n int, pair func(j int) (key, ns []byte), fn func(j int, value []byte, ref StateRef, err error) error) error
+}
+
+// StateRef is what StateGetMany tells of where it found a pair, so that a
+// put of the pair soon after (StatePutRef) can skip finding it again. It
+// is a hint: a ref that no longer leads to its pair, or never did, makes
+// the put find the pair as StatePut does. Zero is none.
+type StateRef uint32
+
+// StateRefPutter is KeyedState that takes the StateRef of a pair with a
+// put, as the host does for a guest's state_write_batch after the
+// state_get_many that read the pair.
+type StateRefPutter interface {
+	// StatePutRef is StatePut(h, key, ns, value), for a pair a
+	// StateGetMany gave ref for.
+	StatePutRef(h int32, key, ns, value []byte, ref StateRef) error
 }
 
 // Collector receives an operator's output. Port is the index of the

@@ -94,7 +94,7 @@ func TestStateGetManyAsStateGet(t *testing.T) {
 			}
 			var got []string
 			err := v.StateGetMany(hh, len(sel), func(j int) ([]byte, []byte) { return sel[j].key, sel[j].ns },
-				func(j int, val []byte, err error) error {
+				func(j int, val []byte, _ operator.StateRef, err error) error {
 					if j != len(got) {
 						t.Fatalf("round %d: answer %d came after %d answers", round, j, len(got))
 					}
@@ -113,7 +113,7 @@ func TestStateGetManyAsStateGet(t *testing.T) {
 	stop := errors.New("stop")
 	calls := 0
 	err = v.StateGetMany(h, 3, func(int) ([]byte, []byte) { return keys[0], nil },
-		func(int, []byte, error) error { calls++; return stop })
+		func(int, []byte, operator.StateRef, error) error { calls++; return stop })
 	if !errors.Is(err, stop) || calls != 1 {
 		t.Fatalf("StateGetMany after fn's error: %v after %d calls, want stop after 1", err, calls)
 	}

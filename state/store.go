@@ -18,7 +18,6 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/wstream/wstream/abi"
-	"github.com/wstream/wstream/operator"
 )
 
 // LSM shape, tuned for incremental checkpoints; see the Pebble options in
@@ -619,8 +618,8 @@ func (s *Store) keyGroup(key []byte) (int, bool) {
 }
 
 // get finds the cache entry of pk (hash h), loading it from Pebble when
-// the cache does not hold it, and records the use. An entry known absent is
-// operator.ErrNotFound. The caller reads the value, then calls
+// the cache does not hold it, and records the use. The entry may be one
+// known absent (not present). The caller reads the value, then calls
 // cache.gotten.
 func (s *Store) get(pk []byte, h uint64) (int32, error) {
 	c := s.cache
@@ -632,9 +631,6 @@ func (s *Store) get(pk []byte, h uint64) (int32, error) {
 		}
 	} else {
 		c.touch(idx)
-	}
-	if !c.entries[idx].present {
-		return noSlot, operator.ErrNotFound
 	}
 	return idx, nil
 }

@@ -81,6 +81,9 @@ func (v *VertexState) StateGet(h int32, key, ns, dst []byte) ([]byte, error) {
 		return dst[:0], err
 	}
 	idx, err := v.s.get(pk, v.s.cache.hash(pk))
+	if err == nil && !v.s.cache.entries[idx].present {
+		err = operator.ErrNotFound
+	}
 	if err != nil {
 		return dst[:0], err
 	}
@@ -94,7 +97,7 @@ func (v *VertexState) StateGet(h int32, key, ns, dst []byte) ([]byte, error) {
 // them a chunk at a time: it builds every pair's Pebble key and hash first
 // and reads the cache slots and entries they lead to (cache.warm), so that
 // the cache misses of the chunk overlap; then it looks each pair up.
-func (v *VertexState) StateGetMany(h int32, n int, pair func(j int) (key, ns []byte), fn func(j int, value []byte, err error) error) error {
+func (v *VertexState) StateGetMany(h int32, n int, pair func(j int) (key, ns []byte), fn func(j int, value []byte, ref operator.StateRef, err error) error) error {
 	m := getManyGet()
 	defer m.release()
 	for from := 0; from < n; {
@@ -118,7 +121,7 @@ const (
 
 // getChunk is StateGetMany for the pairs from from on, below n, that make
 // one chunk, with scratch m. It returns where the next chunk starts.
-func (v *VertexState) getChunk(m *manyGet, h int32, from, n int, pair func(j int) (key, ns []byte), fn func(j int, value []byte, err error) error) (int, error) {
+func (v *VertexState) getChunk(m *manyGet, h int32, from, n int, pair func(j int) (key, ns []byte), fn func(j int, value []byte, ref operator.StateRef, err error) error) (int, error) {
 	s := v.s
 	m.keys, m.ends, m.hashes, m.errs = m.keys[:0], m.ends[:0], m.hashes[:0], m.errs[:0]
 	to := from
@@ -143,10 +146,16 @@ func (v *VertexState) getChunk(m *manyGet, h int32, from, n int, pair func(j int
 			idx, err = s.get(pk, m.hashes[c])
 		}
 		var val []byte
+		var ref operator.StateRef
 		if err == nil {
-			val = s.cache.entries[idx].val
+			ref = operator.StateRef(idx + 1)
+			if e := &s.cache.entries[idx]; e.present {
+				val = e.val
+			} else {
+				err, idx = operator.ErrNotFound, noSlot
+			}
 		}
-		if err := fn(from+c, val, err); err != nil {
+		if err := fn(from+c, val, ref, err); err != nil {
 			return to, err
 		}
 		if idx != noSlot {
@@ -172,6 +181,58 @@ func (v *VertexState) StatePut(h int32, key, ns, value []byte) error {
 	e.present = true
 	v.s.pendingBytes += len(value)
 	return v.s.written()
+}
+
+// StatePutRef is operator.StateRefPutter: StatePut, applied to the cache
+// entry ref leads to when that entry still holds (h, key, ns) (refEntry),
+// without building the pair's Pebble key, hashing it and looking it up.
+func (v *VertexState) StatePutRef(h int32, key, ns, value []byte, ref operator.StateRef) error {
+	idx := int32(noSlot)
+	if len(value) <= operator.MaxValueSize {
+		idx = v.refEntry(h, key, ns, ref)
+	}
+	if idx == noSlot {
+		return v.StatePut(h, key, ns, value)
+	}
+	c := v.s.cache
+	if err := v.dirtyAt(idx, c.entries[idx].key, len(ns)); err != nil {
+		return err
+	}
+	e := &c.entries[idx]
+	e.val = append(e.val[:0], value...)
+	e.present = true
+	v.s.pendingBytes += len(value)
+	return v.s.written()
+}
+
+// refEntry returns the cache entry ref leads to when it still holds the
+// pair (h, key, ns), or noSlot. The entry is the pair's when its Pebble
+// key is the pair's but for the key group, which comes from the key. An
+// entry in the cache is one the store checked when it came in (the key's
+// group is the subtask's, the sizes are within the limits), and the cache
+// holds at most one entry a key.
+func (v *VertexState) refEntry(h int32, key, ns []byte, ref operator.StateRef) int32 {
+	c := v.s.cache
+	idx := int32(ref) - 1
+	if idx < 0 || int(idx) >= len(c.entries) || h < 0 || int(h) >= len(v.states) || v.usable() != nil {
+		return noSlot
+	}
+	e := &c.entries[idx]
+	mid := v.states[h].mid
+	var lb [binary.MaxVarintLen64]byte
+	ln := binary.PutUvarint(lb[:], uint64(len(key)))
+	if !e.used || len(e.key) != 2+len(mid)+ln+len(key)+len(ns) {
+		return noSlot
+	}
+	k := e.key[2:]
+	if string(k[:len(mid)]) != string(mid) || string(k[len(mid):len(mid)+ln]) != string(lb[:ln]) {
+		return noSlot
+	}
+	k = k[len(mid)+ln:]
+	if string(k[:len(key)]) != string(key) || string(k[len(key):]) != string(ns) {
+		return noSlot
+	}
+	return idx
 }
 
 // StateDelete removes (key, ns); removing an absent entry is not an error.
@@ -206,16 +267,26 @@ func (v *VertexState) dirtyEntry(h int32, key, ns []byte) (int32, error) {
 		idx = c.insert(pk, hash)
 		c.entries[idx].blind = true
 	}
+	if err := v.dirtyAt(idx, pk, len(ns)); err != nil {
+		return noSlot, err
+	}
+	return idx, nil
+}
+
+// dirtyAt marks cache entry idx, whose Pebble key is pk, dirty; its
+// namespace is pk's last nsLen bytes.
+func (v *VertexState) dirtyAt(idx int32, pk []byte, nsLen int) error {
+	c := v.s.cache
 	if v.s.undo.open {
-		v.s.journalEntry(idx, pk, len(ns))
+		v.s.journalEntry(idx, pk, nsLen)
 		if err := v.s.journalBound(); err != nil {
-			return noSlot, err
+			return err
 		}
 	}
 	if c.markDirty(idx) {
-		v.s.dirtyBases[c.hash(pk[:len(pk)-len(ns)])] = struct{}{}
+		v.s.dirtyBases[c.hash(pk[:len(pk)-nsLen])] = struct{}{}
 	}
-	return idx, nil
+	return nil
 }
 
 // StateIter calls fn for each entry of key whose namespace starts with

@@ -51,6 +51,7 @@ var due = func() chan time.Time {
 type keyedState interface {
 	operator.KeyedState
 	operator.StateManyGetter
+	operator.StateRefPutter
 	PopTimers(domain int32, upTo int64, b *abi.Builder) (int, error)
 	NextTimer(domain int32) (int64, bool)
 }
@@ -423,16 +424,19 @@ func (noKeyedState) RegisterState(string, int32) (int32, error) { return 0, oper
 func (noKeyedState) StateGet(int32, []byte, []byte, []byte) ([]byte, error) {
 	return nil, operator.ErrNoKeyedState
 }
-func (noKeyedState) StateGetMany(_ int32, n int, _ func(int) ([]byte, []byte), fn func(int, []byte, error) error) error {
+func (noKeyedState) StateGetMany(_ int32, n int, _ func(int) ([]byte, []byte), fn func(int, []byte, operator.StateRef, error) error) error {
 	for j := range n {
-		if err := fn(j, nil, operator.ErrNoKeyedState); err != nil {
+		if err := fn(j, nil, 0, operator.ErrNoKeyedState); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 func (noKeyedState) StatePut(int32, []byte, []byte, []byte) error { return operator.ErrNoKeyedState }
-func (noKeyedState) StateDelete(int32, []byte, []byte) error      { return operator.ErrNoKeyedState }
+func (noKeyedState) StatePutRef(int32, []byte, []byte, []byte, operator.StateRef) error {
+	return operator.ErrNoKeyedState
+}
+func (noKeyedState) StateDelete(int32, []byte, []byte) error { return operator.ErrNoKeyedState }
 func (noKeyedState) StateIter(int32, []byte, []byte, []byte, func([]byte, []byte) bool) error {
 	return operator.ErrNoKeyedState
 }
