@@ -176,6 +176,11 @@ func (v *VertexState) StatePut(h int32, key, ns, value []byte) error {
 	if err != nil {
 		return err
 	}
+	return v.setValue(idx, value)
+}
+
+// setValue stores value in dirty cache entry idx.
+func (v *VertexState) setValue(idx int32, value []byte) error {
 	e := &v.s.cache.entries[idx]
 	e.val = append(e.val[:0], value...)
 	e.present = true
@@ -194,15 +199,10 @@ func (v *VertexState) StatePutRef(h int32, key, ns, value []byte, ref operator.S
 	if idx == noSlot {
 		return v.StatePut(h, key, ns, value)
 	}
-	c := v.s.cache
-	if err := v.dirtyAt(idx, c.entries[idx].key, len(ns)); err != nil {
+	if err := v.dirtyAt(idx, v.s.cache.entries[idx].key, len(ns)); err != nil {
 		return err
 	}
-	e := &c.entries[idx]
-	e.val = append(e.val[:0], value...)
-	e.present = true
-	v.s.pendingBytes += len(value)
-	return v.s.written()
+	return v.setValue(idx, value)
 }
 
 // refEntry returns the cache entry ref leads to when it still holds the

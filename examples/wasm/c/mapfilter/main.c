@@ -123,81 +123,78 @@ static int filter_open(ws_ctx *ctx) {
 }
 
 /* pair_hits returns a bit per position j of s + i .. s + i + 7 where
- * s[j] == a and s[j + 1] == b might both hold, reading s[i .. i + 8]: a
- * SWAR compare, whose false positives (a byte above a match) the caller
+ * s[j] == a and s[j + o] == b might both hold, reading s[i .. i + 7 + o]:
+ * a SWAR compare, whose false positives (a byte above a match) the caller
  * checks. */
-static inline uint64_t pair_hits(const uint8_t *s, uint32_t i, uint64_t pa, uint64_t pb) {
+static inline uint64_t pair_hits(const uint8_t *s, uint32_t i, uint32_t o, uint64_t pa, uint64_t pb) {
 	const uint64_t ones = 0x0101010101010101ull, high = 0x8080808080808080ull;
-	uint64_t x = (load8(s + i) ^ pa) | (load8(s + i + 1) ^ pb);
+	uint64_t x = (load8(s + i) ^ pa) | (load8(s + i + o) ^ pb);
 	return (x - ones) & ~x & high;
 }
 
-/* match_at reports whether sub (m >= 2 bytes) occurs at s + j. */
+/* match_at reports whether sub (m >= 1 bytes) occurs at s + j. */
 static inline int match_at(const uint8_t *s, uint32_t j, const uint8_t *sub, uint32_t m) {
-	return s[j] == sub[0] && s[j + 1] == sub[1] && (m == 2 || memcmp(s + j + 2, sub + 2, m - 2) == 0);
+	return s[j] == sub[0] && (m == 1 || (s[j + 1] == sub[1] && (m == 2 || memcmp(s + j + 2, sub + 2, m - 2) == 0)));
 }
 
 /* contains reports whether sub occurs in s. It looks for sub's first two
- * bytes together, as Go's bytes.Index does with vector instructions, so
- * that a first byte common in the input (every word of the benchmark's
- * values starts with the same letter) is not a candidate to check each
- * time: sixteen positions at a time with wasm's SIMD, eight with a SWAR
- * compare without it. Values up to 17 bytes take no loop, and the end of
- * a longer one is an overlapping last step: compiled to wasm under a host
- * that enforces call deadlines, every loop iteration costs a check. */
+ * bytes together (o = 1; a one-byte needle compares its byte twice, o =
+ * 0), as Go's bytes.Index does with vector instructions, so that a first
+ * byte common in the input (every word of the benchmark's values starts
+ * with the same letter) is not a candidate to check each time: sixteen
+ * positions at a time with wasm's SIMD, eight with a SWAR compare without
+ * it. Values up to 16 + o bytes take no loop, and the end of a longer one
+ * is an overlapping last step: compiled to wasm under a host that enforces
+ * call deadlines, every loop iteration costs a check. */
 static int contains(const uint8_t *s, uint32_t n, const uint8_t *sub, uint32_t m) {
 	if (m == 0)
 		return 1;
 	if (m > n)
 		return 0;
 	const uint32_t last = n - m; /* the last position sub can start at */
-	if (m == 1) {
-		for (uint32_t i = 0; i < n; i++)
-			if (s[i] == sub[0])
-				return 1;
-		return 0;
-	}
-	if (n >= 17) {
+	const uint32_t o = m > 1;    /* the offset of the second byte compared */
 #ifdef __wasm_simd128__
-		const v128_t a = wasm_i8x16_splat((int8_t)sub[0]), b = wasm_i8x16_splat((int8_t)sub[1]);
-#define HITS(i) wasm_i8x16_bitmask(wasm_v128_and(wasm_i8x16_eq(wasm_v128_load(s + (i)), a), wasm_i8x16_eq(wasm_v128_load(s + (i) + 1), b)))
-		/* Positions i .. i + 15, from bytes i .. i + 16. */
+	if (n >= 16 + o) {
+		const v128_t a = wasm_i8x16_splat((int8_t)sub[0]), b = wasm_i8x16_splat((int8_t)sub[o]);
+		/* Positions i .. i + 15, from bytes i .. i + 15 + o; no false
+		 * positives. */
 		for (uint32_t i = 0;; i += 16) {
-			if (i + 17 > n)
-				i = n - 17; /* the rest, overlapping */
-			for (uint32_t hits = HITS(i); hits; hits &= hits - 1) {
+			if (i + 16 + o > n)
+				i = n - 16 - o; /* the rest, overlapping */
+			uint32_t hits = wasm_i8x16_bitmask(
+			    wasm_v128_and(wasm_i8x16_eq(wasm_v128_load(s + i), a), wasm_i8x16_eq(wasm_v128_load(s + i + o), b)));
+			for (; hits; hits &= hits - 1) {
 				uint32_t j = i + (uint32_t)__builtin_ctz(hits);
 				if (j > last)
 					break;
-				if (m == 2 || memcmp(s + j + 2, sub + 2, m - 2) == 0)
+				if (m <= 2 || memcmp(s + j + 2, sub + 2, m - 2) == 0)
 					return 1;
 			}
-			if (i + 17 >= n)
+			if (i + 16 + o >= n)
 				return 0;
 		}
-#undef HITS
-#endif
 	}
-	if (n < 9) {
+#endif
+	if (n < 8 + o) {
 		for (uint32_t i = 0; i <= last; i++)
 			if (match_at(s, i, sub, m))
 				return 1;
 		return 0;
 	}
 	const uint64_t ones = 0x0101010101010101ull;
-	const uint64_t pa = ones * sub[0], pb = ones * sub[1];
-	/* Positions i .. i + 7, from bytes i .. i + 8. */
+	const uint64_t pa = ones * sub[0], pb = ones * sub[o];
+	/* Positions i .. i + 7, from bytes i .. i + 7 + o. */
 	for (uint32_t i = 0;; i += 8) {
-		if (i + 9 > n)
-			i = n - 9; /* the rest, overlapping */
-		for (uint64_t hits = pair_hits(s, i, pa, pb); hits; hits &= hits - 1) {
+		if (i + 8 + o > n)
+			i = n - 8 - o; /* the rest, overlapping */
+		for (uint64_t hits = pair_hits(s, i, o, pa, pb); hits; hits &= hits - 1) {
 			uint32_t j = i + ((uint32_t)__builtin_ctzll(hits) >> 3);
 			if (j > last)
 				break;
 			if (match_at(s, j, sub, m))
 				return 1;
 		}
-		if (i + 9 >= n)
+		if (i + 8 + o >= n)
 			return 0;
 	}
 }
