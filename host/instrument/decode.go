@@ -213,13 +213,13 @@ func (r *reader) heapType() { r.sleb(33) }
 
 // blockType reads the type of a block: empty, one value type, or a type
 // index (multi-value).
-func (r *reader) blockType() {
+func (r *reader) blockType() (typeIdx uint32) {
 	if r.err != nil {
-		return
+		return noType
 	}
 	if r.off >= len(r.b) {
 		r.fail(0, "unexpected end")
-		return
+		return noType
 	}
 	switch c := r.b[r.off]; {
 	case c == 0x40:
@@ -228,11 +228,20 @@ func (r *reader) blockType() {
 		r.valType()
 	default:
 		at := r.off
-		if v := r.sleb(33); v < 0 && r.err == nil {
+		v := r.sleb(33)
+		if v < 0 && r.err == nil {
 			r.failAt(at, "invalid block type %d", v)
 		}
+		if r.err == nil && v < noType {
+			return uint32(v)
+		}
 	}
+	return noType
 }
+
+// noType is what blockType returns for a block type that is not a type
+// index (empty, or one result).
+const noType = 1<<32 - 1
 
 // limits reads the limits of a table or memory.
 func (r *reader) limits() {
@@ -277,7 +286,8 @@ func (r *reader) catches() {
 }
 
 // instr reads the immediates of the instruction whose opcode op was just
-// read. It returns the first index immediate, if any (a call's function).
+// read. It returns the first index immediate, if any (a call's function),
+// or a block's type index (noType when its type is not one).
 func (r *reader) instr(op byte) (idx uint32) {
 	switch op {
 	case 0x00, 0x01, // unreachable, nop
@@ -288,7 +298,7 @@ func (r *reader) instr(op byte) (idx uint32) {
 		0x1a, 0x1b, // drop, select
 		0xd1, 0xd3, 0xd4: // ref.is_null, ref.eq, ref.as_non_null
 	case opBlock, opLoop, opIf, opTry:
-		r.blockType()
+		return r.blockType()
 	case opTryTable:
 		r.blockType()
 		r.catches()

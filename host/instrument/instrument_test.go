@@ -76,6 +76,14 @@ var corpus = map[string]string{
       (local.set $n (i32.sub (local.get $n) (i32.const 1)))
       (br $l))
     (i32.const -1))
+  (func (export "deep") (param $n i32) (param $f f64) (result i32) (local $i i32) (local $x i64)
+    (i32.add (i32.const 1000) ;; on the stack below the loop, across its slow path
+      (loop $l (result i32)
+        (local.set $i (i32.add (local.get $i) (i32.const 3)))
+        (local.set $x (i64.add (i64.mul (local.get $x) (i64.const 31)) (i64.extend_i32_u (local.get $i))))
+        (local.set $f (f64.add (local.get $f) (f64.const 0.5)))
+        (br_if $l (i32.lt_u (local.get $i) (local.get $n)))
+        (i32.add (i32.wrap_i64 (local.get $x)) (i32.trunc_f64_s (local.get $f))))))
   (func (export "memory") (param $a i32) (result i64)
     (i32.store (local.get $a) (i32.const -2))
     (i64.store offset=8 align=4 (local.get $a) (i64.const 0x1122334455667788))
@@ -272,6 +280,8 @@ func instrument(t testing.TB, wasm []byte) *Result {
 var checkTemplates = map[string][]string{
 	"entry": {`global\.get B`, `i32\.const \d+`, `i32\.sub`, `global\.set B`, `global\.get B`, `i32\.const 0`, `i32\.ge_s`, `if`, `else`, `call S`, `end`},
 	"loop":  {`local\.get L`, `i32\.const \d+`, `i32\.add`, `local\.tee L`, `i32\.const 65536`, `i32\.le_u`, `if`, `else`, `i32\.const 0`, `local\.set L`, `call S`, `end`},
+	// A loop without parameters: the slow path checks the header again.
+	"loop-reenter": {`local\.get L`, `i32\.const \d+`, `i32\.add`, `local\.tee L`, `i32\.const 65536`, `i32\.le_u`, `if`, `else`, `i32\.const 0`, `local\.set L`, `call S`, `br 1`, `end`},
 	"exit": {`global\.get B`, `local\.get L`, `i32\.sub`, `global\.set B`, `i32\.const 0`, `local\.set L`,
 		`global\.get B`, `i32\.const 0`, `i32\.ge_s`, `if`, `else`, `call S`, `end`},
 	"call":   {`global\.get STOP`, `i32\.eqz`, `if`, `else`, `unreachable`, `end`},
@@ -367,7 +377,7 @@ next:
 			i += 2 + len(templates["charge"])
 			continue
 		}
-		for _, kind := range []string{"exit-weighted", "exit", "entry", "loop", "call"} {
+		for _, kind := range []string{"exit-weighted", "exit", "entry", "loop-reenter", "loop", "call"} {
 			if !matches(i, templates[kind]) {
 				continue
 			}
@@ -376,9 +386,13 @@ next:
 				if i != 0 {
 					t.Errorf("entry check at line %d of a function", i)
 				}
-			case "loop":
+			case "loop", "loop-reenter":
 				if len(out) == 0 || !strings.HasPrefix(out[len(out)-1], "loop") {
 					t.Errorf("loop check after %q", out[len(out)-1:])
+				} else if params := strings.Contains(out[len(out)-1], "(param"); params == (kind == "loop-reenter") {
+					// A branch to a loop with parameters would have to
+					// pass them.
+					t.Errorf("%s check after %q", kind, out[len(out)-1])
 				}
 			case "call":
 				if len(out) == 0 || !strings.HasPrefix(out[len(out)-1], "call") {
@@ -392,8 +406,12 @@ next:
 				}
 			}
 			i += len(templates[kind])
-			if kind == "exit-weighted" {
+			switch kind {
+			case "exit-weighted":
 				kind = "exit"
+			case "loop-reenter":
+				counts["reenter"]++
+				kind = "loop"
 			}
 			counts[kind]++
 			continue next
@@ -583,6 +601,10 @@ func TestBehaviour(t *testing.T) {
 		{"mvp", "started", nil},
 		{"mvp", "fact", []uint64{10}},
 		{"mvp", "sum", []uint64{1000}},
+		// Loops past the budget, whose slow paths run with values in
+		// locals and on the stack, and go back to the loop's header.
+		{"mvp", "sum", []uint64{3*Budget + 7}},
+		{"mvp", "deep", []uint64{5 * Budget, api.EncodeF64(0.25)}},
 		{"mvp", "indirect", []uint64{1, 100}},
 		{"mvp", "indirect", []uint64{2, 6}},
 		{"mvp", "host", []uint64{14}},
@@ -594,6 +616,8 @@ func TestBehaviour(t *testing.T) {
 		{"mvp", "memory", []uint64{64}},
 		{"mvp", "numbers", []uint64{12345}},
 		{"v2", "multi", []uint64{7}},
+		// A loop with parameters past the budget: its slow path goes on.
+		{"v2", "multi", []uint64{2*Budget + 3}},
 		{"v2", "signext", []uint64{0x8180}},
 		{"v2", "sat", []uint64{api.EncodeF64(-1e30)}},
 		{"v2", "bulk", nil},
@@ -688,11 +712,15 @@ func TestBudget(t *testing.T) {
 		n    uint64
 		want uint64
 	}{
-		{1000, Budget - 1000},      // 1000 loop iterations charged on return
-		{Budget - 1000, 0},         // down to 0: not yet exhausted
-		{1, Budget},                // exhausted: the slow path refilled it
-		{Budget + 1, Budget},       // the slow path ran inside the loop
-		{3*Budget + 5, Budget - 2}, // three times inside (counter reset to 0 each time); the last 2 charged on return
+		{1000, Budget - 1000}, // 1000 loop iterations charged on return
+		{Budget - 1000, 0},    // down to 0: not yet exhausted
+		{1, Budget},           // exhausted: the slow path refilled it
+		// The slow path ran inside the loop, then went back to the
+		// loop's header, which charged the iteration again (1).
+		{Budget + 1, Budget - 1},
+		// Three times inside (counter reset to 0 each time, and the
+		// iteration charged again); the last 2+3 charged on return.
+		{3*Budget + 5, Budget - 5},
 	} {
 		if _, err := spin.Call(context.Background(), step.n); err != nil {
 			t.Fatal(err)
@@ -705,8 +733,8 @@ func TestBudget(t *testing.T) {
 	if _, err := mod.ExportedFunction("fill").Call(context.Background(), 10*256+255); err != nil {
 		t.Fatal(err)
 	}
-	if got := budget.Get(); got != Budget-2-10 {
-		t.Errorf("after filling 2815 bytes: budget %d, want %d", got, Budget-2-10)
+	if got := budget.Get(); got != Budget-5-10 {
+		t.Errorf("after filling 2815 bytes: budget %d, want %d", got, Budget-5-10)
 	}
 }
 
@@ -748,6 +776,26 @@ func TestStop(t *testing.T) {
 				t.Fatal("setting the flag did not stop the guest within 30s")
 			}
 		})
+	}
+}
+
+// TestSmallBulk: a bulk instruction whose size an i32.const just pushed,
+// under a unit's worth, is not charged; any other is.
+func TestSmallBulk(t *testing.T) {
+	res := instrument(t, testmod.WAT(t, `(module
+  (memory 1)
+  (table 300 funcref)
+  (func (export "f") (param $n i32)
+    (memory.copy (i32.const 0) (i32.const 64) (i32.const 255)) ;; free
+    (memory.fill (i32.const 0) (i32.const 0) (i32.const 0))    ;; free
+    (table.fill 0 (i32.const 0) (ref.null func) (i32.const 9)) ;; free
+    (memory.fill (i32.const 0) (i32.const 0) (i32.const 256))  ;; a unit
+    (memory.copy (i32.const 0) (i32.const 64) (i32.const -1))  ;; 2^32-1 bytes
+    (memory.fill (i32.const 0) (i32.const 0) (local.get $n))
+    (memory.fill (i32.const 0) (i32.const 0) (block (result i32) (i32.const 1))) ;; not just pushed
+    (table.copy 0 0 (i32.const 0) (i32.const 1) (i32.add (i32.const 1) (i32.const 1)))))`))
+	if res.Bulk != 5 {
+		t.Errorf("%d bulk instructions charged, want 5", res.Bulk)
 	}
 }
 
