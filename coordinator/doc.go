@@ -89,7 +89,9 @@
 // survives, and the workers' JetStream channels end an attempt that lived
 // through a NATS restart themselves: credits and barriers may have been
 // lost). Clients (Watch.Wait) take a job's result from its spec when
-// they missed the done message.
+// they missed the done message. The spec with the result reaches the
+// bucket before the done message goes out (unless the bucket cannot be
+// written for 5 s), so a client that heard of the end lists the job ended.
 //
 // Workers send their subtasks' metrics samples about once a second
 // (transport.SubjectMetrics, a subject of the service account that tenants

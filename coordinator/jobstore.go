@@ -114,6 +114,7 @@ type jobStore struct {
 	pending   map[string]queuedSpec
 	order     []string // job ids in the order their specs came in
 	gen       uint64
+	stored    chan struct{} // closed, and replaced, at every spec stored
 	wake      chan struct{}
 	quit      chan struct{}
 	done      chan struct{}
@@ -124,7 +125,7 @@ type jobStore struct {
 }
 
 func newJobStore(kv jetstream.KeyValue, log *slog.Logger) *jobStore {
-	s := &jobStore{kv: kv, log: log, pending: map[string]queuedSpec{}, wake: make(chan struct{}, 1),
+	s := &jobStore{kv: kv, log: log, pending: map[string]queuedSpec{}, stored: make(chan struct{}), wake: make(chan struct{}, 1),
 		quit: make(chan struct{}), done: make(chan struct{})}
 	go s.loop()
 	return s
@@ -188,7 +189,32 @@ func (s *jobStore) flush() bool {
 			delete(s.pending, id)
 			s.order = slices.DeleteFunc(s.order, func(o string) bool { return o == id })
 		}
+		close(s.stored)
+		s.stored = make(chan struct{})
 		s.mu.Unlock()
+	}
+}
+
+// wait waits, at most max, until no spec of job id is pending: it reports
+// whether the bucket holds the newest one.
+func (s *jobStore) wait(id string, max time.Duration) bool {
+	t := time.NewTimer(max)
+	defer t.Stop()
+	for {
+		s.mu.Lock()
+		_, pending := s.pending[id]
+		stored := s.stored
+		s.mu.Unlock()
+		if !pending {
+			return true
+		}
+		select {
+		case <-stored:
+		case <-s.done:
+			return false
+		case <-t.C:
+			return false
+		}
 	}
 }
 

@@ -188,6 +188,13 @@ func (c *Coordinator) carry(j *jobState, acts []lifecycle.Action, first bool) er
 			}
 			c.writeRecord(j)
 		case lifecycle.PublishResult:
+			// The spec with the result (PersistSpec, just before) reaches
+			// the bucket first, unless the bucket cannot be written for
+			// long: a client that heard of the end and then lists the
+			// jobs sees it ended.
+			if c.store != nil && !c.store.wait(id, kvTimeout) {
+				c.cfg.Log.Warn("publishing the job's result before its spec is stored", logging.Job, id, "bucket", transport.JobsBucket)
+			}
 			c.mu.Lock()
 			b, _ := json.Marshal(j.result)
 			c.mu.Unlock()

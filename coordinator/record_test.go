@@ -99,6 +99,10 @@ func TestSubmitAnswersOnceRecorded(t *testing.T) {
 	if rec, err = ReadRecord(c.cfg.DataDir, id); err != nil || rec.State != transport.JobFinished {
 		t.Fatalf("record after the end: %+v, %v; want finished", rec, err)
 	}
+	// The bucket had the end before the client heard of it.
+	if s, err := ReadJobSpec(ctx, client, id); err != nil || s.State != transport.JobFinished || s.Result == nil {
+		t.Fatalf("spec in the bucket when the result came: %+v, %v; want finished, with the result", s, err)
+	}
 }
 
 // TestSubmitFailsWithoutRecord checks that a new job whose record cannot be
