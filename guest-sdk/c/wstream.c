@@ -1690,6 +1690,26 @@ static int state_read(ws_ctx *c, int32_t h, const char *name, const void *ns, ui
 	return 1;
 }
 
+/* sc_dirty marks result r of group g dirty, for the write-back. */
+static inline int sc_dirty(state_cache *sc, const sc_group *g, uint8_t *r, const char *what, const char *name) {
+	uint32_t first = le32(r);
+	if (first & SC_DIRTY)
+		return WS_OK;
+	if (sc->ndirty == sc->dirty_cap) {
+		uint32_t cap = sc->dirty_cap ? 2 * sc->dirty_cap : 256;
+		uint32_t *d = ws_realloc(sc->dirty, (size_t)cap * sizeof *d);
+		if (!d) {
+			set_error("%s \"%s\": out of memory", what, name);
+			return WS_LIMIT;
+		}
+		sc->dirty = d;
+		sc->dirty_cap = cap;
+	}
+	sc->dirty[sc->ndirty++] = (uint32_t)(g - sc->g) << 17 | first;
+	put32(r, first | SC_DIRTY);
+	return WS_OK;
+}
+
 /* state_write records a put (del 0) or a delete in the cache, for the
  * write-back, or makes it at once when the cache does not hold the entry;
  * sizes over the ABI's limits are refused at once. */
@@ -1721,21 +1741,9 @@ static int state_write(ws_ctx *c, int32_t h, const char *what, const char *name,
 		}
 		copy(v, val, len);
 	}
-	uint32_t first = le32(r);
-	if (!(first & SC_DIRTY)) {
-		if (sc->ndirty == sc->dirty_cap) {
-			uint32_t cap = sc->dirty_cap ? 2 * sc->dirty_cap : 256;
-			uint32_t *d = ws_realloc(sc->dirty, (size_t)cap * sizeof *d);
-			if (!d) {
-				set_error("%s \"%s\": out of memory", what, name);
-				return WS_LIMIT;
-			}
-			sc->dirty = d;
-			sc->dirty_cap = cap;
-		}
-		sc->dirty[sc->ndirty++] = (uint32_t)(g - sc->g) << 17 | first;
-		put32(r, first | SC_DIRTY);
-	}
+	int st = sc_dirty(sc, g, r, what, name);
+	if (st < 0)
+		return st;
 	put32(r + 4, del ? (uint32_t)WS_NOT_FOUND : len);
 	put32(r + 8, del ? 0 : addr(v));
 	return WS_OK;
@@ -1781,6 +1789,51 @@ int ws_value_get_int64_ns(ws_ctx *ctx, ws_value_state s, const void *ns, uint32_
 }
 
 int ws_value_get_int64(ws_ctx *ctx, ws_value_state s, int64_t *v) { return ws_value_get_int64_ns(ctx, s, 0, 0, v); }
+
+int ws_value_add_int64_ns(ws_ctx *ctx, ws_value_state s, const void *ns, uint32_t ns_len, int64_t delta,
+                          int64_t *sum) {
+	*sum = 0;
+	if (s.h < 0)
+		return unregistered("add to value state");
+	sc_group *g = SC_ENABLED && ns_len <= SC_MAX_KEY ? sc_group_for(ctx, s.h, ns, ns_len) : 0;
+	if (g) {
+		/* The cached entry: read and written with one lookup. */
+		uint8_t *r = sc_entry(g);
+		int32_t vlen = (int32_t)le32(r + 4);
+		uint32_t vptr = le32(r + 8);
+		if ((vlen == 8 && vptr) || vlen == WS_NOT_FOUND) {
+			uint8_t *v = sc_alloc(&ctx->sc, 8);
+			if (!v) {
+				set_error("add to value state \"%s\": out of memory", s.name);
+				return WS_LIMIT;
+			}
+			int found = vlen == 8;
+			uint64_t n = (found ? le64((const uint8_t *)(uintptr_t)vptr) : 0) + (uint64_t)delta;
+			put64(v, n);
+			int st = sc_dirty(&ctx->sc, g, r, "add to value state", s.name);
+			if (st < 0)
+				return st;
+			put32(r + 4, 8);
+			put32(r + 8, addr(v));
+			*sum = (int64_t)n;
+			return found;
+		}
+	}
+	int64_t n;
+	int found = ws_value_get_int64_ns(ctx, s, ns, ns_len, &n);
+	if (found < 0)
+		return found;
+	n = (int64_t)((uint64_t)n + (uint64_t)delta);
+	int st = ws_value_put_int64_ns(ctx, s, ns, ns_len, n);
+	if (st < 0)
+		return st;
+	*sum = n;
+	return found;
+}
+
+int ws_value_add_int64(ws_ctx *ctx, ws_value_state s, int64_t delta, int64_t *sum) {
+	return ws_value_add_int64_ns(ctx, s, 0, 0, delta, sum);
+}
 
 int ws_value_put_int64_ns(ws_ctx *ctx, ws_value_state s, const void *ns, uint32_t ns_len, int64_t v) {
 	uint8_t b[8];

@@ -267,13 +267,17 @@ int ws_map_state_get(ws_ctx *ctx, const char *name, ws_map_state *out);
  * a key or namespace over 64 KiB or a value over 16 MiB fails at once with
  * WS_LIMIT. Integers are 8 bytes little-endian, like the Go
  * SDK's PutInt64: ws_value_get_int64 fails with WS_BAD_ARGUMENT on a value of
- * another size and stores 0 when there is none. Deleting an absent value is
- * not an error. */
+ * another size and stores 0 when there is none. ws_value_add_int64 is
+ * ws_value_get_int64 and a put of the sum in one call: it stores value + d
+ * (0 + d when there is none, wrapping on overflow), sets *sum to it and
+ * returns 1, or 0 when there was no value; in process and on_timer it finds
+ * the cached entry once. Deleting an absent value is not an error. */
 int ws_value_get(ws_ctx *ctx, ws_value_state s, const uint8_t **val, uint32_t *len);
 int ws_value_put(ws_ctx *ctx, ws_value_state s, const void *val, uint32_t len);
 int ws_value_delete(ws_ctx *ctx, ws_value_state s);
 int ws_value_get_int64(ws_ctx *ctx, ws_value_state s, int64_t *v);
 int ws_value_put_int64(ws_ctx *ctx, ws_value_state s, int64_t v);
+int ws_value_add_int64(ws_ctx *ctx, ws_value_state s, int64_t delta, int64_t *sum);
 
 int ws_value_get_ns(ws_ctx *ctx, ws_value_state s, const void *ns, uint32_t ns_len, const uint8_t **val,
                     uint32_t *len);
@@ -281,6 +285,8 @@ int ws_value_put_ns(ws_ctx *ctx, ws_value_state s, const void *ns, uint32_t ns_l
 int ws_value_delete_ns(ws_ctx *ctx, ws_value_state s, const void *ns, uint32_t ns_len);
 int ws_value_get_int64_ns(ws_ctx *ctx, ws_value_state s, const void *ns, uint32_t ns_len, int64_t *v);
 int ws_value_put_int64_ns(ws_ctx *ctx, ws_value_state s, const void *ns, uint32_t ns_len, int64_t v);
+int ws_value_add_int64_ns(ws_ctx *ctx, ws_value_state s, const void *ns, uint32_t ns_len, int64_t delta,
+                          int64_t *sum);
 
 /* Map state of the current key: a sorted map whose keys are state
  * namespaces. ws_map_get follows ws_value_get's rules. */

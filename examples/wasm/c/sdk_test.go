@@ -1,6 +1,7 @@
 package cexamples_test
 
 import (
+	"encoding/binary"
 	"fmt"
 	"slices"
 	"strings"
@@ -137,6 +138,49 @@ func TestMapState(t *testing.T) {
 	h.Kinds = []int32{abi.StateValue}
 	st, err = h.OpenOp(1, "mapops", "")
 	wasmtest.WantFailure(t, h, "open with a clashing kind", st, err, abi.StatusGuestError, `operator "mapops": open: registering map state "m": bad argument`)
+}
+
+// TestValueAdd checks ws_value_add_int64: the sum of the value (0 when
+// there is none) and the delta is stored and returned, with whether there
+// was a value, and mixes with gets, puts and deletes of the same entry in
+// one callback. With the state cache on, a batch's records of one key
+// share a cache entry; with it off, every call goes to the host.
+func TestValueAdd(t *testing.T) {
+	for _, name := range []string{"testops", "testops-unbatched"} {
+		t.Run(name, func(t *testing.T) {
+			h := newHost(t, name)
+			h.MustOpen(0, "mapops", "")
+			cmd := func(key string, cmds ...string) []abi.Record {
+				t.Helper()
+				var recs []abi.Record
+				for i, c := range cmds {
+					recs = append(recs, wasmtest.Rec(key, c, int64(i)))
+				}
+				h.MustProcess(0, recs...)
+				return h.Take()
+			}
+			wasmtest.WantRecords(t, "one batch",
+				cmd("k8", "inc a 5", "inc a 10", "inc b -3", "add a 1", "inc a 1", "vdel a", "inc a 2", "inc - 7", "inc - 1"),
+				"0 a=5 new@0", "0 a=15@1", "0 b=-3 new@2", "0 a=16@3", "0 a=17@4", "0 a=2 new@6", "0 -=7 new@7", "0 -=8@8")
+			for ns, want := range map[string]int64{"a": 2, "b": -3, "": 8} {
+				v := h.State[wasmtest.StateKey{Handle: h.States["v"], Key: "k8", NS: ns}]
+				if len(v) != 8 || int64(binary.LittleEndian.Uint64(v)) != want {
+					t.Errorf("value state v of k8 under %q = %q, want %d as 8 bytes little-endian", ns, v, want)
+				}
+			}
+			// The next batch reads what the last one wrote back; another
+			// key has its own values.
+			wasmtest.WantRecords(t, "next batch", cmd("k8", "inc a 1", "inc - -8"), "0 a=3@0", "0 -=0@1")
+			wasmtest.WantRecords(t, "other key", cmd("k9", "inc a 1"), "0 a=1 new@0")
+
+			st, err := h.ProcessCtx(h.Ctx, 0, []abi.Record{wasmtest.Rec("k7", "vraw w abc", 0), wasmtest.Rec("k7", "inc w 1", 1)})
+			wasmtest.WantFailure(t, h, "inc on a 3-byte value", st, err, abi.StatusGuestError,
+				`operator "mapops": process: record 1 of 2 (key "k7"): value state "v" holds 3 bytes, not an 8-byte int64: bad argument`)
+			if v := h.State[wasmtest.StateKey{Handle: h.States["v"], Key: "k7", NS: "w"}]; string(v) != "abc" {
+				t.Errorf("a failed inc left %q, want the 3 bytes stored before", v)
+			}
+		})
+	}
 }
 
 func TestTimers(t *testing.T) {

@@ -214,6 +214,9 @@ static int word(const uint8_t *s, uint32_t n, int i, const uint8_t **w, uint32_t
  *   first P N  emits the first N entries with prefix P
  *   nest       for every entry, emits how many entries share its first byte
  *   add NS D   adds D to the int64 value state under namespace NS, emits it
+ *   inc NS D   the same with ws_value_add_int64_ns, emits "SUM" or "SUM new"
+ *              when there was no value ("inc - D": the empty namespace,
+ *              with ws_value_add_int64)
  *   vdel NS    deletes it        vraw NS X   stores the raw bytes X there
  *   unknown    uses a state that open did not register
  */
@@ -279,6 +282,19 @@ static int mapops_process(ws_ctx *ctx, const ws_record *r) {
 			return st;
 		char buf[WS_INT64_DIGITS];
 		ws_emit(ctx, a, al, buf, ws_format_int64(buf, v + d), r->ts);
+		return 0;
+	}
+	if (equal(cmd, cl, "inc")) {
+		int64_t d, v;
+		if (!ws_parse_int64(b, bl, &d))
+			return ws_errorf(ctx, "inc: \"%.*s\" is not a decimal integer", (int)bl, (const char *)b);
+		int found = equal(a, al, "-") ? ws_value_add_int64(ctx, s->v, d, &v)
+		                              : ws_value_add_int64_ns(ctx, s->v, a, al, d, &v);
+		if (found < 0)
+			return found;
+		char buf[WS_INT64_DIGITS + 4];
+		uint32_t n = ws_format(buf, sizeof buf, "%lld%s", (long long)v, found ? "" : " new");
+		ws_emit(ctx, a, al, buf, n, r->ts);
 		return 0;
 	}
 	if (equal(cmd, cl, "vdel"))

@@ -94,16 +94,11 @@ static int count_process(ws_ctx *ctx, const ws_record *r) {
 	(void)r;
 	count *c = ws_data(ctx);
 	int64_t n;
-	int found = ws_value_get_int64(ctx, c->n, &n);
+	int found = ws_value_add_int64(ctx, c->n, 1, &n);
 	if (found < 0)
 		return found;
-	if (!found) {
-		/* Timers are keyed state: one registration per word is enough. */
-		int st = ws_register_event_timer(ctx, INT64_MAX, 0, 0);
-		if (st < 0)
-			return st;
-	}
-	return ws_value_put_int64(ctx, c->n, n + 1);
+	/* Timers are keyed state: one registration per word is enough. */
+	return found ? WS_OK : ws_register_event_timer(ctx, INT64_MAX, 0, 0);
 }
 
 static int count_on_timer(ws_ctx *ctx, const ws_timer *t) {
