@@ -20,7 +20,7 @@ import (
 // without 1 s checkpoints; the ratio of records/s is the checkpoint overhead.
 func BenchmarkCheckpointOverhead(b *testing.B) {
 	_, cMod := buildModules(b, "wordcount")
-	const n = 12_000_000 // a few seconds per run, so several 1 s checkpoints
+	const n = 16_000_000 // over 2 s a run: 1 s checkpoints, then the final one
 	plan := func(ckpt string) string { return overheadPlan(ckpt, n) }
 	b.Run("none", func(b *testing.B) { runJob(b, jobRun{module: cMod, plan: plan(""), records: n}) })
 	b.Run("1s", func(b *testing.B) {

@@ -30,10 +30,11 @@ import (
 func BenchmarkRatios(b *testing.B) {
 	goStateless, cStateless := buildModules(b, "mapfilter")
 	goKeyed, cKeyed := buildModules(b, "wordcount")
-	// Several 1 s checkpoints per run. WSTREAM_CKPT_RECORDS=N runs the
-	// checkpoint configurations on N records instead, to see how much of
-	// the ratio is the final checkpoint, which a short run weighs more.
-	ckptRecords := 12_000_000
+	// Runs of about 2.3 s at the C guest's 7M records/s: a periodic
+	// checkpoint or two, and the final one, which a short run weighs more.
+	// WSTREAM_CKPT_RECORDS=N runs the checkpoint configurations on N
+	// records instead, to see how much of the ratio the final checkpoint is.
+	ckptRecords := 16_000_000
 	if s := os.Getenv("WSTREAM_CKPT_RECORDS"); s != "" {
 		n, err := strconv.Atoi(s)
 		if err != nil || n <= 0 {
