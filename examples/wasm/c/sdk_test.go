@@ -61,10 +61,13 @@ func TestRouteAndHooks(t *testing.T) {
 
 func TestBadOutput(t *testing.T) { lang.CheckBadOutput(t) }
 
-func TestMapState(t *testing.T) {
-	h := newHost(t, "testops")
+// mapops opens the operator "mapops" of module name (see lang) and returns
+// its host and a function that processes one batch of commands, records of
+// key with timestamps 0, 1, …, and returns what they emitted.
+func mapops(t *testing.T, name string) (*wasmtest.Host, func(key string, cmds ...string) []abi.Record) {
+	h := newHost(t, name)
 	h.MustOpen(0, "mapops", "")
-	cmd := func(key string, cmds ...string) []abi.Record {
+	return h, func(key string, cmds ...string) []abi.Record {
 		t.Helper()
 		var recs []abi.Record
 		for i, c := range cmds {
@@ -73,6 +76,10 @@ func TestMapState(t *testing.T) {
 		h.MustProcess(0, recs...)
 		return h.Take()
 	}
+}
+
+func TestMapState(t *testing.T) {
+	h, cmd := mapops(t, "testops")
 	wasmtest.WantRecords(t, "put/get", cmd("k1", "put b 2", "put a 1", "put ab 12", "get a", "get zz", "del b", "get b"),
 		"0 a=1@3", "0 zz=<absent>@4", "0 b=<absent>@6")
 	// Another key has its own map.
@@ -148,17 +155,7 @@ func TestMapState(t *testing.T) {
 func TestValueAdd(t *testing.T) {
 	for _, name := range []string{"testops", "testops-unbatched"} {
 		t.Run(name, func(t *testing.T) {
-			h := newHost(t, name)
-			h.MustOpen(0, "mapops", "")
-			cmd := func(key string, cmds ...string) []abi.Record {
-				t.Helper()
-				var recs []abi.Record
-				for i, c := range cmds {
-					recs = append(recs, wasmtest.Rec(key, c, int64(i)))
-				}
-				h.MustProcess(0, recs...)
-				return h.Take()
-			}
+			h, cmd := mapops(t, name)
 			wasmtest.WantRecords(t, "one batch",
 				cmd("k8", "inc a 5", "inc a 10", "inc b -3", "add a 1", "inc a 1", "vdel a", "inc a 2", "inc - 7", "inc - 1"),
 				"0 a=5 new@0", "0 a=15@1", "0 b=-3 new@2", "0 a=16@3", "0 a=17@4", "0 a=2 new@6", "0 -=7 new@7", "0 -=8@8")
