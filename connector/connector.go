@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/wstream/wstream/abi"
+	"github.com/wstream/wstream/internal/strictjson"
 )
 
 // Source produces the records of one source subtask.
@@ -63,43 +64,41 @@ func (e *ConfigError) Error() string {
 	return "connector " + e.Connector + ": config." + e.Field + ": " + e.Message
 }
 
-type sourceFactory func(config json.RawMessage) (Source, error)
-
-type sinkFactory func(config json.RawMessage, stdout io.Writer) (Sink, error)
-
+// The connectors by name: each decodes its configuration into a
+// sourceConfig or sinkConfig, which builds it.
 var (
-	sources = map[string]sourceFactory{
-		"gen":       newGenSource,
-		"file":      newFileSource,
-		"jetstream": newJSSource,
+	sources = map[string]func(json.RawMessage) (Config, error){
+		"gen":       decoder(parseGenConfig),
+		"file":      decoder(parseFileSourceConfig),
+		"jetstream": decoder(parseJSSourceConfig),
 	}
-	sinks = map[string]sinkFactory{
-		"stdout":    newStdoutSink,
-		"file":      newFileSink,
-		"discard":   newDiscardSink,
-		"jetstream": newJSSink,
+	sinks = map[string]func(json.RawMessage) (Config, error){
+		"stdout":    decoder(parseStdoutConfig),
+		"file":      decoder(parseFileSinkConfig),
+		"discard":   decoder(parseDiscardConfig),
+		"jetstream": decoder(parseJSSinkConfig),
 	}
 )
 
 // NewSource returns the source connector named connector, configured by
 // config. The source is not open yet.
 func NewSource(connector string, config json.RawMessage) (Source, error) {
-	f, ok := sources[connector]
-	if !ok {
-		return nil, fmt.Errorf("%w: no source named %q (known: %s)", ErrUnknown, connector, strings.Join(SourceNames(), ", "))
+	c, err := DecodeSource(connector, config)
+	if err != nil {
+		return nil, err
 	}
-	return f(config)
+	return NewSourceFrom(c)
 }
 
 // NewSink returns the sink connector named connector, configured by config.
 // stdout is where the "stdout" sink writes (os.Stdout from the CLI). The sink
 // is not open yet.
 func NewSink(connector string, config json.RawMessage, stdout io.Writer) (Sink, error) {
-	f, ok := sinks[connector]
-	if !ok {
-		return nil, fmt.Errorf("%w: no sink named %q (known: %s)", ErrUnknown, connector, strings.Join(SinkNames(), ", "))
+	c, err := DecodeSink(connector, config)
+	if err != nil {
+		return nil, err
 	}
-	return f(config, stdout)
+	return NewSinkFrom(c, stdout)
 }
 
 // SourceNames returns the source connector names in lexical order.
@@ -138,6 +137,11 @@ func decodeConfig(connector string, raw json.RawMessage, dst any) error {
 	if len(raw) == 0 || string(raw) == "null" {
 		return nil
 	}
+	// encoding/json would match "URL" to the field "url": names must be
+	// exact, so that the value decoded is the one the text spells.
+	if err := strictjson.Check(raw, reflect.TypeOf(dst)); err != nil {
+		return nameError(connector, err)
+	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(dst); err != nil {
@@ -147,6 +151,20 @@ func decodeConfig(connector string, raw json.RawMessage, dst any) error {
 		return &ConfigError{Connector: connector, Message: "unexpected data after the JSON object"}
 	}
 	return nil
+}
+
+// nameError is a ConfigError for a *strictjson.NameError.
+func nameError(connector string, err error) error {
+	var ne *strictjson.NameError
+	if !errors.As(err, &ne) {
+		return &ConfigError{Connector: connector, Message: err.Error()}
+	}
+	field := strings.Join(append(slices.Clone(ne.Path), ne.Name), ".")
+	msg := ne.Message()
+	if len(ne.Known) == 0 && !ne.Duplicate {
+		msg = "unknown field (the connector takes no configuration)"
+	}
+	return &ConfigError{Connector: connector, Field: field, Message: msg}
 }
 
 func configDecodeError(connector string, dst any, err error) error {

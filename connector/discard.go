@@ -28,18 +28,28 @@ type Discard struct {
 	ctx     context.Context
 }
 
-func newDiscardSink(raw json.RawMessage, _ io.Writer) (Sink, error) {
-	var c struct {
-		Rate float64 `json:"rate"`
-	}
+// discardConfig is the configuration of the "discard" sink.
+type discardConfig struct {
+	Rate float64 `json:"rate"` // records/s across the sink's subtasks; 0 = unpaced
+}
+
+func parseDiscardConfig(raw json.RawMessage) (discardConfig, error) {
+	var c discardConfig
 	if err := decodeConfig("discard", raw, &c); err != nil {
-		return nil, err
+		return c, err
 	}
 	if c.Rate < 0 || math.IsNaN(c.Rate) || math.IsInf(c.Rate, 0) {
-		return nil, &ConfigError{Connector: "discard", Field: "rate", Message: fmt.Sprintf("%g must be a finite number ≥ 0", c.Rate)}
+		return c, &ConfigError{Connector: "discard", Field: "rate", Message: fmt.Sprintf("%g must be a finite number ≥ 0", c.Rate)}
 	}
-	return &Discard{rate: c.Rate}, nil
+	return c, nil
 }
+
+func (discardConfig) Connector() string { return "discard" }
+
+// Reach is empty: discard keeps nothing.
+func (discardConfig) Reach() []Reach { return nil }
+
+func (c discardConfig) sink(io.Writer) (Sink, error) { return &Discard{rate: c.Rate}, nil }
 
 // Open checks its arguments and starts pacing when a rate is set.
 func (d *Discard) Open(ctx context.Context, subtask, parallelism int) error {

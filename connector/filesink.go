@@ -33,19 +33,28 @@ type fileSink struct {
 	txn    *fileTxns // transactional mode (BeginTransactions), nil otherwise
 }
 
-func newFileSink(raw json.RawMessage, _ io.Writer) (Sink, error) {
+func parseFileSinkConfig(raw json.RawMessage) (fileSinkConfig, error) {
 	c := fileSinkConfig{Format: formatText}
 	if err := decodeConfig("file", raw, &c); err != nil {
-		return nil, err
+		return c, err
 	}
 	if c.Path == "" {
-		return nil, &ConfigError{Connector: "file", Field: "path", Message: "missing: the sink needs the file to write"}
+		return c, &ConfigError{Connector: "file", Field: "path", Message: "missing: the sink needs the file to write"}
 	}
 	if err := checkFormat("file", c.Format); err != nil {
-		return nil, err
+		return c, err
 	}
-	return &fileSink{cfg: c}, nil
+	return c, nil
 }
+
+func (c fileSinkConfig) Connector() string { return "file" }
+
+// Reach is the file written.
+func (c fileSinkConfig) Reach() []Reach {
+	return []Reach{{Field: "path", What: ReachHostFile}}
+}
+
+func (c fileSinkConfig) sink(io.Writer) (Sink, error) { return &fileSink{cfg: c}, nil }
 
 // partPath is the file subtask s of p writes: path itself when p is 1,
 // path.part-<s> otherwise.

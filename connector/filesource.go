@@ -73,13 +73,14 @@ type fileSource struct {
 	bucket *tokenBucket // paces the source (Rate), nil when it is not
 }
 
-func newFileSource(raw json.RawMessage) (Source, error) {
-	c, err := parseFileSourceConfig(raw)
-	if err != nil {
-		return nil, err
-	}
-	return &fileSource{cfg: c}, nil
+func (c fileSourceConfig) Connector() string { return "file" }
+
+// Reach is the file read.
+func (c fileSourceConfig) Reach() []Reach {
+	return []Reach{{Field: "path", What: ReachHostFile}}
 }
+
+func (c fileSourceConfig) source() (Source, error) { return &fileSource{cfg: c}, nil }
 
 const fileBufferSize = 64 << 10
 

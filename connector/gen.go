@@ -162,11 +162,12 @@ type genSource struct {
 	sleep  func(ctx context.Context, d time.Duration) error
 }
 
-func newGenSource(raw json.RawMessage) (Source, error) {
-	p, err := parseGenConfig(raw)
-	if err != nil {
-		return nil, err
-	}
+func (p genParams) Connector() string { return "gen" }
+
+// Reach is empty: gen makes its records up.
+func (p genParams) Reach() []Reach { return nil }
+
+func (p genParams) source() (Source, error) {
 	return &genSource{p: p, now: time.Now, sleep: sleepCtx}, nil
 }
 

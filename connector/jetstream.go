@@ -46,9 +46,23 @@ type jsAuth struct {
 	dial Dialer
 }
 
+// reach lists the connection fields set: each reaches beyond the cluster's
+// own server as the job's owner.
+func (a *jsAuth) reach() []Reach {
+	out := reachOf(ReachServer, [2]string{"url", a.url})
+	out = append(out, reachOf(ReachHostFile, [2]string{"creds", a.creds}, [2]string{"nkey", a.nkey},
+		[2]string{"tlsCA", a.tlsCA}, [2]string{"tlsCert", a.tlsCert}, [2]string{"tlsKey", a.tlsKey})...)
+	return append(out, reachOf(ReachCredential, [2]string{"user", a.user}, [2]string{"password", a.password}, [2]string{"token", a.token})...)
+}
+
 // check validates the connection fields of connector's configuration.
 func (a *jsAuth) check(connector string) error {
-	if strings.TrimSpace(a.url) == "" {
+	if a.url != "" && strings.TrimSpace(a.url) == "" {
+		// connect would hand it to nats.Connect, which dials its default
+		// address for a blank one.
+		return &ConfigError{Connector: connector, Field: "url", Message: "blank: leave it out to use the cluster's own NATS server"}
+	}
+	if a.url == "" {
 		// The cluster's own server, as the job's owner: credentials and
 		// TLS files belong to another server.
 		for _, f := range []struct{ name, v string }{{"creds", a.creds}, {"nkey", a.nkey}, {"user", a.user}, {"password", a.password},

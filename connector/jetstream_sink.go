@@ -175,11 +175,12 @@ var (
 	_ Sink          = (*jsSink)(nil)
 )
 
-func newJSSink(raw json.RawMessage, _ io.Writer) (Sink, error) {
-	c, err := parseJSSinkConfig(raw)
-	if err != nil {
-		return nil, err
-	}
+func (c jsSinkConfig) Connector() string { return "jetstream" }
+
+// Reach lists the connection fields set: a server and its credentials.
+func (c jsSinkConfig) Reach() []Reach { a := c.auth(); return a.reach() }
+
+func (c jsSinkConfig) sink(io.Writer) (Sink, error) {
 	return &jsSink{cfg: c, what: "connector jetstream: sink " + c.Stream}, nil
 }
 

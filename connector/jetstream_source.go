@@ -122,11 +122,12 @@ type jsSource struct {
 
 var _ Rewindable = (*jsSource)(nil)
 
-func newJSSource(raw json.RawMessage) (Source, error) {
-	c, err := parseJSSourceConfig(raw)
-	if err != nil {
-		return nil, err
-	}
+func (c jsSourceConfig) Connector() string { return "jetstream" }
+
+// Reach lists the connection fields set: a server and its credentials.
+func (c jsSourceConfig) Reach() []Reach { a := c.auth(); return a.reach() }
+
+func (c jsSourceConfig) source() (Source, error) {
 	return &jsSource{cfg: c, what: "connector jetstream: source " + c.Stream}, nil
 }
 

@@ -22,11 +22,20 @@ type stdoutSink struct {
 	buf  []byte
 }
 
-func newStdoutSink(raw json.RawMessage, w io.Writer) (Sink, error) {
-	var c struct{}
-	if err := decodeConfig("stdout", raw, &c); err != nil {
-		return nil, err
-	}
+// stdoutConfig is the configuration of the "stdout" sink: none.
+type stdoutConfig struct{}
+
+func parseStdoutConfig(raw json.RawMessage) (stdoutConfig, error) {
+	var c stdoutConfig
+	return c, decodeConfig("stdout", raw, &c)
+}
+
+func (stdoutConfig) Connector() string { return "stdout" }
+
+// Reach is the terminal (or whatever the runtime's stdout is).
+func (stdoutConfig) Reach() []Reach { return []Reach{{What: ReachTerminal}} }
+
+func (stdoutConfig) sink(w io.Writer) (Sink, error) {
 	if w == nil {
 		return nil, fmt.Errorf("connector stdout: no writer to write to")
 	}
