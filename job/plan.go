@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/wstream/wstream/abi"
+	"github.com/wstream/wstream/internal/strictjson"
 )
 
 // Vertex kinds.
@@ -233,6 +234,29 @@ func Load(path string) (*Plan, error) { return Limits{}.Load(path) }
 // decodeStrict decodes one JSON value into dst, refusing unknown fields and
 // trailing data. path prefixes the errors' paths.
 func decodeStrict(data []byte, dst any, path string) error {
+	// encoding/json matches names in any case and keeps the last of
+	// duplicates: a plan spells every field exactly, once.
+	if err := strictjson.Check(data, reflect.TypeOf(dst)); err != nil {
+		var ne *strictjson.NameError
+		if errors.As(err, &ne) {
+			at := path
+			for _, p := range ne.Path {
+				if _, nerr := strconv.Atoi(p); nerr == nil {
+					at += "[" + p + "]"
+				} else {
+					at = joinPath(at, p)
+				}
+			}
+			switch {
+			case ne.Duplicate:
+				return &Error{Path: at, Message: fmt.Sprintf("field %s given twice", quote(ne.Name))}
+			case ne.Suggest != "":
+				return &Error{Path: at, Message: fmt.Sprintf("unknown field %s: did you mean %s? (field names are case-sensitive)", quote(ne.Name), quote(ne.Suggest))}
+			}
+			return &Error{Path: at, Message: fmt.Sprintf("unknown field %s (known: %s)", quote(ne.Name), strings.Join(ne.Known, ", "))}
+		}
+		return &Error{Path: path, Message: err.Error()}
+	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	err := dec.Decode(dst)

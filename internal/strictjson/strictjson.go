@@ -85,6 +85,14 @@ func walk(dec *json.Decoder, t reflect.Type, path []string) error {
 		// decoded strictly by its connector) or takes anything.
 		t = nil
 	}
+	if t == nil {
+		// Nothing below is checked: skip the value in one linear pass.
+		var skip json.RawMessage
+		if dec.Decode(&skip) != nil {
+			return errStop
+		}
+		return nil
+	}
 	tok, err := dec.Token()
 	if err != nil {
 		return errStop
@@ -93,10 +101,10 @@ func walk(dec *json.Decoder, t reflect.Type, path []string) error {
 	case json.Delim('{'):
 		return walkObject(dec, t, path)
 	case json.Delim('['):
-		var elem reflect.Type
-		if t != nil && (t.Kind() == reflect.Slice || t.Kind() == reflect.Array) {
-			elem = t.Elem()
+		if t.Kind() != reflect.Slice && t.Kind() != reflect.Array {
+			return errStop // the decoder says what is wrong
 		}
+		elem := t.Elem()
 		for i := 0; dec.More(); i++ {
 			if err := walk(dec, elem, append(slices.Clip(path), strconv.Itoa(i))); err != nil {
 				return err
@@ -113,7 +121,6 @@ func walkObject(dec *json.Decoder, t reflect.Type, path []string) error {
 	var fields map[string]reflect.Type
 	var elem reflect.Type
 	switch {
-	case t == nil:
 	case t.Kind() == reflect.Struct:
 		fields = structFields(t)
 	case t.Kind() == reflect.Map:
@@ -132,7 +139,7 @@ func walkObject(dec *json.Decoder, t reflect.Type, path []string) error {
 		if !ok {
 			return errStop
 		}
-		if t != nil && seen[name] {
+		if seen[name] {
 			return &NameError{Path: path, Name: name, Duplicate: true, Known: names(fields)}
 		}
 		seen[name] = true
