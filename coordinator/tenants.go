@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/wstream/wstream/checkpoint"
+	"github.com/wstream/wstream/connector"
 	"github.com/wstream/wstream/job"
 	"github.com/wstream/wstream/tenant"
 	"github.com/wstream/wstream/transport"
@@ -201,7 +202,10 @@ func checkTenantPlan(plan *job.Plan, g *job.Graph, q tenant.Quotas) error {
 		}
 	}
 	for _, v := range plan.Vertices {
-		if err := checkTenantConnector(v.Connector, v.Config); err != nil {
+		if v.Kind != job.KindSource && v.Kind != job.KindSink {
+			continue
+		}
+		if err := checkTenantConnector(v.Kind, v.Connector, v.Config); err != nil {
 			return fmt.Errorf("vertex %q: %w", v.ID, err)
 		}
 	}
@@ -211,7 +215,7 @@ func checkTenantPlan(plan *job.Plan, g *job.Graph, q tenant.Quotas) error {
 		if ge.Sink == nil {
 			return errors.New("onGuestError: a tenant job names its dead-letter sink: dead-letter:jetstream:stream=S,subject=T (the tenant's own streams) or dead-letter:discard")
 		}
-		if err := checkTenantConnector(ge.Sink.Connector, ge.Sink.Config); err != nil {
+		if err := checkTenantConnector(job.KindSink, ge.Sink.Connector, ge.Sink.Config); err != nil {
 			return fmt.Errorf("onGuestError: the dead-letter sink: %w", err)
 		}
 	}
@@ -234,21 +238,30 @@ func checkTenantPlan(plan *job.Plan, g *job.Graph, q tenant.Quotas) error {
 }
 
 // checkTenantConnector refuses a connector a tenant's job may not use:
-// one that reads or writes the host's files or terminal, or a JetStream
-// connector that names a server or credentials (a tenant's reach its own
-// account).
-func checkTenantConnector(connector string, config json.RawMessage) error {
-	switch connector {
-	case "file", "stdout":
-		return fmt.Errorf("the %s connector reads or writes the host's files and terminal, which tenant jobs may not; use jetstream (the tenant's own streams), gen or discard", connector)
-	case "jetstream":
-		var cfg map[string]any
-		_ = json.Unmarshal(config, &cfg)
-		for _, k := range []string{"url", "creds", "nkey", "user", "password", "token", "tlsCA", "tlsCert", "tlsKey"} {
-			if _, set := cfg[k]; set {
-				return fmt.Errorf("connector jetstream: config.%s: a tenant job's JetStream connectors use the tenant's own account; leave out url and credentials", k)
-			}
+// one whose configuration reaches beyond the tenant's own account (the
+// host's files or terminal, another NATS server, credentials or TLS
+// files). It checks the configuration as the connector decodes it, the
+// value the worker builds the connector from, not the JSON sent.
+func checkTenantConnector(kind, name string, config json.RawMessage) error {
+	var cfg connector.Config
+	var err error
+	if kind == job.KindSource {
+		cfg, err = connector.DecodeSource(name, config)
+	} else {
+		cfg, err = connector.DecodeSink(name, config)
+	}
+	if err != nil {
+		return err
+	}
+	for _, r := range cfg.Reach() {
+		advice := "tenant jobs may not: use jetstream (the tenant's own streams), gen or discard"
+		if name == "jetstream" {
+			advice = "a tenant job's JetStream connectors use the tenant's own account: leave out url, credentials and TLS files"
 		}
+		if r.Field == "" {
+			return fmt.Errorf("connector %s: reaches %s; %s", name, r.What, advice)
+		}
+		return fmt.Errorf("connector %s: config.%s: names %s; %s", name, r.Field, r.What, advice)
 	}
 	return nil
 }

@@ -45,14 +45,14 @@ func TestTenantPlanChecks(t *testing.T) {
 	}{
 		{plan(2, `"connector":"discard"`), ""},
 		{plan(5, `"connector":"discard"`), `vertex "src": parallelism 5 is over the tenant's quota of 4`},
-		{plan(2, `"connector":"file","config":{"path":"/etc/x"}`), `the file connector reads or writes the host's files`},
-		{plan(2, `"connector":"stdout"`), `the stdout connector`},
-		{plan(2, `"connector":"jetstream","config":{"url":"nats://x:1","stream":"S","subject":"s"}`), `config.url: a tenant job's JetStream connectors use the tenant's own account`},
+		{plan(2, `"connector":"file","config":{"path":"/etc/x"}`), `connector file: config.path: names a file of the host; tenant jobs may not`},
+		{plan(2, `"connector":"stdout"`), `connector stdout: reaches the host's terminal`},
+		{plan(2, `"connector":"jetstream","config":{"url":"nats://x:1","stream":"S","subject":"s"}`), `connector jetstream: config.url: names a NATS server; a tenant job's JetStream connectors use the tenant's own account`},
 		{plan(2, `"connector":"jetstream","config":{"stream":"S","subject":"s"}`), ""},
 		// The dead-letter sink is a sink like the others, and its default
 		// (a file on the worker) is no tenant's.
 		{dl(`"policy":"dead-letter"`), `onGuestError: a tenant job names its dead-letter sink`},
-		{dl(`"policy":"dead-letter","sink":{"connector":"file","config":{"path":"/tmp/x"}}`), `onGuestError: the dead-letter sink: the file connector`},
+		{dl(`"policy":"dead-letter","sink":{"connector":"file","config":{"path":"/tmp/x"}}`), `onGuestError: the dead-letter sink: connector file: config.path`},
 		{dl(`"policy":"dead-letter","sink":{"connector":"jetstream","config":{"url":"nats://x:1","stream":"D","subject":"d"}}`), `onGuestError: the dead-letter sink: connector jetstream: config.url`},
 		{dl(`"policy":"dead-letter","sink":{"connector":"jetstream","config":{"stream":"D","subject":"d"}}`), ""},
 		{dl(`"policy":"fail"`), ""},

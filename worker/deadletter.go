@@ -147,9 +147,10 @@ func (w *Worker) newDeadLetters(j *jobRun, c *job.Chain) (*deadLetters, error) {
 	} else {
 		path = filepath.Join(w.cfg.DataDir, "jobs", j.id, "dead-letters")
 	}
-	if name == "file" {
+	if name == "file" && j.tenant == "" {
 		// Each chain in a directory of its own: the file sink names its
-		// parts after the subtask only.
+		// parts after the subtask only. (A tenant's job may not write the
+		// host's files: newSink refuses it before anything is created.)
 		m := map[string]any{}
 		if len(cfg) > 0 {
 			if err := json.Unmarshal(cfg, &m); err != nil {
@@ -165,12 +166,9 @@ func (w *Worker) newDeadLetters(j *jobRun, c *job.Chain) (*deadLetters, error) {
 			return nil, fmt.Errorf("dead-letter sink: %w", err)
 		}
 	}
-	snk, err := connector.NewSink(name, cfg, w.cfg.Stdout)
+	snk, err := w.newSink(j, name, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("dead-letter sink: %w", err)
-	}
-	if dd, ok := snk.(connector.Dialed); ok && j.dial != nil {
-		dd.SetDialer(j.dial)
 	}
 	d := &deadLetters{sink: snk, key: deadLetterKey(c), connector: name}
 	d.max, d.perCkpt = g.Budget()

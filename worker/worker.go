@@ -1063,12 +1063,9 @@ func (w *Worker) newTask(j *jobRun, mod *host.Module, c *job.Chain, sub int, cha
 	for i, v := range c.Vertices {
 		switch v.Kind {
 		case job.KindSource:
-			src, err := connector.NewSource(v.Connector, v.Config)
+			src, err := w.newSource(j, v.Connector, v.Config)
 			if err != nil {
 				return fail(fmt.Errorf("vertex %s: %w", v.ID, err))
-			}
-			if dd, ok := src.(connector.Dialed); ok && j.dial != nil {
-				dd.SetDialer(j.dial)
 			}
 			t.source = src
 			t.closers = append(t.closers, src.Close)
@@ -1090,12 +1087,9 @@ func (w *Worker) newTask(j *jobRun, mod *host.Module, c *job.Chain, sub int, cha
 				t.sourceOffset = off
 			}
 		case job.KindSink:
-			snk, err := connector.NewSink(v.Connector, v.Config, w.cfg.Stdout)
+			snk, err := w.newSink(j, v.Connector, v.Config)
 			if err != nil {
 				return fail(fmt.Errorf("vertex %s: %w", v.ID, err))
-			}
-			if dd, ok := snk.(connector.Dialed); ok && j.dial != nil {
-				dd.SetDialer(j.dial)
 			}
 			t.sink = snk
 			if tx, ok := snk.(connector.Transactional); ok && j.ckpt != nil {
