@@ -7,11 +7,19 @@
 // docs/connectors.md documents every field.
 //
 // A connector is chosen by name and configured by a JSON object from the job
-// plan. Configuration is strict: an unknown field is an error that names the
-// field and the connector, and an empty or null configuration means the
+// plan. Configuration is strict: field names are case-sensitive and given
+// once (encoding/json alone would read "URL" as url), an unknown field is an
+// error that names the field and the connector (and the right spelling of
+// one in another case), and an empty or null configuration means the
 // defaults. Constructing a connector (NewSource, NewSink) only checks its
 // configuration and does no IO, so ValidateSource and ValidateSink are cheap
 // enough for plan validation; Open acquires files and writers.
+//
+// DecodeSource and DecodeSink return the decoded configuration, a Config,
+// and NewSourceFrom and NewSinkFrom build the connector from it: a caller
+// that checks a configuration (Config.Reach says what it reaches beyond
+// the job owner's account: a NATS server, credentials, host files, the
+// terminal) builds the connector from the very value it checked.
 //
 // Connectors and their configuration fields (defaults in brackets):
 //
