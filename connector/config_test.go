@@ -195,34 +195,6 @@ func TestSpellings(t *testing.T) {
 	}
 }
 
-func TestConfigRefusesDuplicatesAndUnknown(t *testing.T) {
-	for _, tc := range []struct {
-		sink      bool
-		connector string
-		config    string
-		field     string
-		want      string
-	}{
-		{false, "jetstream", `{"stream":"A","stream":"KV_wstream_jobs"}`, "stream", `connector jetstream: config.stream: duplicate field: give it once`},
-		{true, "jetstream", `{"stream":"S","subject":"s","url":"","url":"nats://x:1"}`, "url", `connector jetstream: config.url: duplicate field: give it once`},
-		{false, "jetstream", `{"stream":"S","Creds":"/data/auth/worker.creds"}`, "Creds", `connector jetstream: config.Creds: unknown field: did you mean "creds"? (field names are case-sensitive)`},
-		{true, "stdout", `{"Color":1}`, "Color", `connector stdout: config.Color: unknown field (the connector takes no configuration)`},
-		{false, "gen", `{"ccount":1}`, "ccount", `connector gen: config.ccount: unknown field (known: count, disorder, interval, keys, rate, seed, start, watermarkDelay, words)`},
-		{true, "jetstream", `{"url":" ","stream":"S","subject":"s"}`, "url", `connector jetstream: config.url: blank: leave it out to use the cluster's own NATS server`},
-	} {
-		var err error
-		if tc.sink {
-			err = ValidateSink(tc.connector, json.RawMessage(tc.config))
-		} else {
-			err = ValidateSource(tc.connector, json.RawMessage(tc.config))
-		}
-		var ce *ConfigError
-		if !errors.As(err, &ce) || ce.Field != tc.field || err.Error() != tc.want {
-			t.Errorf("%s %s:\n got  %v\n want %s", tc.connector, tc.config, err, tc.want)
-		}
-	}
-}
-
 // connectionFields are the jetstream connectors' fields that reach beyond
 // the cluster's own server; every other field stays within the account.
 var connectionFields = []string{"creds", "nkey", "password", "tlsCA", "tlsCert", "tlsKey", "token", "url", "user"}

@@ -96,6 +96,11 @@ func TestConfigErrors(t *testing.T) {
 		{true, "stdout", `{"color":true}`, "color", `connector stdout: config.color: unknown field (the connector takes no configuration)`},
 		{true, "discard", `{"x":1}`, "x", `connector discard: config.x: unknown field (known: rate)`},
 		{true, "discard", `{"rate":-1}`, "rate", `connector discard: config.rate: -1 must be a finite number ≥ 0`},
+		{false, "jetstream", `{"stream":"A","stream":"KV_wstream_jobs"}`, "stream", `connector jetstream: config.stream: duplicate field: give it once`},
+		{true, "jetstream", `{"stream":"S","subject":"s","url":"","url":"nats://x:1"}`, "url", `connector jetstream: config.url: duplicate field: give it once`},
+		{false, "jetstream", `{"stream":"S","Creds":"/data/auth/worker.creds"}`, "Creds", `connector jetstream: config.Creds: unknown field: did you mean "creds"? (field names are case-sensitive)`},
+		{true, "stdout", `{"Color":1}`, "Color", `connector stdout: config.Color: unknown field (the connector takes no configuration)`},
+		{true, "jetstream", `{"url":" ","stream":"S","subject":"s"}`, "url", `connector jetstream: config.url: blank: leave it out to use the cluster's own NATS server`},
 	} {
 		var err error
 		if tc.sink {

@@ -10,39 +10,33 @@ import (
 // newSource builds a source connector of job j; see confine.
 func (w *Worker) newSource(j *jobRun, name string, raw json.RawMessage) (connector.Source, error) {
 	cfg, err := connector.DecodeSource(name, raw)
-	if err != nil {
-		return nil, err
-	}
-	if err := j.confine(cfg); err != nil {
-		return nil, err
-	}
-	src, err := connector.NewSourceFrom(cfg)
-	if err != nil {
-		return nil, err
-	}
-	if dd, ok := src.(connector.Dialed); ok && j.dial != nil {
-		dd.SetDialer(j.dial)
-	}
-	return src, nil
+	return build(j, cfg, err, connector.NewSourceFrom)
 }
 
 // newSink builds a sink connector of job j; see confine.
 func (w *Worker) newSink(j *jobRun, name string, raw json.RawMessage) (connector.Sink, error) {
 	cfg, err := connector.DecodeSink(name, raw)
+	return build(j, cfg, err, func(c connector.Config) (connector.Sink, error) { return connector.NewSinkFrom(c, w.cfg.Stdout) })
+}
+
+// build makes the connector of a decoded configuration (err: the decode's
+// error) once confine allows it, and gives it the job's connection.
+func build[C any](j *jobRun, cfg connector.Config, err error, make func(connector.Config) (C, error)) (C, error) {
+	var none C
 	if err != nil {
-		return nil, err
+		return none, err
 	}
 	if err := j.confine(cfg); err != nil {
-		return nil, err
+		return none, err
 	}
-	snk, err := connector.NewSinkFrom(cfg, w.cfg.Stdout)
+	c, err := make(cfg)
 	if err != nil {
-		return nil, err
+		return none, err
 	}
-	if dd, ok := snk.(connector.Dialed); ok && j.dial != nil {
+	if dd, ok := any(c).(connector.Dialed); ok && j.dial != nil {
 		dd.SetDialer(j.dial)
 	}
-	return snk, nil
+	return c, nil
 }
 
 // confine refuses, for a tenant's job, a connector configuration that
