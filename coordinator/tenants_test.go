@@ -74,3 +74,28 @@ func TestTenantPlanChecks(t *testing.T) {
 		}
 	}
 }
+
+// TestTenantConnectorDecoded: checkTenantConnector judges the config as
+// the connector decodes it. Every connection field of both JetStream
+// connectors, in its own spelling or any other case, is refused, and an
+// empty one (which the connector ignores) is not.
+func TestTenantConnectorDecoded(t *testing.T) {
+	fields := map[string]string{"url": "nats://x:1", "creds": "/data/auth/worker.creds", "nkey": "/k", "user": "u",
+		"password": "p", "token": "t", "tlsCA": "/ca", "tlsCert": "/c", "tlsKey": "/k"}
+	for _, kind := range []string{job.KindSource, job.KindSink} {
+		for f, v := range fields {
+			for _, name := range []string{f, strings.ToUpper(f), strings.ToUpper(f[:1]) + f[1:], strings.ToLower(f)} {
+				cfg := `{"stream":"S","subject":"s",` + strconv.Quote(name) + `:` + strconv.Quote(v) + `}`
+				err := checkTenantConnector(kind, "jetstream", []byte(cfg))
+				if err == nil {
+					t.Errorf("%s %s: allowed", kind, cfg)
+				} else if name != f && !strings.Contains(err.Error(), `did you mean "`+f+`"`) {
+					t.Errorf("%s %s: %v, want the right spelling named", kind, cfg, err)
+				}
+			}
+		}
+		if err := checkTenantConnector(kind, "jetstream", []byte(`{"url":"","stream":"S","subject":"s"}`)); err != nil {
+			t.Errorf("%s with an empty url: %v", kind, err)
+		}
+	}
+}
