@@ -99,6 +99,9 @@ func TestConfigErrors(t *testing.T) {
 		{false, "jetstream", `{"stream":"A","stream":"KV_wstream_jobs"}`, "stream", `connector jetstream: config.stream: duplicate field: give it once`},
 		{true, "jetstream", `{"stream":"S","subject":"s","url":"","url":"nats://x:1"}`, "url", `connector jetstream: config.url: duplicate field: give it once`},
 		{false, "jetstream", `{"stream":"S","Creds":"/data/auth/worker.creds"}`, "Creds", `connector jetstream: config.Creds: unknown field: did you mean "creds"? (field names are case-sensitive)`},
+		// encoding/json folds Unicode too: ſ (U+017F) matches s, K (U+212A) k.
+		{false, "jetstream", `{"stream":"S","credſ":"/x"}`, "credſ", `connector jetstream: config.credſ: unknown field: did you mean "creds"? (field names are case-sensitive)`},
+		{true, "jetstream", "{\"stream\":\"S\",\"subject\":\"s\",\"tls\u212aey\":\"/k\"}", "tls\u212aey", "connector jetstream: config.tls\u212aey: unknown field: did you mean \"tlsKey\"? (field names are case-sensitive)"},
 		{true, "stdout", `{"Color":1}`, "Color", `connector stdout: config.Color: unknown field (the connector takes no configuration)`},
 		{true, "jetstream", `{"url":" ","stream":"S","subject":"s"}`, "url", `connector jetstream: config.url: blank: leave it out to use the cluster's own NATS server`},
 	} {
