@@ -41,10 +41,14 @@ var (
 )
 
 // Audit writes one line to the audit log (AuditFile) for a request made
-// through another door than NATS.
-func (c *Coordinator) Audit(who Caller, action, jobID string, err error) {
-	c.audit(who.internal(), action, jobID, err)
+// through another door than NATS, and returns err as who is answered (a
+// tenant's answers name no path of the server's data directory).
+func (c *Coordinator) Audit(who Caller, action, jobID string, err error) error {
+	return c.outcome(who.internal(), action, jobID, err)
 }
+
+// Answer returns err as who is answered, without auditing it.
+func (c *Coordinator) Answer(who Caller, err error) error { return c.forCaller(who.internal(), err) }
 
 // Overview is the cluster as a caller sees it.
 type Overview struct {
@@ -189,7 +193,7 @@ func (c *Coordinator) lookupLocked(id string, who Caller) (*jobState, error) {
 	j, ok := c.jobs[id]
 	if !ok || !visibleLocked(j, who.internal()) {
 		// Another tenant's job is as absent as one that never was.
-		return nil, fmt.Errorf("%w: %q", ErrNoJob, id)
+		return nil, errNoJob(id)
 	}
 	return j, nil
 }
@@ -807,10 +811,7 @@ func (c *Coordinator) Exceptions(who Caller, id string) (*Exceptions, error) {
 // Cancel cancels job id for who, as `wstream cancel` does; it returns once
 // the cancellation has begun.
 func (c *Coordinator) Cancel(who Caller, id string) error {
-	if err := c.cancel(id, who.internal()); err != nil {
-		return fmt.Errorf("%w: %q", ErrNoJob, id)
-	}
-	return nil
+	return c.cancel(id, who.internal())
 }
 
 // Savepoint takes a savepoint of a job, or stops it with one (req.Stop),
