@@ -39,14 +39,22 @@ func (e *answerError) Unwrap() error { return e.err }
 // data directory is left out of the text, and the tenant's own part of it
 // shows as "<TENANT's area>".
 func (c *Coordinator) forCaller(who caller, err error) error {
-	if err == nil || who.admin() || c.cfg.DataDir == "" {
-		return err
+	if err == nil {
+		return nil
 	}
-	msg := c.withoutPaths(who.tenant, err.Error())
+	msg := c.tenantText(who, err.Error())
 	if msg == err.Error() {
 		return err
 	}
 	return &answerError{msg: msg, err: err}
+}
+
+// tenantText is s (a job's failure, say) as who reads it.
+func (c *Coordinator) tenantText(who caller, s string) string {
+	if who.admin() || c.cfg.DataDir == "" || s == "" {
+		return s
+	}
+	return c.withoutPaths(who.tenant, s)
 }
 
 // withoutPaths rewrites the server's directories in msg for tenant: the

@@ -114,3 +114,38 @@ func TestTenantAnswersNameNoServerPath(t *testing.T) {
 		t.Errorf("with --data data acme is told %q, want %q", got, want)
 	}
 }
+
+// TestTenantStatusNamesNoServerPath: a job's failures, as its tenant reads
+// them over the REST API, name no path of the server's data directory;
+// the admin reads them whole.
+func TestTenantStatusNamesNoServerPath(t *testing.T) {
+	cc := startClockedCoordinator(t)
+	c := cc.c
+	j := addJob(t, c, "a-1", "acme", statusPlan)
+	ckpts := CheckpointRoot(c.cfg.DataDir, "a-1")
+	c.mu.Lock()
+	j.restartLog = []RestartEntry{{Attempt: 1, Reason: "checkpoint 3: open " + ckpts + "/3: no space left on device", Time: c.now()}}
+	j.result = &transport.JobResult{JobID: "a-1", State: transport.JobFailed, Error: "writing " + ckpts + ": read-only file system"}
+	c.mu.Unlock()
+	acme := Caller{Tenant: "acme"}
+	d, err := c.Job(acme, "a-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ex, err := c.Exceptions(acme, "a-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	texts := []string{d.RestartLog[0].Reason, d.Result.Error, ex.Root.Message}
+	for _, e := range ex.Entries {
+		texts = append(texts, e.Message)
+	}
+	for _, s := range texts {
+		if strings.Contains(s, c.cfg.DataDir) || !strings.Contains(s, "<server data>/jobs/a-1/checkpoints") {
+			t.Errorf("acme reads %q", s)
+		}
+	}
+	if d, err := c.Job(Caller{}, "a-1"); err != nil || !strings.Contains(d.Result.Error, ckpts) || !strings.Contains(d.RestartLog[0].Reason, ckpts) {
+		t.Errorf("the admin reads %+v, %v", d, err)
+	}
+}

@@ -912,7 +912,7 @@ func (c *Coordinator) onList(m *nats.Msg, who caller) {
 		}
 		row := j.info
 		row.State = j.lc.State().String()
-		row.Attempt, row.Restarts, row.Cause = j.lc.Attempt(), j.lc.Restarts(), j.lc.Cause()
+		row.Attempt, row.Restarts, row.Cause = j.lc.Attempt(), j.lc.Restarts(), c.tenantText(who, j.lc.Cause())
 		out.Jobs = append(out.Jobs, row)
 	}
 	c.mu.Unlock()

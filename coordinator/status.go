@@ -47,9 +47,6 @@ func (c *Coordinator) Audit(who Caller, action, jobID string, err error) error {
 	return c.outcome(who.internal(), action, jobID, err)
 }
 
-// Answer returns err as who is answered, without auditing it.
-func (c *Coordinator) Answer(who Caller, err error) error { return c.forCaller(who.internal(), err) }
-
 // Overview is the cluster as a caller sees it.
 type Overview struct {
 	// Workers, Slots (0: some worker has unlimited slots) and SlotsUsed
@@ -173,7 +170,9 @@ func (c *Coordinator) Jobs(who Caller) []transport.JobInfo {
 	out := []transport.JobInfo{}
 	for _, j := range c.jobs {
 		if visibleLocked(j, w) {
-			out = append(out, c.jobRowLocked(j))
+			row := c.jobRowLocked(j)
+			row.Cause = c.tenantText(w, row.Cause)
+			out = append(out, row)
 		}
 	}
 	c.mu.Unlock()
@@ -315,8 +314,14 @@ func (c *Coordinator) Job(who Caller, id string) (*JobDetail, error) {
 	if d.Edges == nil {
 		d.Edges = []job.Edge{}
 	}
+	w := who.internal()
+	d.Cause = c.tenantText(w, d.Cause)
+	for i := range d.RestartLog {
+		d.RestartLog[i].Reason = c.tenantText(w, d.RestartLog[i].Reason)
+	}
 	if j.result != nil {
 		r := *j.result
+		r.Error = c.tenantText(w, r.Error)
 		d.Result = &r
 		d.DurationMillis = r.Duration.Milliseconds()
 	} else {
@@ -791,6 +796,7 @@ func (c *Coordinator) Exceptions(who Caller, id string) (*Exceptions, error) {
 	}
 	sort.SliceStable(out.Entries, func(i, k int) bool { return out.Entries[i].Time.After(out.Entries[k].Time) })
 	for i := range out.Entries {
+		out.Entries[i].Message = c.tenantText(who.internal(), out.Entries[i].Message)
 		if len(out.Entries[i].Message) > maxMessage {
 			out.Entries[i].Message = strings.ToValidUTF8(out.Entries[i].Message[:maxMessage], "") + "…"
 		}
@@ -801,6 +807,9 @@ func (c *Coordinator) Exceptions(who Caller, id string) (*Exceptions, error) {
 	case len(restarts) > 0:
 		r := restarts[len(restarts)-1]
 		out.Root = &Exception{Time: r.Time, Attempt: r.Attempt - 1, Kind: "restart", Message: r.Reason}
+	}
+	if out.Root != nil {
+		out.Root.Message = c.tenantText(who.internal(), out.Root.Message)
 	}
 	if out.Entries == nil {
 		out.Entries = []Exception{}
