@@ -236,24 +236,24 @@ func TestRESTErrors(t *testing.T) {
 	// names another host (a site whose name resolves to 127.0.0.1) is
 	// refused, whatever its Origin.
 	port := u[strings.LastIndex(u, ":")+1:]
+	withHost := func(method, url, host string) (int, string) {
+		req, _ := http.NewRequest(method, url, strings.NewReader("{}"))
+		req.Host = host
+		req.Header = http.Header{"Content-Type": {"application/json"}, "Origin": {"http://" + host}}
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		var body api.ErrorBody
+		_ = json.NewDecoder(res.Body).Decode(&body)
+		return res.StatusCode, body.Error
+	}
 	for _, host := range []string{"evil.example:" + port, "evil.example", "127.0.0.1:1", "localhost.evil.example:" + port} {
-		for _, method := range []string{"GET", "POST"} {
-			req, _ := http.NewRequest(method, job+"/cancel", strings.NewReader("{}"))
-			if method == "GET" {
-				req, _ = http.NewRequest(method, job, nil)
-			}
-			req.Host = host
-			req.Header.Set("Content-Type", "application/json")
-			req.Header.Set("Origin", "http://"+host)
-			res, err := http.DefaultClient.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var body api.ErrorBody
-			_ = json.NewDecoder(res.Body).Decode(&body)
-			res.Body.Close()
-			if res.StatusCode != http.StatusMisdirectedRequest || !strings.Contains(body.Error, "Host header") || !strings.Contains(body.Error, "localhost:"+port) {
-				t.Fatalf("%s with Host %s: %d %q, want 421 naming the addresses it answers as", method, host, res.StatusCode, body.Error)
+		for _, req := range [][2]string{{"GET", job}, {"POST", job + "/cancel"}} {
+			code, msg := withHost(req[0], req[1], host)
+			if code != http.StatusMisdirectedRequest || !strings.Contains(msg, "Host header") || !strings.Contains(msg, "localhost:"+port) {
+				t.Fatalf("%s with Host %s: %d %q, want 421 naming the addresses it answers as", req[0], host, code, msg)
 			}
 		}
 	}
@@ -261,15 +261,8 @@ func TestRESTErrors(t *testing.T) {
 		t.Errorf("refused hosts are not audited:\n%s", a)
 	}
 	for _, host := range []string{"localhost:" + port, "127.0.0.1:" + port, "LOCALHOST:" + port} {
-		req, _ := http.NewRequest("GET", job, nil)
-		req.Host = host
-		res, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		res.Body.Close()
-		if res.StatusCode != http.StatusOK {
-			t.Fatalf("GET with Host %s: %d", host, res.StatusCode)
+		if code, msg := withHost("GET", job, host); code != http.StatusOK {
+			t.Fatalf("GET with Host %s: %d %s", host, code, msg)
 		}
 	}
 

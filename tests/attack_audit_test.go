@@ -212,28 +212,22 @@ func foreignHost(t *testing.T, what, u, job string) {
 	}
 }
 
-// restAsk makes a REST request (a POST with an empty JSON body, from the
-// origin of host when host is set) and returns the status and the error
-// the answer holds (or the body, when it holds none).
+// restAsk makes a REST request (a POST's body an empty JSON object) with
+// a bearer token, or, when host is set, as a page of that host's origin
+// would; it returns the status and the error the answer holds (or the
+// body, when it holds none).
 func restAsk(t *testing.T, method, url, token, host string) (int, string) {
 	t.Helper()
-	var body io.Reader
-	if method == http.MethodPost {
-		body = strings.NewReader("{}")
-	}
-	req, err := http.NewRequest(method, url, body)
+	req, err := http.NewRequest(method, url, strings.NewReader("{}"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if method == http.MethodPost {
-		req.Header.Set("Content-Type", "application/json")
-	}
+	req.Header = http.Header{"Content-Type": {"application/json"}}
 	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
+		req.Header["Authorization"] = []string{"Bearer " + token}
 	}
 	if host != "" {
-		req.Host = host
-		req.Header.Set("Origin", "http://"+host)
+		req.Host, req.Header["Origin"] = host, []string{"http://" + host}
 	}
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {
