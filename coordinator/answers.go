@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"sort"
+	"strings"
 	"sync"
 
 	"github.com/wstream/wstream/transport"
@@ -68,7 +69,7 @@ func (c *Coordinator) withoutPaths(tenantName, msg string) string {
 	// The longer first: the relative form may lie within the absolute.
 	sort.Slice(dirs, func(i, k int) bool { return len(dirs[i]) > len(dirs[k]) })
 	for _, d := range dirs {
-		if d == "." || d == string(filepath.Separator) {
+		if d == "." || d == string(filepath.Separator) || !strings.Contains(msg, d) {
 			continue
 		}
 		sep := regexp.QuoteMeta(string(filepath.Separator))
@@ -101,10 +102,8 @@ func (c *Coordinator) answerSavepoint(who caller, action, jobID string, reply fu
 	var once sync.Once
 	return func(r transport.SavepointReply) {
 		once.Do(func() {
-			var err error
 			if r.Error != "" {
-				err = c.outcome(who, action, jobID, errors.New(r.Error))
-				r.Error = err.Error()
+				r.Error = c.outcome(who, action, jobID, errors.New(r.Error)).Error()
 			} else {
 				c.audit(who, action, jobID, nil)
 			}

@@ -479,10 +479,8 @@ func (c *Coordinator) answerUpgrade(j *jobState, op *upgradeOp, a lifecycle.Upgr
 			c.cfg.Log.Error("recording the upgrade", logging.Job, j.info.JobID, "err", err)
 		}
 	}
-	var err error
 	if r.Error != "" {
-		err = c.outcome(op.who, "upgrade", j.info.JobID, errors.New(r.Error))
-		r.Error = err.Error()
+		r.Error = c.outcome(op.who, "upgrade", j.info.JobID, errors.New(r.Error)).Error()
 	} else {
 		c.audit(op.who, "upgrade", j.info.JobID, nil)
 	}
