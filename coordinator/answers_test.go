@@ -126,6 +126,7 @@ func TestTenantStatusNamesNoServerPath(t *testing.T) {
 	c.mu.Lock()
 	j.restartLog = []RestartEntry{{Attempt: 1, Reason: "checkpoint 3: open " + ckpts + "/3: no space left on device", Time: c.now()}}
 	j.result = &transport.JobResult{JobID: "a-1", State: transport.JobFailed, Error: "writing " + ckpts + ": read-only file system"}
+	j.restored = RestoredCheckpoint{ID: 3, Kind: "checkpoint", Location: ckpts, Attempt: 1}
 	c.mu.Unlock()
 	acme := Caller{Tenant: "acme"}
 	d, err := c.Job(acme, "a-1")
@@ -136,7 +137,11 @@ func TestTenantStatusNamesNoServerPath(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	texts := []string{d.RestartLog[0].Reason, d.Result.Error, ex.Root.Message}
+	cp, err := c.Checkpoints(acme, "a-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	texts := []string{d.RestartLog[0].Reason, d.Result.Error, ex.Root.Message, cp.Latest.Restored.Location}
 	for _, e := range ex.Entries {
 		texts = append(texts, e.Message)
 	}

@@ -572,6 +572,13 @@ func (c *Coordinator) Checkpoints(who Caller, id string) (*CheckpointOverview, e
 	out.Latest.Savepoint = cloneStats(s.latestSavepoint)
 	out.Latest.Failed = cloneStats(s.latestFailed)
 	s.mu.Unlock()
+	w := who.internal()
+	if r := out.Latest.Restored; r != nil {
+		r.Location = c.tenantText(w, r.Location)
+	}
+	if f := out.Latest.Failed; f != nil {
+		f.Reason = c.tenantText(w, f.Reason)
+	}
 	return out, nil
 }
 
@@ -600,7 +607,9 @@ func (c *Coordinator) CheckpointHistory(who Caller, id string, limit int) ([]Che
 	}
 	out := make([]CheckpointStats, 0, n)
 	for i := len(s.recent) - 1; i >= len(s.recent)-n; i-- {
-		out = append(out, s.recent[i].CheckpointStats)
+		st := s.recent[i].CheckpointStats
+		st.Reason = c.tenantText(who.internal(), st.Reason)
+		out = append(out, st)
 	}
 	return out, nil
 }
@@ -630,6 +639,14 @@ func (c *Coordinator) visibleJob(who Caller, id string) (*jobState, error) {
 // from the coordinator's recent history, else from the metadata of a
 // checkpoint its storage retains (a directory or an object store alike).
 func (c *Coordinator) Checkpoint(who Caller, id string, cid int64) (*CheckpointDetail, error) {
+	d, err := c.checkpointDetail(who, id, cid)
+	if d != nil {
+		d.Reason = c.tenantText(who.internal(), d.Reason)
+	}
+	return d, err
+}
+
+func (c *Coordinator) checkpointDetail(who Caller, id string, cid int64) (*CheckpointDetail, error) {
 	j, err := c.visibleJob(who, id)
 	if err != nil {
 		return nil, err
