@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -198,8 +199,8 @@ func TestRESTErrors(t *testing.T) {
 		status             int
 		says               string
 	}{
-		{"GET", "/v1/jobs/nope", "", 404, `no such job: "nope"`},
-		{"GET", "/v1/jobs/nope/checkpoints", "", 404, "no such job"},
+		{"GET", "/v1/jobs/nope", "", 404, `no job "nope"`},
+		{"GET", "/v1/jobs/nope/checkpoints", "", 404, `no job "nope"`},
 		{"GET", "/v1/jobs/" + id + "/vertices/nope", "", 404, `no vertex "nope"`},
 		{"GET", "/v1/jobs/" + id + "/checkpoints/history?limit=0", "", 400, "limit"},
 		{"GET", "/v1/jobs/" + id + "/checkpoints/abc", "", 400, `checkpoint id "abc"`},
@@ -211,8 +212,8 @@ func TestRESTErrors(t *testing.T) {
 		{"POST", "/v1/jobs/" + id + "/savepoints", `{"dri":"x"}`, 400, "unknown field"},
 		{"POST", "/v1/jobs/" + id + "/savepoints", `{"drain":true}`, 400, "drain goes with stop"},
 		{"POST", "/v1/jobs/" + id + "/savepoints", `{}`, 409, "does not checkpoint"},
-		{"POST", "/v1/jobs/nope/cancel", "", 404, "no such job"},
-		{"POST", "/v1/jobs/nope/stop", "{}", 404, "no such job"},
+		{"POST", "/v1/jobs/nope/cancel", "", 404, `no job "nope"`},
+		{"POST", "/v1/jobs/nope/stop", "{}", 404, `no job "nope"`},
 	} {
 		v := call(t, c.method, u+c.path, "", c.body, c.status)
 		if msg := str(v, "error"); !strings.Contains(msg, c.says) {
@@ -220,6 +221,50 @@ func TestRESTErrors(t *testing.T) {
 		}
 	}
 	checkShape(t, "error", call(t, "GET", u+"/v1/jobs/nope", "", "", 404))
+	// Refusals are audited with their errors, once each.
+	audit := readAudit(t, data)
+	for _, want := range []string{`savepoint ` + id + ` by admin (rest `, `) drain goes with stop`, `stop with savepoint nope by admin (rest `, `rest GET /v1/jobs/nope/checkpoints nope by admin (rest `} {
+		if !strings.Contains(audit, want) {
+			t.Errorf("the audit log lacks %q:\n%s", want, audit)
+		}
+	}
+	if n := strings.Count(audit, "stop with savepoint nope "); n != 1 {
+		t.Errorf("the refused stop of nope is audited %d times:\n%s", n, audit)
+	}
+
+	// The listener is on loopback without credentials: a request that
+	// names another host (a site whose name resolves to 127.0.0.1) is
+	// refused, whatever its Origin.
+	port := u[strings.LastIndex(u, ":")+1:]
+	withHost := func(method, url, host string) (int, string) {
+		req, _ := http.NewRequest(method, url, strings.NewReader("{}"))
+		req.Host = host
+		req.Header = http.Header{"Content-Type": {"application/json"}, "Origin": {"http://" + host}}
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		var body api.ErrorBody
+		_ = json.NewDecoder(res.Body).Decode(&body)
+		return res.StatusCode, body.Error
+	}
+	for _, host := range []string{"evil.example:" + port, "evil.example", "127.0.0.1:1", "localhost.evil.example:" + port} {
+		for _, req := range [][2]string{{"GET", job}, {"POST", job + "/cancel"}} {
+			code, msg := withHost(req[0], req[1], host)
+			if code != http.StatusMisdirectedRequest || !strings.Contains(msg, "Host header") || !strings.Contains(msg, "localhost:"+port) {
+				t.Fatalf("%s with Host %s: %d %q, want 421 naming the addresses it answers as", req[0], host, code, msg)
+			}
+		}
+	}
+	if a := readAudit(t, data); !strings.Contains(a, `rest POST /v1/jobs/`+id+`/cancel by admin (rest `) || !strings.Contains(a, `the Host header "evil.example:`+port+`"`) {
+		t.Errorf("refused hosts are not audited:\n%s", a)
+	}
+	for _, host := range []string{"localhost:" + port, "127.0.0.1:" + port, "LOCALHOST:" + port} {
+		if code, msg := withHost("GET", job, host); code != http.StatusOK {
+			t.Fatalf("GET with Host %s: %d %s", host, code, msg)
+		}
+	}
 
 	// What a page on another site could make a browser send is refused.
 	for _, hdr := range []map[string]string{
@@ -317,9 +362,23 @@ func TestRESTAuth(t *testing.T) {
 	for _, p := range []string{"", "/checkpoints", "/checkpoints/history", "/checkpoints/summary", "/checkpoints/1", "/exceptions", "/vertices/src", "/savepoints"} {
 		call(t, "GET", u+"/v1/jobs/"+id+p, "acme.secret", "", http.StatusNotFound)
 	}
-	call(t, "POST", u+"/v1/jobs/"+id+"/cancel", "acme.secret", "", http.StatusNotFound)
-	call(t, "POST", u+"/v1/jobs/"+id+"/savepoints", "acme.secret", "{}", http.StatusNotFound)
-	call(t, "POST", u+"/v1/jobs/"+id+"/stop", "acme.secret", "{}", http.StatusNotFound)
+	// Another's job and one that never was get one answer, and each
+	// refused action is audited with it.
+	for _, p := range []string{"/cancel", "/savepoints", "/stop"} {
+		theirs := str(call(t, "POST", u+"/v1/jobs/"+id+p, "acme.secret", "{}", http.StatusNotFound), "error")
+		none := str(call(t, "POST", u+"/v1/jobs/nope"+p, "acme.secret", "{}", http.StatusNotFound), "error")
+		if want := `no job "` + id + `"`; theirs != want || none != `no job "nope"` {
+			t.Errorf("acme's POST %s: %q of the admin's job and %q of none, want %q and the same for nope", p, theirs, none, want)
+		}
+	}
+	audit := readAudit(t, data)
+	for _, a := range []string{"cancel", "savepoint", "stop with savepoint"} {
+		for _, j := range []string{id, "nope"} {
+			if !regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(a+" "+j) + ` by acme \(rest [^)]+\) ` + regexp.QuoteMeta(`no job "`+j+`"`) + `$`).MatchString(audit) {
+				t.Errorf("acme's refused %s of %s is not audited with its error:\n%s", a, j, audit)
+			}
+		}
+	}
 	call(t, "GET", u+"/v1/workers", "acme.secret", "", http.StatusForbidden)
 	if ov := call(t, "GET", u+"/v1/overview", "acme.secret", "", 200); field(ov, "workers") != nil || str(ov, "tenant") != "acme" {
 		t.Fatalf("acme's overview %v", ov)

@@ -21,6 +21,12 @@
 //     and a request that carries an Origin header must come from the page
 //     this server served: a web page elsewhere cannot make a browser act
 //     on a cluster it can reach.
+//  4. A listener on loopback answers only a Host header that names it
+//     (its address, localhost, 127.0.0.1 or [::1], with its port), else
+//     421: a page of a site whose name was made to resolve to 127.0.0.1
+//     would otherwise be of the listener's own origin.
+//  5. Every refusal is audited once with the error it was answered with;
+//     a job the caller may not see is "no job ID" whoever owns it.
 //
 // The UI is plain HTML, JavaScript and CSS embedded in the binary (no
 // build step): it polls the API and draws a job's graph as SVG.

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -41,11 +42,14 @@ type Config struct {
 
 // Server is a running HTTP listener.
 type Server struct {
-	cfg  Config
-	ln   net.Listener
-	srv  *http.Server
-	sps  *savepoints
-	done chan struct{}
+	cfg Config
+	ln  net.Listener
+	// hosts are the Host headers a listener on loopback answers to (nil:
+	// any, as on another interface).
+	hosts []string
+	srv   *http.Server
+	sps   *savepoints
+	done  chan struct{}
 }
 
 // maxBody bounds a request's body: they are small JSON objects.
@@ -75,6 +79,7 @@ func Start(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("api: listening on %s: %w", addr, err)
 	}
 	s.ln = ln
+	s.hosts = loopbackHosts(addr, ln.Addr())
 	s.srv = &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second}
 	s.done = make(chan struct{})
 	go func() {
@@ -113,8 +118,66 @@ func (s *Server) Close(ctx context.Context) error {
 	return err
 }
 
+// loopbackHosts returns the Host headers that name a listener on loopback
+// at addr (as configured) bound to bound: its address, localhost,
+// 127.0.0.1 and [::1] with its port, and without the port on port 80.
+// It returns nil for a listener on another interface.
+func loopbackHosts(addr string, bound net.Addr) []string {
+	a, ok := bound.(*net.TCPAddr)
+	if !ok || !a.IP.IsLoopback() {
+		return nil
+	}
+	port := strconv.Itoa(a.Port)
+	names := []string{"127.0.0.1", "localhost", "::1", a.IP.String()}
+	if h, _, err := net.SplitHostPort(addr); err == nil && h != "" {
+		names = append(names, h)
+	}
+	var out []string
+	for _, n := range names {
+		n = strings.ToLower(n)
+		hp := net.JoinHostPort(n, port)
+		if !slices.Contains(out, hp) {
+			out = append(out, hp)
+		}
+		if port == "80" && !slices.Contains(out, n) {
+			if strings.Contains(n, ":") {
+				n = "[" + n + "]"
+			}
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// checkHost refuses a request to a loopback listener whose Host header
+// names another server: a page whose site's name resolves to 127.0.0.1
+// (DNS rebinding) would otherwise be of this server's own origin, and pass
+// the Origin check.
+func (s *Server) checkHost(next http.Handler) http.Handler {
+	if s.hosts == nil {
+		return next
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if slices.Contains(s.hosts, strings.ToLower(r.Host)) {
+			next.ServeHTTP(w, r)
+			return
+		}
+		who := coordinator.Caller{User: "rest " + r.RemoteAddr}
+		if s.cfg.Auth != nil {
+			who.Tenant = "?"
+		}
+		err := fmt.Errorf("the Host header %q names another server: this one listens on loopback and answers as %s only", r.Host, strings.Join(s.hosts, ", "))
+		s.cfg.Coordinator.Audit(who, "rest "+r.Method+" "+r.URL.Path, "", err)
+		writeError(w, http.StatusMisdirectedRequest, err.Error())
+	})
+}
+
 // Handler serves the UI, the API and the metrics.
 func (s *Server) Handler() http.Handler {
+	return s.checkHost(s.routes())
+}
+
+func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
 	ui, _ := fs.Sub(uiFiles, "ui")
 	files := http.FileServerFS(ui)
@@ -132,16 +195,18 @@ func (s *Server) Handler() http.Handler {
 			return
 		}
 		if who.Tenant != "" {
-			writeError(w, http.StatusForbidden, "only the cluster's admin reads the metrics")
+			err := s.cfg.Coordinator.Audit(who, "rest GET /metrics", "", errors.New("only the cluster's admin reads the metrics"))
+			writeError(w, http.StatusForbidden, err.Error())
 			return
 		}
 		s.cfg.Metrics.ServeHTTP(w, r)
 	}))
+	// Reads are audited when they are refused.
 	get := func(pattern string, h func(r *http.Request, who coordinator.Caller) (any, error)) {
 		mux.HandleFunc("GET "+pattern, s.authed(func(w http.ResponseWriter, r *http.Request, who coordinator.Caller) {
 			v, err := h(r, who)
 			if err != nil {
-				writeErr(w, err)
+				writeErr(w, s.cfg.Coordinator.Audit(who, "rest GET "+r.URL.Path, r.PathValue("id"), err))
 				return
 			}
 			writeJSON(w, http.StatusOK, v)
@@ -260,6 +325,13 @@ func (s *Server) postSavepoint(stop bool) func(http.ResponseWriter, *http.Reques
 	return func(w http.ResponseWriter, r *http.Request, who coordinator.Caller) {
 		c := s.cfg.Coordinator
 		id := r.PathValue("id")
+		action := "savepoint"
+		if stop {
+			action = "stop with savepoint"
+		}
+		refuse := func(status int, err error) {
+			writeError(w, status, c.Audit(who, action, id, err).Error())
+		}
 		var body savepointBody
 		b, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
 		if err == nil && len(b) > maxBody {
@@ -271,17 +343,15 @@ func (s *Server) postSavepoint(stop bool) func(http.ResponseWriter, *http.Reques
 			err = dec.Decode(&body)
 		}
 		if err != nil {
-			writeError(w, http.StatusBadRequest, "bad request body: "+err.Error()+` (want {"dir": "...", "drain": false}, both optional)`)
+			refuse(http.StatusBadRequest, fmt.Errorf(`bad request body: %w (want {"dir": "...", "drain": false}, both optional)`, err))
 			return
 		}
 		if body.Drain && !stop {
-			writeError(w, http.StatusBadRequest, "drain goes with stop, not with a savepoint")
+			refuse(http.StatusBadRequest, errors.New("drain goes with stop, not with a savepoint"))
 			return
 		}
-		if err := c.CanSee(who, id); err != nil {
-			writeErr(w, err)
-			return
-		}
+		// The coordinator refuses a job who cannot see, and audits the
+		// request once it is answered.
 		req := s.sps.start(id, stop)
 		refused := make(chan transport.SavepointReply, 1)
 		started := make(chan struct{})
@@ -339,6 +409,7 @@ func (s *Server) authed(h func(http.ResponseWriter, *http.Request, coordinator.C
 		}
 		if r.Method == http.MethodPost {
 			if err := checkPost(r); err != nil {
+				err = s.cfg.Coordinator.Audit(who, "rest POST "+r.URL.Path, r.PathValue("id"), err)
 				writeError(w, http.StatusForbidden, err.Error())
 				return
 			}

@@ -498,7 +498,8 @@ func newJobID(name string) string {
 func (c *Coordinator) onSubmit(m *nats.Msg, who caller) {
 	var req transport.SubmitRequest
 	if err := json.Unmarshal(m.Data, &req); err != nil {
-		respond(m, transport.SubmitReply{Error: "bad submit request: " + err.Error()})
+		err = c.outcome(who, "submit", "", fmt.Errorf("bad submit request: %w", err))
+		respond(m, transport.SubmitReply{Error: err.Error()})
 		return
 	}
 	// Deploying waits on a worker: answer from a goroutine so that status
@@ -512,8 +513,7 @@ func (c *Coordinator) onSubmit(m *nats.Msg, who caller) {
 		case req.FromSavepoint != "":
 			action = "submit from savepoint " + req.FromSavepoint
 		}
-		c.audit(who, action, orString(id, req.Resume), err)
-		if err != nil {
+		if err = c.outcome(who, action, orString(id, req.Resume), err); err != nil {
 			respond(m, transport.SubmitReply{Error: err.Error()})
 			return
 		}
@@ -568,11 +568,16 @@ func (c *Coordinator) submit(req transport.SubmitRequest, who caller) (string, e
 	if id != "" {
 		// A resumed job continues from its latest checkpoint; its sinks
 		// recover as after any restart.
-		if rec, err = c.readRecord(id); err != nil {
+		if rec, err = c.readRecord(id); err != nil || rec.Tenant != owner {
+			// A tenant hears the same of a record it cannot read as of
+			// one that is absent or another's.
+			if err != nil && !who.admin() {
+				c.cfg.Log.Warn("resume: reading the job's record", logging.Job, id, "err", err)
+			}
+			if err == nil || !who.admin() {
+				err = errNoJob(id)
+			}
 			return "", err
-		}
-		if rec.Tenant != owner {
-			return "", fmt.Errorf("no job %q", id)
 		}
 		if rec.State != transport.JobRunning {
 			return "", fmt.Errorf("job %s has %s: there is nothing to resume", id, rec.State)
@@ -864,7 +869,8 @@ func (c *Coordinator) cancelOn(worker, id string, attempt int, failed bool) {
 func (c *Coordinator) onCancel(m *nats.Msg, who caller) {
 	var req transport.CancelRequest
 	if err := json.Unmarshal(m.Data, &req); err != nil {
-		respond(m, transport.Reply{Error: "bad cancel request: " + err.Error()})
+		err = c.outcome(who, "cancel", "", fmt.Errorf("bad cancel request: %w", err))
+		respond(m, transport.Reply{Error: err.Error()})
 		return
 	}
 	if err := c.cancel(req.JobID, who); err != nil {
@@ -888,9 +894,7 @@ func (c *Coordinator) cancel(id string, who caller) error {
 	}
 	c.mu.Unlock()
 	if !ok {
-		err := fmt.Errorf("no job %q", id)
-		c.audit(who, "cancel", id, err)
-		return err
+		return c.outcome(who, "cancel", id, errNoJob(id))
 	}
 	c.audit(who, "cancel", id, nil)
 	go c.carryOut(j, acts)
@@ -908,7 +912,7 @@ func (c *Coordinator) onList(m *nats.Msg, who caller) {
 		}
 		row := j.info
 		row.State = j.lc.State().String()
-		row.Attempt, row.Restarts, row.Cause = j.lc.Attempt(), j.lc.Restarts(), j.lc.Cause()
+		row.Attempt, row.Restarts, row.Cause = j.lc.Attempt(), j.lc.Restarts(), c.tenantText(who, j.lc.Cause())
 		out.Jobs = append(out.Jobs, row)
 	}
 	c.mu.Unlock()
@@ -920,7 +924,8 @@ func (c *Coordinator) onList(m *nats.Msg, who caller) {
 // are shared by every tenant, so a tenant is refused.
 func (c *Coordinator) onWorkers(m *nats.Msg, who caller) {
 	if !who.admin() {
-		respond(m, transport.WorkersReply{Error: "workers: only the cluster's admin sees its workers"})
+		err := c.outcome(who, "workers", "", errors.New("workers: only the cluster's admin sees its workers"))
+		respond(m, transport.WorkersReply{Error: err.Error()})
 		return
 	}
 	c.mu.Lock()

@@ -197,11 +197,17 @@ func (c *Coordinator) carry(j *jobState, acts []lifecycle.Action, first bool) er
 			}
 			c.mu.Lock()
 			b, _ := json.Marshal(j.result)
+			tb := b
+			if j.result != nil && j.info.Tenant != "" {
+				r := *j.result
+				r.Error = c.tenantText(caller{tenant: j.info.Tenant}, r.Error)
+				tb, _ = json.Marshal(r)
+			}
 			c.mu.Unlock()
 			_ = c.cfg.NATS.Publish(transport.JobDoneSubject(id), b)
 			if t := j.info.Tenant; t != "" {
 				// What the tenant's clients hear as JobDoneSubject.
-				c.publishToTenant(t, strings.TrimPrefix(transport.JobDoneSubject(id), "wstream."), b)
+				c.publishToTenant(t, strings.TrimPrefix(transport.JobDoneSubject(id), "wstream."), tb)
 			}
 		}
 	}

@@ -100,7 +100,8 @@ func savepointDir(parent, jobID string, id int64) string {
 func (c *Coordinator) onSavepoint(m *nats.Msg, who caller) {
 	var req transport.SavepointRequest
 	if err := json.Unmarshal(m.Data, &req); err != nil {
-		respond(m, transport.SavepointReply{Error: "bad savepoint request: " + err.Error()})
+		err = c.outcome(who, "savepoint", "", fmt.Errorf("bad savepoint request: %w", err))
+		respond(m, transport.SavepointReply{Error: err.Error()})
 		return
 	}
 	c.savepoint(req, who, func(r transport.SavepointReply) { respond(m, r) })
@@ -108,14 +109,14 @@ func (c *Coordinator) onSavepoint(m *nats.Msg, who caller) {
 
 // savepoint takes a savepoint, or stops the job with one, for who; reply
 // gets the outcome, once, when the savepoint completes or fails (or at
-// once when it cannot start).
+// once when it cannot start), and the audit log with it.
 func (c *Coordinator) savepoint(req transport.SavepointRequest, who caller, reply func(transport.SavepointReply)) {
 	action := "savepoint"
 	if req.Stop {
 		action = "stop with savepoint"
 	}
+	reply = c.answerSavepoint(who, action, req.JobID, reply)
 	if err := c.checkTenantLocation(who, req.Dir); err != nil {
-		c.audit(who, action, req.JobID, err)
 		reply(transport.SavepointReply{Error: err.Error()})
 		return
 	}
@@ -123,7 +124,6 @@ func (c *Coordinator) savepoint(req transport.SavepointRequest, who caller, repl
 	j, ok := c.jobs[req.JobID]
 	// Another tenant's job is as absent as one that never was.
 	ok = ok && visibleLocked(j, who)
-	c.audit(who, action, req.JobID, nil)
 	var d *ckptDriver
 	if ok && !j.done {
 		d = j.ckpt
@@ -131,7 +131,7 @@ func (c *Coordinator) savepoint(req transport.SavepointRequest, who caller, repl
 	c.mu.Unlock()
 	switch {
 	case !ok:
-		reply(transport.SavepointReply{Error: fmt.Sprintf("no job %q", req.JobID)})
+		reply(transport.SavepointReply{Error: errNoJob(req.JobID).Error()})
 		return
 	case j.done:
 		reply(transport.SavepointReply{Error: fmt.Sprintf("job %s has ended", req.JobID), JobEnded: true})

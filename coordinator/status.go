@@ -41,9 +41,10 @@ var (
 )
 
 // Audit writes one line to the audit log (AuditFile) for a request made
-// through another door than NATS.
-func (c *Coordinator) Audit(who Caller, action, jobID string, err error) {
-	c.audit(who.internal(), action, jobID, err)
+// through another door than NATS, and returns err as who is answered (a
+// tenant's answers name no path of the server's data directory).
+func (c *Coordinator) Audit(who Caller, action, jobID string, err error) error {
+	return c.outcome(who.internal(), action, jobID, err)
 }
 
 // Overview is the cluster as a caller sees it.
@@ -169,7 +170,9 @@ func (c *Coordinator) Jobs(who Caller) []transport.JobInfo {
 	out := []transport.JobInfo{}
 	for _, j := range c.jobs {
 		if visibleLocked(j, w) {
-			out = append(out, c.jobRowLocked(j))
+			row := c.jobRowLocked(j)
+			row.Cause = c.tenantText(w, row.Cause)
+			out = append(out, row)
 		}
 	}
 	c.mu.Unlock()
@@ -189,7 +192,7 @@ func (c *Coordinator) lookupLocked(id string, who Caller) (*jobState, error) {
 	j, ok := c.jobs[id]
 	if !ok || !visibleLocked(j, who.internal()) {
 		// Another tenant's job is as absent as one that never was.
-		return nil, fmt.Errorf("%w: %q", ErrNoJob, id)
+		return nil, errNoJob(id)
 	}
 	return j, nil
 }
@@ -311,8 +314,14 @@ func (c *Coordinator) Job(who Caller, id string) (*JobDetail, error) {
 	if d.Edges == nil {
 		d.Edges = []job.Edge{}
 	}
+	w := who.internal()
+	d.Cause = c.tenantText(w, d.Cause)
+	for i := range d.RestartLog {
+		d.RestartLog[i].Reason = c.tenantText(w, d.RestartLog[i].Reason)
+	}
 	if j.result != nil {
 		r := *j.result
+		r.Error = c.tenantText(w, r.Error)
 		d.Result = &r
 		d.DurationMillis = r.Duration.Milliseconds()
 	} else {
@@ -563,6 +572,13 @@ func (c *Coordinator) Checkpoints(who Caller, id string) (*CheckpointOverview, e
 	out.Latest.Savepoint = cloneStats(s.latestSavepoint)
 	out.Latest.Failed = cloneStats(s.latestFailed)
 	s.mu.Unlock()
+	w := who.internal()
+	if r := out.Latest.Restored; r != nil {
+		r.Location = c.tenantText(w, r.Location)
+	}
+	if f := out.Latest.Failed; f != nil {
+		f.Reason = c.tenantText(w, f.Reason)
+	}
 	return out, nil
 }
 
@@ -591,7 +607,9 @@ func (c *Coordinator) CheckpointHistory(who Caller, id string, limit int) ([]Che
 	}
 	out := make([]CheckpointStats, 0, n)
 	for i := len(s.recent) - 1; i >= len(s.recent)-n; i-- {
-		out = append(out, s.recent[i].CheckpointStats)
+		st := s.recent[i].CheckpointStats
+		st.Reason = c.tenantText(who.internal(), st.Reason)
+		out = append(out, st)
 	}
 	return out, nil
 }
@@ -621,6 +639,14 @@ func (c *Coordinator) visibleJob(who Caller, id string) (*jobState, error) {
 // from the coordinator's recent history, else from the metadata of a
 // checkpoint its storage retains (a directory or an object store alike).
 func (c *Coordinator) Checkpoint(who Caller, id string, cid int64) (*CheckpointDetail, error) {
+	d, err := c.checkpointDetail(who, id, cid)
+	if d != nil {
+		d.Reason = c.tenantText(who.internal(), d.Reason)
+	}
+	return d, err
+}
+
+func (c *Coordinator) checkpointDetail(who Caller, id string, cid int64) (*CheckpointDetail, error) {
 	j, err := c.visibleJob(who, id)
 	if err != nil {
 		return nil, err
@@ -787,6 +813,7 @@ func (c *Coordinator) Exceptions(who Caller, id string) (*Exceptions, error) {
 	}
 	sort.SliceStable(out.Entries, func(i, k int) bool { return out.Entries[i].Time.After(out.Entries[k].Time) })
 	for i := range out.Entries {
+		out.Entries[i].Message = c.tenantText(who.internal(), out.Entries[i].Message)
 		if len(out.Entries[i].Message) > maxMessage {
 			out.Entries[i].Message = strings.ToValidUTF8(out.Entries[i].Message[:maxMessage], "") + "…"
 		}
@@ -798,6 +825,9 @@ func (c *Coordinator) Exceptions(who Caller, id string) (*Exceptions, error) {
 		r := restarts[len(restarts)-1]
 		out.Root = &Exception{Time: r.Time, Attempt: r.Attempt - 1, Kind: "restart", Message: r.Reason}
 	}
+	if out.Root != nil {
+		out.Root.Message = c.tenantText(who.internal(), out.Root.Message)
+	}
 	if out.Entries == nil {
 		out.Entries = []Exception{}
 	}
@@ -807,10 +837,7 @@ func (c *Coordinator) Exceptions(who Caller, id string) (*Exceptions, error) {
 // Cancel cancels job id for who, as `wstream cancel` does; it returns once
 // the cancellation has begun.
 func (c *Coordinator) Cancel(who Caller, id string) error {
-	if err := c.cancel(id, who.internal()); err != nil {
-		return fmt.Errorf("%w: %q", ErrNoJob, id)
-	}
-	return nil
+	return c.cancel(id, who.internal())
 }
 
 // Savepoint takes a savepoint of a job, or stops it with one (req.Stop),

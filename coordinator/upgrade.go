@@ -55,6 +55,7 @@ type upgradeSpec struct {
 type upgradeOp struct {
 	old, next upgradeSpec
 	reply     *nats.Msg
+	who       caller
 	requested time.Time
 	migrated  []string
 	// fromAttempt ran the old module; newAttempt the new one (0 until
@@ -131,14 +132,15 @@ func ReadUpgrades(dataDir, id string) ([]UpgradeEntry, error) {
 func (c *Coordinator) onUpgrade(m *nats.Msg, who caller) {
 	var req transport.UpgradeRequest
 	if err := json.Unmarshal(m.Data, &req); err != nil {
-		respond(m, transport.UpgradeReply{Error: "bad upgrade request: " + err.Error()})
+		err = c.outcome(who, "upgrade", "", fmt.Errorf("bad upgrade request: %w", err))
+		respond(m, transport.UpgradeReply{Error: err.Error()})
 		return
 	}
 	// Checking the module waits on JetStream: answer from a goroutine.
 	go func() {
-		err := c.upgrade(req, who, m)
-		c.audit(who, "upgrade", req.JobID, err)
-		if err != nil {
+		// An upgrade under way is audited when it ends (answerUpgrade).
+		if err := c.upgrade(req, who, m); err != nil {
+			err = c.outcome(who, "upgrade", req.JobID, err)
 			respond(m, transport.UpgradeReply{Error: err.Error()})
 		}
 	}()
@@ -159,7 +161,7 @@ func (c *Coordinator) upgrade(req transport.UpgradeRequest, who caller, m *nats.
 	c.mu.Unlock()
 	switch {
 	case !ok:
-		return fmt.Errorf("no job %q", req.JobID)
+		return errNoJob(req.JobID)
 	case done:
 		return fmt.Errorf("job %s has ended: there is nothing to upgrade", req.JobID)
 	case !old.plan.Checkpoint.Enabled():
@@ -207,7 +209,7 @@ func (c *Coordinator) upgrade(req transport.UpgradeRequest, who caller, m *nats.
 	}
 	op := &upgradeOp{
 		old: old, next: upgradeSpec{plan: next, digest: req.ModuleDigest, module: req.ModuleName, refs: refs},
-		reply: m, requested: c.now(),
+		reply: m, who: who, requested: c.now(),
 	}
 	for _, mg := range job.Migrations(old.plan, next) {
 		op.migrated = append(op.migrated, fmt.Sprintf("%s/%s v%d→v%d", mg.Vertex, mg.State, mg.From, mg.To))
@@ -476,6 +478,11 @@ func (c *Coordinator) answerUpgrade(j *jobState, op *upgradeOp, a lifecycle.Upgr
 		if err := appendJSONLine(UpgradesFile(c.cfg.DataDir, j.info.JobID), e); err != nil {
 			c.cfg.Log.Error("recording the upgrade", logging.Job, j.info.JobID, "err", err)
 		}
+	}
+	if r.Error != "" {
+		r.Error = c.outcome(op.who, "upgrade", j.info.JobID, errors.New(r.Error)).Error()
+	} else {
+		c.audit(op.who, "upgrade", j.info.JobID, nil)
 	}
 	respond(op.reply, r)
 }
