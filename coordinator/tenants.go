@@ -512,20 +512,30 @@ func (c *Coordinator) tenantOp(req transport.TenantRequest) (transport.TenantRep
 
 // tenantModule makes sure the module of a tenant's job is in the tenant's
 // own module store, where its workers fetch it: a tenant must have stored
-// it (it cannot run another tenant's module by naming its digest); a job
-// the admin submits for a tenant brings its module from the admin's store.
+// it (it cannot run another tenant's module by naming its digest), within
+// its module size limit, and its bytes must hash to the digest (a name
+// proves nothing: a tenant may store anything under any name). A job the
+// admin submits for a tenant brings its module from the admin's store.
 func (c *Coordinator) tenantModule(ctx context.Context, owner string, who caller, digest string, tnc *nats.Conn) error {
-	if owner == "" || digest == "" {
+	if digest == "" {
 		return nil
+	}
+	limit := c.moduleLimit(owner)
+	if owner == "" {
+		return c.adminModuleSize(ctx, digest, limit)
 	}
 	tjs, err := jetstream.New(tnc)
 	if err != nil {
 		return err
 	}
-	if obs, err := tjs.ObjectStore(ctx, transport.ModuleBucket); err == nil {
-		if _, err := obs.GetInfo(ctx, digest); err == nil {
-			return nil
+	obs, err := tjs.ObjectStore(ctx, transport.ModuleBucket)
+	if err == nil {
+		err = verifyModule(ctx, obs, owner, digest, limit)
+		if err == nil || !errors.Is(err, jetstream.ErrObjectNotFound) {
+			return err
 		}
+	} else if !errors.Is(err, jetstream.ErrBucketNotFound) {
+		return fmt.Errorf("opening tenant %s's module store: %w", owner, err)
 	}
 	if !who.admin() {
 		return fmt.Errorf("module %s is not in tenant %s's module store: store it with the tenant's credentials (wstream deploy does)", digest, owner)
@@ -534,13 +544,13 @@ func (c *Coordinator) tenantModule(ctx context.Context, owner string, who caller
 	if err != nil {
 		return err
 	}
-	obs, err := js.ObjectStore(ctx, transport.ModuleBucket)
+	aobs, err := js.ObjectStore(ctx, transport.ModuleBucket)
 	if err != nil {
 		return fmt.Errorf("opening module store %s: %w", transport.ModuleBucket, err)
 	}
-	wasm, err := obs.GetBytes(ctx, digest)
+	wasm, err := transport.FetchModule(ctx, aobs, "", digest, limit)
 	if err != nil {
-		return fmt.Errorf("fetching module %s: %w", digest, err)
+		return err
 	}
 	if _, err := StoreModule(ctx, tnc, wasm); err != nil {
 		return fmt.Errorf("tenant %s: %w", owner, err)
