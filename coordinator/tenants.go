@@ -529,16 +529,27 @@ func (c *Coordinator) tenantModule(ctx context.Context, owner string, who caller
 		return err
 	}
 	obs, err := tjs.ObjectStore(ctx, transport.ModuleBucket)
-	if err == nil {
+	switch {
+	case err == nil:
 		err = verifyModule(ctx, obs, owner, digest, limit)
-		if err == nil || !errors.Is(err, jetstream.ErrObjectNotFound) {
-			return err
-		}
-	} else if !errors.Is(err, jetstream.ErrBucketNotFound) {
+	case errors.Is(err, jetstream.ErrBucketNotFound):
+		err = jetstream.ErrObjectNotFound
+	default:
 		return fmt.Errorf("opening tenant %s's module store: %w", owner, err)
 	}
+	if err == nil {
+		return nil
+	}
+	missing := errors.Is(err, jetstream.ErrObjectNotFound)
 	if !who.admin() {
-		return fmt.Errorf("module %s is not in tenant %s's module store: store it with the tenant's credentials (wstream deploy does)", digest, owner)
+		if missing {
+			return fmt.Errorf("module %s is not in tenant %s's module store: store it with the tenant's credentials (wstream deploy does)", digest, owner)
+		}
+		return err
+	}
+	// The admin's module replaces other bytes under its name.
+	if !missing && !errors.Is(err, transport.ErrModuleDigest) {
+		return err
 	}
 	js, err := jetstream.New(c.cfg.NATS)
 	if err != nil {
@@ -555,5 +566,8 @@ func (c *Coordinator) tenantModule(ctx context.Context, owner string, who caller
 	if _, err := StoreModule(ctx, tnc, wasm); err != nil {
 		return fmt.Errorf("tenant %s: %w", owner, err)
 	}
-	return nil
+	if obs, err = tjs.ObjectStore(ctx, transport.ModuleBucket); err != nil {
+		return fmt.Errorf("opening tenant %s's module store: %w", owner, err)
+	}
+	return verifyModule(ctx, obs, owner, digest, limit)
 }
