@@ -125,7 +125,8 @@ func TestAttackModuleDigest(t *testing.T) {
 		t.Fatal(err)
 	}
 	createStreams(t, bolt.js, jetstream.StreamConfig{Name: "OUT", Subjects: []string{"out.*"}})
-	plan := []byte(countPlan(genSpec{count: 200, keys: 5, words: 1, seed: 3}, 300, `"connector":"jetstream","config":{"stream":"OUT","subject":"out.{key}"}`))
+	bg := genSpec{count: 200, keys: 5, words: 1, seed: 3}
+	plan := []byte(countPlan(bg, 300, `"connector":"jetstream","config":{"stream":"OUT","subject":"out.{key}"}`))
 	e := ask(bolt.nc, transport.SubjectSubmit, transport.SubmitRequest{Name: "steal", Plan: plan, ModuleDigest: digest, ModuleName: "testops"})
 	want := "module " + digest + " in tenant bolt's store: its bytes hash to " + coordinator.ModuleDigest(junk)
 	if !strings.Contains(e, want) {
@@ -149,6 +150,19 @@ func TestAttackModuleDigest(t *testing.T) {
 	if !refused {
 		t.Error("the audit log has no refused submission of bolt's")
 	}
+
+	// The admin runs the module as bolt: its bytes replace bolt's junk, and
+	// the job runs them.
+	writePlan(t, c.dir, string(plan))
+	r := runCLI(t, c.dir, "deploy", "--nats", c.url, "--nats-creds", filepath.Join(c.auth, "admin.creds"), "--tenant", "bolt", "--plan", "plan.json", mod)
+	if r.code != 0 {
+		t.Fatalf("the admin's deploy as bolt: exit %d\n%s", r.code, r.stderr)
+	}
+	if b, err := moduleBucket(t, bolt).GetBytes(ctx, digest); err != nil || coordinator.ModuleDigest(b) != digest {
+		t.Errorf("bolt's store after the admin's deploy: %d bytes, %v", len(b), err)
+	}
+	got, _ := outputLines(t, bolt.js, "OUT")
+	sameLines(t, "the admin's job as bolt", got, asMessages(bg.runningCounts(), "out"))
 	c.workerAlive(t)
 }
 
