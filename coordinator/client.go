@@ -20,10 +20,7 @@ import (
 
 // ModuleDigest is the digest by which a module is stored and named:
 // "sha256:" and the hex SHA-256 of its bytes.
-func ModuleDigest(wasm []byte) string {
-	sum := sha256.Sum256(wasm)
-	return "sha256:" + hex.EncodeToString(sum[:])
-}
+func ModuleDigest(wasm []byte) string { return transport.ModuleDigest(wasm) }
 
 // StoreModule puts a module into the JetStream object store under its
 // digest (creating the bucket on first use) and returns the digest.

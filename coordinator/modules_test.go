@@ -8,6 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/wstream/wstream/internal/natstest"
 	"github.com/wstream/wstream/transport"
 )
 
@@ -15,19 +16,10 @@ import (
 // bytes of the module's size under its digest (a broken upload, or junk)
 // gets the module; one that holds the module is not written again.
 func TestStoreModuleReplacesOtherBytes(t *testing.T) {
-	srv, err := transport.StartEmbedded(transport.EmbeddedOptions{StoreDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Shutdown()
-	nc, err := transport.ConnectInProcess(srv, "client")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
+	_, js := natstest.Start(t)
+	nc := js.Conn()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	js, _ := jetstream.New(nc)
 	obs, err := js.CreateObjectStore(ctx, jetstream.ObjectStoreConfig{Bucket: transport.ModuleBucket})
 	if err != nil {
 		t.Fatal(err)

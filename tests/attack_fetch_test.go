@@ -4,9 +4,7 @@ import (
 	"bufio"
 	"context"
 	"crypto/sha256"
-	"encoding/base64"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -16,10 +14,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/wstream/wstream/coordinator"
+	"github.com/wstream/wstream/internal/natstest"
 	"github.com/wstream/wstream/transport"
 )
 
@@ -74,7 +72,7 @@ func TestAttackModuleSize(t *testing.T) {
 	}
 	// The same object, its record saying it is 1000 bytes: the read stops
 	// past the limit.
-	lieAboutSize(t, bolt, big, 1000)
+	natstest.SetObjectSize(t, bolt.js, transport.ModuleBucket, big, 1000)
 	e = ask(bolt.nc, transport.SubjectSubmit, transport.SubmitRequest{Name: "big", Plan: plan, ModuleDigest: big, ModuleName: "big.wasm"})
 	want = fmt.Sprintf("module %s in tenant bolt's store: more than the limit of %d bytes (its record says 1000)", big, 1<<20)
 	if !strings.Contains(e, want) {
@@ -184,33 +182,6 @@ func moduleBucket(t *testing.T, tc *tenantClient) jetstream.ObjectStore {
 		t.Fatal(err)
 	}
 	return obs
-}
-
-// lieAboutSize rewrites the record of object name in tc's module store to
-// say it is size bytes, as any client of the bucket may.
-func lieAboutSize(t *testing.T, tc *tenantClient, name string, size uint64) {
-	t.Helper()
-	ctx := waitCtx(t)
-	subj := "$O." + transport.ModuleBucket + ".M." + base64.URLEncoding.EncodeToString([]byte(name))
-	s, err := tc.js.Stream(ctx, "OBJ_"+transport.ModuleBucket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := s.GetLastMsgForSubject(ctx, subj)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rec map[string]any
-	if err := json.Unmarshal(m.Data, &rec); err != nil {
-		t.Fatal(err)
-	}
-	rec["size"] = size
-	msg := nats.NewMsg(subj)
-	msg.Data, _ = json.Marshal(rec)
-	msg.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
-	if _, err := tc.js.PublishMsg(ctx, msg); err != nil {
-		t.Fatal(err)
-	}
 }
 
 // procKiB reads a field of /proc/PID/status given in kB (VmRSS, VmHWM).

@@ -29,6 +29,13 @@ var (
 	ErrModuleDigest = errors.New("module bytes do not match their digest")
 )
 
+// ModuleDigest is the digest by which a module is stored and named:
+// "sha256:" and the hex SHA-256 of its bytes.
+func ModuleDigest(wasm []byte) string {
+	sum := sha256.Sum256(wasm)
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
 // CheckModuleDigest refuses a digest that is not "sha256:" and 64
 // lower-case hex digits, the only names modules are stored under.
 func CheckModuleDigest(digest string) error {

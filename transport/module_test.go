@@ -1,36 +1,29 @@
-package transport
+package transport_test
 
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/base64"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"io"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/wstream/wstream/internal/natstest"
+	"github.com/wstream/wstream/transport"
 )
 
-func digestOf(b []byte) string {
-	s := sha256.Sum256(b)
-	return "sha256:" + hex.EncodeToString(s[:])
-}
-
 func TestCheckModuleDigest(t *testing.T) {
-	good := digestOf([]byte("x"))
-	if err := CheckModuleDigest(good); err != nil {
+	good := transport.ModuleDigest([]byte("x"))
+	if err := transport.CheckModuleDigest(good); err != nil {
 		t.Fatalf("%s: %v", good, err)
 	}
 	for _, d := range []string{"", "sha256:", good[:len(good)-1], good + "0", strings.ToUpper(good),
 		"sha256:" + strings.ToUpper(good[7:]), "sha512:" + good[7:], "sha256:" + strings.Repeat("g", 64),
 		"sha256:" + good[7:] + "\x00", "../" + good} {
-		if err := CheckModuleDigest(d); err == nil || !strings.Contains(err.Error(), "64 lower-case hex digits") {
+		if err := transport.CheckModuleDigest(d); err == nil || !strings.Contains(err.Error(), "64 lower-case hex digits") {
 			t.Errorf("digest %q: %v", d, err)
 		}
 	}
@@ -38,43 +31,30 @@ func TestCheckModuleDigest(t *testing.T) {
 
 func TestVerifyModule(t *testing.T) {
 	wasm := []byte("\x00asm\x01\x00\x00\x00")
-	if err := VerifyModule("bolt", digestOf(wasm), wasm); err != nil {
+	if err := transport.VerifyModule("bolt", transport.ModuleDigest(wasm), wasm); err != nil {
 		t.Fatal(err)
 	}
-	other := digestOf([]byte("acme's module"))
-	err := VerifyModule("bolt", other, wasm)
-	want := "module " + other + " in tenant bolt's store: its bytes hash to " + digestOf(wasm)
-	if !errors.Is(err, ErrModuleDigest) || err == nil || err.Error() != want {
+	other := transport.ModuleDigest([]byte("acme's module"))
+	err := transport.VerifyModule("bolt", other, wasm)
+	want := "module " + other + " in tenant bolt's store: its bytes hash to " + transport.ModuleDigest(wasm)
+	if !errors.Is(err, transport.ErrModuleDigest) || err == nil || err.Error() != want {
 		t.Fatalf("got %v, want %q", err, want)
 	}
-	if err := VerifyModule("", other, wasm); err == nil || !strings.Contains(err.Error(), "in the module store "+ModuleBucket+":") {
+	if err := transport.VerifyModule("", other, wasm); err == nil || !strings.Contains(err.Error(), "in the module store "+transport.ModuleBucket+":") {
 		t.Fatalf("the admin's store: %v", err)
 	}
 }
 
 // moduleStore starts a JetStream server and returns a module bucket and
-// the connection that made it.
-func moduleStore(t *testing.T) (jetstream.ObjectStore, *nats.Conn) {
+// its JetStream.
+func moduleStore(t *testing.T) (jetstream.ObjectStore, jetstream.JetStream) {
 	t.Helper()
-	s, err := StartEmbedded(EmbeddedOptions{StoreDir: t.TempDir()})
+	_, js := natstest.Start(t)
+	obs, err := js.CreateObjectStore(testCtx(t), jetstream.ObjectStoreConfig{Bucket: transport.ModuleBucket})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(s.Shutdown)
-	nc, err := ConnectInProcess(s, "modules")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	obs, err := js.CreateObjectStore(testCtx(t), jetstream.ObjectStoreConfig{Bucket: ModuleBucket})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return obs, nc
+	return obs, js
 }
 
 func testCtx(t *testing.T) context.Context {
@@ -89,7 +69,7 @@ type countingWriter struct{ n int64 }
 func (w *countingWriter) Write(p []byte) (int, error) { w.n += int64(len(p)); return len(p), nil }
 
 func TestFetchModule(t *testing.T) {
-	obs, nc := moduleStore(t)
+	obs, js := moduleStore(t)
 	ctx := testCtx(t)
 	put := func(name string, b []byte) {
 		t.Helper()
@@ -100,57 +80,57 @@ func TestFetchModule(t *testing.T) {
 
 	// A module under its digest comes back whole.
 	wasm := bytes.Repeat([]byte("module"), 100_000) // several chunks
-	d := digestOf(wasm)
+	d := transport.ModuleDigest(wasm)
 	put(d, wasm)
-	got, err := FetchModule(ctx, obs, "acme", d, int64(len(wasm)))
+	got, err := transport.FetchModule(ctx, obs, "acme", d, int64(len(wasm)))
 	if err != nil || !bytes.Equal(got, wasm) {
 		t.Fatalf("fetching a module at its limit: %d bytes, %v", len(got), err)
 	}
 
 	// One byte over the limit: refused by its record, before any chunk.
-	_, err = FetchModule(ctx, obs, "acme", d, int64(len(wasm))-1)
+	_, err = transport.FetchModule(ctx, obs, "acme", d, int64(len(wasm))-1)
 	want := "module " + d + " in tenant acme's store is 600000 bytes, over the limit of 599999 bytes"
-	if !errors.Is(err, ErrModuleTooLarge) || err.Error() != want {
+	if !errors.Is(err, transport.ErrModuleTooLarge) || err.Error() != want {
 		t.Fatalf("over the limit: %v, want %q", err, want)
 	}
 
 	// Junk under another module's digest.
-	acme := digestOf([]byte("acme's module"))
+	acme := transport.ModuleDigest([]byte("acme's module"))
 	junk := []byte("0123456789abcdef")
 	put(acme, junk)
-	_, err = FetchModule(ctx, obs, "bolt", acme, 1<<20)
-	want = "module " + acme + " in tenant bolt's store: its bytes hash to " + digestOf(junk)
-	if !errors.Is(err, ErrModuleDigest) || err.Error() != want {
+	_, err = transport.FetchModule(ctx, obs, "bolt", acme, 1<<20)
+	want = "module " + acme + " in tenant bolt's store: its bytes hash to " + transport.ModuleDigest(junk)
+	if !errors.Is(err, transport.ErrModuleDigest) || err.Error() != want {
 		t.Fatalf("junk: %v, want %q", err, want)
 	}
-	if err := ReadModule(ctx, obs, "bolt", acme, 1<<20, io.Discard); !errors.Is(err, ErrModuleDigest) {
+	if err := transport.ReadModule(ctx, obs, "bolt", acme, 1<<20, io.Discard); !errors.Is(err, transport.ErrModuleDigest) {
 		t.Fatalf("junk, read: %v", err)
 	}
 
 	// A record that lies about the size: the read stops past the limit.
 	big := bytes.Repeat([]byte{0}, 4<<20)
-	bd := digestOf(big)
+	bd := transport.ModuleDigest(big)
 	put(bd, big)
-	lieAboutSize(t, nc, bd, 10)
+	natstest.SetObjectSize(t, js, transport.ModuleBucket, bd, 10)
 	if info, err := obs.GetInfo(ctx, bd); err != nil || info.Size != 10 {
 		t.Fatalf("the forged record: %+v, %v", info, err)
 	}
 	var cw countingWriter
-	err = ReadModule(ctx, obs, "bolt", bd, 64<<10, &cw)
+	err = transport.ReadModule(ctx, obs, "bolt", bd, 64<<10, &cw)
 	want = "module " + bd + " in tenant bolt's store: more than the limit of 65536 bytes (its record says 10)"
-	if !errors.Is(err, ErrModuleTooLarge) || err.Error() != want {
+	if !errors.Is(err, transport.ErrModuleTooLarge) || err.Error() != want {
 		t.Fatalf("a lying record: %v, want %q", err, want)
 	}
 	if cw.n > 64<<10+1 {
 		t.Fatalf("read %d bytes past a limit of %d", cw.n, 64<<10)
 	}
-	if _, err := FetchModule(ctx, obs, "bolt", bd, 64<<10); !errors.Is(err, ErrModuleTooLarge) {
+	if _, err := transport.FetchModule(ctx, obs, "bolt", bd, 64<<10); !errors.Is(err, transport.ErrModuleTooLarge) {
 		t.Fatalf("a lying record, fetched: %v", err)
 	}
 
 	// Missing, a link, a name that is no digest.
-	missing := digestOf([]byte("nothing"))
-	if _, err := FetchModule(ctx, obs, "bolt", missing, 1<<20); !errors.Is(err, jetstream.ErrObjectNotFound) ||
+	missing := transport.ModuleDigest([]byte("nothing"))
+	if _, err := transport.FetchModule(ctx, obs, "bolt", missing, 1<<20); !errors.Is(err, jetstream.ErrObjectNotFound) ||
 		!strings.Contains(err.Error(), "tenant bolt's store") {
 		t.Fatalf("missing: %v", err)
 	}
@@ -161,43 +141,11 @@ func TestFetchModule(t *testing.T) {
 	if _, err := obs.AddLink(ctx, missing, info); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := FetchModule(ctx, obs, "bolt", missing, 1<<20); err == nil || !strings.Contains(err.Error(), "is a link") {
+	if _, err := transport.FetchModule(ctx, obs, "bolt", missing, 1<<20); err == nil || !strings.Contains(err.Error(), "is a link") {
 		t.Fatalf("a link: %v", err)
 	}
 	put("module.wasm", wasm)
-	if _, err := FetchModule(ctx, obs, "bolt", "module.wasm", 1<<20); err == nil || !strings.Contains(err.Error(), "64 lower-case hex digits") {
+	if _, err := transport.FetchModule(ctx, obs, "bolt", "module.wasm", 1<<20); err == nil || !strings.Contains(err.Error(), "64 lower-case hex digits") {
 		t.Fatalf("a name that is no digest: %v", err)
-	}
-}
-
-// lieAboutSize rewrites the object store's record of object name to say
-// it is size bytes, as a client of the bucket may.
-func lieAboutSize(t *testing.T, nc *nats.Conn, name string, size uint64) {
-	t.Helper()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := testCtx(t)
-	subj := "$O." + ModuleBucket + ".M." + base64.URLEncoding.EncodeToString([]byte(name))
-	s, err := js.Stream(ctx, "OBJ_"+ModuleBucket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := s.GetLastMsgForSubject(ctx, subj)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rec map[string]any
-	if err := json.Unmarshal(m.Data, &rec); err != nil {
-		t.Fatal(err)
-	}
-	rec["size"] = size
-	b, _ := json.Marshal(rec)
-	msg := nats.NewMsg(subj)
-	msg.Data = b
-	msg.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
-	if _, err := js.PublishMsg(ctx, msg); err != nil {
-		t.Fatal(err)
 	}
 }

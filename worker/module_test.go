@@ -3,8 +3,6 @@ package worker
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"strings"
 	"testing"
@@ -14,34 +12,17 @@ import (
 
 	"github.com/wstream/wstream/host"
 	"github.com/wstream/wstream/internal/logging"
+	"github.com/wstream/wstream/internal/natstest"
 	"github.com/wstream/wstream/internal/testmod"
 	"github.com/wstream/wstream/transport"
 )
-
-func digestOf(b []byte) string {
-	s := sha256.Sum256(b)
-	return "sha256:" + hex.EncodeToString(s[:])
-}
 
 // moduleBucket starts a JetStream server of its own (a tenant's account,
 // as far as the worker can tell) and returns its JetStream and module
 // bucket.
 func moduleBucket(t *testing.T) (jetstream.JetStream, jetstream.ObjectStore) {
 	t.Helper()
-	s, err := transport.StartEmbedded(transport.EmbeddedOptions{StoreDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Shutdown)
-	nc, err := transport.ConnectInProcess(s, "tenant")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, js := natstest.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	obs, err := js.CreateObjectStore(ctx, jetstream.ObjectStoreConfig{Bucket: transport.ModuleBucket})
@@ -72,7 +53,7 @@ func TestModuleFetchVerified(t *testing.T) {
 	acmeJS, acmeObs := moduleBucket(t)
 	boltJS, boltObs := moduleBucket(t)
 	wasm := testmod.WAT(t, hostileEventWAT)
-	digest := digestOf(wasm)
+	digest := transport.ModuleDigest(wasm)
 	if _, err := acmeObs.PutBytes(ctx, digest, wasm); err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +69,7 @@ func TestModuleFetchVerified(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = w.module(ctx, boltJS, "bolt", digest, "acme.wasm", 0)
-	want := "module acme.wasm: module " + digest + " in tenant bolt's store: its bytes hash to " + digestOf(junk)
+	want := "module acme.wasm: module " + digest + " in tenant bolt's store: its bytes hash to " + transport.ModuleDigest(junk)
 	if !errors.Is(err, transport.ErrModuleDigest) || err.Error() != want {
 		t.Fatalf("bolt naming acme's digest: %v, want %q", err, want)
 	}
@@ -97,7 +78,7 @@ func TestModuleFetchVerified(t *testing.T) {
 		t.Fatalf("bolt again: %v", err)
 	}
 	// The admin's store is checked too.
-	other := digestOf([]byte("another module"))
+	other := transport.ModuleDigest([]byte("another module"))
 	if _, err := boltObs.PutBytes(ctx, other, junk); err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +100,7 @@ func TestModuleFetchVerified(t *testing.T) {
 
 	// Size: the deployment's limit, within the worker's cap (1 MiB here).
 	big := bytes.Repeat([]byte{0}, 2<<20)
-	bigDigest := digestOf(big)
+	bigDigest := transport.ModuleDigest(big)
 	if _, err := boltObs.PutBytes(ctx, bigDigest, big); err != nil {
 		t.Fatal(err)
 	}
