@@ -111,7 +111,6 @@ func TestAttackModuleDigest(t *testing.T) {
 		t.Fatal(err)
 	}
 	digest := coordinator.ModuleDigest(wasm)
-	ctx := waitCtx(t)
 
 	g := genSpec{count: 12000, keys: 50, words: 1, seed: 11, rate: 3000}
 	d, _ := c.victimJob(t, acme, mod, g)
@@ -119,7 +118,7 @@ func TestAttackModuleDigest(t *testing.T) {
 	d.until(t, "acme's first output", false, func() bool { return streamCount(acme.js, "OUT") > 0 })
 
 	junk := []byte("0123456789abcdef")
-	if _, err := moduleBucket(t, bolt).PutBytes(ctx, digest, junk); err != nil {
+	if _, err := moduleBucket(t, bolt).PutBytes(waitCtx(t), digest, junk); err != nil {
 		t.Fatal(err)
 	}
 	createStreams(t, bolt.js, jetstream.StreamConfig{Name: "OUT", Subjects: []string{"out.*"}})
@@ -156,7 +155,7 @@ func TestAttackModuleDigest(t *testing.T) {
 	if r.code != 0 {
 		t.Fatalf("the admin's deploy as bolt: exit %d\n%s", r.code, r.stderr)
 	}
-	if b, err := moduleBucket(t, bolt).GetBytes(ctx, digest); err != nil || coordinator.ModuleDigest(b) != digest {
+	if b, err := moduleBucket(t, bolt).GetBytes(waitCtx(t), digest); err != nil || coordinator.ModuleDigest(b) != digest {
 		t.Errorf("bolt's store after the admin's deploy: %d bytes, %v", len(b), err)
 	}
 	got, _ := outputLines(t, bolt.js, "OUT")
