@@ -40,13 +40,12 @@ func ModuleDigest(wasm []byte) string {
 // lower-case hex digits, the only names modules are stored under.
 func CheckModuleDigest(digest string) error {
 	hexSum, ok := strings.CutPrefix(digest, "sha256:")
-	if !ok || len(hexSum) != 2*sha256.Size || strings.ToLower(hexSum) != hexSum {
-		return fmt.Errorf("module digest %q: want sha256: and 64 lower-case hex digits", digest)
+	if ok && len(hexSum) == 2*sha256.Size && strings.ToLower(hexSum) == hexSum {
+		if _, err := hex.DecodeString(hexSum); err == nil {
+			return nil
+		}
 	}
-	if _, err := hex.DecodeString(hexSum); err != nil {
-		return fmt.Errorf("module digest %q: want sha256: and 64 lower-case hex digits", digest)
-	}
-	return nil
+	return fmt.Errorf("module digest %q: want sha256: and 64 lower-case hex digits", digest)
 }
 
 // ModuleStoreName names a tenant's module store in errors ("" is the
