@@ -3,10 +3,12 @@ package coordinator
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -18,10 +20,7 @@ import (
 
 // ModuleDigest is the digest by which a module is stored and named:
 // "sha256:" and the hex SHA-256 of its bytes.
-func ModuleDigest(wasm []byte) string {
-	sum := sha256.Sum256(wasm)
-	return "sha256:" + hex.EncodeToString(sum[:])
-}
+func ModuleDigest(wasm []byte) string { return transport.ModuleDigest(wasm) }
 
 // StoreModule puts a module into the JetStream object store under its
 // digest (creating the bucket on first use) and returns the digest.
@@ -94,15 +93,28 @@ func openModuleBucket(ctx context.Context, nc *nats.Conn) (jetstream.ObjectStore
 	return obs, nil
 }
 
-// putModule puts wasm into obs under digest unless obs holds it already.
+// putModule puts wasm into obs under digest unless obs holds it already:
+// an object whose record gives the module's size and SHA-256. Other bytes
+// under the name (a broken upload) are replaced; the record is only the
+// uploader's word, and whoever fetches the module checks the bytes.
 func putModule(ctx context.Context, obs jetstream.ObjectStore, digest string, wasm []byte) error {
-	if info, err := obs.GetInfo(ctx, digest); err == nil && info.Size == uint64(len(wasm)) {
+	if info, err := obs.GetInfo(ctx, digest); err == nil && info.Size == uint64(len(wasm)) && info.Digest == objectDigest(digest) {
 		return nil
 	}
 	if _, err := obs.PutBytes(ctx, digest, wasm); err != nil {
 		return fmt.Errorf("storing module %s: %w", digest, err)
 	}
 	return nil
+}
+
+// objectDigest is the object store's record of the SHA-256 of a module
+// with digest ("sha256:" and hex), or "" if digest is not one.
+func objectDigest(digest string) string {
+	sum, err := hex.DecodeString(strings.TrimPrefix(digest, "sha256:"))
+	if err != nil || len(sum) != sha256.Size {
+		return ""
+	}
+	return "SHA-256=" + base64.URLEncoding.EncodeToString(sum)
 }
 
 // SubmitTimeout bounds the wait for the coordinator's answer to a

@@ -70,6 +70,10 @@ type Config struct {
 	// coordinator keeps with their per-subtask details for the REST API
 	// (default DefaultCheckpointHistory); counts and summaries cover all.
 	CheckpointHistory int
+	// MaxModuleBytes caps the size of a module the coordinator accepts, the
+	// admin's and every tenant's whatever its quota (default
+	// transport.DefaultMaxModuleBytes).
+	MaxModuleBytes int64
 }
 
 // Coordinator is the job manager.
@@ -229,6 +233,9 @@ func New(cfg Config) (*Coordinator, error) {
 	}
 	if cfg.DeployTimeout <= 0 {
 		cfg.DeployTimeout = 60 * time.Second
+	}
+	if cfg.MaxModuleBytes <= 0 {
+		cfg.MaxModuleBytes = transport.DefaultMaxModuleBytes
 	}
 	if cfg.CheckpointHistory <= 0 {
 		cfg.CheckpointHistory = DefaultCheckpointHistory

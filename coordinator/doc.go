@@ -7,7 +7,8 @@
 //
 //  1. a client stores the module in the JetStream object store and sends a
 //     SubmitRequest; the coordinator validates the plan and builds the
-//     physical graph;
+//     physical graph (a tenant's module must be in the tenant's store,
+//     within its size limit, its bytes hashing to its digest);
 //  2. it places the subtasks on the live workers' free slots (subtask s of
 //     every chain on the s-th worker, round robin, so forward edges stay on
 //     a worker and keyed exchanges spread), creates the job's JetStream data

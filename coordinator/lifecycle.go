@@ -359,6 +359,7 @@ func (c *Coordinator) sendDeployment(j *jobState, a lifecycle.Deploy, pl placeme
 	if err := c.tenantDeployment(j, &d); err != nil {
 		return nil, 0, err
 	}
+	d.ModuleBytes = c.moduleLimit(j.info.Tenant)
 	stream, err := c.dataStream(j, pl)
 	if err != nil {
 		return nil, 0, err

@@ -525,38 +525,62 @@ func (c *Coordinator) tenantOp(req transport.TenantRequest) (transport.TenantRep
 
 // tenantModule makes sure the module of a tenant's job is in the tenant's
 // own module store, where its workers fetch it: a tenant must have stored
-// it (it cannot run another tenant's module by naming its digest); a job
-// the admin submits for a tenant brings its module from the admin's store.
+// it (it cannot run another tenant's module by naming its digest), within
+// its module size limit, and its bytes must hash to the digest (a name
+// proves nothing: a tenant may store anything under any name). A job the
+// admin submits for a tenant brings its module from the admin's store.
 func (c *Coordinator) tenantModule(ctx context.Context, owner string, who caller, digest string, tnc *nats.Conn) error {
-	if owner == "" || digest == "" {
+	if digest == "" {
 		return nil
+	}
+	limit := c.moduleLimit(owner)
+	if owner == "" {
+		return c.adminModuleSize(ctx, digest, limit)
 	}
 	tjs, err := jetstream.New(tnc)
 	if err != nil {
 		return err
 	}
-	if obs, err := tjs.ObjectStore(ctx, transport.ModuleBucket); err == nil {
-		if _, err := obs.GetInfo(ctx, digest); err == nil {
-			return nil
-		}
+	obs, err := tjs.ObjectStore(ctx, transport.ModuleBucket)
+	switch {
+	case err == nil:
+		err = verifyModule(ctx, obs, owner, digest, limit)
+	case errors.Is(err, jetstream.ErrBucketNotFound):
+		err = jetstream.ErrObjectNotFound
+	default:
+		return fmt.Errorf("opening tenant %s's module store: %w", owner, err)
 	}
+	if err == nil {
+		return nil
+	}
+	missing := errors.Is(err, jetstream.ErrObjectNotFound)
 	if !who.admin() {
-		return fmt.Errorf("module %s is not in tenant %s's module store: store it with the tenant's credentials (wstream deploy does)", digest, owner)
+		if missing {
+			return fmt.Errorf("module %s is not in tenant %s's module store: store it with the tenant's credentials (wstream deploy does)", digest, owner)
+		}
+		return err
+	}
+	// The admin's module replaces other bytes under its name.
+	if !missing && !errors.Is(err, transport.ErrModuleDigest) {
+		return err
 	}
 	js, err := jetstream.New(c.cfg.NATS)
 	if err != nil {
 		return err
 	}
-	obs, err := js.ObjectStore(ctx, transport.ModuleBucket)
+	aobs, err := js.ObjectStore(ctx, transport.ModuleBucket)
 	if err != nil {
 		return fmt.Errorf("opening module store %s: %w", transport.ModuleBucket, err)
 	}
-	wasm, err := obs.GetBytes(ctx, digest)
+	wasm, err := transport.FetchModule(ctx, aobs, "", digest, limit)
 	if err != nil {
-		return fmt.Errorf("fetching module %s: %w", digest, err)
+		return err
 	}
 	if _, err := StoreModule(ctx, tnc, wasm); err != nil {
 		return fmt.Errorf("tenant %s: %w", owner, err)
 	}
-	return nil
+	if obs, err = tjs.ObjectStore(ctx, transport.ModuleBucket); err != nil {
+		return fmt.Errorf("opening tenant %s's module store: %w", owner, err)
+	}
+	return verifyModule(ctx, obs, owner, digest, limit)
 }

@@ -96,6 +96,10 @@ type Options struct {
 	// coordinator keeps with their details for the REST API (default
 	// coordinator.DefaultCheckpointHistory).
 	CheckpointHistory int
+	// MaxModuleBytes caps the size of a module the coordinator accepts and
+	// the in-process workers fetch, the admin's and every tenant's (default
+	// transport.DefaultMaxModuleBytes).
+	MaxModuleBytes int64
 }
 
 // ReconnectWait is how long a connection to a NATS server waits between
@@ -270,7 +274,8 @@ func Start(ctx context.Context, o Options) (e *Engine, err error) {
 	if !o.NoCoordinator {
 		e.coord, err = coordinator.New(coordinator.Config{NATS: e.nc, Log: o.Log, DataDir: o.DataDir,
 			HeartbeatInterval: o.HeartbeatInterval, WorkerTimeout: o.WorkerTimeout, ResumeJobs: o.ResumeJobs,
-			Tenants: o.Tenants, TenantConnect: tenantConnect, SystemConn: e.sys, CheckpointHistory: o.CheckpointHistory})
+			Tenants: o.Tenants, TenantConnect: tenantConnect, SystemConn: e.sys, CheckpointHistory: o.CheckpointHistory,
+			MaxModuleBytes: o.MaxModuleBytes})
 		if err != nil {
 			return nil, err
 		}
@@ -301,6 +306,7 @@ func Start(ctx context.Context, o Options) (e *Engine, err error) {
 			Dial:    dial,
 
 			HeartbeatInterval: o.HeartbeatInterval,
+			MaxModuleBytes:    o.MaxModuleBytes,
 		})
 		if werr != nil {
 			return nil, werr

@@ -417,6 +417,9 @@ func merge(q, o Quotas) Quotas {
 	if o.Streams != 0 {
 		q.Streams = o.Streams
 	}
+	if o.ModuleBytes != 0 {
+		q.ModuleBytes = o.ModuleBytes
+	}
 	if o.Weight != 0 {
 		q.Weight = o.Weight
 	}

@@ -37,6 +37,11 @@ type Quotas struct {
 	// Streams bounds its JetStream streams (key-value buckets and object
 	// stores are streams too).
 	Streams int64 `json:"streams,omitempty"`
+	// ModuleBytes bounds the size of one module of the tenant's jobs: the
+	// coordinator and the workers check it (with the object's size, and
+	// again while reading) before they fetch a module from the tenant's
+	// store, and they fetch no more.
+	ModuleBytes int64 `json:"module_bytes,omitempty"`
 	// Weight is the tenant's share of a worker's cores against other
 	// tenants' (fair sharing of guest calls).
 	Weight int `json:"weight,omitempty"`
@@ -53,6 +58,7 @@ var DefaultQuotas = Quotas{
 	StorageBytes:       4 << 30,
 	MemoryStorageBytes: 256 << 20,
 	Streams:            256,
+	ModuleBytes:        64 << 20,
 	Weight:             1,
 }
 
@@ -86,6 +92,9 @@ func (q Quotas) WithDefaults() Quotas {
 	if q.Streams == 0 {
 		q.Streams = d.Streams
 	}
+	if q.ModuleBytes == 0 {
+		q.ModuleBytes = d.ModuleBytes
+	}
 	if q.Weight == 0 {
 		q.Weight = d.Weight
 	}
@@ -100,7 +109,7 @@ func (q Quotas) Check() error {
 	}{
 		{"jobs", int64(q.Jobs)}, {"subtasks", int64(q.Subtasks)}, {"parallelism", int64(q.Parallelism)},
 		{"memory", int64(q.MemoryMiB)}, {"state", q.StateBytes}, {"state write rate", q.StateWriteRate}, {"storage", q.StorageBytes},
-		{"memory storage", q.MemoryStorageBytes}, {"streams", q.Streams}, {"weight", int64(q.Weight)},
+		{"memory storage", q.MemoryStorageBytes}, {"streams", q.Streams}, {"module bytes", q.ModuleBytes}, {"weight", int64(q.Weight)},
 	} {
 		if f.v < 0 {
 			return fmt.Errorf("quota %s: %d is negative", f.name, f.v)

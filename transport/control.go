@@ -246,6 +246,9 @@ type Deployment struct {
 	StateBytes     int64 `json:"stateBytes,omitempty"`
 	StateWriteRate int64 `json:"stateWriteRate,omitempty"`
 	Weight         int   `json:"weight,omitempty"`
+	// ModuleBytes is the largest module the worker fetches for the job
+	// (0: the worker's own cap).
+	ModuleBytes int64 `json:"moduleBytes,omitempty"`
 	// ReportFirstRecord asks each subtask with operators to report, in a
 	// TaskStatus of state TaskFirstRecord, when its operators are first
 	// handed records (an upgrade measures its downtime so).

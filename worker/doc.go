@@ -1,6 +1,8 @@
 // Package worker runs subtasks. A Worker registers with the coordinator over
 // NATS, receives deployments, fetches the job's module from the JetStream
-// object store (unless its runtime holds it compiled already), and runs each
+// object store (unless it holds it compiled for the job's tenant already:
+// at most the deployment's module size limit, and only bytes that hash to
+// the module's digest), and runs each
 // assigned subtask on its own goroutine: a chain of vertices (a source or an
 // input gate, operators in wazero sandboxes or native Go, then a sink or
 // output channels). A deployment builds its subtasks (module instances,

@@ -91,7 +91,7 @@ func TestWireInstantiatesInParallel(t *testing.T) {
 		t.Fatal(err)
 	}
 	w := &Worker{cfg: Config{ID: "w", DataDir: t.TempDir(), Stdout: io.Discard, ChannelCapacity: 8}, log: logging.Discard(),
-		rt: rt, cache: pebble.NewCache(1 << 20), modules: map[string]*host.Module{}, jobs: map[string]*jobRun{}}
+		rt: rt, cache: pebble.NewCache(1 << 20), modules: map[moduleKey]*host.Module{}, jobs: map[string]*jobRun{}}
 	defer w.cache.Unref()
 	jctx, cancel := context.WithCancel(ctx)
 	defer cancel()

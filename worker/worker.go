@@ -68,6 +68,10 @@ type Config struct {
 	// Gate shares the cores among the guest calls of tenants' jobs
 	// (fairshare.Default() when nil: workers of one process share it).
 	Gate *fairshare.Gate
+	// MaxModuleBytes caps the size of a module the worker fetches, the
+	// admin's and every tenant's whatever the deployment allows (default
+	// transport.DefaultMaxModuleBytes).
+	MaxModuleBytes int64
 }
 
 // Worker runs the subtasks the coordinator assigns to it.
@@ -80,7 +84,7 @@ type Worker struct {
 	cache   *pebble.Cache
 	subs    []*nats.Subscription
 	mu      sync.Mutex
-	modules map[string]*host.Module
+	modules map[moduleKey]*host.Module
 	jobs    map[string]*jobRun
 	closed  bool
 	// cacheGone: Close released the block cache (BlockCache).
@@ -130,6 +134,9 @@ func New(ctx context.Context, cfg Config) (*Worker, error) {
 	if cfg.HeartbeatInterval <= 0 {
 		cfg.HeartbeatInterval = time.Second
 	}
+	if cfg.MaxModuleBytes <= 0 {
+		cfg.MaxModuleBytes = transport.DefaultMaxModuleBytes
+	}
 	js, err := jetstream.New(cfg.NATS)
 	if err != nil {
 		return nil, fmt.Errorf("worker %s: %w", cfg.ID, err)
@@ -138,7 +145,7 @@ func New(ctx context.Context, cfg Config) (*Worker, error) {
 		cfg:     cfg,
 		log:     cfg.Log,
 		js:      js,
-		modules: map[string]*host.Module{},
+		modules: map[moduleKey]*host.Module{},
 		jobs:    map[string]*jobRun{},
 		// One block cache for every subtask's Pebble keeps a worker's memory
 		// bounded however many subtasks it runs.
@@ -344,59 +351,66 @@ func (w *Worker) onDeploy(m *nats.Msg) {
 	}()
 }
 
-// module returns the compiled module with digest, fetching it from the
-// object store the first time.
-func (w *Worker) module(ctx context.Context, js jetstream.JetStream, tenant, digest, name string) (*host.Module, error) {
+// moduleKey names a compiled module of the worker (Worker.modules): a
+// tenant ("" the admin) and the digest of bytes it fetched from its own
+// store. A tenant's job runs a module only under its own key.
+type moduleKey struct{ tenant, digest string }
+
+// module returns the compiled module with digest for tenant's job,
+// fetching it from the tenant's store (js) the first time: at most limit
+// bytes (the deployment's ModuleBytes, within the worker's cap), whose
+// SHA-256 must be the digest. Another tenant's module of the same digest
+// is not used: that tenant fetched its bytes, this one has not yet.
+func (w *Worker) module(ctx context.Context, js jetstream.JetStream, tenant, digest, name string, limit int64) (*host.Module, error) {
+	key := moduleKey{tenant, digest}
 	w.mu.Lock()
-	mod, ok := w.modules[digest]
+	mod, ok := w.modules[key]
 	w.mu.Unlock()
-	if !ok {
+	if ok {
+		return mod, nil
+	}
+	if tenant == "" {
 		// Compiled already for the runtime's other users (the embedded
-		// engine's validation of this job): no need to fetch it.
+		// engine's validation of this job, from the admin's bytes): no
+		// need to fetch it.
 		if m := w.rt.Compiled(digest, name); m != nil {
-			mod, ok = w.keep(ctx, digest, m), true
+			return w.keep(ctx, key, m), nil
 		}
 	}
-	if ok && tenant == "" {
-		return mod, nil
+	if limit <= 0 || limit > w.cfg.MaxModuleBytes {
+		limit = w.cfg.MaxModuleBytes
 	}
 	obs, err := js.ObjectStore(ctx, transport.ModuleBucket)
 	if err != nil {
 		return nil, fmt.Errorf("opening module store %s: %w", transport.ModuleBucket, err)
 	}
-	if ok {
-		// Compiled for another job: a tenant's job may use it only if the
-		// tenant holds the module itself.
-		if _, err := obs.GetInfo(ctx, digest); err != nil {
-			return nil, fmt.Errorf("fetching module %s (%s): %w", name, digest, err)
-		}
-		return mod, nil
-	}
-	wasm, err := obs.GetBytes(ctx, digest)
+	wasm, err := transport.FetchModule(ctx, obs, tenant, digest, limit)
 	if err != nil {
-		return nil, fmt.Errorf("fetching module %s (%s): %w", name, digest, err)
+		return nil, fmt.Errorf("module %s: %w", name, err)
 	}
 	mod, err = w.rt.Compile(ctx, name, wasm)
 	if err != nil {
 		return nil, err
 	}
 	if mod.Digest() != digest {
+		// FetchModule hashed these very bytes: the runtime disagreeing
+		// is a bug, not a tenant's doing.
 		_ = mod.Close(ctx)
-		return nil, fmt.Errorf("module %s: store returned digest %s, want %s", name, mod.Digest(), digest)
+		return nil, fmt.Errorf("module %s: compiled as %s, fetched as %s", name, mod.Digest(), digest)
 	}
-	return w.keep(ctx, digest, mod), nil
+	return w.keep(ctx, key, mod), nil
 }
 
-// keep adds mod to the worker's modules, unless a deployment added one of
-// the same digest meanwhile; it returns the one kept.
-func (w *Worker) keep(ctx context.Context, digest string, mod *host.Module) *host.Module {
+// keep adds mod to the worker's modules, unless a deployment added one
+// under the same key meanwhile; it returns the one kept.
+func (w *Worker) keep(ctx context.Context, key moduleKey, mod *host.Module) *host.Module {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if prev, ok := w.modules[digest]; ok {
+	if prev, ok := w.modules[key]; ok {
 		_ = mod.Close(ctx)
 		return prev
 	}
-	w.modules[digest] = mod
+	w.modules[key] = mod
 	return mod
 }
 
@@ -656,7 +670,7 @@ func (w *Worker) deploy(d transport.Deployment) error {
 	}
 	var mod *host.Module
 	if needsModule(g) {
-		mod, err = w.module(ctx, j.js, d.Tenant, d.ModuleDigest, d.ModuleName)
+		mod, err = w.module(ctx, j.js, d.Tenant, d.ModuleDigest, d.ModuleName, d.ModuleBytes)
 		if err != nil {
 			return fail(err)
 		}

@@ -707,6 +707,7 @@ func serverCommand() *cli.Command {
 			&cli.BoolFlag{Name: "tenants", Usage: "multi-tenant: NATS runs with accounts (the embedded server, or --nats configured by 'wstream tenant init'), each tenant sees and reaches only its own jobs and data; --tenants=false runs an open single-user server", DefaultText: "on with the embedded NATS server, off with --nats"},
 			httpFlag,
 			&cli.IntFlag{Name: "checkpoint-history", Usage: fmt.Sprintf("recent checkpoints per job the REST API keeps with their per-subtask details (default %d)", coordinator.DefaultCheckpointHistory)},
+			maxModuleBytesFlag,
 			authDirFlag, dataFlag, natsFlag, verboseFlag, logFormatFlag, logLevelFlag,
 		}, hostFlags()...),
 		Action: func(c *cli.Context) error {
@@ -735,6 +736,9 @@ func serverCommand() *cli.Command {
 				opts.Listen = c.String("listen")
 			}
 			if opts.HTTP, err = httpAddr(c); err != nil {
+				return err
+			}
+			if opts.MaxModuleBytes, err = maxModuleBytes(c); err != nil {
 				return err
 			}
 			if n := c.Int("checkpoint-history"); n < 0 {
@@ -783,6 +787,18 @@ func serverCommand() *cli.Command {
 	}
 }
 
+// maxModuleBytesFlag caps the modules a server or worker fetches.
+var maxModuleBytesFlag = &cli.Int64Flag{Name: "max-module-bytes", Value: transport.DefaultMaxModuleBytes,
+	Usage: "largest module, in bytes, fetched from a module store: the admin's modules, and every tenant's within its module-bytes quota"}
+
+func maxModuleBytes(c *cli.Context) (int64, error) {
+	n := c.Int64("max-module-bytes")
+	if n < 1 {
+		return 0, usageError{fmt.Errorf("--max-module-bytes %d: must be positive", n)}
+	}
+	return n, nil
+}
+
 func orDefault(s, d string) string {
 	if s == "" {
 		return d
@@ -798,6 +814,7 @@ func workerCommand() *cli.Command {
 			&cli.IntFlag{Name: "slots", Usage: "subtasks this worker runs at once (0 = no limit)"},
 			&cli.StringFlag{Name: "id", Usage: "worker id (default: host name and process id)"},
 			&cli.StringFlag{Name: "http", Usage: "serve Prometheus metrics at http://`ADDR`/metrics (host:port; port 0 picks one)"},
+			maxModuleBytesFlag,
 			dataFlag, natsFlag, verboseFlag, logFormatFlag, logLevelFlag,
 		}, hostFlags()...),
 		Action: func(c *cli.Context) error {
@@ -809,6 +826,10 @@ func workerCommand() *cli.Command {
 				return err
 			}
 			log, err := newLogger(c, slog.LevelInfo)
+			if err != nil {
+				return err
+			}
+			maxModule, err := maxModuleBytes(c)
 			if err != nil {
 				return err
 			}
@@ -826,7 +847,7 @@ func workerCommand() *cli.Command {
 			defer stop()
 			e, err := engine.Start(ctx, engine.Options{
 				DataDir: c.String("data"), NATSURL: c.String("nats"), NATSOptions: natsOpts, Workers: 1, Slots: c.Int("slots"), WorkerID: c.String("id"),
-				Host: hc, Log: log, Stdout: c.App.Writer, NoCoordinator: true,
+				Host: hc, Log: log, Stdout: c.App.Writer, NoCoordinator: true, MaxModuleBytes: maxModule,
 			})
 			if err != nil {
 				if l != nil {

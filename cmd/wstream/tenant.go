@@ -104,6 +104,7 @@ func quotaFlags() []cli.Flag {
 		&cli.Int64Flag{Name: "storage-bytes", Usage: fmt.Sprintf("JetStream file storage of the tenant's account, bytes (default %d)", tenant.DefaultQuotas.StorageBytes)},
 		&cli.Int64Flag{Name: "memory-storage-bytes", Usage: fmt.Sprintf("JetStream memory storage, bytes (default %d)", tenant.DefaultQuotas.MemoryStorageBytes)},
 		&cli.Int64Flag{Name: "streams", Usage: fmt.Sprintf("JetStream streams, buckets and object stores (default %d)", tenant.DefaultQuotas.Streams)},
+		&cli.Int64Flag{Name: "module-bytes", Usage: fmt.Sprintf("size of one module of its jobs, bytes, within the server's and workers' --max-module-bytes (default %d)", tenant.DefaultQuotas.ModuleBytes)},
 		&cli.IntFlag{Name: "weight", Usage: fmt.Sprintf("share of a worker's cores against other tenants (default %d)", tenant.DefaultQuotas.Weight)},
 	}
 }
@@ -111,7 +112,7 @@ func quotaFlags() []cli.Flag {
 func quotasFrom(c *cli.Context) (json.RawMessage, error) {
 	q := tenant.Quotas{Jobs: c.Int("jobs"), Subtasks: c.Int("subtasks"), Parallelism: c.Int("parallelism"), MemoryMiB: c.Int("memory"),
 		StateBytes: c.Int64("state-bytes"), StateWriteRate: c.Int64("state-write-rate"), StorageBytes: c.Int64("storage-bytes"), MemoryStorageBytes: c.Int64("memory-storage-bytes"),
-		Streams: c.Int64("streams"), Weight: c.Int("weight")}
+		Streams: c.Int64("streams"), ModuleBytes: c.Int64("module-bytes"), Weight: c.Int("weight")}
 	if err := q.Check(); err != nil {
 		return nil, usageError{err}
 	}
@@ -302,7 +303,7 @@ func tenantCommand() *cli.Command {
 
 func printTenants(c *cli.Context, r *transport.TenantReply) error {
 	tw := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "TENANT\tJOBS\tSUBTASKS\tPARALLELISM\tMEMORY\tSTATE\tSTATE RATE\tSTORAGE\tWEIGHT\tSTATUS")
+	fmt.Fprintln(tw, "TENANT\tJOBS\tSUBTASKS\tPARALLELISM\tMEMORY\tSTATE\tSTATE RATE\tSTORAGE\tMODULE\tWEIGHT\tSTATUS")
 	for _, raw := range r.Tenants {
 		var t tenant.Tenant
 		if err := json.Unmarshal(raw, &t); err != nil {
@@ -313,8 +314,8 @@ func printTenants(c *cli.Context, r *transport.TenantReply) error {
 		if t.Removed {
 			status = "removed"
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d MiB\t%s\t%s/s\t%s\t%d\t%s\n", t.Name, q.Jobs, q.Subtasks, q.Parallelism, q.MemoryMiB,
-			size(q.StateBytes), size(q.StateWriteRate), size(q.StorageBytes), q.Weight, status)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d MiB\t%s\t%s/s\t%s\t%s\t%d\t%s\n", t.Name, q.Jobs, q.Subtasks, q.Parallelism, q.MemoryMiB,
+			size(q.StateBytes), size(q.StateWriteRate), size(q.StorageBytes), size(q.ModuleBytes), q.Weight, status)
 	}
 	return tw.Flush()
 }

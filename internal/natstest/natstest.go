@@ -4,7 +4,11 @@
 package natstest
 
 import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -34,4 +38,33 @@ func Start(tb testing.TB) (string, jetstream.JetStream) {
 		tb.Fatal(err)
 	}
 	return srv.ClientURL(), js
+}
+
+// SetObjectSize rewrites the record of object name in bucket to say it is
+// size bytes, as any client that may write the bucket can: the record is
+// the uploader's word, not the object's.
+func SetObjectSize(tb testing.TB, js jetstream.JetStream, bucket, name string, size uint64) {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	subj := "$O." + bucket + ".M." + base64.URLEncoding.EncodeToString([]byte(name))
+	s, err := js.Stream(ctx, "OBJ_"+bucket)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	m, err := s.GetLastMsgForSubject(ctx, subj)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var rec map[string]any
+	if err := json.Unmarshal(m.Data, &rec); err != nil {
+		tb.Fatal(err)
+	}
+	rec["size"] = size
+	msg := nats.NewMsg(subj)
+	msg.Data, _ = json.Marshal(rec)
+	msg.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
+	if _, err := js.PublishMsg(ctx, msg); err != nil {
+		tb.Fatal(err)
+	}
 }

@@ -1,0 +1,151 @@
+package transport_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/wstream/wstream/internal/natstest"
+	"github.com/wstream/wstream/transport"
+)
+
+func TestCheckModuleDigest(t *testing.T) {
+	good := transport.ModuleDigest([]byte("x"))
+	if err := transport.CheckModuleDigest(good); err != nil {
+		t.Fatalf("%s: %v", good, err)
+	}
+	for _, d := range []string{"", "sha256:", good[:len(good)-1], good + "0", strings.ToUpper(good),
+		"sha256:" + strings.ToUpper(good[7:]), "sha512:" + good[7:], "sha256:" + strings.Repeat("g", 64),
+		"sha256:" + good[7:] + "\x00", "../" + good} {
+		if err := transport.CheckModuleDigest(d); err == nil || !strings.Contains(err.Error(), "64 lower-case hex digits") {
+			t.Errorf("digest %q: %v", d, err)
+		}
+	}
+}
+
+func TestVerifyModule(t *testing.T) {
+	wasm := []byte("\x00asm\x01\x00\x00\x00")
+	if err := transport.VerifyModule("bolt", transport.ModuleDigest(wasm), wasm); err != nil {
+		t.Fatal(err)
+	}
+	other := transport.ModuleDigest([]byte("acme's module"))
+	err := transport.VerifyModule("bolt", other, wasm)
+	want := "module " + other + " in tenant bolt's store: its bytes hash to " + transport.ModuleDigest(wasm)
+	if !errors.Is(err, transport.ErrModuleDigest) || err == nil || err.Error() != want {
+		t.Fatalf("got %v, want %q", err, want)
+	}
+	if err := transport.VerifyModule("", other, wasm); err == nil || !strings.Contains(err.Error(), "in the module store "+transport.ModuleBucket+":") {
+		t.Fatalf("the admin's store: %v", err)
+	}
+}
+
+// moduleStore starts a JetStream server and returns a module bucket and
+// its JetStream.
+func moduleStore(t *testing.T) (jetstream.ObjectStore, jetstream.JetStream) {
+	t.Helper()
+	_, js := natstest.Start(t)
+	obs, err := js.CreateObjectStore(testCtx(t), jetstream.ObjectStoreConfig{Bucket: transport.ModuleBucket})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return obs, js
+}
+
+func testCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// countingWriter counts what it is given.
+type countingWriter struct{ n int64 }
+
+func (w *countingWriter) Write(p []byte) (int, error) { w.n += int64(len(p)); return len(p), nil }
+
+func TestFetchModule(t *testing.T) {
+	obs, js := moduleStore(t)
+	ctx := testCtx(t)
+	put := func(name string, b []byte) {
+		t.Helper()
+		if _, err := obs.PutBytes(ctx, name, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// A module under its digest comes back whole.
+	wasm := bytes.Repeat([]byte("module"), 100_000) // several chunks
+	d := transport.ModuleDigest(wasm)
+	put(d, wasm)
+	got, err := transport.FetchModule(ctx, obs, "acme", d, int64(len(wasm)))
+	if err != nil || !bytes.Equal(got, wasm) {
+		t.Fatalf("fetching a module at its limit: %d bytes, %v", len(got), err)
+	}
+
+	// One byte over the limit: refused by its record, before any chunk.
+	_, err = transport.FetchModule(ctx, obs, "acme", d, int64(len(wasm))-1)
+	want := "module " + d + " in tenant acme's store is 600000 bytes, over the limit of 599999 bytes"
+	if !errors.Is(err, transport.ErrModuleTooLarge) || err.Error() != want {
+		t.Fatalf("over the limit: %v, want %q", err, want)
+	}
+
+	// Junk under another module's digest.
+	acme := transport.ModuleDigest([]byte("acme's module"))
+	junk := []byte("0123456789abcdef")
+	put(acme, junk)
+	_, err = transport.FetchModule(ctx, obs, "bolt", acme, 1<<20)
+	want = "module " + acme + " in tenant bolt's store: its bytes hash to " + transport.ModuleDigest(junk)
+	if !errors.Is(err, transport.ErrModuleDigest) || err.Error() != want {
+		t.Fatalf("junk: %v, want %q", err, want)
+	}
+	if err := transport.ReadModule(ctx, obs, "bolt", acme, 1<<20, io.Discard); !errors.Is(err, transport.ErrModuleDigest) {
+		t.Fatalf("junk, read: %v", err)
+	}
+
+	// A record that lies about the size: the read stops past the limit.
+	big := bytes.Repeat([]byte{0}, 4<<20)
+	bd := transport.ModuleDigest(big)
+	put(bd, big)
+	natstest.SetObjectSize(t, js, transport.ModuleBucket, bd, 10)
+	if info, err := obs.GetInfo(ctx, bd); err != nil || info.Size != 10 {
+		t.Fatalf("the forged record: %+v, %v", info, err)
+	}
+	var cw countingWriter
+	err = transport.ReadModule(ctx, obs, "bolt", bd, 64<<10, &cw)
+	want = "module " + bd + " in tenant bolt's store: more than the limit of 65536 bytes (its record says 10)"
+	if !errors.Is(err, transport.ErrModuleTooLarge) || err.Error() != want {
+		t.Fatalf("a lying record: %v, want %q", err, want)
+	}
+	if cw.n > 64<<10+1 {
+		t.Fatalf("read %d bytes past a limit of %d", cw.n, 64<<10)
+	}
+	if _, err := transport.FetchModule(ctx, obs, "bolt", bd, 64<<10); !errors.Is(err, transport.ErrModuleTooLarge) {
+		t.Fatalf("a lying record, fetched: %v", err)
+	}
+
+	// Missing, a link, a name that is no digest.
+	missing := transport.ModuleDigest([]byte("nothing"))
+	if _, err := transport.FetchModule(ctx, obs, "bolt", missing, 1<<20); !errors.Is(err, jetstream.ErrObjectNotFound) ||
+		!strings.Contains(err.Error(), "tenant bolt's store") {
+		t.Fatalf("missing: %v", err)
+	}
+	info, err := obs.GetInfo(ctx, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := obs.AddLink(ctx, missing, info); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := transport.FetchModule(ctx, obs, "bolt", missing, 1<<20); err == nil || !strings.Contains(err.Error(), "is a link") {
+		t.Fatalf("a link: %v", err)
+	}
+	put("module.wasm", wasm)
+	if _, err := transport.FetchModule(ctx, obs, "bolt", "module.wasm", 1<<20); err == nil || !strings.Contains(err.Error(), "64 lower-case hex digits") {
+		t.Fatalf("a name that is no digest: %v", err)
+	}
+}
