@@ -113,8 +113,27 @@ func (s *Server) Close(ctx context.Context) error {
 	return err
 }
 
-// Handler serves the UI, the API and the metrics.
+// Handler serves the UI, the API and the metrics. A standby coordinator's
+// sends every API request to the leader's API (307, or 503 naming the
+// leader when its API is not known): it holds no jobs of its own.
 func (s *Server) Handler() http.Handler {
+	h := s.handler()
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		l, leading := s.cfg.Coordinator.Leader()
+		w.Header().Set("Wstream-Leader", l.ID)
+		if leading || !strings.HasPrefix(r.URL.Path, "/v1/") {
+			h.ServeHTTP(w, r)
+			return
+		}
+		if l.HTTP == "" {
+			writeError(w, http.StatusServiceUnavailable, fmt.Sprintf("this coordinator is a standby; %s leads (its REST API is not known)", l.ID))
+			return
+		}
+		http.Redirect(w, r, strings.TrimSuffix(l.HTTP, "/")+r.URL.RequestURI(), http.StatusTemporaryRedirect)
+	})
+}
+
+func (s *Server) handler() http.Handler {
 	mux := http.NewServeMux()
 	ui, _ := fs.Sub(uiFiles, "ui")
 	files := http.FileServerFS(ui)
