@@ -337,30 +337,40 @@ func (c *Coordinator) depose(err error) {
 // standby reads the lease.
 func (c *Coordinator) leaseStep() time.Duration { return max(c.leasePeriod()/12, 10*time.Millisecond) }
 
-// keepLease renews the lease until quit closes, and tells the workers the
-// epoch at every renewal (one that missed the announcement at the
-// take-over, in a reconnection, learns it so).
-func (c *Coordinator) keepLease(quit <-chan struct{}) {
+// everyLeaseStep calls step every lease step until quit closes or step
+// returns false; the goroutine that runs it counts in c.elector.
+func (c *Coordinator) everyLeaseStep(quit <-chan struct{}, step func() bool) {
 	defer c.elector.Done()
 	t := time.NewTicker(c.leaseStep())
 	defer t.Stop()
-	failing := false
 	for {
 		select {
 		case <-quit:
 			return
 		case <-t.C:
 		}
+		if !step() {
+			return
+		}
+	}
+}
+
+// keepLease renews the lease until quit closes, and tells the workers the
+// epoch at every renewal (one that missed the announcement at the
+// take-over, in a reconnection, learns it so).
+func (c *Coordinator) keepLease(quit <-chan struct{}) {
+	failing := false
+	c.everyLeaseStep(quit, func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), kvTimeout)
+		defer cancel()
 		c.lead.mu.Lock()
 		due := c.lead.l.renewDue(c.lead.now())
 		c.lead.mu.Unlock()
 		err := c.lead.renew(ctx)
-		cancel()
 		switch {
 		case errors.Is(err, errDeposed):
 			c.depose(err)
-			return
+			return false
 		case err != nil:
 			if !failing {
 				c.cfg.Log.Warn("renewing the lease (trying again)", "err", err)
@@ -375,23 +385,16 @@ func (c *Coordinator) keepLease(quit <-chan struct{}) {
 				_ = c.cfg.NATS.Publish(transport.SubjectLeader, c.lead.announcement())
 			}
 		}
-	}
+		return true
+	})
 }
 
 // standby reads the lease every lease step and takes over once it lapses:
 // the coordinator then activates as one started with the lease would,
 // resuming the jobs of the bucket.
 func (c *Coordinator) standby(quit <-chan struct{}) {
-	defer c.elector.Done()
-	t := time.NewTicker(c.leaseStep())
-	defer t.Stop()
 	last := ""
-	for {
-		select {
-		case <-quit:
-			return
-		case <-t.C:
-		}
+	c.everyLeaseStep(quit, func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), kvTimeout)
 		leading, err := c.lead.step(ctx, false)
 		cancel()
@@ -400,23 +403,21 @@ func (c *Coordinator) standby(quit <-chan struct{}) {
 				c.cfg.Log.Warn("standby: reading the lease", "err", err)
 				last = msg
 			}
-			continue
+			return true
 		}
 		if !leading {
-			continue
+			return true
 		}
 		h, _ := c.lead.info()
 		c.cfg.Log.Info("the leader's lease lapsed: this coordinator leads now", "epoch", h.Epoch)
 		ctx, cancel = context.WithTimeout(context.Background(), 15*time.Second)
-		err = c.activate(ctx)
-		cancel()
-		if err != nil {
+		defer cancel()
+		if err := c.activate(ctx); err != nil {
 			c.depose(fmt.Errorf("taking over: %w", err))
-			return
 		}
-		// activate started keepLease, which counts itself in elector.
-		return
-	}
+		// activate started keepLease, which counts in c.elector itself.
+		return false
+	})
 }
 
 // Leader names the coordinator that leads, as this one knows it, and
