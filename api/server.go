@@ -172,9 +172,29 @@ func (s *Server) checkHost(next http.Handler) http.Handler {
 	})
 }
 
-// Handler serves the UI, the API and the metrics.
+// Handler serves the UI, the API and the metrics, to requests whose Host
+// the listener answers to.
 func (s *Server) Handler() http.Handler {
-	return s.checkHost(s.routes())
+	return s.checkHost(s.toLeader(s.routes()))
+}
+
+// toLeader sends every API request a standby coordinator's server gets to
+// the leader's API (307, or 503 naming the leader when its API is not
+// known): a standby holds no jobs of its own.
+func (s *Server) toLeader(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		l, leading := s.cfg.Coordinator.Leader()
+		w.Header().Set("Wstream-Leader", l.ID)
+		if leading || !strings.HasPrefix(r.URL.Path, "/v1/") {
+			h.ServeHTTP(w, r)
+			return
+		}
+		if l.HTTP == "" {
+			writeError(w, http.StatusServiceUnavailable, fmt.Sprintf("this coordinator is a standby; %s leads (its REST API is not known)", l.ID))
+			return
+		}
+		http.Redirect(w, r, strings.TrimSuffix(l.HTTP, "/")+r.URL.RequestURI(), http.StatusTemporaryRedirect)
+	})
 }
 
 func (s *Server) routes() http.Handler {

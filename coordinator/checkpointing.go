@@ -731,6 +731,9 @@ func (d *ckptDriver) reserve(id int64) error {
 	if d.c.ids == nil {
 		return nil
 	}
+	if _, err := d.c.fence(); err != nil {
+		return err
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), kvTimeout)
 	defer cancel()
 	return d.c.ids.reserve(ctx, d.j.info.JobID, id)
@@ -738,6 +741,12 @@ func (d *ckptDriver) reserve(id int64) error {
 
 func (d *ckptDriver) send(ctl transport.CheckpointControl) {
 	ctl.JobID, ctl.Attempt = d.j.info.JobID, d.attempt
+	epoch, err := d.c.fence()
+	if err != nil {
+		d.c.cfg.Log.Warn("not sending a checkpoint message", logging.Job, d.j.info.JobID, logging.Checkpoint, ctl.ID, "action", ctl.Action, "err", err)
+		return
+	}
+	ctl.Epoch = epoch
 	b, _ := json.Marshal(ctl)
 	// Every worker of the attempt: each passes a trigger to the listed
 	// subtasks it runs, and a notification to all of its subtasks.

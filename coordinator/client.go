@@ -187,36 +187,50 @@ func Cancel(ctx context.Context, nc *nats.Conn, id string) error {
 
 // List returns the coordinator's jobs.
 func List(ctx context.Context, nc *nats.Conn) ([]transport.JobInfo, error) {
-	ctx, stop := context.WithTimeout(ctx, 10*time.Second)
-	defer stop()
-	msg, err := nc.RequestWithContext(ctx, transport.SubjectList, nil)
-	if err != nil {
-		return nil, fmt.Errorf("listing jobs: %w", err)
-	}
+	jobs, _, err := ListJobs(ctx, nc)
+	return jobs, err
+}
+
+// ListJobs is List, with the id of the leading coordinator, which answers.
+func ListJobs(ctx context.Context, nc *nats.Conn) ([]transport.JobInfo, string, error) {
 	var r transport.ListReply
-	if err := json.Unmarshal(msg.Data, &r); err != nil {
-		return nil, fmt.Errorf("bad list reply: %w", err)
+	if err := ask(ctx, nc, transport.SubjectList, "listing jobs", &r); err != nil {
+		return nil, "", err
 	}
 	if r.Error != "" {
-		return nil, errors.New(r.Error)
+		return nil, "", errors.New(r.Error)
 	}
-	return r.Jobs, nil
+	return r.Jobs, r.Leader, nil
+}
+
+// ask sends an empty request to subject and decodes the answer into v.
+func ask(ctx context.Context, nc *nats.Conn, subject, what string, v any) error {
+	ctx, stop := context.WithTimeout(ctx, 10*time.Second)
+	defer stop()
+	msg, err := nc.RequestWithContext(ctx, subject, nil)
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	if err := json.Unmarshal(msg.Data, v); err != nil {
+		return fmt.Errorf("bad reply %s: %w", what, err)
+	}
+	return nil
 }
 
 // Workers returns the coordinator's workers (the admin's request).
 func Workers(ctx context.Context, nc *nats.Conn) ([]transport.WorkerRow, error) {
-	ctx, stop := context.WithTimeout(ctx, 10*time.Second)
-	defer stop()
-	msg, err := nc.RequestWithContext(ctx, transport.SubjectWorkers, nil)
-	if err != nil {
-		return nil, fmt.Errorf("listing workers: %w", err)
-	}
+	ws, _, err := ListWorkers(ctx, nc)
+	return ws, err
+}
+
+// ListWorkers is Workers, with the id of the leading coordinator.
+func ListWorkers(ctx context.Context, nc *nats.Conn) ([]transport.WorkerRow, string, error) {
 	var r transport.WorkersReply
-	if err := json.Unmarshal(msg.Data, &r); err != nil {
-		return nil, fmt.Errorf("bad workers reply: %w", err)
+	if err := ask(ctx, nc, transport.SubjectWorkers, "listing workers", &r); err != nil {
+		return nil, "", err
 	}
 	if r.Error != "" {
-		return nil, errors.New(r.Error)
+		return nil, "", errors.New(r.Error)
 	}
-	return r.Workers, nil
+	return r.Workers, r.Leader, nil
 }

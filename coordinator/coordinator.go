@@ -74,6 +74,24 @@ type Config struct {
 	// admin's and every tenant's whatever its quota (default
 	// transport.DefaultMaxModuleBytes).
 	MaxModuleBytes int64
+	// ServerID names the coordinator in the lease (default the host name
+	// and process id).
+	ServerID string
+	// Lease is the period of the coordinators' lease (DefaultLease when
+	// zero): of the coordinators against one cluster, the one holding it
+	// leads; the others are standbys that take over once it lapses.
+	Lease time.Duration
+	// TakeLease takes the lease at start whatever it holds: the process
+	// embeds the NATS server, so no other coordinator can have acted on it
+	// before it started.
+	TakeLease bool
+	// OnLead, when set, is called once the coordinator leads: at once from
+	// Start, or from a standby's take-over.
+	OnLead func(LeaderInfo)
+	// Deposed, when set, is called (once) when the coordinator finds that
+	// another took its lease, or a standby cannot take over: it has stopped
+	// acting, and its process should stop.
+	Deposed func(error)
 }
 
 // Coordinator is the job manager.
@@ -120,6 +138,13 @@ type Coordinator struct {
 	// ratios turns consecutive samples into busy and backpressure ratios
 	// for the REST API.
 	ratios ratioTracker
+	// lead holds the lease (nil without JetStream: the coordinator leads
+	// alone); electQuit stops the goroutine that renews it or, for a
+	// standby, waits to take it; deposeOnce reports a lost lease once.
+	lead       *leader
+	electQuit  chan struct{}
+	elector    sync.WaitGroup
+	deposeOnce sync.Once
 }
 
 type workerState struct {
@@ -244,8 +269,11 @@ func New(cfg Config) (*Coordinator, error) {
 		cancelled: map[string]time.Time{}, tconns: map[string]*nats.Conn{}}, nil
 }
 
-// Start opens the job bucket, subscribes to the coordinator's subjects and,
-// with Config.ResumeJobs, resumes the jobs the bucket says are running.
+// Start opens the job bucket and takes the lease: a coordinator that leads
+// subscribes to the coordinator's subjects and, with Config.ResumeJobs,
+// resumes the jobs the bucket says are running. One that finds the lease
+// held by another is a standby: it subscribes to nothing, acts on nothing,
+// and takes over (as activate) once the lease lapses.
 func (c *Coordinator) Start() error {
 	nc := c.cfg.NATS
 	c.startedAt = c.now()
@@ -256,7 +284,11 @@ func (c *Coordinator) Start() error {
 	switch {
 	case err == nil:
 		c.store = newJobStore(kv, c.cfg.Log)
+		c.store.fence = c.fence
 		if c.ids, err = openIDCounter(ctx, nc); err != nil {
+			return fmt.Errorf("coordinator: %w", err)
+		}
+		if c.lead, err = openLeader(ctx, nc, c.serverID(), c.leasePeriod(), c.cfg.Log); err != nil {
 			return fmt.Errorf("coordinator: %w", err)
 		}
 	case c.cfg.ResumeJobs:
@@ -264,13 +296,48 @@ func (c *Coordinator) Start() error {
 	default:
 		c.cfg.Log.Warn("jobs are not kept in JetStream", "err", err)
 	}
+	if c.lead != nil {
+		leading, err := c.lead.step(ctx, c.cfg.TakeLease)
+		if err != nil {
+			return fmt.Errorf("coordinator: %w", err)
+		}
+		c.electQuit = make(chan struct{})
+		if !leading {
+			h, _ := c.lead.info()
+			c.cfg.Log.Info("standby: another coordinator leads; this one takes over when its lease lapses",
+				"leader", h.ID, "epoch", h.Epoch, "lease", c.leasePeriod())
+			c.elector.Add(1)
+			go c.standby(c.electQuit)
+			return nil
+		}
+	}
+	if err := c.activate(ctx); err != nil {
+		c.Close()
+		return err
+	}
+	return nil
+}
+
+// unsubscribe drops the coordinator's subscriptions.
+func (c *Coordinator) unsubscribe() {
+	for _, s := range c.subs {
+		_ = s.Unsubscribe()
+	}
+	c.subs = nil
+}
+
+// activate makes the coordinator act: it subscribes, resumes the jobs of
+// the bucket (Config.ResumeJobs) and, with a lease, renews it.
+func (c *Coordinator) activate(ctx context.Context) error {
+	nc := c.cfg.NATS
+	c.startedAt = c.now()
 	var resume []*jobState
+	var err error
 	if c.cfg.ResumeJobs {
 		c.mu.Lock()
 		resume, err = c.loadJobs(ctx)
 		c.mu.Unlock()
 		if err != nil {
-			c.Close()
 			return err
 		}
 	}
@@ -287,20 +354,26 @@ func (c *Coordinator) Start() error {
 	for subj, h := range handlers {
 		s, err := nc.Subscribe(subj, c.tracked(h))
 		if err != nil {
-			c.Close()
+			c.unsubscribe()
 			return fmt.Errorf("coordinator: subscribing to %s: %w", subj, err)
 		}
 		c.subs = append(c.subs, s)
 	}
 	if c.cfg.Tenants != nil {
 		if err := c.subscribeTenants(nc); err != nil {
-			c.Close()
+			c.unsubscribe()
 			return err
 		}
 	}
 	if err := nc.Flush(); err != nil {
-		c.Close()
+		c.unsubscribe()
 		return err
+	}
+	if c.lead != nil {
+		// Workers refuse the commands of earlier leaders from now on.
+		_ = nc.Publish(transport.SubjectLeader, c.lead.announcement())
+		c.elector.Add(1)
+		go c.keepLease(c.electQuit)
 	}
 	c.quit = make(chan struct{})
 	c.monitor.Add(1)
@@ -308,12 +381,23 @@ func (c *Coordinator) Start() error {
 	for _, j := range resume {
 		c.mu.Lock()
 		j.resuming = c.quit
+		// The job's record carries this leader's epoch before anything
+		// else is done with it: an earlier leader's writes are refused
+		// from then on.
+		c.store.put(c.specLocked(j, transport.JobRunning))
 		c.mu.Unlock()
 		c.monitor.Add(1)
 		go func() {
 			defer c.monitor.Done()
 			c.resume(j, c.quit)
 		}()
+	}
+	if c.cfg.OnLead != nil {
+		h := LeaderInfo{ID: c.serverID()}
+		if c.lead != nil {
+			h, _ = c.lead.info()
+		}
+		c.cfg.OnLead(h)
 	}
 	return nil
 }
@@ -322,10 +406,14 @@ func (c *Coordinator) Start() error {
 // checkpoints stop, and their specs stay in the job bucket, so that a
 // coordinator started later with Config.ResumeJobs resumes them.
 func (c *Coordinator) Close() {
-	for _, s := range c.subs {
-		_ = s.Unsubscribe()
+	if c.electQuit != nil {
+		// A standby's take-over is over, or does not start, before the
+		// rest is closed.
+		close(c.electQuit)
+		c.elector.Wait()
+		c.electQuit = nil
 	}
-	c.subs = nil
+	c.unsubscribe()
 	c.cbMu.Lock()
 	c.cbClosed = true
 	c.cbMu.Unlock()
@@ -349,6 +437,11 @@ func (c *Coordinator) Close() {
 	c.mu.Unlock()
 	if c.store != nil {
 		c.store.close(2 * time.Second)
+	}
+	if c.lead != nil {
+		// Last, once the jobs' records are written: a standby takes over
+		// at once.
+		c.lead.release()
 	}
 	c.tconnMu.Lock()
 	for _, nc := range c.tconns {
@@ -818,12 +911,16 @@ func (c *Coordinator) dropDataStream(j *jobState) {
 
 // deployOn sends a worker its part of an attempt and waits for its answer.
 func (c *Coordinator) deployOn(worker string, d transport.Deployment) error {
+	epoch, err := c.fence()
+	if err != nil {
+		return err
+	}
+	d.Epoch = epoch
 	b, _ := json.Marshal(d)
 	// A worker that has not re-established its connection yet (after a
 	// NATS server restart) has no subscription: give it a few seconds.
 	retryUntil := time.Now().Add(5 * time.Second)
 	var msg *nats.Msg
-	var err error
 	for {
 		msg, err = c.cfg.NATS.Request(transport.WorkerDeploySubject(worker), b, c.cfg.DeployTimeout)
 		if !errors.Is(err, nats.ErrNoResponders) || time.Now().After(retryUntil) {
@@ -867,7 +964,12 @@ func (c *Coordinator) cancelAll(workers []string, id string, attempt int, failed
 }
 
 func (c *Coordinator) cancelOn(worker, id string, attempt int, failed bool) {
-	b, _ := json.Marshal(transport.CancelRequest{JobID: id, Attempt: attempt, Failed: failed})
+	epoch, err := c.fence()
+	if err != nil {
+		c.cfg.Log.Warn("not cancelling the job on a worker", logging.Job, id, logging.Worker, worker, "err", err)
+		return
+	}
+	b, _ := json.Marshal(transport.CancelRequest{JobID: id, Attempt: attempt, Failed: failed, Epoch: epoch})
 	if _, err := c.cfg.NATS.Request(transport.WorkerCancelSubject(worker), b, 5*time.Second); err != nil {
 		c.cfg.Log.Warn("cancelling the job on a worker", logging.Job, id, logging.Worker, worker, "err", err)
 	}
@@ -912,7 +1014,7 @@ func (c *Coordinator) cancel(id string, who caller) error {
 // attempt, and the cause of its latest restart.
 func (c *Coordinator) onList(m *nats.Msg, who caller) {
 	c.mu.Lock()
-	out := transport.ListReply{Jobs: []transport.JobInfo{}}
+	out := transport.ListReply{Jobs: []transport.JobInfo{}, Leader: c.serverID()}
 	for _, j := range c.jobs {
 		if !visibleLocked(j, who) {
 			continue
@@ -936,7 +1038,7 @@ func (c *Coordinator) onWorkers(m *nats.Msg, who caller) {
 		return
 	}
 	c.mu.Lock()
-	out := transport.WorkersReply{Workers: []transport.WorkerRow{}}
+	out := transport.WorkersReply{Workers: []transport.WorkerRow{}, Leader: c.serverID()}
 	for _, w := range c.workers {
 		out.Workers = append(out.Workers, c.workerRowLocked(w))
 	}

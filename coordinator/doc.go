@@ -64,8 +64,20 @@
 // jobs that the bucket says are running: it learns the workers from their
 // heartbeats (a heartbeat carries what registration needs), cancels the
 // old attempt wherever a heartbeat still lists it, and starts a new attempt
-// from the latest completed checkpoint, as after a restart. Only one
-// coordinator may run against a NATS server or cluster at a time.
+// from the latest completed checkpoint, as after a restart.
+//
+// Leader election (lease.go, leader.go; docs/cluster.md). Any number of
+// coordinators may run against one cluster: the one holding the lease (a
+// key of the bucket LeaderBucket, renewed by compare-and-set) leads, the
+// others are standbys that subscribe to nothing and act on nothing, and
+// take over (resuming the bucket's jobs as above) once the lease has not
+// changed for a whole period. The revision that took the lease is the
+// leader's epoch. Every job-spec write is a compare-and-set refused when
+// the stored spec has a higher epoch, every write, id reservation, result
+// and worker command first checks that the lease is still held (renewing
+// it when its period ran out, as after a pause), and commands carry the
+// epoch, which workers refuse when they have seen a higher one. A leader
+// that finds its lease taken stops acting and calls Config.Deposed.
 //
 // A new job's record (DATA/jobs/JOB/job.json) and spec are written once
 // its first attempt is deployed, which keeps the record's syncs off the

@@ -54,6 +54,9 @@ type JobSpec struct {
 	Result *transport.JobResult `json:"result,omitempty"`
 	// Tenant owns the job ("" without tenants).
 	Tenant string `json:"tenant,omitempty"`
+	// Epoch is the leadership epoch of the coordinator that wrote the
+	// spec: a coordinator of a lower epoch (deposed) writes it no more.
+	Epoch uint64 `json:"epoch,omitempty"`
 }
 
 // kvTimeout bounds one call to the key-value bucket.
@@ -122,6 +125,9 @@ type jobStore struct {
 	// failing is set while writes fail (only the writer's goroutine, or
 	// close after it, touches it).
 	failing bool
+	// fence, when set, returns the epoch of the writing coordinator, or
+	// an error when it must not write (errDeposed: never again).
+	fence func() (uint64, error)
 }
 
 func newJobStore(kv jetstream.KeyValue, log *slog.Logger) *jobStore {
@@ -169,9 +175,18 @@ func (s *jobStore) flush() bool {
 		id := s.order[0]
 		q := s.pending[id]
 		s.mu.Unlock()
-		ctx, cancel := context.WithTimeout(context.Background(), kvTimeout)
-		_, err := s.kv.Put(ctx, id, q.b)
-		cancel()
+		err := s.write(id, q.b)
+		if errors.Is(err, errDeposed) {
+			// A later leader owns the jobs: nothing pending is written.
+			s.log.Error("not storing the job's spec: a later coordinator leads", logging.Job, id, "bucket", transport.JobsBucket)
+			s.mu.Lock()
+			clear(s.pending)
+			s.order = nil
+			close(s.stored)
+			s.stored = make(chan struct{})
+			s.mu.Unlock()
+			return true
+		}
 		if err != nil {
 			if !s.failing {
 				s.log.Warn("storing the job's spec (trying again until it works)", logging.Job, id, "bucket", transport.JobsBucket, "err", err)
@@ -192,6 +207,46 @@ func (s *jobStore) flush() bool {
 		close(s.stored)
 		s.stored = make(chan struct{})
 		s.mu.Unlock()
+	}
+}
+
+// write stores one spec. With a fence it is a compare-and-set on the
+// revision read, refused when the stored spec was written by a later
+// leader: a deposed coordinator's write lands only if no later leader has
+// written the job since, and every leader rewrites the records of the jobs
+// it takes over before it acts on them.
+func (s *jobStore) write(id string, b []byte) error {
+	ctx, cancel := context.WithTimeout(context.Background(), kvTimeout)
+	defer cancel()
+	if s.fence == nil {
+		_, err := s.kv.Put(ctx, id, b)
+		return err
+	}
+	for {
+		epoch, err := s.fence()
+		if err != nil {
+			return err
+		}
+		e, err := s.kv.Get(ctx, id)
+		switch {
+		case errors.Is(err, jetstream.ErrKeyNotFound):
+			_, err = s.kv.Create(ctx, id, b)
+		case err != nil:
+			return err
+		default:
+			var stored struct {
+				Epoch uint64 `json:"epoch"`
+			}
+			_ = json.Unmarshal(e.Value(), &stored)
+			if fenced(stored.Epoch, epoch) {
+				return fmt.Errorf("%w: the spec of job %s was written at epoch %d, this coordinator's is %d", errDeposed, id, stored.Epoch, epoch)
+			}
+			_, err = s.kv.Update(ctx, id, b, e.Revision())
+		}
+		if err == nil || !(errors.Is(err, jetstream.ErrKeyExists) || isWrongSequence(err)) {
+			return err
+		}
+		// Written meanwhile: read again.
 	}
 }
 
@@ -253,7 +308,7 @@ func (c *Coordinator) specLocked(j *jobState, state string) *JobSpec {
 		State: state, Error: j.info.Error, Attempt: j.attempt, Restarts: j.lc.Restarts(), RestartLog: slices.Clone(j.restartLog),
 		Started: j.started, Updated: c.now(), FromSavepoint: j.fromSavepoint, SavepointID: j.savepointID,
 		CheckpointRoot: j.checkpointRoot(c.cfg.DataDir), LatestCheckpoint: j.latestCheckpoint, Result: j.result,
-		Tenant: j.info.Tenant,
+		Tenant: j.info.Tenant, Epoch: c.epoch(),
 	}
 	if state == transport.JobRunning {
 		s.Error = ""

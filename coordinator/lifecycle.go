@@ -195,6 +195,12 @@ func (c *Coordinator) carry(j *jobState, acts []lifecycle.Action, first bool) er
 			if c.store != nil && !c.store.wait(id, kvTimeout) {
 				c.cfg.Log.Warn("publishing the job's result before its spec is stored", logging.Job, id, "bucket", transport.JobsBucket)
 			}
+			if _, err := c.fence(); err != nil {
+				// A deposed coordinator's view of the job's end is not
+				// the job's: its clients wait for the leader's.
+				c.cfg.Log.Warn("not publishing the job's result", logging.Job, id, "err", err)
+				continue
+			}
 			c.mu.Lock()
 			b, _ := json.Marshal(j.result)
 			tb := b

@@ -79,7 +79,7 @@ func (c *Coordinator) loadJobs(ctx context.Context) ([]*jobState, error) {
 		j, err := c.resumedJob(s)
 		if err != nil {
 			c.cfg.Log.Error("job cannot be resumed", logging.Job, s.JobID, "err", err)
-			s.State, s.Error, s.Updated = transport.JobFailed, "resuming the job: "+err.Error(), c.now()
+			s.State, s.Error, s.Updated, s.Epoch = transport.JobFailed, "resuming the job: "+err.Error(), c.now(), c.epoch()
 			c.store.put(s)
 			continue
 		}

@@ -60,6 +60,8 @@ type Overview struct {
 	Tenant string `json:"tenant,omitempty"`
 	// StartedAt is when the coordinator started.
 	StartedAt time.Time `json:"startedAt"`
+	// Leader is the id of the leading coordinator (this one).
+	Leader string `json:"leader,omitempty"`
 }
 
 // WorkerTotals sums the live workers.
@@ -76,7 +78,7 @@ func (c *Coordinator) Overview(who Caller) Overview {
 	w := who.internal()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	out := Overview{Jobs: map[string]int{}, Tenants: c.cfg.Tenants != nil, Tenant: who.Tenant, StartedAt: c.startedAt}
+	out := Overview{Jobs: map[string]int{}, Tenants: c.cfg.Tenants != nil, Tenant: who.Tenant, StartedAt: c.startedAt, Leader: c.serverID()}
 	for _, j := range c.jobs {
 		if visibleLocked(j, w) {
 			out.Jobs[j.lc.State().String()]++

@@ -100,6 +100,14 @@ type Options struct {
 	// the in-process workers fetch, the admin's and every tenant's (default
 	// transport.DefaultMaxModuleBytes).
 	MaxModuleBytes int64
+	// Lease is the coordinators' lease period (coordinator.DefaultLease
+	// when zero). A coordinator against a NATS server that others may
+	// reach (NATSURL) leads only if it takes the lease, and is a standby
+	// otherwise; one that embeds the server takes it at once.
+	Lease time.Duration
+	// OnLead and Deposed are the coordinator's (coordinator.Config).
+	OnLead  func(coordinator.LeaderInfo)
+	Deposed func(error)
 }
 
 // ReconnectWait is how long a connection to a NATS server waits between
@@ -275,7 +283,7 @@ func Start(ctx context.Context, o Options) (e *Engine, err error) {
 		e.coord, err = coordinator.New(coordinator.Config{NATS: e.nc, Log: o.Log, DataDir: o.DataDir,
 			HeartbeatInterval: o.HeartbeatInterval, WorkerTimeout: o.WorkerTimeout, ResumeJobs: o.ResumeJobs,
 			Tenants: o.Tenants, TenantConnect: tenantConnect, SystemConn: e.sys, CheckpointHistory: o.CheckpointHistory,
-			MaxModuleBytes: o.MaxModuleBytes})
+			MaxModuleBytes: o.MaxModuleBytes, Lease: o.Lease, TakeLease: e.srv != nil, OnLead: o.OnLead, Deposed: o.Deposed})
 		if err != nil {
 			return nil, err
 		}

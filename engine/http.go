@@ -35,6 +35,7 @@ func (e *Engine) startAPI(o Options) error {
 		return fmt.Errorf("--http %s: %w", o.HTTP, err)
 	}
 	e.api = s
+	e.coord.SetHTTPURL(s.URL())
 	if err := os.WriteFile(HTTPURLFile(o.DataDir), []byte(s.URL()+"\n"), 0o644); err != nil {
 		return err
 	}

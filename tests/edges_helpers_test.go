@@ -34,8 +34,17 @@ type edgeProc struct {
 // it still runs then.
 func startEdge(t *testing.T, dir string, args ...string) *edgeProc {
 	t.Helper()
+	return startEdgeEnv(t, dir, nil, args...)
+}
+
+// startEdgeEnv is startEdge with env added to the environment.
+func startEdgeEnv(t *testing.T, dir string, env []string, args ...string) *edgeProc {
+	t.Helper()
 	p := &edgeProc{args: args, cmd: exec.Command(wstreamBin(t), args...), done: make(chan struct{})}
 	p.cmd.Dir = dir
+	if env != nil {
+		p.cmd.Env = append(os.Environ(), env...)
+	}
 	p.cmd.Stdout, p.cmd.Stderr = &p.stdout, &p.stderr
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)

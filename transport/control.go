@@ -21,6 +21,10 @@ const (
 	SubjectWorkers   = "wstream.coord.workers"
 	SubjectRegister  = "wstream.coord.register"
 	SubjectHeartbeat = "wstream.coord.heartbeat"
+	// SubjectLeader is where the leading coordinator tells workers its
+	// epoch (LeaderAnnouncement), at once when it takes the lease and at
+	// every renewal.
+	SubjectLeader = "wstream.leader"
 )
 
 // WorkerDeploySubject is where the coordinator sends a worker its tasks.
@@ -153,6 +157,17 @@ type CancelRequest struct {
 	// Failed says the job failed elsewhere: sinks abort (or, when the job
 	// restarts, keep their files for recovery) instead of flushing.
 	Failed bool `json:"failed,omitempty"`
+	// Epoch is the leadership epoch of the coordinator that sends the
+	// command to a worker, which refuses it when a later leader has spoken
+	// to it.
+	Epoch uint64 `json:"epoch,omitempty"`
+}
+
+// LeaderAnnouncement is the leading coordinator's id and epoch, published
+// on SubjectLeader: a worker refuses commands of lower epochs from then on.
+type LeaderAnnouncement struct {
+	ID    string `json:"id"`
+	Epoch uint64 `json:"epoch"`
 }
 
 // Reply is a generic acknowledgement.
@@ -178,7 +193,9 @@ type WorkerRow struct {
 // WorkersReply answers a workers request (the admin's only).
 type WorkersReply struct {
 	Workers []WorkerRow `json:"workers"`
-	Error   string      `json:"error,omitempty"`
+	// Leader is the id of the coordinator that answers: the one leading.
+	Leader string `json:"leader,omitempty"`
+	Error  string `json:"error,omitempty"`
 }
 
 type WorkerInfo struct {
@@ -253,6 +270,8 @@ type Deployment struct {
 	// TaskStatus of state TaskFirstRecord, when its operators are first
 	// handed records (an upgrade measures its downtime so).
 	ReportFirstRecord bool `json:"reportFirstRecord,omitempty"`
+	// Epoch is the sending coordinator's leadership epoch (CancelRequest).
+	Epoch uint64 `json:"epoch,omitempty"`
 }
 
 // TenantRequest manages tenants: Op is add, update, remove or list.
@@ -300,6 +319,8 @@ type CheckpointControl struct {
 	// Drain, on a stopping savepoint's trigger, makes sources advance the
 	// watermark to the end before the barrier.
 	Drain bool `json:"drain,omitempty"`
+	// Epoch is the sending coordinator's leadership epoch (CancelRequest).
+	Epoch uint64 `json:"epoch,omitempty"`
 }
 
 // CheckpointAck is a subtask's acknowledgement of its part of a checkpoint,
@@ -399,6 +420,8 @@ type JobInfo struct {
 
 // ListReply answers a list request.
 type ListReply struct {
-	Jobs  []JobInfo `json:"jobs"`
-	Error string    `json:"error,omitempty"`
+	Jobs []JobInfo `json:"jobs"`
+	// Leader is the id of the coordinator that answers: the one leading.
+	Leader string `json:"leader,omitempty"`
+	Error  string `json:"error,omitempty"`
 }

@@ -101,6 +101,32 @@ type Worker struct {
 	remoteChannels atomic.Int64
 	// rates pace each tenant's state writes (writeRate), under mu.
 	rates map[string]*fairshare.Rate
+	// epoch is the highest leadership epoch of a coordinator that spoke to
+	// the worker: commands of lower epochs come from a deposed one.
+	epoch atomic.Uint64
+}
+
+// admit raises the worker's epoch to a command's and reports whether the
+// command may be obeyed: not when a later leader has spoken.
+func (w *Worker) admit(epoch uint64, what string) bool {
+	for {
+		cur := w.epoch.Load()
+		if epoch < cur {
+			w.log.Warn("refusing a command of a deposed coordinator", "command", what, "epoch", epoch, "leader epoch", cur)
+			return false
+		}
+		if epoch == cur || w.epoch.CompareAndSwap(cur, epoch) {
+			return true
+		}
+	}
+}
+
+// onLeader takes the epoch of a coordinator that took the lease.
+func (w *Worker) onLeader(m *nats.Msg) {
+	var a transport.LeaderAnnouncement
+	if json.Unmarshal(m.Data, &a) == nil {
+		w.admit(a.Epoch, "leader announcement")
+	}
 }
 
 // RemoteChannels is the number of channels (either end) between this
@@ -192,6 +218,11 @@ func (w *Worker) Start(ctx context.Context) error {
 	}
 	w.subs = append(w.subs, sub)
 	sub, err = nc.Subscribe(transport.WorkerCheckpointSubject(w.cfg.ID), w.onCheckpoint)
+	if err != nil {
+		return err
+	}
+	w.subs = append(w.subs, sub)
+	sub, err = nc.Subscribe(transport.SubjectLeader, w.onLeader)
 	if err != nil {
 		return err
 	}
@@ -326,6 +357,10 @@ func (w *Worker) onCancel(m *nats.Msg) {
 		w.reply(m, fmt.Errorf("bad cancel request: %w", err))
 		return
 	}
+	if !w.admit(req.Epoch, "cancel") {
+		w.reply(m, fmt.Errorf("worker %s: refusing the cancel of epoch %d: a later coordinator leads (epoch %d)", w.cfg.ID, req.Epoch, w.epoch.Load()))
+		return
+	}
 	w.mu.Lock()
 	j := w.jobs[req.JobID]
 	w.mu.Unlock()
@@ -342,6 +377,10 @@ func (w *Worker) onDeploy(m *nats.Msg) {
 	var d transport.Deployment
 	if err := json.Unmarshal(m.Data, &d); err != nil {
 		w.reply(m, fmt.Errorf("worker %s: bad deployment: %w", w.cfg.ID, err))
+		return
+	}
+	if !w.admit(d.Epoch, "deploy") {
+		w.reply(m, fmt.Errorf("worker %s: refusing the deployment of epoch %d: a later coordinator leads (epoch %d)", w.cfg.ID, d.Epoch, w.epoch.Load()))
 		return
 	}
 	// Fetching and compiling a module can take a second: do not hold up the
@@ -1491,6 +1530,9 @@ func (w *Worker) onCheckpoint(m *nats.Msg) {
 	var c transport.CheckpointControl
 	if err := json.Unmarshal(m.Data, &c); err != nil {
 		w.log.Warn("bad checkpoint message", "err", err)
+		return
+	}
+	if !w.admit(c.Epoch, "checkpoint "+c.Action) {
 		return
 	}
 	w.mu.Lock()

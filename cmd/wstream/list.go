@@ -26,7 +26,7 @@ func listCommand() *cli.Command {
 			"strategy made; the last column says why the latest restart happened, or why the job failed.",
 		Flags: []cli.Flag{natsFlag, dataFlag, outputFlag},
 		Action: func(c *cli.Context) error {
-			return listing(c, coordinator.List, printJobs)
+			return listing(c, coordinator.ListJobs, printJobs)
 		},
 	}
 }
@@ -91,7 +91,7 @@ func workersCommand() *cli.Command {
 			"to no once a worker has been silent longer than the worker timeout (its jobs fail over).",
 		Flags: []cli.Flag{natsFlag, dataFlag, outputFlag},
 		Action: func(c *cli.Context) error {
-			return listing(c, coordinator.Workers, printWorkers)
+			return listing(c, coordinator.ListWorkers, printWorkers)
 		},
 	}
 }
@@ -119,7 +119,7 @@ func printWorkers(w io.Writer, ws []transport.WorkerRow) error {
 
 // listing asks the cluster (--nats, or the deploy on --data) for rows and
 // prints them as a table, or as JSON with -o json.
-func listing[T any](c *cli.Context, ask func(context.Context, *nats.Conn) ([]T, error), table func(io.Writer, []T) error) error {
+func listing[T any](c *cli.Context, ask func(context.Context, *nats.Conn) ([]T, string, error), table func(io.Writer, []T) error) error {
 	asJSON, err := jsonOutput(c)
 	if err != nil {
 		return err
@@ -129,12 +129,16 @@ func listing[T any](c *cli.Context, ask func(context.Context, *nats.Conn) ([]T, 
 		return err
 	}
 	defer e.Close(context.Background())
-	rows, err := ask(c.Context, e.Conn())
+	rows, leader, err := ask(c.Context, e.Conn())
 	if err != nil {
 		return err
 	}
 	if asJSON {
 		return writeJSON(c.App.Writer, orEmpty(rows))
+	}
+	if leader != "" {
+		// On stderr: the table stays the same for scripts.
+		fmt.Fprintf(c.App.ErrWriter, "coordinator %s leads\n", leader)
 	}
 	return table(c.App.Writer, rows)
 }

@@ -708,6 +708,7 @@ func serverCommand() *cli.Command {
 			httpFlag,
 			&cli.IntFlag{Name: "checkpoint-history", Usage: fmt.Sprintf("recent checkpoints per job the REST API keeps with their per-subtask details (default %d)", coordinator.DefaultCheckpointHistory)},
 			maxModuleBytesFlag,
+			&cli.DurationFlag{Name: "lease", Usage: fmt.Sprintf("the coordinators' lease period: of the servers against one NATS cluster the one holding the lease leads, and a standby takes over once the leader has not renewed it for this long (default %s)", coordinator.DefaultLease)},
 			authDirFlag, dataFlag, natsFlag, verboseFlag, logFormatFlag, logLevelFlag,
 		}, hostFlags()...),
 		Action: func(c *cli.Context) error {
@@ -761,11 +762,33 @@ func serverCommand() *cli.Command {
 			} else if c.IsSet("auth-dir") {
 				return usageError{errors.New("--auth-dir goes with --tenants")}
 			}
+			if d := c.Duration("lease"); d < 0 || (d > 0 && d < 100*time.Millisecond) {
+				return usageError{fmt.Errorf("--lease %s: must be at least 100ms", d)}
+			}
+			opts.Lease = c.Duration("lease")
+			leads := make(chan coordinator.LeaderInfo, 1)
+			deposed := make(chan error, 1)
+			opts.OnLead = func(l coordinator.LeaderInfo) { leads <- l }
+			opts.Deposed = func(err error) { deposed <- err }
 			e, err := engine.Start(ctx, opts)
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(c.App.ErrWriter, "wstream server: coordinator running (NATS %s)\n", orDefault(opts.NATSURL, e.ClientURL()))
+			natsURL := orDefault(opts.NATSURL, e.ClientURL())
+			if l, leading := e.Coordinator().Leader(); leading {
+				<-leads
+				fmt.Fprintf(c.App.ErrWriter, "wstream server: coordinator running (NATS %s; leader %s, epoch %d)\n", natsURL, l.ID, l.Epoch)
+			} else {
+				// It does nothing until the leader's lease lapses.
+				fmt.Fprintf(c.App.ErrWriter, "wstream server: standby (NATS %s): coordinator %s leads (epoch %d); this one takes over when its lease lapses\n", natsURL, l.ID, l.Epoch)
+				go func() {
+					select {
+					case l := <-leads:
+						fmt.Fprintf(c.App.ErrWriter, "wstream server: coordinator running (NATS %s; took over the lease: leader %s, epoch %d)\n", natsURL, l.ID, l.Epoch)
+					case <-ctx.Done():
+					}
+				}()
+			}
 			if opts.Tenants != nil {
 				dir := authDir(c)
 				fmt.Fprintf(c.App.ErrWriter, "wstream server: tenants on; admin credentials %s, workers' %s\n",
@@ -781,7 +804,15 @@ func serverCommand() *cli.Command {
 					fmt.Fprintf(c.App.ErrWriter, "wstream server: warning: without --tenants the REST API takes no credentials, and %s is reachable from other hosts\n", opts.HTTP)
 				}
 			}
-			<-ctx.Done()
+			select {
+			case <-ctx.Done():
+			case err := <-deposed:
+				// Another server leads now: this one has stopped acting,
+				// and exits (a supervisor restarts it as a standby).
+				l, _ := e.Coordinator().Leader()
+				_ = e.Close(context.Background())
+				return fmt.Errorf("server: this coordinator no longer leads (%v); %s leads at epoch %d: exiting", err, l.ID, l.Epoch)
+			}
 			return e.Close(context.Background())
 		},
 	}
