@@ -1,0 +1,172 @@
+package coordinator
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/wstream/wstream/checkpoint"
+	"github.com/wstream/wstream/transport"
+)
+
+// ckptPlan is onePlan checkpointing every 50 ms, with no checkpoint
+// failure tolerated (the default).
+var ckptPlan = strings.Replace(onePlan, `"restart"`, `"checkpoint":{"interval":50},"restart"`, 1)
+
+// ackingWorker answers the checkpoint messages of the fake worker w's
+// subtask 0/0 as a worker would: it acknowledges each trigger at once with
+// empty state, and records the completions, aborts and stops it hears.
+type ackingWorker struct {
+	mu        sync.Mutex
+	triggers  []int64
+	completed []int64
+	stops     []int64
+}
+
+func ackCheckpoints(t *testing.T, nc *nats.Conn, worker string) *ackingWorker {
+	t.Helper()
+	a := &ackingWorker{}
+	sub, err := nc.Subscribe(transport.WorkerCheckpointSubject(worker), func(m *nats.Msg) {
+		var ctl transport.CheckpointControl
+		if json.Unmarshal(m.Data, &ctl) != nil {
+			return
+		}
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		switch ctl.Action {
+		case transport.CheckpointTrigger:
+			a.triggers = append(a.triggers, ctl.ID)
+			task := checkpoint.TaskID{}
+			ack := transport.CheckpointAck{JobID: ctl.JobID, Attempt: ctl.Attempt, Task: task, ID: ctl.ID,
+				State: &checkpoint.SubtaskState{Task: task}}
+			b, _ := json.Marshal(ack)
+			_ = nc.Publish(transport.CheckpointAckSubject(ctl.JobID), b)
+		case transport.CheckpointComplete:
+			a.completed = append(a.completed, ctl.ID)
+		case transport.CheckpointStop:
+			a.stops = append(a.stops, ctl.ID)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	return a
+}
+
+// startCkptJob is startOne with ckptPlan, whose checkpoints a fake worker
+// acknowledges.
+func startCkptJob(t *testing.T) (*Coordinator, *fakeWorker, string, *ackingWorker) {
+	t.Helper()
+	c, w, _, id := startOne(t, ckptPlan)
+	acks := ackCheckpoints(t, w.nc, w.id)
+	// A trigger sent before the subscription was lost: abort it (an
+	// abort that is no failure) rather than wait for its timeout.
+	c.mu.Lock()
+	d := c.jobs[id].ckpt
+	c.mu.Unlock()
+	d.abortPending("the test's worker subscribed")
+	return c, w, id, acks
+}
+
+func (a *ackingWorker) count() (triggers, completed int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.triggers), len(a.completed)
+}
+
+func jobLifecycle(c *Coordinator, id string) (state string, attempt, restarts int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	j := c.jobs[id]
+	return j.lc.State().String(), j.lc.Attempt(), j.lc.Restarts()
+}
+
+// TestKVOutageAbortsTriggerWithoutFailing: while the checkpoint id bucket
+// is unreachable, each trigger is aborted because its id cannot be
+// reserved; with no checkpoint failure tolerated the job must still run
+// its first attempt (no failover), and checkpoints complete again once the
+// bucket is back.
+func TestKVOutageAbortsTriggerWithoutFailing(t *testing.T) {
+	c, w, id, acks := startCkptJob(t)
+	waitUntil(t, "no checkpoint completed", func() bool { _, n := acks.count(); return n >= 2 })
+
+	js, err := jetstream.New(w.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := js.DeleteKeyValue(ctx, transport.CheckpointIDsBucket); err != nil {
+		t.Fatal(err)
+	}
+	// Triggers fail at their reservation: aborted, "trigger failed".
+	waitUntil(t, "no trigger failed while the bucket was gone", func() bool {
+		hist, _ := ReadHistory(c.cfg.DataDir, id)
+		n := 0
+		for _, h := range hist {
+			if h.Status == "aborted" && strings.Contains(h.Reason, "trigger failed") {
+				n++
+			}
+		}
+		return n >= 3
+	})
+	if state, attempt, restarts := jobLifecycle(c, id); state != "RUNNING" || attempt != 0 || restarts != 0 {
+		t.Fatalf("job %s at attempt %d after %d restarts while the bucket was gone; want RUNNING at attempt 0", state, attempt, restarts)
+	}
+	_, before := acks.count()
+	if _, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: transport.CheckpointIDsBucket, History: 1}); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "no checkpoint completed once the bucket was back", func() bool { _, n := acks.count(); return n >= before+2 })
+	if state, attempt, restarts := jobLifecycle(c, id); state != "RUNNING" || attempt != 0 || restarts != 0 {
+		t.Fatalf("job %s at attempt %d after %d restarts; want RUNNING at attempt 0", state, attempt, restarts)
+	}
+}
+
+// TestStopSavepointIsRestorePoint: once a stop with savepoint completed
+// (its sinks committed on it), a failure of the stopping subtasks fails
+// over to that savepoint, not to the checkpoint before it (FLIP-193), and
+// the job's spec names it for a coordinator that resumes the job.
+func TestStopSavepointIsRestorePoint(t *testing.T) {
+	c, w, id, acks := startCkptJob(t)
+	waitUntil(t, "no checkpoint completed", func() bool { _, n := acks.count(); return n >= 1 })
+
+	dir := t.TempDir()
+	replies := make(chan transport.SavepointReply, 1)
+	c.savepoint(transport.SavepointRequest{JobID: id, Dir: dir, Stop: true}, caller{}, func(r transport.SavepointReply) { replies <- r })
+	var sp transport.SavepointReply
+	select {
+	case sp = <-replies:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the stop's savepoint never completed")
+	}
+	if sp.Error != "" || sp.ID == 0 {
+		t.Fatalf("stop with savepoint: %+v", sp)
+	}
+	if _, err := os.Stat(sp.Dir); err != nil {
+		t.Fatalf("savepoint directory: %v", err)
+	}
+	// The subtask fails while it stops: the job restarts.
+	w.report(t, id, 0, transport.TaskFailed)
+	d := nextDeploy(t, w)
+	if d.Attempt != 1 {
+		t.Fatalf("deployment of attempt %d, want 1", d.Attempt)
+	}
+	if d.RestoreID != sp.ID || d.SavepointRoot != sp.Dir {
+		t.Fatalf("the restart restores %d from %q; want savepoint %d from %s", d.RestoreID, d.SavepointRoot, sp.ID, sp.Dir)
+	}
+	c.mu.Lock()
+	spec := c.specLocked(c.jobs[id], c.jobs[id].info.State)
+	c.mu.Unlock()
+	if spec.FromSavepoint != sp.Dir || spec.SavepointID != sp.ID {
+		t.Fatalf("spec restores %q (%d); want the savepoint %s (%d)", spec.FromSavepoint, spec.SavepointID, sp.Dir, sp.ID)
+	}
+}
