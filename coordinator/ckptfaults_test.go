@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -28,6 +30,8 @@ type ackingWorker struct {
 	triggers  []int64
 	completed []int64
 	stops     []int64
+	// manual, when set, receives the triggers instead: the test answers.
+	manual chan transport.CheckpointControl
 }
 
 func ackCheckpoints(t *testing.T, nc *nats.Conn, worker string) *ackingWorker {
@@ -43,6 +47,10 @@ func ackCheckpoints(t *testing.T, nc *nats.Conn, worker string) *ackingWorker {
 		switch ctl.Action {
 		case transport.CheckpointTrigger:
 			a.triggers = append(a.triggers, ctl.ID)
+			if a.manual != nil {
+				a.manual <- ctl
+				return
+			}
 			task := checkpoint.TaskID{}
 			ack := transport.CheckpointAck{JobID: ctl.JobID, Attempt: ctl.Attempt, Task: task, ID: ctl.ID,
 				State: &checkpoint.SubtaskState{Task: task}}
@@ -168,5 +176,102 @@ func TestStopSavepointIsRestorePoint(t *testing.T) {
 	c.mu.Unlock()
 	if spec.FromSavepoint != sp.Dir || spec.SavepointID != sp.ID {
 		t.Fatalf("spec restores %q (%d); want the savepoint %s (%d)", spec.FromSavepoint, spec.SavepointID, sp.Dir, sp.ID)
+	}
+}
+
+// sharedPlan runs two subtasks (tasks 0/0 and 0/1) with two periodic
+// checkpoints pending at once and any number of failed checkpoints
+// tolerated.
+var sharedPlan = strings.Replace(strings.Replace(onePlan, `"parallelism":1`, `"parallelism":2`, 1),
+	`"restart"`, `"checkpoint":{"interval":50,"maxConcurrent":2,"tolerableFailures":-1},"restart"`, 1)
+
+// TestSharedFileOfPendingCheckpointKept: with two checkpoints pending, a
+// shared file uploaded for checkpoint n (acknowledged by one subtask) and
+// reused by n+1 (whose acks are still to come) must survive n's abort,
+// so that n+1 completes with every file it references.
+func TestSharedFileOfPendingCheckpointKept(t *testing.T) {
+	c, w, _, id := startOne(t, sharedPlan)
+	acks := ackCheckpoints(t, w.nc, w.id)
+	acks.mu.Lock()
+	acks.manual = make(chan transport.CheckpointControl, 64)
+	acks.mu.Unlock()
+	c.mu.Lock()
+	d := c.jobs[id].ckpt
+	c.mu.Unlock()
+	pending := func(cid int64) bool {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		return slices.Contains(d.sm.Pending(), cid)
+	}
+	next := func() transport.CheckpointControl {
+		t.Helper()
+		for {
+			select {
+			case ctl := <-acks.manual:
+				if ctl.Kind == checkpoint.KindCheckpoint && pending(ctl.ID) {
+					return ctl
+				}
+			case <-time.After(20 * time.Second):
+				t.Fatal("no trigger came")
+			}
+		}
+	}
+	answer := func(ctl transport.CheckpointControl, task checkpoint.TaskID, st *checkpoint.SubtaskState, decline string) {
+		t.Helper()
+		b, _ := json.Marshal(transport.CheckpointAck{JobID: ctl.JobID, Attempt: ctl.Attempt, Task: task, ID: ctl.ID, State: st, Decline: decline})
+		if err := w.nc.Publish(transport.CheckpointAckSubject(ctl.JobID), b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A trigger sent before the subscription was lost: abort it.
+	d.abortPending("the test's worker subscribed")
+
+	st, err := checkpoint.OpenStorage(CheckpointRoot(c.cfg.DataDir, id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := filepath.Join(t.TempDir(), "000007.sst")
+	if err := os.WriteFile(src, []byte("an SST file of subtask 0/0"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sum, err := checkpoint.FileSHA256(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := checkpoint.TaskID{Chain: 0, Subtask: 0}, checkpoint.TaskID{Chain: 0, Subtask: 1}
+	stateWith := func(task checkpoint.TaskID) *checkpoint.SubtaskState {
+		h, _, err := st.PutShared(src, sum)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.Name = "000007.sst"
+		return &checkpoint.SubtaskState{Task: task, State: []checkpoint.FileHandle{h}}
+	}
+
+	n := next()
+	// Subtask 0/0 uploads the file for n and acknowledges; 0/1 is slow.
+	answer(n, a, stateWith(a), "")
+	m := next()
+	if m.ID <= n.ID {
+		t.Fatalf("second trigger %d is not after %d", m.ID, n.ID)
+	}
+	// Subtask 0/0 takes its part of n+1: the file is there, it reuses it.
+	reused := stateWith(a)
+	// Subtask 0/1 declines n: n is aborted and discarded.
+	answer(n, b, nil, "disk full")
+	waitUntil(t, "checkpoint n was never aborted", func() bool { return !pending(n.ID) })
+	answer(m, a, reused, "")
+	answer(m, b, &checkpoint.SubtaskState{Task: b}, "")
+	waitUntil(t, "checkpoint n+1 never completed", func() bool {
+		acks.mu.Lock()
+		defer acks.mu.Unlock()
+		return slices.Contains(acks.completed, m.ID)
+	})
+	meta, err := st.ReadMetadata(m.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Verify(meta); err != nil {
+		t.Fatalf("completed checkpoint %d references a deleted file: %v", m.ID, err)
 	}
 }
