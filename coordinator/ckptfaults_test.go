@@ -48,7 +48,10 @@ func ackCheckpoints(t *testing.T, nc *nats.Conn, worker string) *ackingWorker {
 		case transport.CheckpointTrigger:
 			a.triggers = append(a.triggers, ctl.ID)
 			if a.manual != nil {
-				a.manual <- ctl
+				select {
+				case a.manual <- ctl:
+				default:
+				}
 				return
 			}
 			task := checkpoint.TaskID{}
@@ -273,5 +276,71 @@ func TestSharedFileOfPendingCheckpointKept(t *testing.T) {
 	}
 	if err := st.Verify(meta); err != nil {
 		t.Fatalf("completed checkpoint %d references a deleted file: %v", m.ID, err)
+	}
+}
+
+// TestUnreadableCheckpointNotSkipped: a restart that cannot read the
+// latest checkpoint now (its metadata read fails, though nothing says it
+// is damaged) must not restore from empty state, nor from an older
+// checkpoint: the deployment fails and the restart strategy tries again,
+// and once the checkpoint reads again the restart restores it.
+func TestUnreadableCheckpointNotSkipped(t *testing.T) {
+	defer func(r []time.Duration) { restoreRetries = r }(restoreRetries)
+	restoreRetries = []time.Duration{10 * time.Millisecond}
+	plan := strings.Replace(ckptPlan, `"attempts":3,"delay":0`, `"attempts":20,"delay":1000`, 1)
+	c, w, _, id := startOne(t, plan)
+	acks := ackCheckpoints(t, w.nc, w.id)
+	c.mu.Lock()
+	c.jobs[id].ckpt.abortPending("the test's worker subscribed")
+	c.mu.Unlock()
+	waitUntil(t, "no checkpoint completed", func() bool { _, n := acks.count(); return n >= 2 })
+	// The attempt fails; once its checkpoint driver has stopped, the
+	// storage holds what the restart will find.
+	w.report(t, id, 0, transport.TaskFailed)
+	waitUntil(t, "the failed attempt's driver never stopped", func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		j := c.jobs[id]
+		return j.lc.Attempt() == 1 && j.ckpt == nil
+	})
+	st, err := checkpoint.OpenStorage(CheckpointRoot(c.cfg.DataDir, id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids, err := st.Completed()
+	if err != nil || len(ids) == 0 {
+		t.Fatalf("completed checkpoints %v, %v", ids, err)
+	}
+	latest := ids[len(ids)-1]
+	// Its metadata cannot be read now: where the file was is a directory.
+	meta := filepath.Join(st.Dir(latest), checkpoint.MetadataName)
+	aside := filepath.Join(t.TempDir(), "metadata")
+	if err := os.Rename(meta, aside); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(meta, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the restart's deployment never failed", func() bool {
+		_, _, restarts := jobLifecycle(c, id)
+		return restarts >= 2
+	})
+	select {
+	case d := <-w.deploys:
+		t.Fatalf("attempt %d deployed restoring %d while checkpoint %d could not be read", d.Attempt, d.RestoreID, latest)
+	default:
+	}
+	if err := os.Remove(meta); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(aside, meta); err != nil {
+		t.Fatal(err)
+	}
+	d := nextDeploy(t, w)
+	if d.RestoreID != latest {
+		t.Fatalf("attempt %d restores %d; want checkpoint %d", d.Attempt, d.RestoreID, latest)
+	}
+	if state, _, _ := jobLifecycle(c, id); state != "RUNNING" && state != "RESTARTING" {
+		t.Fatalf("job %s", state)
 	}
 }
