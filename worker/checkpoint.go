@@ -529,10 +529,13 @@ func (t *task) snapshot(ctx context.Context, id int64, kind checkpoint.Kind, tri
 	st := &checkpoint.SubtaskState{Task: t.id, Operator: map[string][]byte{}, Finished: t.ended}
 	snap := &snapshotInProgress{id: id, kind: kind, trigger: trigger, unaligned: unaligned, state: st, in: map[int]*capturedChannel{},
 		replay: t.replayState()}
-	// A failure to record the state (the synchronous phase) declines the
-	// checkpoint instead of failing the subtask (seeds/003: the task
-	// declines; the coordinator's failure count decides): downstream
-	// drops it on the cancel marker instead of waiting for the barrier.
+	// A failure to record the state or the source's position (the
+	// synchronous phase) declines the checkpoint instead of failing the
+	// subtask (seeds/003: the task declines; the coordinator's failure
+	// count decides): downstream drops it on the cancel marker instead of
+	// waiting for the barrier. A sink's failed pre-commit still fails the
+	// subtask: its open transaction is gone, and only a restore brings
+	// back what it held.
 	decline := func(err error) error {
 		if snap.stateDir != "" {
 			_ = os.RemoveAll(snap.stateDir)
@@ -565,14 +568,14 @@ func (t *task) snapshot(ctx context.Context, id int64, kind checkpoint.Kind, tri
 	if tx, ok := t.sink.(connector.Transactional); ok && t.sinkTxn {
 		state, err := tx.PreCommit(id)
 		if err != nil {
-			return decline(fmt.Errorf("subtask %s: checkpoint %d: sink pre-commit: %w", t.label, id, err))
+			return fmt.Errorf("subtask %s: checkpoint %d: sink pre-commit: %w", t.label, id, err)
 		}
 		st.Operator[t.chain.Vertices[len(t.chain.Vertices)-1].ID] = state
 	}
 	if t.dl != nil {
 		state, err := t.preCommitDeadLetters(id)
 		if err != nil {
-			return decline(err)
+			return err
 		}
 		st.Operator[t.dl.key] = state
 		m.DeadLetters = t.dl.snapshotted(id)
