@@ -778,18 +778,9 @@ func (d *ckptDriver) carryOut(acts []checkpoint.CoordinatorAction) {
 				d.send(transport.CheckpointControl{Action: transport.CheckpointAbort, ID: a.ID, Reason: a.Reason})
 			}
 		case checkpoint.Discard:
-			id := a.ID
-			free := d.reg.release(id)
 			// Synchronously, before any later trigger: a checkpoint must not
 			// reference a shared file that is being deleted.
-			if err := d.storage.Discard(id); err != nil {
-				d.c.cfg.Log.Warn("discarding a checkpoint", logging.Job, d.j.info.JobID, logging.Checkpoint, id, "err", err)
-			}
-			for _, p := range d.reg.deletable(free, len(d.sm.Pending())) {
-				if err := d.storage.RemoveShared(p); err != nil {
-					d.c.cfg.Log.Warn("removing a shared file", logging.Job, d.j.info.JobID, "file", p, "err", err)
-				}
-			}
+			d.discard(a.ID)
 			if len(d.sm.Pending()) == 0 {
 				d.sweep()
 			}
@@ -805,17 +796,23 @@ func (d *ckptDriver) carryOut(acts []checkpoint.CoordinatorAction) {
 // that one now. d.mu is held.
 func (d *ckptDriver) releaseOutside() {
 	for _, id := range d.outside {
-		free := d.reg.release(id)
-		if err := d.storage.Discard(id); err != nil {
-			d.c.cfg.Log.Warn("discarding a checkpoint", logging.Job, d.j.info.JobID, logging.Checkpoint, id, "err", err)
-		}
-		for _, p := range d.reg.deletable(free, len(d.sm.Pending())) {
-			if err := d.storage.RemoveShared(p); err != nil {
-				d.c.cfg.Log.Warn("removing a shared file", logging.Job, d.j.info.JobID, "file", p, "err", err)
-			}
-		}
+		d.discard(id)
 	}
 	d.outside = nil
+}
+
+// discard deletes checkpoint id and the shared files only it referenced,
+// unless a checkpoint is pending (registry.deletable); d.mu is held.
+func (d *ckptDriver) discard(id int64) {
+	free := d.reg.release(id)
+	if err := d.storage.Discard(id); err != nil {
+		d.c.cfg.Log.Warn("discarding a checkpoint", logging.Job, d.j.info.JobID, logging.Checkpoint, id, "err", err)
+	}
+	for _, p := range d.reg.deletable(free, len(d.sm.Pending())) {
+		if err := d.storage.RemoveShared(p); err != nil {
+			d.c.cfg.Log.Warn("removing a shared file", logging.Job, d.j.info.JobID, "file", p, "err", err)
+		}
+	}
 }
 
 // sendTrigger sends the trigger of pending checkpoint id to the sources,
