@@ -22,9 +22,9 @@ import (
 // failure tolerated (the default).
 var ckptPlan = strings.Replace(onePlan, `"restart"`, `"checkpoint":{"interval":50},"restart"`, 1)
 
-// ackingWorker answers the checkpoint messages of the fake worker w's
-// subtask 0/0 as a worker would: it acknowledges each trigger at once with
-// empty state, and records the completions, aborts and stops it hears.
+// ackingWorker answers the checkpoint messages of the fake worker w as a
+// worker whose subtasks are all sources would: it acknowledges each
+// trigger for each subtask it names at once with empty state, and records the completions, aborts and stops it hears.
 type ackingWorker struct {
 	mu        sync.Mutex
 	triggers  []int64
@@ -54,11 +54,12 @@ func ackCheckpoints(t *testing.T, nc *nats.Conn, worker string) *ackingWorker {
 				}
 				return
 			}
-			task := checkpoint.TaskID{}
-			ack := transport.CheckpointAck{JobID: ctl.JobID, Attempt: ctl.Attempt, Task: task, ID: ctl.ID,
-				State: &checkpoint.SubtaskState{Task: task}}
-			b, _ := json.Marshal(ack)
-			_ = nc.Publish(transport.CheckpointAckSubject(ctl.JobID), b)
+			for _, task := range ctl.Tasks {
+				ack := transport.CheckpointAck{JobID: ctl.JobID, Attempt: ctl.Attempt, Task: task, ID: ctl.ID,
+					State: &checkpoint.SubtaskState{Task: task}}
+				b, _ := json.Marshal(ack)
+				_ = nc.Publish(transport.CheckpointAckSubject(ctl.JobID), b)
+			}
 		case transport.CheckpointComplete:
 			a.completed = append(a.completed, ctl.ID)
 		case transport.CheckpointStop:
@@ -76,7 +77,13 @@ func ackCheckpoints(t *testing.T, nc *nats.Conn, worker string) *ackingWorker {
 // acknowledges.
 func startCkptJob(t *testing.T) (*Coordinator, *fakeWorker, string, *ackingWorker) {
 	t.Helper()
-	c, w, _, id := startOne(t, ckptPlan)
+	return startCkptJobPlan(t, ckptPlan)
+}
+
+// startCkptJobPlan is startCkptJob with plan.
+func startCkptJobPlan(t *testing.T, plan string) (*Coordinator, *fakeWorker, string, *ackingWorker) {
+	t.Helper()
+	c, w, _, id := startOne(t, plan)
 	acks := ackCheckpoints(t, w.nc, w.id)
 	// A trigger sent before the subscription was lost: abort it (an
 	// abort that is no failure) rather than wait for its timeout.
@@ -342,5 +349,40 @@ func TestUnreadableCheckpointNotSkipped(t *testing.T) {
 	}
 	if state, _, _ := jobLifecycle(c, id); state != "RUNNING" && state != "RESTARTING" {
 		t.Fatalf("job %s", state)
+	}
+}
+
+// TestNoTriggerOutsideRunning: once an attempt fails, the job is
+// RESTARTING while its other subtasks are being cancelled; no checkpoint
+// or savepoint may be triggered then.
+func TestNoTriggerOutsideRunning(t *testing.T) {
+	plan := strings.Replace(strings.Replace(ckptPlan, `"parallelism":1`, `"parallelism":2`, 1), `"delay":0`, `"delay":60000`, 1)
+	c, w, id, acks := startCkptJobPlan(t, plan)
+	waitUntil(t, "no checkpoint completed", func() bool { _, n := acks.count(); return n >= 2 })
+	// One of the two subtasks fails; the other has not ended yet.
+	w.report(t, id, 0, transport.TaskFailed)
+	waitUntil(t, "the job never restarted", func() bool { state, _, _ := jobLifecycle(c, id); return state == "RESTARTING" })
+	c.mu.Lock()
+	d := c.jobs[id].ckpt
+	c.mu.Unlock()
+	if d == nil {
+		t.Fatal("the failed attempt's checkpoint driver stopped before its subtasks ended")
+	}
+	before, _ := acks.count()
+	// Twenty intervals of the driver's own clock.
+	until := time.Now().Add(time.Second)
+	waitUntil(t, "", func() bool { return time.Now().After(until) })
+	if after, _ := acks.count(); after != before {
+		t.Fatalf("%d checkpoints triggered while the job was RESTARTING", after-before)
+	}
+	replies := make(chan transport.SavepointReply, 1)
+	c.savepoint(transport.SavepointRequest{JobID: id, Dir: t.TempDir()}, caller{}, func(r transport.SavepointReply) { replies <- r })
+	select {
+	case r := <-replies:
+		if r.Error == "" {
+			t.Fatalf("savepoint %d taken while the job was RESTARTING", r.ID)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the savepoint request got no answer")
 	}
 }
