@@ -32,6 +32,9 @@ type ackingWorker struct {
 	stops     []int64
 	// manual, when set, receives the triggers instead: the test answers.
 	manual chan transport.CheckpointControl
+	// state, when set, gives the state a task acknowledges a checkpoint
+	// with (nil: empty).
+	state func(ctl transport.CheckpointControl, task checkpoint.TaskID) *checkpoint.SubtaskState
 }
 
 func ackCheckpoints(t *testing.T, nc *nats.Conn, worker string) *ackingWorker {
@@ -57,6 +60,11 @@ func ackCheckpoints(t *testing.T, nc *nats.Conn, worker string) *ackingWorker {
 			for _, task := range ctl.Tasks {
 				ack := transport.CheckpointAck{JobID: ctl.JobID, Attempt: ctl.Attempt, Task: task, ID: ctl.ID,
 					State: &checkpoint.SubtaskState{Task: task}}
+				if a.state != nil {
+					if st := a.state(ctl, task); st != nil {
+						ack.State = st
+					}
+				}
 				b, _ := json.Marshal(ack)
 				_ = nc.Publish(transport.CheckpointAckSubject(ctl.JobID), b)
 			}
@@ -385,4 +393,105 @@ func TestNoTriggerOutsideRunning(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("the savepoint request got no answer")
 	}
+}
+
+// TestCheckpointsBeforeSavepointKeptUntilNextCompletes: a restart of a job
+// whose restore point is a savepoint newer than its checkpoints (an
+// upgrade's, or a stop's) passes those checkpoints over, but must not
+// delete the shared files they reference before a checkpoint of the new
+// attempt completes: until then a resume may still need them. After it,
+// they go.
+func TestCheckpointsBeforeSavepointKeptUntilNextCompletes(t *testing.T) {
+	c, w, id, acks := startCkptJob(t)
+	st, err := checkpoint.OpenStorage(CheckpointRoot(c.cfg.DataDir, id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := filepath.Join(t.TempDir(), "000009.sst")
+	if err := os.WriteFile(src, []byte("an SST file the checkpoints of attempt 0 share"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sum, err := checkpoint.FileSHA256(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, _, err := st.PutShared(src, sum)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.Name = "000009.sst"
+	acks.mu.Lock()
+	acks.state = func(ctl transport.CheckpointControl, task checkpoint.TaskID) *checkpoint.SubtaskState {
+		if ctl.Attempt != 0 || ctl.Kind != checkpoint.KindCheckpoint {
+			return nil
+		}
+		return &checkpoint.SubtaskState{Task: task, State: []checkpoint.FileHandle{h}}
+	}
+	acks.mu.Unlock()
+	waitUntil(t, "no checkpoint completed", func() bool { _, n := acks.count(); return n >= 2 })
+
+	// Hold the periodic checkpoints; answer the savepoint alone.
+	acks.mu.Lock()
+	acks.manual = make(chan transport.CheckpointControl, 64)
+	acks.mu.Unlock()
+	replies := make(chan transport.SavepointReply, 1)
+	c.savepoint(transport.SavepointRequest{JobID: id, Dir: t.TempDir()}, caller{}, func(r transport.SavepointReply) { replies <- r })
+	var sp transport.SavepointReply
+	for sp.ID == 0 {
+		select {
+		case ctl := <-acks.manual:
+			if ctl.Kind != checkpoint.KindSavepoint {
+				continue
+			}
+			for _, task := range ctl.Tasks {
+				b, _ := json.Marshal(transport.CheckpointAck{JobID: ctl.JobID, Attempt: ctl.Attempt, Task: task, ID: ctl.ID,
+					State: &checkpoint.SubtaskState{Task: task}})
+				if err := w.nc.Publish(transport.CheckpointAckSubject(ctl.JobID), b); err != nil {
+					t.Fatal(err)
+				}
+			}
+		case sp = <-replies:
+			if sp.Error != "" {
+				t.Fatalf("savepoint: %s", sp.Error)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatal("the savepoint never completed")
+		}
+	}
+	// The job restores from the savepoint from now on, as after an
+	// upgrade's barrier.
+	c.mu.Lock()
+	j := c.jobs[id]
+	j.fromSavepoint, j.savepointID = sp.Dir, sp.ID
+	c.mu.Unlock()
+	ids, err := st.Completed()
+	if err != nil || len(ids) == 0 || ids[len(ids)-1] > sp.ID {
+		t.Fatalf("completed checkpoints %v, %v; want some, all before savepoint %d", ids, err, sp.ID)
+	}
+	older := ids[len(ids)-1]
+
+	w.report(t, id, 0, transport.TaskFailed)
+	d := nextDeploy(t, w)
+	if d.Attempt != 1 || d.RestoreID != sp.ID {
+		t.Fatalf("attempt %d restores %d; want attempt 1 from savepoint %d", d.Attempt, d.RestoreID, sp.ID)
+	}
+	shared := filepath.Join(st.Root(), h.Path)
+	if _, err := os.Stat(shared); err != nil {
+		t.Fatalf("checkpoint %d's shared file was deleted before attempt 1 completed a checkpoint: %v", older, err)
+	}
+	if m, err := st.ReadMetadata(older); err != nil || st.Verify(m) != nil {
+		t.Fatalf("checkpoint %d no longer reads whole before attempt 1 completed a checkpoint: %v", older, err)
+	}
+	// Attempt 1 checkpoints (with empty state): then the older files go.
+	acks.mu.Lock()
+	acks.manual = nil
+	acks.mu.Unlock()
+	c.mu.Lock()
+	c.jobs[id].ckpt.abortPending("the test's worker answers again")
+	c.mu.Unlock()
+	waitUntil(t, "the older checkpoint and its shared file stayed after attempt 1 completed a checkpoint", func() bool {
+		_, ferr := os.Stat(shared)
+		_, derr := os.Stat(st.Dir(older))
+		return os.IsNotExist(ferr) && os.IsNotExist(derr)
+	})
 }
