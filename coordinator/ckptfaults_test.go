@@ -197,6 +197,33 @@ func TestStopSavepointIsRestorePoint(t *testing.T) {
 	}
 }
 
+// sharedFile opens job id's checkpoint storage and returns put, which
+// stores a shared file name holding content there (reusing it once it
+// exists, as a subtask does) and returns its handle.
+func sharedFile(t *testing.T, c *Coordinator, id, name, content string) (*checkpoint.Storage, func() checkpoint.FileHandle) {
+	t.Helper()
+	st, err := checkpoint.OpenStorage(CheckpointRoot(c.cfg.DataDir, id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(src, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sum, err := checkpoint.FileSHA256(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st, func() checkpoint.FileHandle {
+		h, _, err := st.PutShared(src, sum)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.Name = name
+		return h
+	}
+}
+
 // sharedPlan runs two subtasks (tasks 0/0 and 0/1) with two periodic
 // checkpoints pending at once and any number of failed checkpoints
 // tolerated.
@@ -244,26 +271,10 @@ func TestSharedFileOfPendingCheckpointKept(t *testing.T) {
 	// A trigger sent before the subscription was lost: abort it.
 	d.abortPending("the test's worker subscribed")
 
-	st, err := checkpoint.OpenStorage(CheckpointRoot(c.cfg.DataDir, id))
-	if err != nil {
-		t.Fatal(err)
-	}
-	src := filepath.Join(t.TempDir(), "000007.sst")
-	if err := os.WriteFile(src, []byte("an SST file of subtask 0/0"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	sum, err := checkpoint.FileSHA256(src)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st, put := sharedFile(t, c, id, "000007.sst", "an SST file of subtask 0/0")
 	a, b := checkpoint.TaskID{Chain: 0, Subtask: 0}, checkpoint.TaskID{Chain: 0, Subtask: 1}
 	stateWith := func(task checkpoint.TaskID) *checkpoint.SubtaskState {
-		h, _, err := st.PutShared(src, sum)
-		if err != nil {
-			t.Fatal(err)
-		}
-		h.Name = "000007.sst"
-		return &checkpoint.SubtaskState{Task: task, State: []checkpoint.FileHandle{h}}
+		return &checkpoint.SubtaskState{Task: task, State: []checkpoint.FileHandle{put()}}
 	}
 
 	n := next()
@@ -403,23 +414,8 @@ func TestNoTriggerOutsideRunning(t *testing.T) {
 // they go.
 func TestCheckpointsBeforeSavepointKeptUntilNextCompletes(t *testing.T) {
 	c, w, id, acks := startCkptJob(t)
-	st, err := checkpoint.OpenStorage(CheckpointRoot(c.cfg.DataDir, id))
-	if err != nil {
-		t.Fatal(err)
-	}
-	src := filepath.Join(t.TempDir(), "000009.sst")
-	if err := os.WriteFile(src, []byte("an SST file the checkpoints of attempt 0 share"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	sum, err := checkpoint.FileSHA256(src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h, _, err := st.PutShared(src, sum)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h.Name = "000009.sst"
+	st, put := sharedFile(t, c, id, "000009.sst", "an SST file the checkpoints of attempt 0 share")
+	h := put()
 	acks.mu.Lock()
 	acks.state = func(ctl transport.CheckpointControl, task checkpoint.TaskID) *checkpoint.SubtaskState {
 		if ctl.Attempt != 0 || ctl.Kind != checkpoint.KindCheckpoint {
