@@ -303,7 +303,7 @@ func (h *Handler) Barrier(now int64, ch int, id int64, kind Kind) error {
 	if h.phase != phaseIdle {
 		// A newer checkpoint subsumes the pending one, which can no
 		// longer complete here: its barrier would never be forwarded.
-		h.drop(fmt.Sprintf("subsumed by checkpoint %d", id))
+		h.drop(SubsumedReason(id))
 	}
 	h.start(now, ch, id, kind)
 	return nil
@@ -413,7 +413,7 @@ func (h *Handler) cancel(id int64, reason string) {
 		return
 	}
 	if h.phase != phaseIdle {
-		h.drop(fmt.Sprintf("subsumed by cancelled checkpoint %d", id))
+		h.drop(SubsumedByCancelReason(id))
 	}
 	h.last = id
 	h.emit(ForwardCancel{ID: id, Reason: reason})

@@ -306,6 +306,9 @@ type Coordinator struct {
 
 	stopped bool // Stop was called
 	failed  bool // FailJob was emitted
+	// held: the job left RUNNING (HoldTriggers); nothing new is triggered,
+	// while what is pending may still complete.
+	held bool
 
 	actions []CoordinatorAction
 }
@@ -430,6 +433,8 @@ func (c *Coordinator) TriggerSavepoint(now int64) (int64, error) {
 		return 0, errorf(ErrStopped, "checkpoint: cannot trigger a savepoint: the job failed")
 	case c.stopped:
 		return 0, errorf(ErrStopped, "checkpoint: cannot trigger a savepoint: the coordinator is stopped")
+	case c.held:
+		return 0, errorf(ErrStopped, "checkpoint: cannot trigger a savepoint: the job is not running")
 	case c.allFinished():
 		return 0, errorf(ErrAllTasksFinished, "checkpoint: cannot trigger a savepoint: all %d tasks have finished", len(c.tasks))
 	}
@@ -467,7 +472,12 @@ func (c *Coordinator) Ack(now int64, id int64, task TaskID, st SubtaskState, m M
 
 // Decline aborts checkpoint id because task could not take its part
 // (seeds/003, declineCheckpoint): every subtask is told to drop it, its
-// files are discarded, and it counts as a failed checkpoint. Late, unknown,
+// files are discarded, and it counts as a failed checkpoint, unless the
+// task dropped it because a newer checkpoint this coordinator triggered
+// overtook it (a reason that ends as SubsumedReason or
+// SubsumedByCancelReason make it, naming that checkpoint): Flink's
+// CHECKPOINT_SUBSUMED, which the failure manager does not count, since the
+// newer checkpoint, a savepoint perhaps, goes on. Late, unknown,
 // duplicate and finished-task declines are treated as in Ack; a decline from
 // a task that already acknowledged the checkpoint wraps ErrDuplicateAck and
 // is ignored.
@@ -481,7 +491,8 @@ func (c *Coordinator) Decline(now int64, id int64, task TaskID, reason string) e
 	if reason != "" {
 		why += ": " + reason
 	}
-	c.abort(p, why, true)
+	by, subsumed := subsumedBy(reason)
+	c.abort(p, why, !subsumed || by <= id || by >= c.next)
 	return nil
 }
 
@@ -560,16 +571,24 @@ func (c *Coordinator) TaskFinished(task TaskID) {
 // TriggerFailed aborts checkpoint id, whose trigger the driver could not
 // send (seeds/003 lists the reasons a trigger fails; here: its id could not
 // be recorded in the job's HA store, which must happen before any task sees
-// it). It counts as a failed checkpoint; a savepoint's caller learns of it.
-// An id that is not pending, or fully acknowledged, is ignored.
+// it). No task took part in it, so it does not count as a failed checkpoint
+// (an unreachable KV bucket is no failure of the job's checkpointing, and
+// must not fail the job over); a savepoint's caller learns of it. An id
+// that is not pending, or fully acknowledged, is ignored.
 func (c *Coordinator) TriggerFailed(now int64, id int64, reason string) {
 	c.advance(now)
 	p := c.lookup(id)
 	if p == nil || p.done != nil {
 		return
 	}
-	c.abort(p, "trigger failed: "+reason, true)
+	c.abort(p, "trigger failed: "+reason, false)
 }
+
+// HoldTriggers ends triggering for good while letting what is pending
+// finish: the job left RUNNING (it is failing, restarting or being
+// cancelled), so no new checkpoint or savepoint is triggered, while one
+// that the tasks acknowledged before may still complete and be restored.
+func (c *Coordinator) HoldTriggers() { c.held = true }
 
 // TaskEndedInput records that task's input ended (a source read all of
 // its input): it has flushed its output and takes part in checkpoints by
@@ -686,7 +705,7 @@ func (c *Coordinator) waitingFor(p *pending) string {
 // periodic scheduling off, too many pending, min pause not yet passed, not
 // all sources running).
 func (c *Coordinator) maybeTrigger() {
-	if c.stopped || c.failed || c.cfg.Interval == 0 || c.allFinished() || c.finalDone {
+	if c.stopped || c.failed || c.held || c.cfg.Interval == 0 || c.allFinished() || c.finalDone {
 		return
 	}
 	// The final checkpoint is due as soon as every input has ended.

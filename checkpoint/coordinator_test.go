@@ -26,6 +26,7 @@ import (
 //	finished task=
 //	persisted id= [err=(...)]
 //	stop
+//	hold
 //	recover ids=3,4 [kind=savepoint]
 //	pending
 //	completed
@@ -95,6 +96,8 @@ func TestCoordinator(t *testing.T) {
 				c.Persisted(int64Arg(t, d, "id"), perr)
 			case "stop":
 				c.Stop()
+			case "hold":
+				c.HoldTriggers()
 			case "abort-pending":
 				var reason string
 				d.MaybeScanArgs(t, "reason", &reason)

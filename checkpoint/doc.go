@@ -51,7 +51,14 @@
 //     forwards a cancel marker) followed by Discard (its files go).
 //
 // Declines, timeouts and failed persists of periodic checkpoints count as
-// failures; a completed periodic checkpoint resets the count. When the
+// failures; a completed periodic checkpoint resets the count. Two aborts do
+// not count: a trigger the driver could not send (TriggerFailed: the id
+// could not be recorded, no task took part), and a decline whose reason
+// says a newer checkpoint this coordinator triggered subsumed it
+// (SubsumedReason; Flink's CHECKPOINT_SUBSUMED), as when a savepoint's
+// barrier overtakes a pending checkpoint's. HoldTriggers, called once the
+// job leaves RUNNING, ends triggering while pending checkpoints may still
+// complete. When the
 // count of consecutive failures exceeds Config.TolerableFailures (-1:
 // unlimited), the coordinator emits FailJob once, aborts the checkpoints
 // that still wait for acks, and triggers nothing more. Stop does the same

@@ -61,6 +61,35 @@ var ErrCorrupt = errors.New("checkpoint: corrupt")
 // checkpoint reads and verifies.
 var ErrNoCheckpoint = errors.New("checkpoint: no usable checkpoint")
 
+// ErrUnavailable marks errors about checkpoint files that cannot be read
+// now (a read or listing failed or timed out: the disk, the object store or
+// the network) although nothing says they are damaged. Unlike ErrCorrupt it
+// says nothing about the checkpoint: the same read may succeed later, so a
+// restore must wait and retry, never pass the checkpoint over. Test for it
+// with errors.Is.
+var ErrUnavailable = errors.New("checkpoint: unavailable")
+
+// MarkUnavailable wraps err, a check that could not answer now (a read
+// that timed out), so that it matches ErrUnavailable; a verdict of
+// corruption, or nil, is returned as it is.
+func MarkUnavailable(err error) error { return unavailable(err) }
+
+// unavailable wraps err, a failure to read or list storage, in
+// ErrUnavailable, unless it is a verdict of corruption already.
+func unavailable(err error) error {
+	if err == nil || errors.Is(err, ErrCorrupt) || errors.Is(err, ErrUnavailable) {
+		return err
+	}
+	return &unavailableError{err: err}
+}
+
+type unavailableError struct{ err error }
+
+func (e *unavailableError) Error() string { return e.err.Error() + " (cannot be read now)" }
+func (e *unavailableError) Unwrap() []error {
+	return []error{e.err, ErrUnavailable}
+}
+
 // Metadata describes one completed checkpoint or savepoint: it is the
 // content of the checkpoint's _metadata file.
 type Metadata struct {
@@ -647,10 +676,15 @@ func (s *Storage) ReadMetadata(id int64) (*Metadata, error) {
 		data, err = s.obj.readAll(s.relToRoot(id, MetadataName))
 	} else {
 		name = filepath.Join(s.Dir(id), MetadataName)
-		data, err = os.ReadFile(name)
+		data, err = s.fs.ReadFile(name)
 	}
-	if err != nil {
-		return nil, fmt.Errorf("checkpoint: read metadata: %w", err)
+	switch {
+	case err == nil:
+	case errors.Is(err, fs.ErrNotExist):
+		// Removed since it was listed: not there to restore.
+		return nil, &corruptError{path: s.relToRoot(id, MetadataName), problem: "missing", cause: err}
+	default:
+		return nil, fmt.Errorf("checkpoint: read metadata: %w", unavailable(err))
 	}
 	return decodeMetadata(name, id, data)
 }
@@ -738,7 +772,7 @@ func (s *Storage) verifyFile(id int64, h FileHandle) error {
 	defer r.Close()
 	r.count = &readStats.verified
 	if size, err := r.size(); err != nil {
-		return fmt.Errorf("checkpoint: %s: %w", r.name, err)
+		return fmt.Errorf("checkpoint: %s: %w", r.name, unavailable(err))
 	} else if size != h.Size {
 		problem := "larger than"
 		if size < h.Size {
@@ -754,10 +788,12 @@ func (s *Storage) verifyFile(id int64, h FileHandle) error {
 type corruptError struct {
 	path    string // relative to the storage root
 	problem string
+	cause   error // what found the problem, if anything
 }
 
 func (e *corruptError) Error() string        { return "checkpoint: " + e.path + ": " + e.problem }
 func (e *corruptError) Is(target error) bool { return target == ErrCorrupt }
+func (e *corruptError) Unwrap() error        { return e.cause }
 
 func (s *Storage) corrupt(id int64, rel, format string, args ...any) error {
 	return &corruptError{path: s.relToRoot(id, rel), problem: fmt.Sprintf(format, args...)}
@@ -827,17 +863,17 @@ func (s *Storage) open(id int64, h FileHandle) (*handleReader, error) {
 			if errors.Is(err, fs.ErrNotExist) {
 				return nil, &corruptError{path: name, problem: "missing"}
 			}
-			return nil, fmt.Errorf("checkpoint: open %s in %s: %w", name, s.root, err)
+			return nil, fmt.Errorf("checkpoint: open %s in %s: %w", name, s.root, unavailable(err))
 		}
 		return &handleReader{f: rc, size: func() (int64, error) { return size, nil },
 			h: sha256.New(), want: h, name: name, count: &readStats.restored}, nil
 	}
-	f, err := os.Open(abs)
+	f, err := s.fs.Open(abs)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil, &corruptError{path: name, problem: "missing"}
 		}
-		return nil, fmt.Errorf("checkpoint: open %s: %w", name, err)
+		return nil, fmt.Errorf("checkpoint: open %s: %w", name, unavailable(err))
 	}
 	size := func() (int64, error) {
 		fi, err := f.Stat()
@@ -896,7 +932,8 @@ func (r *handleReader) Read(p []byte) (int, error) {
 		}
 		return n, r.err
 	case err != nil:
-		return n, fmt.Errorf("checkpoint: read %s: %w", r.name, err)
+		r.err = fmt.Errorf("checkpoint: read %s: %w", r.name, unavailable(err))
+		return n, r.err
 	}
 	return n, nil
 }
@@ -972,11 +1009,12 @@ type dirState struct {
 // list returns the checkpoint directories in the root, by ascending id.
 func (s *Storage) list() ([]dirState, error) {
 	if s.obj != nil {
-		return s.obj.checkpoints()
+		dirs, err := s.obj.checkpoints()
+		return dirs, unavailable(err)
 	}
 	entries, err := os.ReadDir(s.root)
 	if err != nil {
-		return nil, fmt.Errorf("checkpoint: list %s: %w", s.root, err)
+		return nil, fmt.Errorf("checkpoint: list %s: %w", s.root, unavailable(err))
 	}
 	var dirs []dirState
 	for _, e := range entries {
@@ -990,7 +1028,7 @@ func (s *Storage) list() ([]dirState, error) {
 		case errors.Is(err, fs.ErrNotExist):
 			dirs = append(dirs, dirState{id: id})
 		default:
-			return nil, fmt.Errorf("checkpoint: list %s: %w", s.root, err)
+			return nil, fmt.Errorf("checkpoint: list %s: %w", s.root, unavailable(err))
 		}
 	}
 	sortDirs(dirs)
@@ -1032,8 +1070,13 @@ func (s *Storage) MaxID() (int64, error) {
 
 // LatestUsable returns the metadata of the newest complete checkpoint whose
 // metadata reads and whose files verify. skipped explains, for each newer
-// complete checkpoint, why it was passed over. When none is usable the
-// error wraps ErrNoCheckpoint.
+// complete checkpoint, why it was passed over: it is damaged (ErrCorrupt),
+// or of a format this wstream does not read. When none is usable the error
+// wraps ErrNoCheckpoint. A checkpoint that cannot be read now is not passed
+// over: the search stops there with an error that wraps ErrUnavailable, so
+// that a restore neither falls back to an older checkpoint (sinks may have
+// committed on the newer one) nor starts from empty state while a
+// checkpoint exists; the caller retries later.
 func (s *Storage) LatestUsable() (m *Metadata, skipped []error, err error) {
 	return s.LatestUsableWith(nil)
 }
@@ -1041,6 +1084,8 @@ func (s *Storage) LatestUsable() (m *Metadata, skipped []error, err error) {
 // LatestUsableWith is LatestUsable with a further test: a checkpoint is
 // usable only when accept (if not nil) returns nil for its metadata too,
 // for what lies outside this storage (in-flight data left in a stream).
+// An error from accept that wraps ErrUnavailable stops the search as a
+// read of the storage does.
 func (s *Storage) LatestUsableWith(accept func(*Metadata) error) (m *Metadata, skipped []error, err error) {
 	ids, err := s.Completed()
 	if err != nil {
@@ -1056,6 +1101,9 @@ func (s *Storage) LatestUsableWith(accept func(*Metadata) error) (m *Metadata, s
 		}
 		if err == nil {
 			return m, skipped, nil
+		}
+		if errors.Is(err, ErrUnavailable) && !errors.Is(err, ErrCorrupt) {
+			return nil, skipped, fmt.Errorf("checkpoint %d in %s cannot be read now: %w", ids[i], s.root, err)
 		}
 		skipped = append(skipped, fmt.Errorf("checkpoint %d skipped: %w", ids[i], err))
 	}
@@ -1649,6 +1697,15 @@ type storageFS interface {
 	Mkdir(dir string) error
 	// SyncDir makes the entries of the directory dir durable.
 	SyncDir(dir string) error
+	// ReadFile and Open read what was written.
+	ReadFile(name string) ([]byte, error)
+	Open(name string) (storageReadFile, error)
+}
+
+// storageReadFile is a file being read through a storageFS.
+type storageReadFile interface {
+	io.ReadCloser
+	Stat() (fs.FileInfo, error)
 }
 
 // storageFile is a file being written through a storageFS.
@@ -1671,3 +1728,7 @@ func (osStorageFS) Rename(oldpath, newpath string) error { return os.Rename(oldp
 func (osStorageFS) Mkdir(dir string) error { return os.Mkdir(dir, 0o755) }
 
 func (osStorageFS) SyncDir(dir string) error { return durable.SyncDir(dir) }
+
+func (osStorageFS) ReadFile(name string) ([]byte, error) { return os.ReadFile(name) }
+
+func (osStorageFS) Open(name string) (storageReadFile, error) { return os.Open(name) }

@@ -2,6 +2,8 @@ package checkpoint
 
 import (
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/wstream/wstream/abi"
@@ -132,4 +134,35 @@ type Metrics struct {
 	// DeadLetters: records and timers the subtask sent to its dead-letter
 	// sink since its previous snapshot (docs/dead-letters.md).
 	DeadLetters int64 `json:"deadLetters,omitempty"`
+}
+
+// SubsumedReason is why a subtask drops its part of a checkpoint that the
+// barrier or trigger of the newer checkpoint by overtook, and
+// SubsumedByCancelReason why it drops it for the cancel marker of a newer
+// checkpoint by. The coordinator recognises a decline whose reason ends so
+// and does not count it as a failure.
+func SubsumedReason(by int64) string { return fmt.Sprintf("subsumed by checkpoint %d", by) }
+
+// SubsumedByCancelReason: see SubsumedReason.
+func SubsumedByCancelReason(by int64) string {
+	return fmt.Sprintf("subsumed by cancelled checkpoint %d", by)
+}
+
+// subsumedBy returns the newer checkpoint a reason that ends as
+// SubsumedReason or SubsumedByCancelReason make it names.
+func subsumedBy(reason string) (int64, bool) {
+	i := strings.LastIndex(reason, "subsumed by ")
+	if i < 0 {
+		return 0, false
+	}
+	rest := strings.TrimPrefix(reason[i+len("subsumed by "):], "cancelled ")
+	num, ok := strings.CutPrefix(rest, "checkpoint ")
+	if !ok {
+		return 0, false
+	}
+	by, err := strconv.ParseInt(num, 10, 64)
+	if err != nil || by < 1 {
+		return 0, false
+	}
+	return by, true
 }

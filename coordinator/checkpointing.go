@@ -270,13 +270,33 @@ type ckptDriver struct {
 	// savepoints clients wait for, by id
 	savepoints map[int64]*pendingSavepoint
 	reg        *registry
+	// toReserve holds, in id order, the triggered ids whose reservation in
+	// the id counter (KV I/O, off d.mu) has not been made; unsent has them
+	// and the one being reserved: their triggers wait for it. reserving
+	// says the goroutine that makes them runs.
+	toReserve []int64
+	unsent    map[int64]bool
+	reserving bool
+	// ctx ends the driver's I/O when it stops.
+	ctx    context.Context
+	cancel context.CancelFunc
+	// outside holds the complete checkpoints that are neither restored
+	// nor retained (older than the savepoint the job started from, or
+	// newer than the one restored but unusable): their shared files stay
+	// referenced, since a resume may still need them, until a checkpoint
+	// of this attempt completes; then they go.
+	outside []int64
 }
 
 // registry counts references to shared state files (incremental
 // checkpoints upload an SST file once and reference it from every later
 // checkpoint that still has it) and deletes a file when no retained
-// checkpoint, and no acknowledged pending one, references it any more
-// (seed 000 §4.2, SharedStateRegistry).
+// checkpoint, and no pending one, references it any more (seed 000 §4.2,
+// SharedStateRegistry). A pending checkpoint's references are known only
+// from its acks, and a subtask reuses any shared file it finds in storage
+// (PutShared), so while any checkpoint is pending a file freed by a
+// discard may be referenced by an ack still to come: such files are left
+// to the sweep, which runs once nothing is pending (deletable).
 type registry struct {
 	refs      map[string]int
 	pending   map[int64][]string // checkpoint id → shared paths its acks reference
@@ -327,8 +347,25 @@ func (r *registry) release(id int64) []string {
 	return free
 }
 
+// deletable returns the files of free (released by a discard) that may be
+// deleted now: all of them when no checkpoint is pending, none otherwise.
+func (r *registry) deletable(free []string, pending int) []string {
+	if pending > 0 {
+		return nil
+	}
+	return free
+}
+
+// restoreRetries are the waits between reads of checkpoint storage for a
+// restore while a checkpoint cannot be read now (ErrUnavailable); after
+// the last the deployment fails, and the restart strategy decides.
+var restoreRetries = []time.Duration{250 * time.Millisecond, 500 * time.Millisecond, time.Second, 2 * time.Second, 4 * time.Second}
+
 // newCkptDriver prepares checkpointing for the job's current attempt and
-// returns the id of the checkpoint it restores from (0: none).
+// returns the id of the checkpoint it restores from (0: none). A checkpoint
+// that cannot be read now is waited for (restoreRetries), never passed over
+// for an older one or for empty state: sinks committed on it, and a file
+// sink restored with no checkpoint deletes what it committed.
 func (c *Coordinator) newCkptDriver(j *jobState) (*ckptDriver, int64, error) {
 	if c.cfg.DataDir == "" {
 		return nil, 0, errors.New("checkpoints need a data directory for their storage")
@@ -359,13 +396,13 @@ func (c *Coordinator) newCkptDriver(j *jobState) (*ckptDriver, int64, error) {
 	}
 	var restore int64
 	var restoreMeta *checkpoint.Metadata
-	var retained []checkpoint.Completed
+	var retained, outside []checkpoint.Completed
 	if j.attempt > 0 {
 		floor := j.savepointID
 		if j.fromSavepoint == "" {
 			floor = 0
 		}
-		m, skipped, err := st.LatestUsableWith(func(m *checkpoint.Metadata) error {
+		accept := func(m *checkpoint.Metadata) error {
 			if m.Kind != checkpoint.KindCheckpoint {
 				return fmt.Errorf("it is a %s: a failover restores checkpoints only", m.Kind)
 			}
@@ -375,15 +412,30 @@ func (c *Coordinator) newCkptDriver(j *jobState) (*ckptDriver, int64, error) {
 				return fmt.Errorf("it is older than savepoint %d, which the job started from", floor)
 			}
 			return c.rangesPresent(nc, m)
-		})
+		}
+		m, skipped, err := st.LatestUsableWith(accept)
+		for _, wait := range restoreRetries {
+			if !errors.Is(err, checkpoint.ErrUnavailable) {
+				break
+			}
+			c.cfg.Log.Warn("a checkpoint cannot be read now; waiting to read it again", logging.Job, j.info.JobID, "in", wait, "err", err)
+			time.Sleep(wait)
+			m, skipped, err = st.LatestUsableWith(accept)
+		}
 		for _, s := range skipped {
 			c.cfg.Log.Warn("skipping an unusable checkpoint", logging.Job, j.info.JobID, "err", s)
 		}
 		switch {
 		case err == nil:
 			restore, restoreMeta = m.ID, m
+		case errors.Is(err, checkpoint.ErrNoCheckpoint) && floor != 0:
+			c.cfg.Log.Info("no usable checkpoint since the savepoint; restoring the savepoint", logging.Job, j.info.JobID, logging.Checkpoint, floor)
 		case errors.Is(err, checkpoint.ErrNoCheckpoint):
 			c.cfg.Log.Warn("no usable checkpoint; restarting from the beginning", logging.Job, j.info.JobID)
+		case errors.Is(err, checkpoint.ErrUnavailable):
+			// Not from empty state, nor from an older checkpoint: the
+			// attempt fails, and the restart strategy tries again later.
+			return nil, 0, fmt.Errorf("not restoring: %w", err)
 		default:
 			return nil, 0, err
 		}
@@ -392,16 +444,23 @@ func (c *Coordinator) newCkptDriver(j *jobState) (*ckptDriver, int64, error) {
 			return nil, 0, err
 		}
 		for _, id := range ids {
-			if id > restore || id < floor {
-				// Newer but unusable: keeping it would make it "retained";
-				// older than the savepoint: of another plan, maybe.
-				continue
-			}
 			m, err := st.ReadMetadata(id)
-			if err != nil || m.Kind != checkpoint.KindCheckpoint {
+			switch {
+			case errors.Is(err, checkpoint.ErrUnavailable):
+				// Its shared files would look unreferenced to the sweep.
+				return nil, 0, fmt.Errorf("not restoring: %w", err)
+			case err != nil:
 				continue
 			}
-			retained = append(retained, checkpoint.Completed{ID: m.ID, Kind: m.Kind, Trigger: m.Trigger, Done: m.Done, Tasks: m.Tasks})
+			cp := checkpoint.Completed{ID: m.ID, Kind: m.Kind, Trigger: m.Trigger, Done: m.Done, Tasks: m.Tasks}
+			if id > restore || id < floor || m.Kind != checkpoint.KindCheckpoint {
+				// Newer but unusable: keeping it would make it "retained";
+				// older than the savepoint: of another plan, maybe. Its
+				// files stay until this attempt completes a checkpoint.
+				outside = append(outside, cp)
+				continue
+			}
+			retained = append(retained, cp)
 		}
 	}
 	if j.attempt > 0 {
@@ -421,6 +480,8 @@ func (c *Coordinator) newCkptDriver(j *jobState) (*ckptDriver, int64, error) {
 	if c.ids != nil {
 		// The counter is the authority: storage forgets the ids of
 		// checkpoints it deleted (incomplete ones, exported savepoints).
+		// An unreachable bucket fails the deployment, and the restart
+		// strategy tries again.
 		ctx, cancel := context.WithTimeout(context.Background(), kvTimeout)
 		used, _, err := c.ids.current(ctx, j.info.JobID)
 		cancel()
@@ -484,12 +545,16 @@ func (c *Coordinator) newCkptDriver(j *jobState) (*ckptDriver, int64, error) {
 	d := &ckptDriver{c: c, j: j, attempt: j.attempt, sm: sm, storage: st, sources: sources,
 		done: map[checkpoint.TaskID]bool{}, ended: map[checkpoint.TaskID]bool{}, pending: map[int64]int64{},
 		kinds: map[int64]checkpoint.Kind{}, quit: make(chan struct{}), history: hist,
-		savepoints: map[int64]*pendingSavepoint{}, reg: newRegistry()}
-	for _, cp := range retained {
+		savepoints: map[int64]*pendingSavepoint{}, reg: newRegistry(), unsent: map[int64]bool{}}
+	d.ctx, d.cancel = context.WithCancel(context.Background())
+	for _, cp := range slices.Concat(retained, outside) {
 		for _, t := range cp.Tasks {
 			d.reg.acked(cp.ID, t)
 		}
 		d.reg.completedCheckpoint(cp.ID)
+	}
+	for _, cp := range outside {
+		d.outside = append(d.outside, cp.ID)
 	}
 	// Nothing is pending yet: shared files that no retained checkpoint
 	// references were left by aborted or crashed checkpoints.
@@ -541,9 +606,21 @@ func (d *ckptDriver) stop() {
 	d.run()
 	d.mu.Unlock()
 	close(d.quit)
+	d.cancel()
 	_ = d.sub.Unsubscribe()
 	d.wg.Wait()
 	d.history.Close()
+}
+
+// hold ends triggering once the attempt is doomed (the job left RUNNING):
+// pending checkpoints may still complete. It takes d.mu, which may be
+// taken under c.mu.
+func (d *ckptDriver) hold() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !d.stopped {
+		d.sm.HoldTriggers()
+	}
 }
 
 func (d *ckptDriver) taskFinished(t checkpoint.TaskID) {
@@ -601,7 +678,10 @@ func (d *ckptDriver) endedInput(now int64, task checkpoint.TaskID) {
 	}
 	d.ended[task] = true
 	for _, id := range d.sm.Pending() {
-		d.send(d.triggerFor(id, []checkpoint.TaskID{task}))
+		if !d.unsent[id] {
+			// (An unsent trigger will include it.)
+			d.send(d.triggerFor(id, []checkpoint.TaskID{task}))
+		}
 	}
 	d.sm.TaskEndedInput(now, task)
 }
@@ -630,26 +710,20 @@ func (d *ckptDriver) carryOut(acts []checkpoint.CoordinatorAction) {
 			d.pending[a.ID] = a.Timestamp
 			d.kinds[a.ID] = a.Kind
 			d.c.cfg.Log.Info(a.Kind.String()+" triggered", logging.Job, d.j.info.JobID, logging.Attempt, d.attempt, logging.Checkpoint, a.ID)
-			if err := d.reserve(a.ID); err != nil {
-				// No subtask has seen the id: abort it here.
-				d.c.cfg.Log.Warn("checkpoint not triggered", logging.Job, d.j.info.JobID, logging.Checkpoint, a.ID, "err", err)
-				d.sm.TriggerFailed(time.Now().UnixMilli(), a.ID, err.Error())
+			if d.c.ids == nil {
+				d.sendTrigger(a.ID)
 				continue
 			}
-			// Sources, and the subtasks whose input ended: no barrier
-			// reaches them.
-			var roots []checkpoint.TaskID
-			for _, s := range d.sources {
-				if !d.done[s] && !d.ended[s] {
-					roots = append(roots, s)
-				}
+			// The id goes to the counter first, off d.mu: KV I/O under
+			// the lock would stall acks, REST and the coordinator's
+			// other paths while the bucket is slow.
+			d.unsent[a.ID] = true
+			d.toReserve = append(d.toReserve, a.ID)
+			if !d.reserving {
+				d.reserving = true
+				d.wg.Add(1)
+				go d.reserveTriggers()
 			}
-			for t := range d.ended {
-				if !d.done[t] {
-					roots = append(roots, t)
-				}
-			}
-			d.send(d.triggerFor(a.ID, roots))
 		case checkpoint.Persist:
 			d.persist(a.Checkpoint)
 		case checkpoint.NotifyComplete:
@@ -657,6 +731,7 @@ func (d *ckptDriver) carryOut(acts []checkpoint.CoordinatorAction) {
 			delete(d.kinds, a.ID)
 			if a.Kind == checkpoint.KindCheckpoint {
 				d.reg.completedCheckpoint(a.ID)
+				d.releaseOutside()
 				if d.j.probation.Load() == int64(d.attempt)+1 {
 					// Before the sinks commit on it: the upgrade can no
 					// longer roll back.
@@ -703,18 +778,9 @@ func (d *ckptDriver) carryOut(acts []checkpoint.CoordinatorAction) {
 				d.send(transport.CheckpointControl{Action: transport.CheckpointAbort, ID: a.ID, Reason: a.Reason})
 			}
 		case checkpoint.Discard:
-			id := a.ID
-			free := d.reg.release(id)
 			// Synchronously, before any later trigger: a checkpoint must not
 			// reference a shared file that is being deleted.
-			if err := d.storage.Discard(id); err != nil {
-				d.c.cfg.Log.Warn("discarding a checkpoint", logging.Job, d.j.info.JobID, logging.Checkpoint, id, "err", err)
-			}
-			for _, p := range free {
-				if err := d.storage.RemoveShared(p); err != nil {
-					d.c.cfg.Log.Warn("removing a shared file", logging.Job, d.j.info.JobID, "file", p, "err", err)
-				}
-			}
+			d.discard(a.ID)
 			if len(d.sm.Pending()) == 0 {
 				d.sweep()
 			}
@@ -725,8 +791,86 @@ func (d *ckptDriver) carryOut(acts []checkpoint.CoordinatorAction) {
 	}
 }
 
+// releaseOutside lets go of the checkpoints that were neither restored nor
+// retained, once a checkpoint of this attempt completed: a resume restores
+// that one now. d.mu is held.
+func (d *ckptDriver) releaseOutside() {
+	for _, id := range d.outside {
+		d.discard(id)
+	}
+	d.outside = nil
+}
+
+// discard deletes checkpoint id and the shared files only it referenced,
+// unless a checkpoint is pending (registry.deletable); d.mu is held.
+func (d *ckptDriver) discard(id int64) {
+	free := d.reg.release(id)
+	if err := d.storage.Discard(id); err != nil {
+		d.c.cfg.Log.Warn("discarding a checkpoint", logging.Job, d.j.info.JobID, logging.Checkpoint, id, "err", err)
+	}
+	for _, p := range d.reg.deletable(free, len(d.sm.Pending())) {
+		if err := d.storage.RemoveShared(p); err != nil {
+			d.c.cfg.Log.Warn("removing a shared file", logging.Job, d.j.info.JobID, "file", p, "err", err)
+		}
+	}
+}
+
+// sendTrigger sends the trigger of pending checkpoint id to the sources,
+// and to the subtasks whose input ended (no barrier reaches them); d.mu is
+// held.
+func (d *ckptDriver) sendTrigger(id int64) {
+	var roots []checkpoint.TaskID
+	for _, s := range d.sources {
+		if !d.done[s] && !d.ended[s] {
+			roots = append(roots, s)
+		}
+	}
+	for t := range d.ended {
+		if !d.done[t] {
+			roots = append(roots, t)
+		}
+	}
+	d.send(d.triggerFor(id, roots))
+}
+
+// reserveTriggers reserves the ids of toReserve in the id counter, one at a
+// time and in order (the counter only moves up), each off d.mu, and then
+// sends its trigger; a reservation that fails (the bucket is unreachable)
+// aborts its checkpoint, which no subtask saw, without counting as a
+// failed checkpoint. It runs until toReserve is empty or the driver stops.
+func (d *ckptDriver) reserveTriggers() {
+	defer d.wg.Done()
+	for {
+		d.mu.Lock()
+		if d.stopped || len(d.toReserve) == 0 {
+			d.reserving = false
+			d.toReserve = nil
+			d.mu.Unlock()
+			return
+		}
+		id := d.toReserve[0]
+		d.toReserve = d.toReserve[1:]
+		d.mu.Unlock()
+		err := d.reserve(id)
+		d.mu.Lock()
+		delete(d.unsent, id)
+		// Aborted meanwhile (a timeout, a reconnection): nothing to send.
+		if _, pending := d.pending[id]; pending && !d.stopped {
+			if err != nil {
+				d.c.cfg.Log.Warn("checkpoint not triggered", logging.Job, d.j.info.JobID, logging.Checkpoint, id, "err", err)
+				d.sm.TriggerFailed(time.Now().UnixMilli(), id, err.Error())
+			} else {
+				d.sendTrigger(id)
+			}
+			d.run()
+		}
+		d.mu.Unlock()
+	}
+}
+
 // reserve records id as used in the job's id counter before its trigger
 // goes out, so that no later attempt, coordinator or savepoint reuses it.
+// d.mu is not held.
 func (d *ckptDriver) reserve(id int64) error {
 	if d.c.ids == nil {
 		return nil
@@ -734,7 +878,7 @@ func (d *ckptDriver) reserve(id int64) error {
 	if _, err := d.c.fence(); err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), kvTimeout)
+	ctx, cancel := context.WithTimeout(d.ctx, kvTimeout)
 	defer cancel()
 	return d.c.ids.reserve(ctx, d.j.info.JobID, id)
 }
@@ -801,6 +945,9 @@ func (d *ckptDriver) persist(cp checkpoint.Completed) {
 				// the job's storage is not one of its checkpoints.
 				err = d.storage.Discard(cp.ID)
 			}
+			if err == nil && sp != nil && sp.stop {
+				err = d.restoreFrom(cp.ID, sp.dir)
+			}
 		}
 		if err == nil && cp.Kind == checkpoint.KindCheckpoint {
 			// Not here: whoever stops the driver holds c.mu and waits for
@@ -817,6 +964,35 @@ func (d *ckptDriver) persist(cp checkpoint.Completed) {
 		d.sm.Persisted(cp.ID, err)
 		d.run()
 	}()
+}
+
+// restoreFrom makes the savepoint id in dir, of a stop or an upgrade, what
+// the job restores from, durably, before it completes: its sinks commit on
+// it, so a failure after that (of the stopping subtasks, of the upgrade,
+// of the coordinator) must restore it and not the checkpoint before it
+// (Flink's FLIP-193). The spec in the job bucket says so first, for a
+// coordinator that resumes the job; a savepoint whose spec cannot be
+// stored fails, and the job goes on. Called off d.mu by the persist
+// goroutine, which whoever stops the driver waits for under c.mu: it takes
+// c.mu only while the driver runs.
+func (d *ckptDriver) restoreFrom(id int64, dir string) error {
+	c, j := d.c, d.j
+	for !c.mu.TryLock() {
+		select {
+		case <-d.quit:
+			return fmt.Errorf("the attempt ended before savepoint %d became the job's restore point", id)
+		case <-time.After(time.Millisecond):
+		}
+	}
+	j.fromSavepoint, j.savepointID = dir, id
+	if c.store != nil {
+		c.store.put(c.specLocked(j, j.info.State))
+	}
+	c.mu.Unlock()
+	if c.store != nil && !c.store.wait(j.info.JobID, kvTimeout) {
+		return fmt.Errorf("savepoint %d could not be recorded as the job's restore point in bucket %s within %s", id, transport.JobsBucket, kvTimeout)
+	}
+	return nil
 }
 
 // checkpointCompleted notes a job's latest completed checkpoint in its spec.
@@ -869,6 +1045,18 @@ func (d *ckptDriver) record(e HistoryEntry, tasks map[checkpoint.TaskID]checkpoi
 
 func bytesReader(b []byte) *bytes.Reader { return bytes.NewReader(b) }
 
+// rangeVerdict tells a range that is gone (its stream deleted, a message
+// not found or on another subject: CheckRange's errors that wrap nothing
+// else) from a check that could not answer now (a timeout, NATS
+// unreachable), which must not pass the checkpoint over: it is marked
+// checkpoint.ErrUnavailable.
+func rangeVerdict(err error) error {
+	if errors.Is(err, jetstream.ErrStreamNotFound) || errors.Unwrap(err) == nil {
+		return err
+	}
+	return checkpoint.MarkUnavailable(err)
+}
+
 // rangesPresent refuses a checkpoint whose in-flight data left in the job's
 // data stream (stream ranges of unaligned checkpoints across workers) is no
 // longer there, so that a restore falls back to an older checkpoint, or to
@@ -883,14 +1071,14 @@ func (c *Coordinator) rangesPresent(nc *nats.Conn, m *checkpoint.Metadata) error
 			if js == nil {
 				var err error
 				if js, err = jetstream.New(nc); err != nil {
-					return err
+					return checkpoint.MarkUnavailable(err)
 				}
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), kvTimeout)
 			err := transport.CheckRange(ctx, js, *ch.Range)
 			cancel()
 			if err != nil {
-				return fmt.Errorf("subtask %s: %w", t.Task, err)
+				return fmt.Errorf("subtask %s: %w", t.Task, rangeVerdict(err))
 			}
 		}
 	}

@@ -61,6 +61,10 @@ func (c *Coordinator) applyLocked(j *jobState) []lifecycle.Action {
 			if d := j.ckpt; d != nil && d.attempt == a.Attempt {
 				d.start()
 			}
+		case lifecycle.HoldCheckpoints:
+			if d := j.ckpt; d != nil && d.attempt == a.Attempt {
+				d.hold()
+			}
 		case lifecycle.StopCheckpoints:
 			if d := j.ckpt; d != nil && d.attempt == a.Attempt {
 				// Under c.mu, before anything else happens to the job: a

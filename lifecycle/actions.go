@@ -6,7 +6,7 @@ import (
 )
 
 // Action is work a Job hands to its driver through Ready: one of Deploy,
-// CancelAttempt, StartCheckpoints, StopCheckpoints, ReleaseSlots,
+// CancelAttempt, StartCheckpoints, HoldCheckpoints, StopCheckpoints, ReleaseSlots,
 // ScheduleRestart, DropDataStream, PersistSpec, PublishResult and
 // UpgradeEnded.
 type Action interface {
@@ -119,6 +119,12 @@ type CancelAttempt struct {
 // StartCheckpoints starts the periodic checkpoints of Attempt.
 type StartCheckpoints struct{ Attempt int }
 
+// HoldCheckpoints tells the checkpoint driver of Attempt that the attempt
+// is doomed (failing, restarting or being cancelled): it triggers no
+// checkpoint or savepoint any more, while pending checkpoints that the
+// subtasks acknowledge may still complete until StopCheckpoints.
+type HoldCheckpoints struct{ Attempt int }
+
 // StopCheckpoints stops the checkpoint driver of Attempt: pending
 // checkpoints are aborted and nothing more is triggered.
 type StopCheckpoints struct{ Attempt int }
@@ -180,6 +186,7 @@ type Result struct {
 func (Deploy) action()           {}
 func (CancelAttempt) action()    {}
 func (StartCheckpoints) action() {}
+func (HoldCheckpoints) action()  {}
 func (StopCheckpoints) action()  {}
 func (ReleaseSlots) action()     {}
 func (ScheduleRestart) action()  {}
@@ -209,6 +216,10 @@ func (a CancelAttempt) String() string {
 
 func (a StartCheckpoints) String() string {
 	return fmt.Sprintf("start-checkpoints attempt %d", a.Attempt)
+}
+
+func (a HoldCheckpoints) String() string {
+	return fmt.Sprintf("hold-checkpoints attempt %d", a.Attempt)
 }
 
 func (a StopCheckpoints) String() string {

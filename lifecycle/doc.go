@@ -41,7 +41,10 @@
 //     their part. Events that doom the attempt while it is being deployed
 //     (a failure, a cancel, a lost worker) change the job's state at once,
 //     but their cancels wait for the deployment to complete: a cancel must
-//     not overtake a deployment.
+//     not overtake a deployment. A failed deployment of a new job's first
+//     attempt ends the job FAILED; that of any later attempt (a restart,
+//     a resume, a roll-back) is a failed attempt and goes through the
+//     restart strategy, as in 3.
 //  2. Run. Deployed makes the job RUNNING and starts its checkpoints
 //     (seed 002 §3.2: the checkpoint scheduler starts when the job turns
 //     RUNNING). Workers report each
@@ -55,7 +58,9 @@
 //     RESTARTING when the restart strategy allows restart number
 //     Restarts()+1, FAILING otherwise (seed 002 §6.1: the RestartStrategy
 //     decides whether to recover). Every worker of the attempt is told to
-//     cancel it. Its checkpoints go on until its subtasks have ended: one
+//     cancel it. Its checkpoint driver triggers nothing more
+//     (HoldCheckpoints: no trigger outside RUNNING), but its pending
+//     checkpoints go on until its subtasks have ended: one
 //     that the failed subtask acknowledged may still complete, and be the
 //     one the restart restores (Flink aborts, at a task's failure, only
 //     the pending checkpoints that task did not acknowledge).

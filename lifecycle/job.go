@@ -199,6 +199,7 @@ const (
 	ckptNone    ckptPhase = iota // none (yet), or the job does not checkpoint
 	ckptMade                     // made with the deployment, not started
 	ckptStarted                  // triggering
+	ckptHeld                     // the attempt is doomed: no new trigger
 	ckptStopped                  // stopped
 )
 
@@ -496,9 +497,13 @@ func (j *Job) Deployed(now int64, n int) error {
 }
 
 // DeployFailed reports that attempt n could not be deployed (no placement,
-// or a worker refused its part): took lists the workers that took theirs.
-// The job ends FAILED (CANCELED when it was cancelled meanwhile): a
-// deployment that fails is not retried.
+// or a worker refused its part, or what it restores could not be read):
+// took lists the workers that took theirs. A new job's first deployment
+// that fails ends it FAILED; any later one (a restart's, a resumed or
+// rolled-back attempt's) is a failure of the attempt like any other and
+// goes through the restart strategy: the job is RESTARTING while it allows
+// another restart, FAILED otherwise. A job cancelled meanwhile ends
+// CANCELED.
 func (j *Job) DeployFailed(now int64, n int, reason string, took []string) error {
 	j.advance(now)
 	if j.state.Terminal() {
@@ -531,6 +536,17 @@ func (j *Job) DeployFailed(now int64, n int, reason string, took []string) error
 		why = fmt.Sprintf("deploying attempt %d after an upgrade: %s", n, reason)
 	case rolledBack:
 		why = fmt.Sprintf("deploying the old module again after the upgrade was rolled back: %s", reason)
+	}
+	if j.origin != submitted {
+		if delay, ok := j.restartAllowed(); ok {
+			// A lost worker's slots, a KV or storage read that times out:
+			// such faults pass, and the next attempt may well deploy.
+			j.a.failure = why
+			j.delay = delay
+			j.setState(Restarting)
+			j.restartNext()
+			return nil
+		}
 	}
 	j.end(Failed, why)
 	return nil
@@ -924,6 +940,13 @@ func (j *Job) settle() {
 	}
 	if a.ended == a.total {
 		j.attemptEnded()
+		return
+	}
+	if j.doomed() && a.ckpt == ckptStarted {
+		// No trigger outside RUNNING: a new barrier would only meet
+		// subtasks being cancelled. What they acknowledged may complete.
+		a.ckpt = ckptHeld
+		j.emit(HoldCheckpoints{Attempt: j.attempt})
 	}
 }
 
@@ -982,17 +1005,24 @@ func (j *Job) attemptEnded() {
 			j.rollBack()
 			return
 		}
-		j.stopCheckpoints()
-		j.releaseSlots()
-		j.restarts++
-		j.log = append(j.log, Restart{Attempt: j.attempt, Cause: a.failure, At: j.now})
-		j.cause = a.failure
-		j.attempt++
-		j.a = attempt{}
-		j.restartAt = j.now + j.delay
-		j.persist()
-		j.emit(ScheduleRestart{Attempt: j.attempt, Restart: j.restarts, At: j.restartAt, Cause: j.cause})
+		j.restartNext()
 	}
+}
+
+// restartNext ends the current attempt, which failed, and schedules the
+// next one after the restart strategy's delay.
+func (j *Job) restartNext() {
+	cause := j.a.failure
+	j.stopCheckpoints()
+	j.releaseSlots()
+	j.restarts++
+	j.log = append(j.log, Restart{Attempt: j.attempt, Cause: cause, At: j.now})
+	j.cause = cause
+	j.attempt++
+	j.a = attempt{}
+	j.restartAt = j.now + j.delay
+	j.persist()
+	j.emit(ScheduleRestart{Attempt: j.attempt, Restart: j.restarts, At: j.restartAt, Cause: j.cause})
 }
 
 // nextAttempt ends the current attempt for an upgrade or its roll-back
@@ -1060,7 +1090,7 @@ func (j *Job) end(s State, reason string) {
 
 func (j *Job) stopCheckpoints() {
 	switch j.a.ckpt {
-	case ckptMade, ckptStarted:
+	case ckptMade, ckptStarted, ckptHeld:
 		j.a.ckpt = ckptStopped
 		j.emit(StopCheckpoints{Attempt: j.attempt})
 	}

@@ -502,7 +502,7 @@ func (t *task) snapshot(ctx context.Context, id int64, kind checkpoint.Kind, tri
 		// A newer checkpoint overtook one still capturing: the handler
 		// dropped the old one first, so this only happens at a trigger.
 		t.snap.aborted = true
-		t.decline(t.snap.id, fmt.Sprintf("subsumed by checkpoint %d", id))
+		t.decline(t.snap.id, checkpoint.SubsumedReason(id))
 		t.snap = nil
 	}
 	start := time.Now()
@@ -529,11 +529,28 @@ func (t *task) snapshot(ctx context.Context, id int64, kind checkpoint.Kind, tri
 	st := &checkpoint.SubtaskState{Task: t.id, Operator: map[string][]byte{}, Finished: t.ended}
 	snap := &snapshotInProgress{id: id, kind: kind, trigger: trigger, unaligned: unaligned, state: st, in: map[int]*capturedChannel{},
 		replay: t.replayState()}
+	// A failure to record the state or the source's position (the
+	// synchronous phase) declines the checkpoint instead of failing the
+	// subtask (seeds/003: the task declines; the coordinator's failure
+	// count decides): downstream drops it on the cancel marker instead of
+	// waiting for the barrier. A sink's failed pre-commit still fails the
+	// subtask: its open transaction is gone, and only a restore brings
+	// back what it held.
+	decline := func(err error) error {
+		if snap.stateDir != "" {
+			_ = os.RemoveAll(snap.stateDir)
+		}
+		if derr := t.dropSnapshot(ctx, id, err.Error()); derr != nil {
+			return derr
+		}
+		t.decline(id, err.Error())
+		return nil
+	}
 	if t.store != nil {
 		snap.stateDir = filepath.Join(t.ckpt.tmpDir, fmt.Sprintf("chk-%d-%d-%d", id, t.id.Chain, t.id.Subtask))
 		_ = os.RemoveAll(snap.stateDir)
 		if err := t.store.Checkpoint(snap.stateDir); err != nil {
-			return fmt.Errorf("subtask %s: checkpoint %d: %w", t.label, id, err)
+			return decline(fmt.Errorf("subtask %s: checkpoint %d: %w", t.label, id, err))
 		}
 		st.KeyGroups = t.store.KeyGroups()
 	}
@@ -544,7 +561,7 @@ func (t *task) snapshot(ctx context.Context, id int64, kind checkpoint.Kind, tri
 		}
 		off, err := r.Offset()
 		if err != nil {
-			return fmt.Errorf("subtask %s: checkpoint %d: source offset: %w", t.label, id, err)
+			return decline(fmt.Errorf("subtask %s: checkpoint %d: source offset: %w", t.label, id, err))
 		}
 		st.Operator[t.chain.Vertices[0].ID] = off
 	}
