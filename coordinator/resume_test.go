@@ -82,7 +82,7 @@ func startFakeWorker(t *testing.T, nc *nats.Conn, id string, running ...transpor
 			w.mu.Lock()
 			b, _ := json.Marshal(transport.WorkerInfo{ID: id, Running: slices.Clone(w.running)})
 			w.mu.Unlock()
-			_ = nc.Publish(transport.SubjectHeartbeat, b)
+			_ = nc.Publish(transport.WorkerHeartbeatSubject(id), b)
 			select {
 			case <-w.stop:
 				return

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/wstream/wstream/checkpoint"
+	"github.com/wstream/wstream/internal/logging"
 	"github.com/wstream/wstream/job"
 	"github.com/wstream/wstream/tenant"
 	"github.com/wstream/wstream/transport"
@@ -374,28 +375,97 @@ func (c *Coordinator) publishToTenant(name, subject string, data []byte) {
 	_ = c.cfg.NATS.Publish(tenant.EventsPrefix+t.Account+"."+subject, data)
 }
 
-// tenantDeployment gives the workers of a tenant's job a user of the
-// tenant's account and the quotas they enforce.
+// DefaultAttemptCredsTTL is how long a job attempt's credentials stay
+// valid by default.
+const DefaultAttemptCredsTTL = time.Hour
+
+// tenantDeployment gives the workers of an attempt, on a cluster with
+// tenants, the credentials of that attempt (a user of the job's account,
+// the tenant's or, for the admin's jobs, the service account's, that
+// expires and may not use the control plane) and the quotas they enforce.
+// The deployment goes to each worker on its own subject, which no other
+// worker may read.
 func (c *Coordinator) tenantDeployment(j *jobState, d *transport.Deployment) error {
 	name := j.info.Tenant
+	if c.cfg.Tenants == nil {
+		if name == "" {
+			return nil
+		}
+		return fmt.Errorf("job %s belongs to tenant %s and this coordinator has no tenants", j.info.JobID, name)
+	}
+	cr, err := c.cfg.Tenants.AttemptUser(name, j.info.JobID, d.Attempt, c.cfg.AttemptCredsTTL)
+	if err != nil {
+		return fmt.Errorf("job %s: %w", j.info.JobID, err)
+	}
+	d.Tenant, d.TenantJWT, d.TenantSeed = name, cr.JWT, cr.Seed
 	if name == "" {
 		return nil
-	}
-	if c.cfg.Tenants == nil {
-		return fmt.Errorf("job %s belongs to tenant %s and this coordinator has no tenants", j.info.JobID, name)
 	}
 	t, ok := c.cfg.Tenants.Get(name)
 	if !ok || t.Removed {
 		return fmt.Errorf("job %s: no tenant %q", j.info.JobID, name)
 	}
-	cr, err := c.cfg.Tenants.TenantUser(name, "wstream-worker-"+j.info.JobID)
-	if err != nil {
-		return err
-	}
 	q := t.Quotas.WithDefaults()
-	d.Tenant, d.TenantJWT, d.TenantSeed = name, cr.JWT, cr.Seed
 	d.MemoryLimitMiB, d.StateBytes, d.StateWriteRate, d.Weight = q.MemoryMiB, q.StateBytes, q.StateWriteRate, q.Weight
 	return nil
+}
+
+// renewAttemptCreds sends, every third of AttemptCredsTTL, new
+// credentials for each running attempt to each of its workers, so that an
+// attempt outlives its first credentials while a stolen copy does not.
+func (c *Coordinator) renewAttemptCreds(quit <-chan struct{}) {
+	defer c.monitor.Done()
+	t := time.NewTicker(max(c.cfg.AttemptCredsTTL/3, time.Second))
+	defer t.Stop()
+	for {
+		select {
+		case <-quit:
+			return
+		case <-t.C:
+		}
+		type send struct {
+			worker, tenant, job string
+			attempt             int
+		}
+		var out []send
+		c.mu.Lock()
+		for _, j := range c.jobs {
+			if j.done {
+				continue
+			}
+			for w := range j.placement {
+				out = append(out, send{w, j.info.Tenant, j.info.JobID, j.attempt})
+			}
+		}
+		c.mu.Unlock()
+		for _, s := range out {
+			cr, err := c.cfg.Tenants.AttemptUser(s.tenant, s.job, s.attempt, c.cfg.AttemptCredsTTL)
+			if err != nil {
+				c.cfg.Log.Warn("renewing a job attempt's credentials", logging.Job, s.job, "err", err)
+				continue
+			}
+			b, _ := json.Marshal(transport.CredsRenewal{JobID: s.job, Attempt: s.attempt, JWT: cr.JWT, Seed: cr.Seed})
+			_ = c.cfg.NATS.Publish(transport.WorkerCredsSubject(s.worker), b)
+		}
+	}
+}
+
+// workerSubject makes h take a worker's registration or heartbeat only
+// from the subject of the worker it names (transport.WorkerRegisterSubject):
+// a worker's credentials may publish under its own id only, so one
+// worker cannot speak for another.
+func workerSubject(h nats.MsgHandler) nats.MsgHandler {
+	return func(m *nats.Msg) {
+		var w transport.WorkerInfo
+		_, id, _ := strings.Cut(strings.TrimPrefix(strings.TrimPrefix(m.Subject, transport.SubjectRegister), transport.SubjectHeartbeat), ".")
+		if json.Unmarshal(m.Data, &w) == nil && w.ID != id {
+			if m.Reply != "" {
+				respond(m, transport.Reply{Error: fmt.Sprintf("not authorized: worker %s cannot speak for worker %s", id, w.ID)})
+			}
+			return
+		}
+		h(m)
+	}
 }
 
 func orString(s, d string) string {
@@ -464,8 +534,19 @@ func (c *Coordinator) tenantOp(req transport.TenantRequest) (transport.TenantRep
 		t, jwt, err = a.Remove(req.Name)
 	case "creds":
 		t, _ = a.Get(req.Name)
+	case "worker-creds":
+		// A worker's own user: it acts as the worker called req.Name.
+		cr, err := a.WorkerUser(req.Name)
+		if err != nil {
+			return transport.TenantReply{}, err
+		}
+		f, err := cr.File()
+		if err != nil {
+			return transport.TenantReply{}, err
+		}
+		return transport.TenantReply{Creds: string(f)}, nil
 	default:
-		return transport.TenantReply{}, fmt.Errorf("unknown tenant operation %q (add, update, remove, list, creds)", req.Op)
+		return transport.TenantReply{}, fmt.Errorf("unknown tenant operation %q (add, update, remove, list, creds, worker-creds)", req.Op)
 	}
 	if err != nil {
 		return transport.TenantReply{}, err

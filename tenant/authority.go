@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strings"
 	"sync"
@@ -16,6 +17,8 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
+
+	"github.com/wstream/wstream/transport"
 )
 
 // Subjects that cross accounts (see the package documentation).
@@ -70,6 +73,9 @@ type Authority struct {
 
 	mu      sync.Mutex
 	tenants map[string]*record
+	// revoked are the service account's users revoked (public key →
+	// when), kept in revoked.json and signed into the account's JWT.
+	revoked map[string]int64
 }
 
 // Open opens the authority in dir, creating its keys when dir holds none.
@@ -87,6 +93,14 @@ func Open(dir string) (*Authority, error) {
 	}
 	if a.service, err = loadOrCreate(dir, "service.seed", nkeys.CreateAccount); err != nil {
 		return nil, err
+	}
+	a.revoked = map[string]int64{}
+	if b, err := os.ReadFile(filepath.Join(dir, revokedFile)); err == nil {
+		if err := json.Unmarshal(b, &a.revoked); err != nil {
+			return nil, fmt.Errorf("tenant authority: %s: %w", filepath.Join(dir, revokedFile), err)
+		}
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("tenant authority: %w", err)
 	}
 	if err := a.sign(); err != nil {
 		return nil, err
@@ -179,6 +193,9 @@ func (a *Authority) sign() error {
 	vc.Limits.JetStreamLimits = jwt.JetStreamLimits{MemoryStorage: -1, DiskStorage: -1, Streams: -1, Consumer: -1}
 	// The importer's account key at token 3: an account can import only
 	// its own part of each subject space.
+	for k, at := range a.revoked {
+		vc.RevokeAt(k, time.Unix(at, 0))
+	}
 	vc.Exports.Add(
 		&jwt.Export{Name: "wstream api", Subject: jwt.Subject(APIPrefix + "*.>"), Type: jwt.Service, AccountTokenPosition: 3},
 		&jwt.Export{Name: "wstream events", Subject: jwt.Subject(EventsPrefix + "*.>"), Type: jwt.Stream, AccountTokenPosition: 3},
@@ -284,8 +301,9 @@ func (a *Authority) ServerConfig(jwtDir string) string {
 	return b.String()
 }
 
-// user mints a user of the account whose key is acct.
-func user(acct nkeys.KeyPair, name string, perms *jwt.Permissions) (Creds, error) {
+// user mints a user of the account whose key is acct, with perms (nil:
+// the account's whole reach), expiring after ttl (0: never), tagged tag.
+func user(acct nkeys.KeyPair, name string, perms *jwt.Permissions, ttl time.Duration, tag string) (Creds, error) {
 	ukp, err := nkeys.CreateUser()
 	if err != nil {
 		return Creds{}, err
@@ -295,6 +313,12 @@ func user(acct nkeys.KeyPair, name string, perms *jwt.Permissions) (Creds, error
 	if perms != nil {
 		uc.Permissions = *perms
 	}
+	if ttl > 0 {
+		uc.Expires = time.Now().Add(ttl).Unix()
+	}
+	if tag != "" {
+		uc.Tags.Add(tag)
+	}
 	j, err := uc.Encode(acct)
 	if err != nil {
 		return Creds{}, err
@@ -303,12 +327,151 @@ func user(acct nkeys.KeyPair, name string, perms *jwt.Permissions) (Creds, error
 	return Creds{JWT: j, Seed: string(seed)}, nil
 }
 
-// ServiceUser mints a user of the service account (coordinator, workers,
-// admin).
-func (a *Authority) ServiceUser(name string) (Creds, error) { return user(a.service, name, nil) }
+// Tags of the service account's users: what each may do is in its
+// permissions; the tag names the role.
+const (
+	TagAdmin       = "wstream-admin"
+	TagCoordinator = "wstream-coordinator"
+	TagWorker      = "wstream-worker"
+	// TagAttempt marks the credentials of one job attempt.
+	TagAttempt = "wstream-attempt"
+)
+
+// AdminUser mints a user of the service account for the admin: it may do
+// everything the service account can (manage tenants, act on every job).
+func (a *Authority) AdminUser(name string) (Creds, error) {
+	return user(a.service, name, nil, 0, TagAdmin)
+}
+
+// CoordinatorUser mints the coordinator's user of the service account.
+// The coordinator holds the authority itself, so its user is not
+// narrowed.
+func (a *Authority) CoordinatorUser(name string) (Creds, error) {
+	return user(a.service, name, nil, 0, TagCoordinator)
+}
+
+// WorkerUser mints the user of the worker whose id is name: it may
+// register and heartbeat as that worker, report its subtasks' status,
+// checkpoint acknowledgements and metrics, and hear what the coordinator
+// sends that worker (transport.WorkerSubjects), with its inbox there too.
+// It may not publish any other control-plane request (submit, cancel,
+// tenant, …), nor subscribe to another worker's subjects or to the
+// account's inboxes, nor use JetStream: a job's data is reached through
+// the credentials each attempt brings (AttemptUser).
+func (a *Authority) WorkerUser(name string) (Creds, error) {
+	if err := CheckWorkerName(name); err != nil {
+		return Creds{}, err
+	}
+	return user(a.service, name, WorkerPermissions(name), 0, TagWorker)
+}
+
+var workerNameRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+
+// CheckWorkerName checks a worker's id, which is a subject token.
+func CheckWorkerName(name string) error {
+	if !workerNameRE.MatchString(name) {
+		return fmt.Errorf("worker name %q: use 1–64 characters A-Z, a-z, 0-9, '_' and '-'", name)
+	}
+	return nil
+}
+
+// WorkerPermissions are the permissions of worker name's user.
+func WorkerPermissions(name string) *jwt.Permissions {
+	p := &jwt.Permissions{}
+	p.Pub.Allow.Add(
+		transport.WorkerRegisterSubject(name),
+		transport.WorkerHeartbeatSubject(name),
+		transport.SubjectMetrics,
+		transport.TaskStatusSubject("*"),
+		transport.CheckpointAckSubject("*"),
+	)
+	p.Sub.Allow.Add(transport.WorkerSubjects(name))
+	// The answers to the coordinator's deploy, cancel and checkpoint
+	// requests.
+	p.Resp = &jwt.ResponsePermission{MaxMsgs: 1, Expires: 10 * time.Minute}
+	return p
+}
+
+// WorkerName returns the worker id in a worker's user JWT (minted by
+// WorkerUser), and false for any other JWT.
+func WorkerName(userJWT string) (string, bool) {
+	uc, err := jwt.DecodeUserClaims(userJWT)
+	if err != nil || !uc.Tags.Contains(TagWorker) || CheckWorkerName(uc.Name) != nil {
+		return "", false
+	}
+	return uc.Name, true
+}
+
+// attemptDeny are the subjects a job attempt's credentials may neither
+// publish nor subscribe to: the control plane (a tenant's imports of it
+// too), the account's inboxes and, in the service account, the
+// coordinator's buckets.
+var attemptDeny = []string{
+	"wstream.coord.>", "wstream.worker.>", "wstream.job.>", "wstream.api.>", "wstream.events.>", "_INBOX.>", "$SYS.>",
+}
+
+// coordinatorBuckets are the streams of the coordinator's key-value
+// buckets (transport.JobsBucket, transport.CheckpointIDsBucket).
+var coordinatorBuckets = []string{"wstream_jobs", "wstream_checkpoint_ids"}
+
+// AttemptPermissions are the permissions of the credentials of attempt
+// of job: its subjects and streams, no control plane. Its connections use
+// transport.AttemptInboxPrefix.
+func AttemptPermissions(job string, attempt int) *jwt.Permissions {
+	p := &jwt.Permissions{}
+	p.Pub.Deny.Add(attemptDeny...)
+	p.Sub.Deny.Add(attemptDeny...)
+	for _, b := range coordinatorBuckets {
+		st := "KV_" + b
+		p.Pub.Deny.Add("$KV."+b+".>", "$JS.API.*.*."+st, "$JS.API.*.*."+st+".>", "$JS.API.*.*.*."+st, "$JS.API.*.*.*."+st+".>")
+		p.Sub.Deny.Add("$KV." + b + ".>")
+	}
+	return p
+}
+
+// AttemptUser mints the credentials of one attempt of a job of tenant
+// ("" is the admin: a user of the service account), valid for ttl: the
+// worker that runs the attempt reaches the job's data through them.
+func (a *Authority) AttemptUser(tenantName, job string, attempt int, ttl time.Duration) (Creds, error) {
+	acct := a.service
+	if tenantName != "" {
+		a.mu.Lock()
+		r, ok := a.tenants[tenantName]
+		a.mu.Unlock()
+		if !ok || r.Removed {
+			return Creds{}, fmt.Errorf("no tenant %q", tenantName)
+		}
+		kp, err := nkeys.FromSeed([]byte(r.Seed))
+		if err != nil {
+			return Creds{}, err
+		}
+		acct = kp
+	}
+	return user(acct, fmt.Sprintf("wstream-job-%s-%d", job, attempt), AttemptPermissions(job, attempt), ttl, TagAttempt)
+}
+
+// RevokeServiceUser revokes a user of the service account (by its public
+// key): the account JWT that says so must reach the NATS servers (the
+// embedded server's resolver when it starts, or PushAll).
+func (a *Authority) RevokeServiceUser(userKey string) error {
+	if !nkeys.IsValidPublicUserKey(userKey) {
+		return fmt.Errorf("revoking %q: not a user's public key", userKey)
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.revoked[userKey] = time.Now().Add(time.Second).Unix()
+	b, _ := json.MarshalIndent(a.revoked, "", "  ")
+	if err := writePrivate(filepath.Join(a.dir, revokedFile), append(b, '\n')); err != nil {
+		return err
+	}
+	return a.sign()
+}
+
+// revokedFile keeps the service account's revoked users.
+const revokedFile = "revoked.json"
 
 // SystemUser mints a user of the system account (it pushes account JWTs).
-func (a *Authority) SystemUser(name string) (Creds, error) { return user(a.system, name, nil) }
+func (a *Authority) SystemUser(name string) (Creds, error) { return user(a.system, name, nil, 0, "") }
 
 // TenantUser mints a user of tenant's account: what its clients use, and
 // what the coordinator and workers use to reach the tenant's data.
@@ -323,7 +486,7 @@ func (a *Authority) TenantUser(tenant, name string) (Creds, error) {
 	if err != nil {
 		return Creds{}, err
 	}
-	return user(kp, name, nil)
+	return user(kp, name, nil, 0, "")
 }
 
 // Add creates a tenant (an account) with quotas q and returns it with its

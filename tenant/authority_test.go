@@ -54,7 +54,7 @@ func TestAccountsKeepTenantsApart(t *testing.T) {
 	if err := Push(sys, jb); err != nil {
 		t.Fatal(err)
 	}
-	svc := connect(a.ServiceUser("coordinator"))
+	svc := connect(a.CoordinatorUser("coordinator"))
 	na := connect(a.TenantUser("acme", "client"))
 	nb := connect(a.TenantUser("bolt", "client"))
 
