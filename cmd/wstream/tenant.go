@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"text/tabwriter"
 	"time"
 
@@ -157,9 +158,24 @@ func tenantRequest(c *cli.Context, req transport.TenantRequest) (*transport.Tena
 	}
 	defer e.Close(context.Background())
 	b, _ := json.Marshal(req)
-	msg, err := e.Conn().Request(transport.SubjectTenant, b, 30*time.Second)
+	nc := e.Conn()
+	ctx, cancel := context.WithTimeout(c.Context, 30*time.Second)
+	defer cancel()
+	// The server refuses a publish these credentials may not make: stop
+	// waiting for an answer then.
+	var refused atomic.Pointer[error]
+	nc.SetErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+		if errors.Is(err, nats.ErrPermissionViolation) && strings.Contains(err.Error(), transport.SubjectTenant) {
+			refused.Store(&err)
+			cancel()
+		}
+	})
+	msg, err := nc.RequestWithContext(ctx, transport.SubjectTenant, b)
+	if p := refused.Load(); p != nil {
+		return nil, fmt.Errorf("not authorized: these credentials may not manage tenants (%v); use the admin's (auth/admin.creds)", *p)
+	}
 	if err != nil {
-		if errors.Is(err, nats.ErrNoResponders) {
+		if errors.Is(err, nats.ErrNoResponders) || errors.Is(err, context.DeadlineExceeded) {
 			return nil, errors.New("no coordinator answered: is `wstream server --tenants` running, and are these the admin's credentials?")
 		}
 		return nil, err
