@@ -127,7 +127,7 @@ func TestAttackWorkerIsNotAdmin(t *testing.T) {
 	}
 
 	mu.Lock()
-	defer mu.Unlock()
+	deploys := heard["wstream.worker.worker.deploy"]
 	for _, s := range others {
 		if n := len(heard[s]); n != 0 {
 			t.Errorf("the worker's credentials heard %d messages on %s, first on %s", n, s, heard[s][0].Subject)
@@ -136,7 +136,8 @@ func TestAttackWorkerIsNotAdmin(t *testing.T) {
 	// What it heard on its own subject, if acme's job went there: an
 	// attempt's credentials, which expire and may not use acme's control
 	// plane, and no key of an account.
-	for _, m := range heard["wstream.worker.worker.deploy"] {
+	mu.Unlock()
+	for _, m := range deploys {
 		var dep struct {
 			Tenant, TenantJWT, TenantSeed string
 		}
