@@ -646,7 +646,7 @@ func (c *Coordinator) submit(req transport.SubmitRequest, who caller) (string, e
 	c.jobs[id] = js
 	c.syncLocked(js)
 	c.mu.Unlock()
-	sub, err := c.cfg.NATS.Subscribe(transport.TaskStatusSubject(id), c.tracked(c.onTaskStatus))
+	sub, err := c.cfg.NATS.Subscribe(transport.TaskStatusSubject(id, "*"), c.tracked(statusFromWorker(c.onTaskStatus)))
 	if err == nil {
 		err = c.cfg.NATS.Flush()
 	}

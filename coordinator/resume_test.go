@@ -109,7 +109,7 @@ func (w *fakeWorker) setRunning(r ...transport.RunningAttempt) {
 func (w *fakeWorker) report(t *testing.T, jobID string, attempt int, state string) {
 	t.Helper()
 	b, _ := json.Marshal(transport.TaskStatus{JobID: jobID, Attempt: attempt, Worker: w.id, Task: transport.TaskRef{}, State: state})
-	if err := w.nc.Publish(transport.TaskStatusSubject(jobID), b); err != nil {
+	if err := w.nc.Publish(transport.TaskStatusSubject(jobID, w.id), b); err != nil {
 		t.Fatal(err)
 	}
 }

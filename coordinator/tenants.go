@@ -450,6 +450,19 @@ func (c *Coordinator) renewAttemptCreds(quit <-chan struct{}) {
 	}
 }
 
+// statusFromWorker makes h take a task status only from the subject of the
+// worker it names (transport.TaskStatusSubject).
+func statusFromWorker(h nats.MsgHandler) nats.MsgHandler {
+	return func(m *nats.Msg) {
+		var st transport.TaskStatus
+		i := strings.LastIndexByte(m.Subject, '.')
+		if json.Unmarshal(m.Data, &st) == nil && st.Worker != m.Subject[i+1:] {
+			return
+		}
+		h(m)
+	}
+}
+
 // workerSubject makes h take a worker's registration or heartbeat only
 // from the subject of the worker it names (transport.WorkerRegisterSubject):
 // a worker's credentials may publish under its own id only, so one

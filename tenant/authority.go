@@ -382,7 +382,7 @@ func WorkerPermissions(name string) *jwt.Permissions {
 		transport.WorkerRegisterSubject(name),
 		transport.WorkerHeartbeatSubject(name),
 		transport.SubjectMetrics,
-		transport.TaskStatusSubject("*"),
+		transport.TaskStatusSubject("*", name),
 		transport.CheckpointAckSubject("*"),
 	)
 	p.Sub.Allow.Add(transport.WorkerSubjects(name))

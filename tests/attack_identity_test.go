@@ -174,3 +174,54 @@ func TestAttackWorkerIsNotAdmin(t *testing.T) {
 		t.Errorf("a worker with another's id: exit %d\n%s", r.code, r.stderr)
 	}
 }
+
+// TestAttackAttemptCredsExpire: an attempt's credentials expire (a stolen
+// copy stops working), and the coordinator renews them, so a job that runs
+// past several expiries stays exact.
+func TestAttackAttemptCredsExpire(t *testing.T) {
+	mod := module(t, "testops")
+	c, tcs := startAttackClusterWith(t, []string{"--attempt-creds-ttl", "4s"}, "acme")
+	acme := tcs["acme"]
+	// The thief listens on the worker's own subject for the deployment.
+	deploys := make(chan *nats.Msg, 16)
+	wnc, err := nats.Connect(c.url, nats.UserCredentials(c.workerCreds()), nats.CustomInboxPrefix("wstream.worker.worker.inbox"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(wnc.Close)
+	if _, err := wnc.ChanSubscribe("wstream.worker.worker.deploy", deploys); err != nil {
+		t.Fatal(err)
+	}
+	_ = wnc.Flush()
+	// About 14 s: past three expiries.
+	g := genSpec{count: 42000, keys: 40, words: 1, seed: 36, rate: 3000}
+	d, _ := c.victimJob(t, acme, mod, g)
+	var m *nats.Msg
+	select {
+	case m = <-deploys:
+	case <-time.After(edgeWait):
+		t.Fatal("no deployment on the worker's subject")
+	}
+	var dep struct{ TenantJWT, TenantSeed string }
+	if err := json.Unmarshal(m.Data, &dep); err != nil {
+		t.Fatal(err)
+	}
+	uc, err := jwt.DecodeUserClaims(dep.TenantJWT)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if left := time.Until(time.Unix(uc.Expires, 0)); uc.Expires == 0 || left > 5*time.Second {
+		t.Fatalf("the attempt's credentials expire in %v", left)
+	}
+	// Once expired, the stolen copy connects no more.
+	for time.Now().Before(time.Unix(uc.Expires, 0).Add(time.Second)) {
+		time.Sleep(50 * time.Millisecond) // polling interval
+	}
+	if nc, err := nats.Connect(c.url, nats.UserJWTAndSeed(dep.TenantJWT, dep.TenantSeed)); err == nil {
+		nc.Close()
+		t.Error("expired attempt credentials still connect")
+	} else if !strings.Contains(err.Error(), "Authorization Violation") && !strings.Contains(err.Error(), "expired") {
+		t.Errorf("expired attempt credentials: %v", err)
+	}
+	c.victimExact(t, acme, d, g)
+}

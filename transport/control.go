@@ -70,8 +70,11 @@ func WorkerDeploySubject(worker string) string { return "wstream.worker." + work
 // WorkerCancelSubject is where the coordinator tells a worker to stop a job.
 func WorkerCancelSubject(worker string) string { return "wstream.worker." + worker + ".cancel" }
 
-// TaskStatusSubject is where workers report their tasks of a job.
-func TaskStatusSubject(job string) string { return "wstream.job." + job + ".task" }
+// TaskStatusSubject is where worker reports its tasks of a job ("*" for
+// either: any). The worker's id in the subject is what a worker's
+// credentials allow it to publish under, so that one worker cannot report
+// for another.
+func TaskStatusSubject(job, worker string) string { return "wstream.job." + job + ".task." + worker }
 
 // JobDoneSubject is where the coordinator announces a job's end.
 func JobDoneSubject(job string) string { return "wstream.job." + job + ".done" }

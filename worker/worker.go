@@ -1223,7 +1223,7 @@ func (w *Worker) newTask(j *jobRun, mod *host.Module, c *job.Chain, sub int, cha
 			st := transport.TaskStatus{JobID: j.id, Attempt: j.attempt, Worker: w.cfg.ID, Task: transport.TaskRef{Chain: c.Index, Subtask: sub},
 				State: transport.TaskFirstRecord, At: time.Now().UnixMilli()}
 			b, _ := json.Marshal(st)
-			if err := w.cfg.NATS.Publish(transport.TaskStatusSubject(j.id), b); err != nil {
+			if err := w.cfg.NATS.Publish(transport.TaskStatusSubject(j.id, w.cfg.ID), b); err != nil {
 				w.log.Warn("reporting the first records", logging.Job, j.id, "subtask", t.label, "err", err)
 			}
 		}
@@ -1488,7 +1488,7 @@ func (w *Worker) report(j *jobRun, t *task, err error) {
 		j.cancel()
 	}
 	b, _ := json.Marshal(st)
-	if perr := w.cfg.NATS.Publish(transport.TaskStatusSubject(j.id), b); perr != nil {
+	if perr := w.cfg.NATS.Publish(transport.TaskStatusSubject(j.id, w.cfg.ID), b); perr != nil {
 		w.log.Warn("reporting a subtask's state", logging.Job, j.id, "subtask", t.label, "state", st.State, "err", perr)
 	}
 }
