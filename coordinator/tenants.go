@@ -547,6 +547,18 @@ func (c *Coordinator) tenantOp(req transport.TenantRequest) (transport.TenantRep
 		t, jwt, err = a.Remove(req.Name)
 	case "creds":
 		t, _ = a.Get(req.Name)
+	case "worker-revoke":
+		j, err := a.RevokeWorker(req.Name)
+		if err != nil {
+			return transport.TenantReply{}, err
+		}
+		if c.cfg.SystemConn == nil {
+			return transport.TenantReply{}, errors.New("no system account connection to push the service account to NATS")
+		}
+		if err := tenant.Push(c.cfg.SystemConn, j); err != nil {
+			return transport.TenantReply{}, err
+		}
+		return transport.TenantReply{}, nil
 	case "worker-creds":
 		// A worker's own user: it acts as the worker called req.Name.
 		cr, err := a.WorkerUser(req.Name)
@@ -559,7 +571,7 @@ func (c *Coordinator) tenantOp(req transport.TenantRequest) (transport.TenantRep
 		}
 		return transport.TenantReply{Creds: string(f)}, nil
 	default:
-		return transport.TenantReply{}, fmt.Errorf("unknown tenant operation %q (add, update, remove, list, creds, worker-creds)", req.Op)
+		return transport.TenantReply{}, fmt.Errorf("unknown tenant operation %q (add, update, remove, list, creds, worker-creds, worker-revoke)", req.Op)
 	}
 	if err != nil {
 		return transport.TenantReply{}, err

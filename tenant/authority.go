@@ -266,9 +266,9 @@ func (a *Authority) ConfigureServer(o *server.Options) error {
 
 // jwts are the JWTs of every account, by public key.
 func (a *Authority) jwts() map[string]string {
-	out := map[string]string{pub(a.system): a.systemJWT, pub(a.service): a.serviceJWT}
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	out := map[string]string{pub(a.system): a.systemJWT, pub(a.service): a.serviceJWT}
 	for _, r := range a.tenants {
 		if j, err := a.accountJWT(r); err == nil {
 			out[r.Account] = j
@@ -362,7 +362,74 @@ func (a *Authority) WorkerUser(name string) (Creds, error) {
 	if err := CheckWorkerName(name); err != nil {
 		return Creds{}, err
 	}
-	return user(a.service, name, WorkerPermissions(name), 0, TagWorker)
+	cr, err := user(a.service, name, WorkerPermissions(name), 0, TagWorker)
+	if err != nil {
+		return Creds{}, err
+	}
+	uc, err := jwt.DecodeUserClaims(cr.JWT)
+	if err != nil {
+		return Creds{}, err
+	}
+	// Kept, so that RevokeWorker can revoke every user of the worker.
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	workers, err := a.readWorkers()
+	if err != nil {
+		return Creds{}, err
+	}
+	workers[name] = append(workers[name], uc.Subject)
+	if err := a.writeJSON(workersFile, workers); err != nil {
+		return Creds{}, err
+	}
+	return cr, nil
+}
+
+// workersFile keeps the public keys of the users minted for each worker.
+const workersFile = "workers.json"
+
+func (a *Authority) readWorkers() (map[string][]string, error) {
+	workers := map[string][]string{}
+	b, err := os.ReadFile(filepath.Join(a.dir, workersFile))
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return workers, nil
+	case err != nil:
+		return nil, fmt.Errorf("tenant authority: %w", err)
+	}
+	if err := json.Unmarshal(b, &workers); err != nil {
+		return nil, fmt.Errorf("tenant authority: %s: %w", filepath.Join(a.dir, workersFile), err)
+	}
+	return workers, nil
+}
+
+func (a *Authority) writeJSON(name string, v any) error {
+	b, _ := json.MarshalIndent(v, "", "  ")
+	return writePrivate(filepath.Join(a.dir, name), append(b, '\n'))
+}
+
+// RevokeWorker revokes every user minted for worker name, and returns the
+// service account's JWT that says so, which must reach the NATS servers
+// (Push): the server then closes their connections.
+func (a *Authority) RevokeWorker(name string) (string, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	workers, err := a.readWorkers()
+	if err != nil {
+		return "", err
+	}
+	if len(workers[name]) == 0 {
+		return "", fmt.Errorf("no worker %q was given credentials", name)
+	}
+	for _, k := range workers[name] {
+		if err := a.revokeLocked(k); err != nil {
+			return "", err
+		}
+	}
+	delete(workers, name)
+	if err := a.writeJSON(workersFile, workers); err != nil {
+		return "", err
+	}
+	return a.serviceJWT, nil
 }
 
 var workerNameRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
@@ -459,9 +526,12 @@ func (a *Authority) RevokeServiceUser(userKey string) error {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	return a.revokeLocked(userKey)
+}
+
+func (a *Authority) revokeLocked(userKey string) error {
 	a.revoked[userKey] = time.Now().Add(time.Second).Unix()
-	b, _ := json.MarshalIndent(a.revoked, "", "  ")
-	if err := writePrivate(filepath.Join(a.dir, revokedFile), append(b, '\n')); err != nil {
+	if err := a.writeJSON(revokedFile, a.revoked); err != nil {
 		return err
 	}
 	return a.sign()

@@ -168,6 +168,18 @@ func TestAttackWorkerIsNotAdmin(t *testing.T) {
 		}
 		anc.Close()
 	}
+	// The admin revokes w2: its credentials connect no more.
+	if w2 != nil {
+		if r := runCLI(t, c.dir, "tenant", "worker-revoke", "--data", c.data, "w2"); r.code != 0 {
+			t.Errorf("tenant worker-revoke w2: exit %d\n%s", r.code, r.stderr)
+		}
+		if nc, err := nats.Connect(c.url, nats.UserCredentials(w2creds)); err == nil {
+			nc.Close()
+			t.Error("a revoked worker's credentials still connect")
+		} else if !strings.Contains(err.Error(), "Authorization Violation") {
+			t.Errorf("a revoked worker's credentials: %v", err)
+		}
+	}
 	// worker.creds are worker "worker"'s: its id is in them.
 	if r := runWith(t, c.dir, nil, 30*time.Second, "worker", "--nats", c.url, "--nats-creds", c.workerCreds(), "--id", "w2", "--data", filepath.Join(c.dir, "w2b")); r.code == 0 ||
 		!strings.Contains(r.stderr, "credentials are those of worker worker") {

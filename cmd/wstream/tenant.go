@@ -321,6 +321,19 @@ func tenantCommand() *cli.Command {
 				},
 			},
 			{
+				Name:      "worker-revoke",
+				Usage:     "revoke every credentials of a worker (its connections are closed)",
+				ArgsUsage: "NAME",
+				Flags:     common(),
+				Action: func(c *cli.Context) error {
+					if c.NArg() != 1 {
+						return usageError{errors.New("tenant worker-revoke takes one argument, the worker's id")}
+					}
+					_, err := tenantRequest(c, transport.TenantRequest{Op: "worker-revoke", Name: c.Args().First()})
+					return err
+				},
+			},
+			{
 				Name:      "update",
 				Usage:     "change a tenant's quotas (flags not given keep their value)",
 				ArgsUsage: "NAME",
