@@ -83,7 +83,10 @@ type Worker struct {
 	mu      sync.Mutex
 	modules map[string]*host.Module
 	jobs    map[string]*jobRun
-	closed  bool
+	// creds are the credentials of the attempts the worker runs or
+	// deploys, by job id (onCreds renews them).
+	creds  map[string]*attemptCreds
+	closed bool
 	// cacheGone: Close released the block cache (BlockCache).
 	cacheGone bool
 	stopBeat  chan struct{}
@@ -141,6 +144,7 @@ func New(ctx context.Context, cfg Config) (*Worker, error) {
 		js:      js,
 		modules: map[string]*host.Module{},
 		jobs:    map[string]*jobRun{},
+		creds:   map[string]*attemptCreds{},
 		// One block cache for every subtask's Pebble keeps a worker's memory
 		// bounded however many subtasks it runs.
 		cache: pebble.NewCache(64 << 20),
@@ -468,7 +472,11 @@ func (w *Worker) dataConn(j *jobRun, d transport.Deployment) error {
 	if w.cfg.Dial == nil {
 		return fmt.Errorf("worker %s cannot run job %s: it has no way to connect with the job's credentials", w.cfg.ID, d.JobID)
 	}
-	j.creds = &attemptCreds{jwt: d.TenantJWT, seed: d.TenantSeed}
+	j.creds = &attemptCreds{attempt: d.Attempt, jwt: d.TenantJWT, seed: d.TenantSeed}
+	// Renewals may come while the attempt deploys (module, restore).
+	w.mu.Lock()
+	w.creds[d.JobID] = j.creds
+	w.mu.Unlock()
 	// Every connection of the attempt reads the latest credentials when it
 	// (re)connects: renewed ones (onCreds) take over when the server
 	// closes a connection whose credentials expired.
@@ -491,8 +499,18 @@ func (w *Worker) dataConn(j *jobRun, d transport.Deployment) error {
 // attemptCreds are a job attempt's credentials, replaced when the
 // coordinator renews them.
 type attemptCreds struct {
+	attempt   int
 	mu        sync.Mutex
 	jwt, seed string
+}
+
+// forgetCreds drops j's credentials once it no longer runs.
+func (w *Worker) forgetCreds(j *jobRun) {
+	w.mu.Lock()
+	if j.creds != nil && w.creds[j.id] == j.creds {
+		delete(w.creds, j.id)
+	}
+	w.mu.Unlock()
 }
 
 func (c *attemptCreds) userJWT() (string, error) {
@@ -521,14 +539,14 @@ func (w *Worker) onCreds(m *nats.Msg) {
 		return
 	}
 	w.mu.Lock()
-	j := w.jobs[r.JobID]
+	c := w.creds[r.JobID]
 	w.mu.Unlock()
-	if j == nil || j.attempt != r.Attempt || j.creds == nil || r.JWT == "" || r.Seed == "" {
+	if c == nil || c.attempt != r.Attempt || r.JWT == "" || r.Seed == "" {
 		return
 	}
-	j.creds.mu.Lock()
-	j.creds.jwt, j.creds.seed = r.JWT, r.Seed
-	j.creds.mu.Unlock()
+	c.mu.Lock()
+	c.jwt, c.seed = r.JWT, r.Seed
+	c.mu.Unlock()
 }
 
 // gate is the worker's fair-share gate.
@@ -705,6 +723,7 @@ func (w *Worker) deploy(d transport.Deployment) error {
 	fail := func(err error) error {
 		cancel()
 		j.releaseConn()
+		w.forgetCreds(j)
 		return err
 	}
 	if plan.Checkpoint.Enabled() {
@@ -758,6 +777,7 @@ func (w *Worker) deploy(d transport.Deployment) error {
 			delete(w.jobs, j.id)
 		}
 		w.mu.Unlock()
+		w.forgetCreds(j)
 		close(j.done)
 	}()
 	return nil
