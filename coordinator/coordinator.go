@@ -78,7 +78,9 @@ type Config struct {
 
 // Coordinator is the job manager.
 type Coordinator struct {
-	cfg     Config
+	cfg Config
+	// minted are the attempts' credentials given out (tenants.go).
+	minted  mintedAttempts
 	mu      sync.Mutex
 	workers map[string]*workerState
 	jobs    map[string]*jobState

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -376,15 +377,58 @@ func (c *Coordinator) publishToTenant(name, subject string, data []byte) {
 }
 
 // DefaultAttemptCredsTTL is how long a job attempt's credentials stay
-// valid by default.
-const DefaultAttemptCredsTTL = time.Hour
+// valid by default. NATS closes a connection whose credentials expire
+// (its connections then reconnect with the renewed ones), so it is long;
+// the credentials of an attempt are revoked as soon as it ends.
+const DefaultAttemptCredsTTL = 7 * 24 * time.Hour
+
+// mintedAttempts are the users minted for job attempts that are not
+// revoked yet, by public key.
+type mintedAttempts struct {
+	mu   sync.Mutex
+	keys map[string]mintedAttempt
+	// renewed is when the running attempts' credentials were last renewed.
+	renewed time.Time
+}
+
+type mintedAttempt struct {
+	tenant, job string
+	attempt     int
+	expires     int64
+	// ended is when the attempt was first seen ended.
+	ended time.Time
+}
+
+// attemptRevokeGrace is how long an ended attempt keeps its credentials:
+// its subtasks may still be cancelling (a sink aborting its transaction).
+const attemptRevokeGrace = 10 * time.Second
+
+// attemptUser mints (and remembers, to revoke) the credentials of an
+// attempt.
+func (c *Coordinator) attemptUser(tenantName, job string, attempt int) (tenant.Creds, error) {
+	cr, err := c.cfg.Tenants.AttemptUser(tenantName, job, attempt, c.cfg.AttemptCredsTTL)
+	if err != nil {
+		return tenant.Creds{}, err
+	}
+	uc, err := jwt.DecodeUserClaims(cr.JWT)
+	if err != nil {
+		return tenant.Creds{}, err
+	}
+	c.minted.mu.Lock()
+	if c.minted.keys == nil {
+		c.minted.keys = map[string]mintedAttempt{}
+	}
+	c.minted.keys[uc.Subject] = mintedAttempt{tenant: tenantName, job: job, attempt: attempt, expires: uc.Expires}
+	c.minted.mu.Unlock()
+	return cr, nil
+}
 
 // tenantDeployment gives the workers of an attempt, on a cluster with
 // tenants, the credentials of that attempt (a user of the job's account,
 // the tenant's or, for the admin's jobs, the service account's, that
-// expires and may not use the control plane) and the quotas they enforce.
-// The deployment goes to each worker on its own subject, which no other
-// worker may read.
+// expires, is revoked when the attempt ends, and may not use the control
+// plane) and the quotas they enforce. The deployment goes to each worker
+// on its own subject, which no other worker may read.
 func (c *Coordinator) tenantDeployment(j *jobState, d *transport.Deployment) error {
 	name := j.info.Tenant
 	if c.cfg.Tenants == nil {
@@ -393,7 +437,7 @@ func (c *Coordinator) tenantDeployment(j *jobState, d *transport.Deployment) err
 		}
 		return fmt.Errorf("job %s belongs to tenant %s and this coordinator has no tenants", j.info.JobID, name)
 	}
-	cr, err := c.cfg.Tenants.AttemptUser(name, j.info.JobID, d.Attempt, c.cfg.AttemptCredsTTL)
+	cr, err := c.attemptUser(name, j.info.JobID, d.Attempt)
 	if err != nil {
 		return fmt.Errorf("job %s: %w", j.info.JobID, err)
 	}
@@ -410,43 +454,118 @@ func (c *Coordinator) tenantDeployment(j *jobState, d *transport.Deployment) err
 	return nil
 }
 
-// renewAttemptCreds sends, every third of AttemptCredsTTL, new
-// credentials for each running attempt to each of its workers, so that an
-// attempt outlives its first credentials while a stolen copy does not.
+// renewAttemptCreds revokes, every second, the credentials of attempts
+// that have ended, and sends, every third of AttemptCredsTTL, new
+// credentials for each running attempt to each of its workers: an attempt
+// outlives its first credentials, a stolen copy does not outlive the
+// attempt.
 func (c *Coordinator) renewAttemptCreds(quit <-chan struct{}) {
 	defer c.monitor.Done()
-	t := time.NewTicker(max(c.cfg.AttemptCredsTTL/3, time.Second))
+	t := time.NewTicker(time.Second)
 	defer t.Stop()
+	c.minted.mu.Lock()
+	c.minted.renewed = time.Now()
+	c.minted.mu.Unlock()
 	for {
 		select {
 		case <-quit:
 			return
 		case <-t.C:
 		}
-		type send struct {
-			worker, tenant, job string
-			attempt             int
+		c.revokeEndedAttempts()
+		c.minted.mu.Lock()
+		due := time.Since(c.minted.renewed) >= c.cfg.AttemptCredsTTL/3
+		if due {
+			c.minted.renewed = time.Now()
 		}
-		var out []send
-		c.mu.Lock()
-		for _, j := range c.jobs {
-			if j.done {
-				continue
-			}
-			for w := range j.placement {
-				out = append(out, send{w, j.info.Tenant, j.info.JobID, j.attempt})
-			}
+		c.minted.mu.Unlock()
+		if due {
+			c.renewRunningAttempts()
 		}
-		c.mu.Unlock()
-		for _, s := range out {
-			cr, err := c.cfg.Tenants.AttemptUser(s.tenant, s.job, s.attempt, c.cfg.AttemptCredsTTL)
-			if err != nil {
-				c.cfg.Log.Warn("renewing a job attempt's credentials", logging.Job, s.job, "err", err)
-				continue
-			}
-			b, _ := json.Marshal(transport.CredsRenewal{JobID: s.job, Attempt: s.attempt, JWT: cr.JWT, Seed: cr.Seed})
-			_ = c.cfg.NATS.Publish(transport.WorkerCredsSubject(s.worker), b)
+	}
+}
+
+// revokeEndedAttempts revokes the users of attempts that no longer run.
+func (c *Coordinator) revokeEndedAttempts() {
+	live := map[string]int{}
+	c.mu.Lock()
+	for id, j := range c.jobs {
+		if !j.done {
+			live[id] = j.attempt
 		}
+	}
+	c.mu.Unlock()
+	type batch struct {
+		keys    []string
+		expires int64
+	}
+	ended := map[string]*batch{}
+	now := time.Now()
+	c.minted.mu.Lock()
+	for k, m := range c.minted.keys {
+		if a, ok := live[m.job]; ok && a == m.attempt {
+			continue
+		}
+		if m.ended.IsZero() {
+			m.ended = now
+			c.minted.keys[k] = m
+		}
+		if now.Sub(m.ended) < attemptRevokeGrace {
+			continue
+		}
+		b := ended[m.tenant]
+		if b == nil {
+			b = &batch{}
+			ended[m.tenant] = b
+		}
+		b.keys = append(b.keys, k)
+		b.expires = max(b.expires, m.expires)
+	}
+	c.minted.mu.Unlock()
+	for name, b := range ended {
+		j, err := c.cfg.Tenants.RevokeAttemptUsers(name, b.keys, b.expires)
+		if err == nil && c.cfg.SystemConn != nil {
+			err = tenant.Push(c.cfg.SystemConn, j)
+		}
+		if err != nil {
+			// Tried again at the next tick.
+			c.cfg.Log.Warn("revoking ended attempts' credentials", logging.Tenant, orString(name, tenant.Admin), "err", err)
+			continue
+		}
+		c.minted.mu.Lock()
+		for _, k := range b.keys {
+			delete(c.minted.keys, k)
+		}
+		c.minted.mu.Unlock()
+	}
+}
+
+// renewRunningAttempts sends each worker of each running attempt new
+// credentials of it.
+func (c *Coordinator) renewRunningAttempts() {
+	type send struct {
+		worker, tenant, job string
+		attempt             int
+	}
+	var out []send
+	c.mu.Lock()
+	for _, j := range c.jobs {
+		if j.done {
+			continue
+		}
+		for w := range j.placement {
+			out = append(out, send{w, j.info.Tenant, j.info.JobID, j.attempt})
+		}
+	}
+	c.mu.Unlock()
+	for _, s := range out {
+		cr, err := c.attemptUser(s.tenant, s.job, s.attempt)
+		if err != nil {
+			c.cfg.Log.Warn("renewing a job attempt's credentials", logging.Job, s.job, "err", err)
+			continue
+		}
+		b, _ := json.Marshal(transport.CredsRenewal{JobID: s.job, Attempt: s.attempt, JWT: cr.JWT, Seed: cr.Seed})
+		_ = c.cfg.NATS.Publish(transport.WorkerCredsSubject(s.worker), b)
 	}
 }
 

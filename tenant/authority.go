@@ -47,6 +47,9 @@ type Tenant struct {
 type record struct {
 	Tenant
 	Seed string `json:"seed"`
+	// Revoked are users of the account revoked (public key → until when
+	// the revocation must stay: their expiry).
+	Revoked map[string]int64 `json:"revoked,omitempty"`
 }
 
 // Creds are a user's JWT and nkey seed.
@@ -73,9 +76,17 @@ type Authority struct {
 
 	mu      sync.Mutex
 	tenants map[string]*record
-	// revoked are the service account's users revoked (public key →
-	// when), kept in revoked.json and signed into the account's JWT.
-	revoked map[string]int64
+	// revoked are the service account's users revoked, kept in
+	// revoked.json and signed into the account's JWT.
+	revoked serviceRevocations
+}
+
+// serviceRevocations are the service account's revoked users by public
+// key: Users (workers, older servers' users) for ever, from when they
+// were revoked; Attempts until they expire.
+type serviceRevocations struct {
+	Users    map[string]int64 `json:"users"`
+	Attempts map[string]int64 `json:"attempts"`
 }
 
 // Open opens the authority in dir, creating its keys when dir holds none.
@@ -94,10 +105,16 @@ func Open(dir string) (*Authority, error) {
 	if a.service, err = loadOrCreate(dir, "service.seed", nkeys.CreateAccount); err != nil {
 		return nil, err
 	}
-	a.revoked = map[string]int64{}
+	a.revoked = serviceRevocations{Users: map[string]int64{}, Attempts: map[string]int64{}}
 	if b, err := os.ReadFile(filepath.Join(dir, revokedFile)); err == nil {
 		if err := json.Unmarshal(b, &a.revoked); err != nil {
 			return nil, fmt.Errorf("tenant authority: %s: %w", filepath.Join(dir, revokedFile), err)
+		}
+		if a.revoked.Users == nil {
+			a.revoked.Users = map[string]int64{}
+		}
+		if a.revoked.Attempts == nil {
+			a.revoked.Attempts = map[string]int64{}
 		}
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("tenant authority: %w", err)
@@ -193,8 +210,14 @@ func (a *Authority) sign() error {
 	vc.Limits.JetStreamLimits = jwt.JetStreamLimits{MemoryStorage: -1, DiskStorage: -1, Streams: -1, Consumer: -1}
 	// The importer's account key at token 3: an account can import only
 	// its own part of each subject space.
-	for k, at := range a.revoked {
+	for k, at := range a.revoked.Users {
 		vc.RevokeAt(k, time.Unix(at, 0))
+	}
+	now := time.Now().Unix()
+	for k, until := range a.revoked.Attempts {
+		if until > now {
+			vc.Revoke(k)
+		}
 	}
 	vc.Exports.Add(
 		&jwt.Export{Name: "wstream api", Subject: jwt.Subject(APIPrefix + "*.>"), Type: jwt.Service, AccountTokenPosition: 3},
@@ -233,6 +256,12 @@ func (a *Authority) accountJWT(r *record) (string, error) {
 		&jwt.Import{Name: "wstream events", Account: pub(a.service), Subject: jwt.Subject(EventsPrefix + acct + ".>"),
 			LocalSubject: "wstream.>", Type: jwt.Stream},
 	)
+	now := time.Now().Unix()
+	for k, until := range r.Revoked {
+		if until > now {
+			ac.Revoke(k)
+		}
+	}
 	if r.Removed {
 		// Every user issued so far is revoked, and JetStream is off.
 		ac.Revoke(jwt.All)
@@ -502,19 +531,63 @@ func AttemptPermissions(job string, attempt int) *jwt.Permissions {
 func (a *Authority) AttemptUser(tenantName, job string, attempt int, ttl time.Duration) (Creds, error) {
 	acct := a.service
 	if tenantName != "" {
-		a.mu.Lock()
-		r, ok := a.tenants[tenantName]
-		a.mu.Unlock()
-		if !ok || r.Removed {
-			return Creds{}, fmt.Errorf("no tenant %q", tenantName)
-		}
-		kp, err := nkeys.FromSeed([]byte(r.Seed))
+		kp, err := a.tenantKey(tenantName)
 		if err != nil {
 			return Creds{}, err
 		}
 		acct = kp
 	}
 	return user(acct, fmt.Sprintf("wstream-job-%s-%d", job, attempt), AttemptPermissions(job, attempt), ttl, TagAttempt)
+}
+
+// RevokeAttemptUsers revokes users that AttemptUser minted for tenant
+// ("" the service account), by public key, valid until expires (Unix
+// seconds; a revocation is dropped once the user has expired anyway). It
+// returns the account's JWT that says so, to Push.
+func (a *Authority) RevokeAttemptUsers(tenantName string, keys []string, expires int64) (string, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	now := time.Now().Unix()
+	if tenantName == "" {
+		for k, until := range a.revoked.Attempts {
+			if until <= now {
+				delete(a.revoked.Attempts, k)
+			}
+		}
+		for _, k := range keys {
+			a.revoked.Attempts[k] = expires
+		}
+		if err := a.writeJSON(revokedFile, a.revoked); err != nil {
+			return "", err
+		}
+		if err := a.sign(); err != nil {
+			return "", err
+		}
+		return a.serviceJWT, nil
+	}
+	r, ok := a.tenants[tenantName]
+	if !ok {
+		return "", fmt.Errorf("no tenant %q", tenantName)
+	}
+	n := *r
+	n.Revoked = map[string]int64{}
+	for k, until := range r.Revoked {
+		if until > now {
+			n.Revoked[k] = until
+		}
+	}
+	for _, k := range keys {
+		n.Revoked[k] = expires
+	}
+	j, err := a.accountJWT(&n)
+	if err != nil {
+		return "", err
+	}
+	if err := a.save(&n); err != nil {
+		return "", err
+	}
+	a.tenants[tenantName] = &n
+	return j, nil
 }
 
 // RevokeServiceUser revokes a user of the service account (by its public
@@ -530,7 +603,7 @@ func (a *Authority) RevokeServiceUser(userKey string) error {
 }
 
 func (a *Authority) revokeLocked(userKey string) error {
-	a.revoked[userKey] = time.Now().Add(time.Second).Unix()
+	a.revoked.Users[userKey] = time.Now().Add(time.Second).Unix()
 	if err := a.writeJSON(revokedFile, a.revoked); err != nil {
 		return err
 	}
@@ -546,17 +619,22 @@ func (a *Authority) SystemUser(name string) (Creds, error) { return user(a.syste
 // TenantUser mints a user of tenant's account: what its clients use, and
 // what the coordinator and workers use to reach the tenant's data.
 func (a *Authority) TenantUser(tenant, name string) (Creds, error) {
-	a.mu.Lock()
-	r, ok := a.tenants[tenant]
-	a.mu.Unlock()
-	if !ok || r.Removed {
-		return Creds{}, fmt.Errorf("no tenant %q", tenant)
-	}
-	kp, err := nkeys.FromSeed([]byte(r.Seed))
+	kp, err := a.tenantKey(tenant)
 	if err != nil {
 		return Creds{}, err
 	}
 	return user(kp, name, nil, 0, "")
+}
+
+// tenantKey is the account key of a tenant that has not been removed.
+func (a *Authority) tenantKey(name string) (nkeys.KeyPair, error) {
+	a.mu.Lock()
+	r, ok := a.tenants[name]
+	a.mu.Unlock()
+	if !ok || r.Removed {
+		return nil, fmt.Errorf("no tenant %q", name)
+	}
+	return nkeys.FromSeed([]byte(r.Seed))
 }
 
 // Add creates a tenant (an account) with quotas q and returns it with its
