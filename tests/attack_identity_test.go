@@ -135,7 +135,8 @@ func TestAttackWorkerIsNotAdmin(t *testing.T) {
 	}
 	// What it heard on its own subject, if acme's job went there: an
 	// attempt's credentials, which expire and may not use acme's control
-	// plane, and no key of an account.
+	// plane (TestAttackAttemptCredsRevoked tries them), and no key of an
+	// account.
 	mu.Unlock()
 	for _, m := range deploys {
 		var dep struct {
@@ -157,16 +158,6 @@ func TestAttackWorkerIsNotAdmin(t *testing.T) {
 		if !uc.Permissions.Pub.Deny.Contains("wstream.coord.>") {
 			t.Errorf("an attempt's credentials may publish requests: %+v", uc.Permissions)
 		}
-		// With them, acme's control plane refuses.
-		anc, err := nats.Connect(c.url, nats.UserJWTAndSeed(dep.TenantJWT, dep.TenantSeed), nats.CustomInboxPrefix("_WS_INBOX.t"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, err = anc.Request("wstream.coord.list", nil, 3*time.Second)
-		if lerr := anc.LastError(); !errors.Is(err, nats.ErrTimeout) || lerr == nil || !strings.Contains(lerr.Error(), "Permissions Violation") {
-			t.Errorf("acme's list with an attempt's credentials: %v (%v)", err, lerr)
-		}
-		anc.Close()
 	}
 	// The admin revokes w2: its credentials connect no more.
 	if w2 != nil {
@@ -224,6 +215,19 @@ func TestAttackAttemptCredsRevoked(t *testing.T) {
 	if left := time.Until(time.Unix(uc.Expires, 0)); uc.Expires == 0 || left > 8*24*time.Hour {
 		t.Errorf("the attempt's credentials expire in %v", left)
 	}
+	// While the attempt runs they connect, but acme's control plane
+	// refuses them.
+	anc, err := nats.Connect(c.url, nats.UserJWTAndSeed(dep.TenantJWT, dep.TenantSeed), nats.CustomInboxPrefix("_WS_INBOX.t"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{"wstream.coord.list", "wstream.coord.cancel"} {
+		_, err = anc.Request(s, []byte(`{}`), 3*time.Second)
+		if lerr := anc.LastError(); !errors.Is(err, nats.ErrTimeout) || lerr == nil || !strings.Contains(lerr.Error(), "Permissions Violation") {
+			t.Errorf("%s with an attempt's credentials: %v (%v)", s, err, lerr)
+		}
+	}
+	anc.Close()
 	c.victimExact(t, acme, d, g)
 	// Once the attempt has ended the stolen copy connects no more.
 	deadline := time.Now().Add(time.Minute)
