@@ -196,7 +196,7 @@ func TestAttackAttemptCredsRevoked(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = wnc.Flush()
-	g := genSpec{count: 6000, keys: 40, words: 1, seed: 36, rate: 3000}
+	g := genSpec{count: 15000, keys: 40, words: 1, seed: 36, rate: 3000}
 	d, _ := c.victimJob(t, acme, mod, g)
 	var m *nats.Msg
 	select {
