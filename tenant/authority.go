@@ -208,8 +208,6 @@ func (a *Authority) sign() error {
 	vc := jwt.NewAccountClaims(pub(a.service))
 	vc.Name = "wstream"
 	vc.Limits.JetStreamLimits = jwt.JetStreamLimits{MemoryStorage: -1, DiskStorage: -1, Streams: -1, Consumer: -1}
-	// The importer's account key at token 3: an account can import only
-	// its own part of each subject space.
 	for k, at := range a.revoked.Users {
 		vc.RevokeAt(k, time.Unix(at, 0))
 	}
@@ -219,6 +217,8 @@ func (a *Authority) sign() error {
 			vc.Revoke(k)
 		}
 	}
+	// The importer's account key at token 3: an account can import only
+	// its own part of each subject space.
 	vc.Exports.Add(
 		&jwt.Export{Name: "wstream api", Subject: jwt.Subject(APIPrefix + "*.>"), Type: jwt.Service, AccountTokenPosition: 3},
 		&jwt.Export{Name: "wstream events", Subject: jwt.Subject(EventsPrefix + "*.>"), Type: jwt.Stream, AccountTokenPosition: 3},
