@@ -66,6 +66,10 @@ type Config struct {
 	// SystemConn is a connection of the NATS system account, through which
 	// the coordinator pushes the account JWTs of tenants it adds or changes.
 	SystemConn *nats.Conn
+	// AttemptCredsTTL is how long the credentials a job attempt's workers
+	// get (tenant.AttemptUser) stay valid; the coordinator renews them
+	// every third of it (default DefaultAttemptCredsTTL).
+	AttemptCredsTTL time.Duration
 	// CheckpointHistory is how many recent checkpoints of each job the
 	// coordinator keeps with their per-subtask details for the REST API
 	// (default DefaultCheckpointHistory); counts and summaries cover all.
@@ -96,7 +100,9 @@ type Config struct {
 
 // Coordinator is the job manager.
 type Coordinator struct {
-	cfg     Config
+	cfg Config
+	// minted are the attempts' credentials given out (tenants.go).
+	minted  mintedAttempts
 	mu      sync.Mutex
 	workers map[string]*workerState
 	jobs    map[string]*jobState
@@ -256,6 +262,9 @@ func New(cfg Config) (*Coordinator, error) {
 	if cfg.WorkerTimeout <= 0 {
 		cfg.WorkerTimeout = 10 * cfg.HeartbeatInterval
 	}
+	if cfg.AttemptCredsTTL <= 0 {
+		cfg.AttemptCredsTTL = DefaultAttemptCredsTTL
+	}
 	if cfg.DeployTimeout <= 0 {
 		cfg.DeployTimeout = 60 * time.Second
 	}
@@ -342,9 +351,9 @@ func (c *Coordinator) activate(ctx context.Context) error {
 		}
 	}
 	handlers := map[string]nats.MsgHandler{
-		transport.SubjectRegister:  c.onRegister,
-		transport.SubjectHeartbeat: c.onHeartbeat,
-		transport.SubjectMetrics:   c.onMetrics,
+		transport.WorkerRegisterSubject("*"):  workerSubject(c.onRegister),
+		transport.WorkerHeartbeatSubject("*"): workerSubject(c.onHeartbeat),
+		transport.SubjectMetrics:              c.onMetrics,
 	}
 	// Requests made in the coordinator's own account come from the admin
 	// (on a cluster without tenants, from every user).
@@ -378,6 +387,10 @@ func (c *Coordinator) activate(ctx context.Context) error {
 	c.quit = make(chan struct{})
 	c.monitor.Add(1)
 	go c.watchWorkers(c.quit)
+	if c.cfg.Tenants != nil {
+		c.monitor.Add(1)
+		go c.renewAttemptCreds(c.quit)
+	}
 	for _, j := range resume {
 		c.mu.Lock()
 		j.resuming = c.quit
@@ -740,7 +753,7 @@ func (c *Coordinator) submit(req transport.SubmitRequest, who caller) (string, e
 	c.jobs[id] = js
 	c.syncLocked(js)
 	c.mu.Unlock()
-	sub, err := c.cfg.NATS.Subscribe(transport.TaskStatusSubject(id), c.tracked(c.onTaskStatus))
+	sub, err := c.cfg.NATS.Subscribe(transport.TaskStatusSubject(id, "*"), c.tracked(statusFromWorker(c.onTaskStatus)))
 	if err == nil {
 		err = c.cfg.NATS.Flush()
 	}

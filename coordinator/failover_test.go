@@ -65,7 +65,7 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 func TestWorkerLostAndBack(t *testing.T) {
 	c, client := startTestCoordinator(t)
 	info, _ := json.Marshal(transport.WorkerInfo{ID: "wx", Slots: 4})
-	if _, err := client.Request(transport.SubjectRegister, info, 5*time.Second); err != nil {
+	if _, err := client.Request(transport.WorkerRegisterSubject("wx"), info, 5*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	if ids := workerIDs(c); !slices.Equal(ids, []string{"wx"}) {
@@ -93,7 +93,7 @@ func TestWorkerLostAndBack(t *testing.T) {
 	// restarted learns its workers so); one that stays silent is soon
 	// lost again.
 	stranger, _ := json.Marshal(transport.WorkerInfo{ID: "wy"})
-	if err := client.Publish(transport.SubjectHeartbeat, stranger); err != nil {
+	if err := client.Publish(transport.WorkerHeartbeatSubject("wy"), stranger); err != nil {
 		t.Fatal(err)
 	}
 	if err := client.Flush(); err != nil {
@@ -106,7 +106,7 @@ func TestWorkerLostAndBack(t *testing.T) {
 		tk := time.NewTicker(20 * time.Millisecond)
 		defer tk.Stop()
 		for {
-			_ = client.Publish(transport.SubjectHeartbeat, info)
+			_ = client.Publish(transport.WorkerHeartbeatSubject("wx"), info)
 			select {
 			case <-stop:
 				return

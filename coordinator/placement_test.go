@@ -94,7 +94,7 @@ func (cc *clockedCoordinator) silentWorker(t *testing.T, id string, onDeploy fun
 	}
 	t.Cleanup(func() { _ = subD.Unsubscribe(); _ = subC.Unsubscribe() })
 	info, _ := json.Marshal(transport.WorkerInfo{ID: id, Slots: 4})
-	msg, err := cc.client.Request(transport.SubjectRegister, info, 10*time.Second)
+	msg, err := cc.client.Request(transport.WorkerRegisterSubject(id), info, 10*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}

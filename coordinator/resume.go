@@ -94,7 +94,7 @@ func (c *Coordinator) loadJobs(ctx context.Context) ([]*jobState, error) {
 // stopped (awaitWorkers).
 func (c *Coordinator) resume(j *jobState, quit <-chan struct{}) {
 	id := j.info.JobID
-	sub, err := c.cfg.NATS.Subscribe(transport.TaskStatusSubject(id), c.tracked(c.onTaskStatus))
+	sub, err := c.cfg.NATS.Subscribe(transport.TaskStatusSubject(id, "*"), c.tracked(statusFromWorker(c.onTaskStatus)))
 	c.mu.Lock()
 	now := c.nowMillis()
 	_ = j.lc.Resume(now)

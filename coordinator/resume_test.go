@@ -82,7 +82,7 @@ func startFakeWorker(t *testing.T, nc *nats.Conn, id string, running ...transpor
 			w.mu.Lock()
 			b, _ := json.Marshal(transport.WorkerInfo{ID: id, Running: slices.Clone(w.running)})
 			w.mu.Unlock()
-			_ = nc.Publish(transport.SubjectHeartbeat, b)
+			_ = nc.Publish(transport.WorkerHeartbeatSubject(id), b)
 			select {
 			case <-w.stop:
 				return
@@ -109,7 +109,7 @@ func (w *fakeWorker) setRunning(r ...transport.RunningAttempt) {
 func (w *fakeWorker) report(t *testing.T, jobID string, attempt int, state string) {
 	t.Helper()
 	b, _ := json.Marshal(transport.TaskStatus{JobID: jobID, Attempt: attempt, Worker: w.id, Task: transport.TaskRef{}, State: state})
-	if err := w.nc.Publish(transport.TaskStatusSubject(jobID), b); err != nil {
+	if err := w.nc.Publish(transport.TaskStatusSubject(jobID, w.id), b); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -11,11 +11,13 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/wstream/wstream/checkpoint"
 	"github.com/wstream/wstream/connector"
+	"github.com/wstream/wstream/internal/logging"
 	"github.com/wstream/wstream/job"
 	"github.com/wstream/wstream/tenant"
 	"github.com/wstream/wstream/transport"
@@ -387,28 +389,228 @@ func (c *Coordinator) publishToTenant(name, subject string, data []byte) {
 	_ = c.cfg.NATS.Publish(tenant.EventsPrefix+t.Account+"."+subject, data)
 }
 
-// tenantDeployment gives the workers of a tenant's job a user of the
-// tenant's account and the quotas they enforce.
+// DefaultAttemptCredsTTL is how long a job attempt's credentials stay
+// valid by default. NATS closes a connection whose credentials expire
+// (its connections then reconnect with the renewed ones), so it is long;
+// the credentials of an attempt are revoked as soon as it ends.
+const DefaultAttemptCredsTTL = 7 * 24 * time.Hour
+
+// mintedAttempts are the users minted for job attempts that are not
+// revoked yet, by public key.
+type mintedAttempts struct {
+	mu   sync.Mutex
+	keys map[string]mintedAttempt
+	// renewed is when the running attempts' credentials were last renewed.
+	renewed time.Time
+}
+
+type mintedAttempt struct {
+	tenant, job string
+	attempt     int
+	expires     int64
+	// ended is when the attempt was first seen ended.
+	ended time.Time
+}
+
+// attemptRevokeGrace is how long an ended attempt keeps its credentials:
+// its subtasks may still be cancelling (a sink aborting its transaction).
+const attemptRevokeGrace = 10 * time.Second
+
+// attemptUser mints (and remembers, to revoke) the credentials of an
+// attempt.
+func (c *Coordinator) attemptUser(tenantName, job string, attempt int) (tenant.Creds, error) {
+	cr, err := c.cfg.Tenants.AttemptUser(tenantName, job, attempt, c.cfg.AttemptCredsTTL)
+	if err != nil {
+		return tenant.Creds{}, err
+	}
+	uc, err := jwt.DecodeUserClaims(cr.JWT)
+	if err != nil {
+		return tenant.Creds{}, err
+	}
+	c.minted.mu.Lock()
+	if c.minted.keys == nil {
+		c.minted.keys = map[string]mintedAttempt{}
+	}
+	c.minted.keys[uc.Subject] = mintedAttempt{tenant: tenantName, job: job, attempt: attempt, expires: uc.Expires}
+	c.minted.mu.Unlock()
+	return cr, nil
+}
+
+// tenantDeployment gives the workers of an attempt, on a cluster with
+// tenants, the credentials of that attempt (a user of the job's account,
+// the tenant's or, for the admin's jobs, the service account's, that
+// expires, is revoked when the attempt ends, and may not use the control
+// plane) and the quotas they enforce. The deployment goes to each worker
+// on its own subject, which no other worker may read.
 func (c *Coordinator) tenantDeployment(j *jobState, d *transport.Deployment) error {
 	name := j.info.Tenant
+	if c.cfg.Tenants == nil {
+		if name == "" {
+			return nil
+		}
+		return fmt.Errorf("job %s belongs to tenant %s and this coordinator has no tenants", j.info.JobID, name)
+	}
+	cr, err := c.attemptUser(name, j.info.JobID, d.Attempt)
+	if err != nil {
+		return fmt.Errorf("job %s: %w", j.info.JobID, err)
+	}
+	d.Tenant, d.TenantJWT, d.TenantSeed = name, cr.JWT, cr.Seed
 	if name == "" {
 		return nil
-	}
-	if c.cfg.Tenants == nil {
-		return fmt.Errorf("job %s belongs to tenant %s and this coordinator has no tenants", j.info.JobID, name)
 	}
 	t, ok := c.cfg.Tenants.Get(name)
 	if !ok || t.Removed {
 		return fmt.Errorf("job %s: no tenant %q", j.info.JobID, name)
 	}
-	cr, err := c.cfg.Tenants.TenantUser(name, "wstream-worker-"+j.info.JobID)
-	if err != nil {
-		return err
-	}
 	q := t.Quotas.WithDefaults()
-	d.Tenant, d.TenantJWT, d.TenantSeed = name, cr.JWT, cr.Seed
 	d.MemoryLimitMiB, d.StateBytes, d.StateWriteRate, d.Weight = q.MemoryMiB, q.StateBytes, q.StateWriteRate, q.Weight
 	return nil
+}
+
+// renewAttemptCreds revokes, every second, the credentials of attempts
+// that have ended, and sends, every third of AttemptCredsTTL, new
+// credentials for each running attempt to each of its workers: an attempt
+// outlives its first credentials, a stolen copy does not outlive the
+// attempt.
+func (c *Coordinator) renewAttemptCreds(quit <-chan struct{}) {
+	defer c.monitor.Done()
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	c.minted.mu.Lock()
+	c.minted.renewed = time.Now()
+	c.minted.mu.Unlock()
+	for {
+		select {
+		case <-quit:
+			return
+		case <-t.C:
+		}
+		c.revokeEndedAttempts()
+		c.minted.mu.Lock()
+		due := time.Since(c.minted.renewed) >= c.cfg.AttemptCredsTTL/3
+		if due {
+			c.minted.renewed = time.Now()
+		}
+		c.minted.mu.Unlock()
+		if due {
+			c.renewRunningAttempts()
+		}
+	}
+}
+
+// revokeEndedAttempts revokes the users of attempts that no longer run.
+func (c *Coordinator) revokeEndedAttempts() {
+	live := map[string]int{}
+	c.mu.Lock()
+	for id, j := range c.jobs {
+		if !j.done {
+			live[id] = j.attempt
+		}
+	}
+	c.mu.Unlock()
+	type batch struct {
+		keys    []string
+		expires int64
+	}
+	ended := map[string]*batch{}
+	now := time.Now()
+	c.minted.mu.Lock()
+	for k, m := range c.minted.keys {
+		if a, ok := live[m.job]; ok && a == m.attempt {
+			continue
+		}
+		if m.ended.IsZero() {
+			m.ended = now
+			c.minted.keys[k] = m
+		}
+		if now.Sub(m.ended) < attemptRevokeGrace {
+			continue
+		}
+		b := ended[m.tenant]
+		if b == nil {
+			b = &batch{}
+			ended[m.tenant] = b
+		}
+		b.keys = append(b.keys, k)
+		b.expires = max(b.expires, m.expires)
+	}
+	c.minted.mu.Unlock()
+	for name, b := range ended {
+		j, err := c.cfg.Tenants.RevokeAttemptUsers(name, b.keys, b.expires)
+		if err == nil && c.cfg.SystemConn != nil {
+			err = tenant.Push(c.cfg.SystemConn, j)
+		}
+		if err != nil {
+			// Tried again at the next tick.
+			c.cfg.Log.Warn("revoking ended attempts' credentials", logging.Tenant, orString(name, tenant.Admin), "err", err)
+			continue
+		}
+		c.minted.mu.Lock()
+		for _, k := range b.keys {
+			delete(c.minted.keys, k)
+		}
+		c.minted.mu.Unlock()
+	}
+}
+
+// renewRunningAttempts sends each worker of each running attempt new
+// credentials of it.
+func (c *Coordinator) renewRunningAttempts() {
+	type send struct {
+		worker, tenant, job string
+		attempt             int
+	}
+	var out []send
+	c.mu.Lock()
+	for _, j := range c.jobs {
+		if j.done {
+			continue
+		}
+		for w := range j.placement {
+			out = append(out, send{w, j.info.Tenant, j.info.JobID, j.attempt})
+		}
+	}
+	c.mu.Unlock()
+	for _, s := range out {
+		cr, err := c.attemptUser(s.tenant, s.job, s.attempt)
+		if err != nil {
+			c.cfg.Log.Warn("renewing a job attempt's credentials", logging.Job, s.job, "err", err)
+			continue
+		}
+		b, _ := json.Marshal(transport.CredsRenewal{JobID: s.job, Attempt: s.attempt, JWT: cr.JWT, Seed: cr.Seed})
+		_ = c.cfg.NATS.Publish(transport.WorkerCredsSubject(s.worker), b)
+	}
+}
+
+// statusFromWorker makes h take a task status only from the subject of the
+// worker it names (transport.TaskStatusSubject).
+func statusFromWorker(h nats.MsgHandler) nats.MsgHandler {
+	return func(m *nats.Msg) {
+		var st transport.TaskStatus
+		i := strings.LastIndexByte(m.Subject, '.')
+		if json.Unmarshal(m.Data, &st) == nil && st.Worker != m.Subject[i+1:] {
+			return
+		}
+		h(m)
+	}
+}
+
+// workerSubject makes h take a worker's registration or heartbeat only
+// from the subject of the worker it names (transport.WorkerRegisterSubject):
+// a worker's credentials may publish under its own id only, so one
+// worker cannot speak for another.
+func workerSubject(h nats.MsgHandler) nats.MsgHandler {
+	return func(m *nats.Msg) {
+		var w transport.WorkerInfo
+		_, id, _ := strings.Cut(strings.TrimPrefix(strings.TrimPrefix(m.Subject, transport.SubjectRegister), transport.SubjectHeartbeat), ".")
+		if json.Unmarshal(m.Data, &w) == nil && w.ID != id {
+			if m.Reply != "" {
+				respond(m, transport.Reply{Error: fmt.Sprintf("not authorized: worker %s cannot speak for worker %s", id, w.ID)})
+			}
+			return
+		}
+		h(m)
+	}
 }
 
 func orString(s, d string) string {
@@ -477,8 +679,31 @@ func (c *Coordinator) tenantOp(req transport.TenantRequest) (transport.TenantRep
 		t, jwt, err = a.Remove(req.Name)
 	case "creds":
 		t, _ = a.Get(req.Name)
+	case "worker-revoke":
+		j, err := a.RevokeWorker(req.Name)
+		if err != nil {
+			return transport.TenantReply{}, err
+		}
+		if c.cfg.SystemConn == nil {
+			return transport.TenantReply{}, errors.New("no system account connection to push the service account to NATS")
+		}
+		if err := tenant.Push(c.cfg.SystemConn, j); err != nil {
+			return transport.TenantReply{}, err
+		}
+		return transport.TenantReply{}, nil
+	case "worker-creds":
+		// A worker's own user: it acts as the worker called req.Name.
+		cr, err := a.WorkerUser(req.Name)
+		if err != nil {
+			return transport.TenantReply{}, err
+		}
+		f, err := cr.File()
+		if err != nil {
+			return transport.TenantReply{}, err
+		}
+		return transport.TenantReply{Creds: string(f)}, nil
 	default:
-		return transport.TenantReply{}, fmt.Errorf("unknown tenant operation %q (add, update, remove, list, creds)", req.Op)
+		return transport.TenantReply{}, fmt.Errorf("unknown tenant operation %q (add, update, remove, list, creds, worker-creds, worker-revoke)", req.Op)
 	}
 	if err != nil {
 		return transport.TenantReply{}, err

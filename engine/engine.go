@@ -84,6 +84,9 @@ type Options struct {
 	// connect as users of its service account, and each tenant is an
 	// account of its own.
 	Tenants *tenant.Authority
+	// AttemptCredsTTL is how long the credentials of a job attempt that
+	// workers get stay valid, with Tenants (coordinator.Config).
+	AttemptCredsTTL time.Duration
 	// NoWorkers starts no in-process worker, even with the embedded server
 	// (`wstream server` runs guest code only when asked).
 	NoWorkers bool
@@ -195,11 +198,18 @@ func Start(ctx context.Context, o Options) (e *Engine, err error) {
 	// tenants; opts (a tenant user's credentials) come last.
 	var base []nats.Option
 	if o.Tenants != nil {
-		cr, err := o.Tenants.ServiceUser("wstream")
+		// The in-process workers share the coordinator's user: they run
+		// in the process that holds the authority.
+		cr, err := o.Tenants.CoordinatorUser("wstream-coordinator")
 		if err != nil {
 			return nil, err
 		}
 		base = append(base, cr.Option())
+	}
+	if o.NATSURL != "" && o.NoCoordinator {
+		if err := workerIdentity(&o); err != nil {
+			return nil, err
+		}
 	}
 	dial := func(name string, opts ...nats.Option) (*nats.Conn, error) {
 		all := append(slices.Clone(base), opts...)
@@ -283,7 +293,8 @@ func Start(ctx context.Context, o Options) (e *Engine, err error) {
 		e.coord, err = coordinator.New(coordinator.Config{NATS: e.nc, Log: o.Log, DataDir: o.DataDir,
 			HeartbeatInterval: o.HeartbeatInterval, WorkerTimeout: o.WorkerTimeout, ResumeJobs: o.ResumeJobs,
 			Tenants: o.Tenants, TenantConnect: tenantConnect, SystemConn: e.sys, CheckpointHistory: o.CheckpointHistory,
-			MaxModuleBytes: o.MaxModuleBytes, Lease: o.Lease, TakeLease: e.srv != nil, OnLead: o.OnLead, Deposed: o.Deposed})
+			MaxModuleBytes: o.MaxModuleBytes, Lease: o.Lease, TakeLease: e.srv != nil, OnLead: o.OnLead, Deposed: o.Deposed,
+			AttemptCredsTTL: o.AttemptCredsTTL})
 		if err != nil {
 			return nil, err
 		}
@@ -386,6 +397,39 @@ func HostConfig(o Options) host.Config {
 }
 
 // workerID is the id of in-process worker i.
+// workerIdentity makes a worker that connects with a worker's own
+// credentials (tenant.WorkerUser) take the id they were minted for, with
+// its inbox under its own subjects: those are all its user may subscribe
+// to.
+func workerIdentity(o *Options) error {
+	var no nats.Options
+	for _, opt := range o.NATSOptions {
+		if err := opt(&no); err != nil {
+			return err
+		}
+	}
+	if no.UserJWT == nil {
+		return nil
+	}
+	j, err := no.UserJWT()
+	if err != nil {
+		return fmt.Errorf("NATS credentials: %w", err)
+	}
+	name, ok := tenant.WorkerName(j)
+	if !ok {
+		return nil
+	}
+	if o.Workers > 1 {
+		return fmt.Errorf("the credentials are those of worker %s: they run one worker", name)
+	}
+	if o.WorkerID != "" && o.WorkerID != name {
+		return fmt.Errorf("the credentials are those of worker %s, not %s: leave out --id, or use the credentials of worker %s (wstream tenant worker-creds %s)", name, o.WorkerID, o.WorkerID, o.WorkerID)
+	}
+	o.WorkerID = name
+	o.NATSOptions = append(slices.Clone(o.NATSOptions), nats.CustomInboxPrefix(transport.WorkerInboxPrefix(name)))
+	return nil
+}
+
 func workerID(o Options, i int) string {
 	base := o.WorkerID
 	if base == "" && o.NATSURL != "" {

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strings"
 	"sync"
@@ -16,6 +17,8 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
+
+	"github.com/wstream/wstream/transport"
 )
 
 // Subjects that cross accounts (see the package documentation).
@@ -44,6 +47,9 @@ type Tenant struct {
 type record struct {
 	Tenant
 	Seed string `json:"seed"`
+	// Revoked are users of the account revoked (public key → until when
+	// the revocation must stay: their expiry).
+	Revoked map[string]int64 `json:"revoked,omitempty"`
 }
 
 // Creds are a user's JWT and nkey seed.
@@ -70,6 +76,17 @@ type Authority struct {
 
 	mu      sync.Mutex
 	tenants map[string]*record
+	// revoked are the service account's users revoked, kept in
+	// revoked.json and signed into the account's JWT.
+	revoked serviceRevocations
+}
+
+// serviceRevocations are the service account's revoked users by public
+// key: Users (workers, older servers' users) for ever, from when they
+// were revoked; Attempts until they expire.
+type serviceRevocations struct {
+	Users    map[string]int64 `json:"users"`
+	Attempts map[string]int64 `json:"attempts"`
 }
 
 // Open opens the authority in dir, creating its keys when dir holds none.
@@ -87,6 +104,20 @@ func Open(dir string) (*Authority, error) {
 	}
 	if a.service, err = loadOrCreate(dir, "service.seed", nkeys.CreateAccount); err != nil {
 		return nil, err
+	}
+	a.revoked = serviceRevocations{Users: map[string]int64{}, Attempts: map[string]int64{}}
+	if b, err := os.ReadFile(filepath.Join(dir, revokedFile)); err == nil {
+		if err := json.Unmarshal(b, &a.revoked); err != nil {
+			return nil, fmt.Errorf("tenant authority: %s: %w", filepath.Join(dir, revokedFile), err)
+		}
+		if a.revoked.Users == nil {
+			a.revoked.Users = map[string]int64{}
+		}
+		if a.revoked.Attempts == nil {
+			a.revoked.Attempts = map[string]int64{}
+		}
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("tenant authority: %w", err)
 	}
 	if err := a.sign(); err != nil {
 		return nil, err
@@ -177,6 +208,15 @@ func (a *Authority) sign() error {
 	vc := jwt.NewAccountClaims(pub(a.service))
 	vc.Name = "wstream"
 	vc.Limits.JetStreamLimits = jwt.JetStreamLimits{MemoryStorage: -1, DiskStorage: -1, Streams: -1, Consumer: -1}
+	for k, at := range a.revoked.Users {
+		vc.RevokeAt(k, time.Unix(at, 0))
+	}
+	now := time.Now().Unix()
+	for k, until := range a.revoked.Attempts {
+		if until > now {
+			vc.Revoke(k)
+		}
+	}
 	// The importer's account key at token 3: an account can import only
 	// its own part of each subject space.
 	vc.Exports.Add(
@@ -216,6 +256,12 @@ func (a *Authority) accountJWT(r *record) (string, error) {
 		&jwt.Import{Name: "wstream events", Account: pub(a.service), Subject: jwt.Subject(EventsPrefix + acct + ".>"),
 			LocalSubject: "wstream.>", Type: jwt.Stream},
 	)
+	now := time.Now().Unix()
+	for k, until := range r.Revoked {
+		if until > now {
+			ac.Revoke(k)
+		}
+	}
 	if r.Removed {
 		// Every user issued so far is revoked, and JetStream is off.
 		ac.Revoke(jwt.All)
@@ -249,9 +295,9 @@ func (a *Authority) ConfigureServer(o *server.Options) error {
 
 // jwts are the JWTs of every account, by public key.
 func (a *Authority) jwts() map[string]string {
-	out := map[string]string{pub(a.system): a.systemJWT, pub(a.service): a.serviceJWT}
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	out := map[string]string{pub(a.system): a.systemJWT, pub(a.service): a.serviceJWT}
 	for _, r := range a.tenants {
 		if j, err := a.accountJWT(r); err == nil {
 			out[r.Account] = j
@@ -284,8 +330,9 @@ func (a *Authority) ServerConfig(jwtDir string) string {
 	return b.String()
 }
 
-// user mints a user of the account whose key is acct.
-func user(acct nkeys.KeyPair, name string, perms *jwt.Permissions) (Creds, error) {
+// user mints a user of the account whose key is acct, with perms (nil:
+// the account's whole reach), expiring after ttl (0: never), tagged tag.
+func user(acct nkeys.KeyPair, name string, perms *jwt.Permissions, ttl time.Duration, tag string) (Creds, error) {
 	ukp, err := nkeys.CreateUser()
 	if err != nil {
 		return Creds{}, err
@@ -295,6 +342,12 @@ func user(acct nkeys.KeyPair, name string, perms *jwt.Permissions) (Creds, error
 	if perms != nil {
 		uc.Permissions = *perms
 	}
+	if ttl > 0 {
+		uc.Expires = time.Now().Add(ttl).Unix()
+	}
+	if tag != "" {
+		uc.Tags.Add(tag)
+	}
 	j, err := uc.Encode(acct)
 	if err != nil {
 		return Creds{}, err
@@ -303,27 +356,290 @@ func user(acct nkeys.KeyPair, name string, perms *jwt.Permissions) (Creds, error
 	return Creds{JWT: j, Seed: string(seed)}, nil
 }
 
-// ServiceUser mints a user of the service account (coordinator, workers,
-// admin).
-func (a *Authority) ServiceUser(name string) (Creds, error) { return user(a.service, name, nil) }
+// Tags of the service account's users: what each may do is in its
+// permissions; the tag names the role.
+const (
+	TagAdmin       = "wstream-admin"
+	TagCoordinator = "wstream-coordinator"
+	TagWorker      = "wstream-worker"
+	// TagAttempt marks the credentials of one job attempt.
+	TagAttempt = "wstream-attempt"
+)
+
+// AdminUser mints a user of the service account for the admin: it may do
+// everything the service account can (manage tenants, act on every job).
+func (a *Authority) AdminUser(name string) (Creds, error) {
+	return user(a.service, name, nil, 0, TagAdmin)
+}
+
+// CoordinatorUser mints the coordinator's user of the service account.
+// The coordinator holds the authority itself, so its user is not
+// narrowed.
+func (a *Authority) CoordinatorUser(name string) (Creds, error) {
+	return user(a.service, name, nil, 0, TagCoordinator)
+}
+
+// WorkerUser mints the user of the worker whose id is name: it may
+// register and heartbeat as that worker, report its subtasks' status,
+// checkpoint acknowledgements and metrics, and hear what the coordinator
+// sends that worker (transport.WorkerSubjects), with its inbox there too.
+// It may not publish any other control-plane request (submit, cancel,
+// tenant, …), nor subscribe to another worker's subjects or to the
+// account's inboxes, nor use JetStream: a job's data is reached through
+// the credentials each attempt brings (AttemptUser).
+func (a *Authority) WorkerUser(name string) (Creds, error) {
+	if err := CheckWorkerName(name); err != nil {
+		return Creds{}, err
+	}
+	cr, err := user(a.service, name, WorkerPermissions(name), 0, TagWorker)
+	if err != nil {
+		return Creds{}, err
+	}
+	uc, err := jwt.DecodeUserClaims(cr.JWT)
+	if err != nil {
+		return Creds{}, err
+	}
+	// Kept, so that RevokeWorker can revoke every user of the worker.
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	workers, err := a.readWorkers()
+	if err != nil {
+		return Creds{}, err
+	}
+	workers[name] = append(workers[name], uc.Subject)
+	if err := a.writeJSON(workersFile, workers); err != nil {
+		return Creds{}, err
+	}
+	return cr, nil
+}
+
+// workersFile keeps the public keys of the users minted for each worker.
+const workersFile = "workers.json"
+
+func (a *Authority) readWorkers() (map[string][]string, error) {
+	workers := map[string][]string{}
+	b, err := os.ReadFile(filepath.Join(a.dir, workersFile))
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return workers, nil
+	case err != nil:
+		return nil, fmt.Errorf("tenant authority: %w", err)
+	}
+	if err := json.Unmarshal(b, &workers); err != nil {
+		return nil, fmt.Errorf("tenant authority: %s: %w", filepath.Join(a.dir, workersFile), err)
+	}
+	return workers, nil
+}
+
+func (a *Authority) writeJSON(name string, v any) error {
+	b, _ := json.MarshalIndent(v, "", "  ")
+	return writePrivate(filepath.Join(a.dir, name), append(b, '\n'))
+}
+
+// RevokeWorker revokes every user minted for worker name, and returns the
+// service account's JWT that says so, which must reach the NATS servers
+// (Push): the server then closes their connections.
+func (a *Authority) RevokeWorker(name string) (string, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	workers, err := a.readWorkers()
+	if err != nil {
+		return "", err
+	}
+	if len(workers[name]) == 0 {
+		return "", fmt.Errorf("no worker %q was given credentials", name)
+	}
+	for _, k := range workers[name] {
+		if err := a.revokeLocked(k); err != nil {
+			return "", err
+		}
+	}
+	delete(workers, name)
+	if err := a.writeJSON(workersFile, workers); err != nil {
+		return "", err
+	}
+	return a.serviceJWT, nil
+}
+
+var workerNameRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+
+// CheckWorkerName checks a worker's id, which is a subject token.
+func CheckWorkerName(name string) error {
+	if !workerNameRE.MatchString(name) {
+		return fmt.Errorf("worker name %q: use 1–64 characters A-Z, a-z, 0-9, '_' and '-'", name)
+	}
+	return nil
+}
+
+// WorkerPermissions are the permissions of worker name's user.
+func WorkerPermissions(name string) *jwt.Permissions {
+	p := &jwt.Permissions{}
+	p.Pub.Allow.Add(
+		transport.WorkerRegisterSubject(name),
+		transport.WorkerHeartbeatSubject(name),
+		transport.SubjectMetrics,
+		transport.TaskStatusSubject("*", name),
+		transport.CheckpointAckSubject("*"),
+	)
+	// Its own subjects, and the epochs leaders announce.
+	p.Sub.Allow.Add(transport.WorkerSubjects(name), transport.SubjectLeader)
+	// The answers to the coordinator's deploy, cancel and checkpoint
+	// requests.
+	p.Resp = &jwt.ResponsePermission{MaxMsgs: 1, Expires: 10 * time.Minute}
+	return p
+}
+
+// WorkerName returns the worker id in a worker's user JWT (minted by
+// WorkerUser), and false for any other JWT.
+func WorkerName(userJWT string) (string, bool) {
+	uc, err := jwt.DecodeUserClaims(userJWT)
+	if err != nil || !uc.Tags.Contains(TagWorker) || CheckWorkerName(uc.Name) != nil {
+		return "", false
+	}
+	return uc.Name, true
+}
+
+// attemptDeny are the subjects a job attempt's credentials may neither
+// publish nor subscribe to: the control plane (a tenant's imports of it
+// too), the account's inboxes and, in the service account, the
+// coordinator's buckets.
+var attemptDeny = []string{
+	"wstream.coord.>", "wstream.worker.>", "wstream.job.>", "wstream.api.>", "wstream.events.>", "_INBOX.>", "$SYS.>",
+	// The leader's announcements: a forged epoch would make workers
+	// refuse the real leader's commands.
+	transport.SubjectLeader,
+}
+
+// coordinatorBuckets are the streams of the coordinator's key-value
+// buckets (transport.JobsBucket, transport.CheckpointIDsBucket, and the
+// coordinators' lease, coordinator.LeaderBucket).
+var coordinatorBuckets = []string{"wstream_jobs", "wstream_checkpoint_ids", "wstream_leader"}
+
+// AttemptPermissions are the permissions of the credentials of attempt
+// of job: its subjects and streams, no control plane. Its connections use
+// transport.AttemptInboxPrefix.
+func AttemptPermissions(job string, attempt int) *jwt.Permissions {
+	p := &jwt.Permissions{}
+	p.Pub.Deny.Add(attemptDeny...)
+	p.Sub.Deny.Add(attemptDeny...)
+	for _, b := range coordinatorBuckets {
+		st := "KV_" + b
+		p.Pub.Deny.Add("$KV."+b+".>", "$JS.API.*.*."+st, "$JS.API.*.*."+st+".>", "$JS.API.*.*.*."+st, "$JS.API.*.*.*."+st+".>")
+		p.Sub.Deny.Add("$KV." + b + ".>")
+	}
+	return p
+}
+
+// AttemptUser mints the credentials of one attempt of a job of tenant
+// ("" is the admin: a user of the service account), valid for ttl: the
+// worker that runs the attempt reaches the job's data through them.
+func (a *Authority) AttemptUser(tenantName, job string, attempt int, ttl time.Duration) (Creds, error) {
+	acct := a.service
+	if tenantName != "" {
+		kp, err := a.tenantKey(tenantName)
+		if err != nil {
+			return Creds{}, err
+		}
+		acct = kp
+	}
+	return user(acct, fmt.Sprintf("wstream-job-%s-%d", job, attempt), AttemptPermissions(job, attempt), ttl, TagAttempt)
+}
+
+// RevokeAttemptUsers revokes users that AttemptUser minted for tenant
+// ("" the service account), by public key, valid until expires (Unix
+// seconds; a revocation is dropped once the user has expired anyway). It
+// returns the account's JWT that says so, to Push.
+func (a *Authority) RevokeAttemptUsers(tenantName string, keys []string, expires int64) (string, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	now := time.Now().Unix()
+	if tenantName == "" {
+		for k, until := range a.revoked.Attempts {
+			if until <= now {
+				delete(a.revoked.Attempts, k)
+			}
+		}
+		for _, k := range keys {
+			a.revoked.Attempts[k] = expires
+		}
+		if err := a.writeJSON(revokedFile, a.revoked); err != nil {
+			return "", err
+		}
+		if err := a.sign(); err != nil {
+			return "", err
+		}
+		return a.serviceJWT, nil
+	}
+	r, ok := a.tenants[tenantName]
+	if !ok {
+		return "", fmt.Errorf("no tenant %q", tenantName)
+	}
+	n := *r
+	n.Revoked = map[string]int64{}
+	for k, until := range r.Revoked {
+		if until > now {
+			n.Revoked[k] = until
+		}
+	}
+	for _, k := range keys {
+		n.Revoked[k] = expires
+	}
+	j, err := a.accountJWT(&n)
+	if err != nil {
+		return "", err
+	}
+	if err := a.save(&n); err != nil {
+		return "", err
+	}
+	a.tenants[tenantName] = &n
+	return j, nil
+}
+
+// RevokeServiceUser revokes a user of the service account (by its public
+// key): the account JWT that says so must reach the NATS servers (the
+// embedded server's resolver when it starts, or PushAll).
+func (a *Authority) RevokeServiceUser(userKey string) error {
+	if !nkeys.IsValidPublicUserKey(userKey) {
+		return fmt.Errorf("revoking %q: not a user's public key", userKey)
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.revokeLocked(userKey)
+}
+
+func (a *Authority) revokeLocked(userKey string) error {
+	a.revoked.Users[userKey] = time.Now().Add(time.Second).Unix()
+	if err := a.writeJSON(revokedFile, a.revoked); err != nil {
+		return err
+	}
+	return a.sign()
+}
+
+// revokedFile keeps the service account's revoked users.
+const revokedFile = "revoked.json"
 
 // SystemUser mints a user of the system account (it pushes account JWTs).
-func (a *Authority) SystemUser(name string) (Creds, error) { return user(a.system, name, nil) }
+func (a *Authority) SystemUser(name string) (Creds, error) { return user(a.system, name, nil, 0, "") }
 
 // TenantUser mints a user of tenant's account: what its clients use, and
 // what the coordinator and workers use to reach the tenant's data.
 func (a *Authority) TenantUser(tenant, name string) (Creds, error) {
-	a.mu.Lock()
-	r, ok := a.tenants[tenant]
-	a.mu.Unlock()
-	if !ok || r.Removed {
-		return Creds{}, fmt.Errorf("no tenant %q", tenant)
-	}
-	kp, err := nkeys.FromSeed([]byte(r.Seed))
+	kp, err := a.tenantKey(tenant)
 	if err != nil {
 		return Creds{}, err
 	}
-	return user(kp, name, nil)
+	return user(kp, name, nil, 0, "")
+}
+
+// tenantKey is the account key of a tenant that has not been removed.
+func (a *Authority) tenantKey(name string) (nkeys.KeyPair, error) {
+	a.mu.Lock()
+	r, ok := a.tenants[name]
+	a.mu.Unlock()
+	if !ok || r.Removed {
+		return nil, fmt.Errorf("no tenant %q", name)
+	}
+	return nkeys.FromSeed([]byte(r.Seed))
 }
 
 // Add creates a tenant (an account) with quotas q and returns it with its

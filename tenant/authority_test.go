@@ -54,7 +54,7 @@ func TestAccountsKeepTenantsApart(t *testing.T) {
 	if err := Push(sys, jb); err != nil {
 		t.Fatal(err)
 	}
-	svc := connect(a.ServiceUser("coordinator"))
+	svc := connect(a.CoordinatorUser("coordinator"))
 	na := connect(a.TenantUser("acme", "client"))
 	nb := connect(a.TenantUser("bolt", "client"))
 
@@ -157,5 +157,144 @@ func TestCheckName(t *testing.T) {
 		if err := CheckName(n); err == nil {
 			t.Errorf("%q accepted", n)
 		}
+	}
+}
+
+// TestWorkerAndAttemptUsers runs a real embedded NATS server and checks
+// what a worker's user and a job attempt's may do: the worker its own
+// subjects only, the attempt no control plane, and a revoked worker
+// nothing.
+func TestWorkerAndAttemptUsers(t *testing.T) {
+	a, err := Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := a.Add("acme", Quotas{}); err != nil {
+		t.Fatal(err)
+	}
+	srv, err := transport.StartEmbedded(transport.EmbeddedOptions{StoreDir: t.TempDir(), Listen: "127.0.0.1:0", Configure: a.ConfigureServer})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	// connect returns a connection and the permission errors it got.
+	must := func(c Creds, err error) Creds {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	connect := func(c Creds, opts ...nats.Option) (*nats.Conn, func(subject string) bool) {
+		t.Helper()
+		errs := make(chan error, 64)
+		nc, err := transport.ConnectInProcess(srv, "test", append([]nats.Option{c.Option(),
+			nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { errs <- err })}, opts...)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+		var seen []string
+		// The server's refusal comes asynchronously: wait for it a while.
+		return nc, func(subject string) bool {
+			deadline := time.After(5 * time.Second)
+			for {
+				for _, s := range seen {
+					if strings.Contains(s, "Permissions Violation") && strings.Contains(s, `"`+subject+`"`) {
+						return true
+					}
+				}
+				select {
+				case err := <-errs:
+					seen = append(seen, err.Error())
+				case <-deadline:
+					return false
+				}
+			}
+		}
+	}
+	coord, _ := connect(must(a.CoordinatorUser("coordinator")))
+	got := make(chan string, 16)
+	if _, err := coord.Subscribe("wstream.coord.>", func(m *nats.Msg) { got <- m.Subject }); err != nil {
+		t.Fatal(err)
+	}
+	_ = coord.Flush()
+
+	w1, refused := connect(must(a.WorkerUser("w1")), nats.CustomInboxPrefix(transport.WorkerInboxPrefix("w1")))
+	for _, s := range []string{transport.WorkerHeartbeatSubject("w1"), transport.SubjectSubmit, transport.SubjectTenant, transport.WorkerHeartbeatSubject("w2")} {
+		_ = w1.Publish(s, []byte("{}"))
+	}
+	if s := <-got; s != transport.WorkerHeartbeatSubject("w1") {
+		t.Fatalf("the coordinator heard %s", s)
+	}
+	for _, s := range []string{transport.SubjectSubmit, transport.SubjectTenant, transport.WorkerHeartbeatSubject("w2")} {
+		if !refused(s) {
+			t.Errorf("worker w1 published to %s", s)
+		}
+	}
+	for _, s := range []string{transport.WorkerSubjects("w2"), "_INBOX.>", "$JS.API.>"} {
+		if _, err := w1.SubscribeSync(s); err != nil {
+			t.Fatal(err)
+		}
+		if !refused(s) {
+			t.Errorf("worker w1 subscribed to %s", s)
+		}
+	}
+	if name, ok := WorkerName(func() string { c, _ := a.WorkerUser("w3"); return c.JWT }()); !ok || name != "w3" {
+		t.Errorf("WorkerName: %q %v", name, ok)
+	}
+	if _, ok := WorkerName(func() string { c, _ := a.AdminUser("admin"); return c.JWT }()); ok {
+		t.Error("the admin's JWT names a worker")
+	}
+
+	// An attempt's user of acme's account: no control plane, an expiry.
+	at, refusedAt := connect(must(a.AttemptUser("acme", "j1", 0, time.Minute)), nats.CustomInboxPrefix(transport.AttemptInboxPrefix("j1", 0)))
+	_, err = at.Request("wstream.coord.list", nil, time.Second)
+	if !errors.Is(err, nats.ErrTimeout) || !refusedAt("wstream.coord.list") {
+		t.Errorf("an attempt's list: %v", err)
+	}
+	if _, err := at.SubscribeSync("_INBOX.>"); err != nil || !refusedAt("_INBOX.>") {
+		t.Errorf("an attempt subscribed to the account's inboxes: %v", err)
+	}
+	js, _ := jetstream.New(at)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}}); err != nil {
+		t.Errorf("an attempt's JetStream in its account: %v", err)
+	}
+	short, err := a.AttemptUser("acme", "j1", 0, 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(3 * time.Second) // past the expiry, which is in whole seconds
+	// Over TCP the server's refusal comes back as an error.
+	if nc, err := nats.Connect(srv.ClientURL(), short.Option()); err == nil {
+		nc.Close()
+		t.Error("expired attempt credentials connect")
+	} else if !strings.Contains(err.Error(), "Authorization Violation") {
+		t.Errorf("expired attempt credentials: %v", err)
+	}
+
+	// A revoked worker connects no more.
+	w4, err := a.WorkerUser("w4")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sys, _ := connect(must(a.SystemUser("push")))
+	j, err := a.RevokeWorker("w4")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := Push(sys, j); err != nil {
+		t.Fatal(err)
+	}
+	if nc, err := nats.Connect(srv.ClientURL(), w4.Option()); err == nil {
+		nc.Close()
+		t.Error("a revoked worker connects")
+	} else if !strings.Contains(err.Error(), "Authorization Violation") {
+		t.Errorf("a revoked worker: %v", err)
+	}
+	if _, err := a.RevokeWorker("nobody"); err == nil {
+		t.Error("revoking an unknown worker")
 	}
 }

@@ -18,12 +18,18 @@
 //     the same way, imported as "wstream.>": the coordinator announces the
 //     end of a tenant's job there, and only that tenant hears it.
 //
-// The coordinator and workers reach a tenant's data (its modules, data
-// streams, checkpoints in object stores, JetStream connectors) as a user of
-// the tenant's account that the authority mints: the authority holds every
-// account's key, so no tenant credential ever gives access to another
-// account, and no tenant can raise its own limits (the account JWT, which
-// carries its JetStream limits, is signed by the operator).
+// The service account's users have separate identities: the admin and the
+// coordinator, whose reach is the account's, and one user per worker
+// (WorkerUser), whose permissions allow only that worker's own subjects.
+// The coordinator reaches a tenant's data as a user of the tenant's
+// account; a worker reaches a job's data (its module, data stream,
+// checkpoints in object stores, JetStream connectors) through the
+// credentials of the job attempt it runs (AttemptUser): a user of the
+// job's account that may not use the control plane, expires, and is
+// revoked when the attempt ends. The authority holds every account's key,
+// so no tenant credential ever gives access to another account, and no
+// tenant can raise its own limits (the account JWT, which carries its
+// JetStream limits, is signed by the operator).
 //
 // The authority lives in a directory (mode 0700, files 0600). With the
 // embedded NATS server the directory's account resolver serves the JWTs;

@@ -40,10 +40,17 @@ type tenantClient struct {
 // tenants named (each with its credentials and REST token in dir).
 func startAttackCluster(t *testing.T, tenants ...string) (*attackCluster, map[string]*tenantClient) {
 	t.Helper()
+	return startAttackClusterWith(t, nil, tenants...)
+}
+
+// startAttackClusterWith is startAttackCluster with more flags of the
+// server.
+func startAttackClusterWith(t *testing.T, serverFlags []string, tenants ...string) (*attackCluster, map[string]*tenantClient) {
+	t.Helper()
 	c := &attackCluster{dir: t.TempDir()}
 	c.data = filepath.Join(c.dir, "server")
 	c.auth = filepath.Join(c.data, "auth")
-	c.srv = startEdge(t, c.dir, "server", "--data", c.data, "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0")
+	c.srv = startEdge(t, c.dir, append([]string{"server", "--data", c.data, "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0"}, serverFlags...)...)
 	c.srv.until(t, "server URL", false, func() bool {
 		b, err := os.ReadFile(filepath.Join(c.data, "nats.url"))
 		c.url = strings.TrimSpace(string(b))

@@ -2,6 +2,7 @@ package transport
 
 import (
 	"encoding/json"
+	"strconv"
 	"time"
 
 	"github.com/wstream/wstream/checkpoint"
@@ -14,11 +15,15 @@ const (
 	// SubjectUpgrade replaces a running job's module (UpgradeRequest).
 	SubjectUpgrade = "wstream.coord.upgrade"
 	// SubjectTenant manages tenants (admin only).
-	SubjectTenant    = "wstream.coord.tenant"
-	SubjectSubmit    = "wstream.coord.submit"
-	SubjectCancel    = "wstream.coord.cancel"
-	SubjectList      = "wstream.coord.list"
-	SubjectWorkers   = "wstream.coord.workers"
+	SubjectTenant  = "wstream.coord.tenant"
+	SubjectSubmit  = "wstream.coord.submit"
+	SubjectCancel  = "wstream.coord.cancel"
+	SubjectList    = "wstream.coord.list"
+	SubjectWorkers = "wstream.coord.workers"
+	// SubjectRegister and SubjectHeartbeat, followed by "." and the
+	// worker's id, are where a worker registers and heartbeats
+	// (WorkerRegisterSubject): on a cluster with tenants a worker's
+	// credentials allow it to publish under its own id only.
 	SubjectRegister  = "wstream.coord.register"
 	SubjectHeartbeat = "wstream.coord.heartbeat"
 	// SubjectLeader is where the leading coordinator tells workers its
@@ -27,14 +32,53 @@ const (
 	SubjectLeader = "wstream.leader"
 )
 
+// WorkerRegisterSubject is where worker registers with the coordinator.
+func WorkerRegisterSubject(worker string) string { return SubjectRegister + "." + worker }
+
+// WorkerHeartbeatSubject is where worker heartbeats.
+func WorkerHeartbeatSubject(worker string) string { return SubjectHeartbeat + "." + worker }
+
+// WorkerSubjects is everything the coordinator sends worker (deploy,
+// cancel, checkpoint, credentials), and its inbox: what a worker's
+// credentials allow it to subscribe to.
+func WorkerSubjects(worker string) string { return "wstream.worker." + worker + ".>" }
+
+// WorkerInboxPrefix is the inbox prefix of worker's own connection: the
+// answers to its requests come under WorkerSubjects, so that it never
+// needs the account's whole _INBOX.> (where other users' answers go).
+func WorkerInboxPrefix(worker string) string { return "wstream.worker." + worker + ".inbox" }
+
+// WorkerCredsSubject is where the coordinator sends a worker renewed
+// credentials of a job attempt's account (CredsRenewal).
+func WorkerCredsSubject(worker string) string { return "wstream.worker." + worker + ".creds" }
+
+// AttemptInboxPrefix is the inbox prefix of the connections a worker
+// opens with a job attempt's credentials (which may not subscribe to the
+// account's _INBOX.>).
+func AttemptInboxPrefix(job string, attempt int) string {
+	return "_WS_INBOX." + job + "." + strconv.Itoa(attempt)
+}
+
+// CredsRenewal replaces the credentials of one job attempt's account
+// before the ones the worker holds expire.
+type CredsRenewal struct {
+	JobID   string `json:"jobId"`
+	Attempt int    `json:"attempt"`
+	JWT     string `json:"jwt"`
+	Seed    string `json:"seed"`
+}
+
 // WorkerDeploySubject is where the coordinator sends a worker its tasks.
 func WorkerDeploySubject(worker string) string { return "wstream.worker." + worker + ".deploy" }
 
 // WorkerCancelSubject is where the coordinator tells a worker to stop a job.
 func WorkerCancelSubject(worker string) string { return "wstream.worker." + worker + ".cancel" }
 
-// TaskStatusSubject is where workers report their tasks of a job.
-func TaskStatusSubject(job string) string { return "wstream.job." + job + ".task" }
+// TaskStatusSubject is where worker reports its tasks of a job ("*" for
+// either: any). The worker's id in the subject is what a worker's
+// credentials allow it to publish under, so that one worker cannot report
+// for another.
+func TaskStatusSubject(job, worker string) string { return "wstream.job." + job + ".task." + worker }
 
 // JobDoneSubject is where the coordinator announces a job's end.
 func JobDoneSubject(job string) string { return "wstream.job." + job + ".done" }
@@ -251,9 +295,12 @@ type Deployment struct {
 	// channel whose two ends are not both in Tasks goes through it.
 	DataStream string `json:"dataStream,omitempty"`
 	// Tenant owns the job. TenantJWT and TenantSeed are the credentials of
-	// a user of the tenant's NATS account: the worker reaches the job's
-	// data (module, data stream, checkpoints in object stores, JetStream
-	// connectors) through them, never through its own account.
+	// a user of the job's NATS account (the tenant's; the service
+	// account's for the admin's jobs on a cluster with tenants), minted
+	// for this attempt: they expire (CredsRenewal replaces them) and allow
+	// no control-plane subject. The worker reaches the job's data (module,
+	// data stream, checkpoints in object stores, JetStream connectors)
+	// through them, never through its own user.
 	Tenant     string `json:"tenant,omitempty"`
 	TenantJWT  string `json:"tenantJwt,omitempty"`
 	TenantSeed string `json:"tenantSeed,omitempty"`

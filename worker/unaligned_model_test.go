@@ -220,7 +220,7 @@ func (j *umJob) run(t *testing.T, c *umCluster) (*transport.JobResult, string) {
 		t.Fatal(err)
 	}
 	defer sub.Unsubscribe()
-	sub2, err := c.nc.Subscribe(transport.TaskStatusSubject("*"), func(m *nats.Msg) {
+	sub2, err := c.nc.Subscribe(transport.TaskStatusSubject("*", "*"), func(m *nats.Msg) {
 		var st transport.TaskStatus
 		if json.Unmarshal(m.Data, &st) == nil && st.State == transport.TaskFinished {
 			j.mu.Lock()
@@ -295,7 +295,7 @@ func (j *umJob) run(t *testing.T, c *umCluster) (*transport.JobResult, string) {
 		}
 		b, _ := json.Marshal(transport.TaskStatus{JobID: id, Attempt: a, Worker: "w0",
 			Task: transport.TaskRef{Chain: 0, Subtask: 0}, State: transport.TaskFailed, Error: injectedFailure})
-		if err := c.nc.Publish(transport.TaskStatusSubject(id), b); err != nil {
+		if err := c.nc.Publish(transport.TaskStatusSubject(id, "w0"), b); err != nil {
 			t.Fatal(err)
 		}
 		if !poll(func() bool { return attempt() > a }) {

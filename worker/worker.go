@@ -19,6 +19,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
 
 	"github.com/wstream/wstream/abi"
 	"github.com/wstream/wstream/checkpoint"
@@ -86,7 +87,10 @@ type Worker struct {
 	mu      sync.Mutex
 	modules map[moduleKey]*host.Module
 	jobs    map[string]*jobRun
-	closed  bool
+	// creds are the credentials of the attempts the worker runs or
+	// deploys, by job id (onCreds renews them).
+	creds  map[string]*attemptCreds
+	closed bool
 	// cacheGone: Close released the block cache (BlockCache).
 	cacheGone bool
 	stopBeat  chan struct{}
@@ -173,6 +177,7 @@ func New(ctx context.Context, cfg Config) (*Worker, error) {
 		js:      js,
 		modules: map[moduleKey]*host.Module{},
 		jobs:    map[string]*jobRun{},
+		creds:   map[string]*attemptCreds{},
 		// One block cache for every subtask's Pebble keeps a worker's memory
 		// bounded however many subtasks it runs.
 		cache: pebble.NewCache(64 << 20),
@@ -227,12 +232,17 @@ func (w *Worker) Start(ctx context.Context) error {
 		return err
 	}
 	w.subs = append(w.subs, sub)
+	sub, err = nc.Subscribe(transport.WorkerCredsSubject(w.cfg.ID), w.onCreds)
+	if err != nil {
+		return err
+	}
+	w.subs = append(w.subs, sub)
 	if err := nc.Flush(); err != nil {
 		return err
 	}
 	info, _ := json.Marshal(transport.WorkerInfo{ID: w.cfg.ID, Slots: w.cfg.Slots})
 	for {
-		msg, err := nc.Request(transport.SubjectRegister, info, time.Second)
+		msg, err := nc.Request(transport.WorkerRegisterSubject(w.cfg.ID), info, time.Second)
 		if err == nil {
 			var r transport.Reply
 			if err := json.Unmarshal(msg.Data, &r); err != nil {
@@ -281,10 +291,10 @@ func (w *Worker) heartbeat() {
 			if n := w.cfg.NATS.Stats().Reconnects; n != reconnects && w.cfg.NATS.IsConnected() {
 				reconnects = n
 				w.log.Info("reconnected to NATS", "url", w.cfg.NATS.ConnectedUrlRedacted())
-				_ = w.cfg.NATS.Publish(transport.SubjectHeartbeat, w.beat())
+				_ = w.cfg.NATS.Publish(transport.WorkerHeartbeatSubject(w.cfg.ID), w.beat())
 			}
 		case <-t.C:
-			_ = w.cfg.NATS.Publish(transport.SubjectHeartbeat, w.beat())
+			_ = w.cfg.NATS.Publish(transport.WorkerHeartbeatSubject(w.cfg.ID), w.beat())
 			w.publishMetrics()
 		}
 	}
@@ -493,35 +503,103 @@ type jobRun struct {
 	// the cores.
 	memPages uint32
 	weight   int
+	// creds are the attempt's credentials (nil: the worker's own
+	// connection reaches the job's data).
+	creds *attemptCreds
 }
 
-// dataConn opens what reaches the job's data (jobRun.nc, js, dial).
+// dataConn opens what reaches the job's data (jobRun.nc, js, dial): with
+// the attempt's credentials when the deployment brings them (a cluster
+// with tenants), else through the worker's own connection.
 func (w *Worker) dataConn(j *jobRun, d transport.Deployment) error {
 	j.nc, j.js = w.cfg.NATS, w.js
-	var opts []nats.Option
-	if d.Tenant != "" {
-		if d.TenantJWT == "" || d.TenantSeed == "" {
+	if d.TenantJWT == "" || d.TenantSeed == "" {
+		if d.Tenant != "" {
 			return fmt.Errorf("job %s of tenant %s: the deployment carries no credentials for the tenant's account", d.JobID, d.Tenant)
 		}
-		if w.cfg.Dial == nil {
-			return fmt.Errorf("worker %s cannot run tenant %s's job %s: it has no way to connect to the tenant's account", w.cfg.ID, d.Tenant, d.JobID)
+		if w.cfg.Dial != nil {
+			j.dial = func(name string) (*nats.Conn, error) { return w.cfg.Dial(name) }
 		}
-		opts = append(opts, nats.UserJWTAndSeed(d.TenantJWT, d.TenantSeed))
-		nc, err := w.cfg.Dial(fmt.Sprintf("wstream-worker-%s-%s", w.cfg.ID, d.JobID), opts...)
-		if err != nil {
-			return fmt.Errorf("job %s: connecting to tenant %s's account: %w", d.JobID, d.Tenant, err)
-		}
-		js, err := jetstream.New(nc)
-		if err != nil {
-			nc.Close()
-			return fmt.Errorf("job %s: %w", d.JobID, err)
-		}
-		j.nc, j.js, j.ownsNC = nc, js, true
+		return nil
 	}
-	if w.cfg.Dial != nil {
-		j.dial = func(name string) (*nats.Conn, error) { return w.cfg.Dial(name, opts...) }
+	if w.cfg.Dial == nil {
+		return fmt.Errorf("worker %s cannot run job %s: it has no way to connect with the job's credentials", w.cfg.ID, d.JobID)
 	}
+	j.creds = &attemptCreds{attempt: d.Attempt, jwt: d.TenantJWT, seed: d.TenantSeed}
+	// Renewals may come while the attempt deploys (module, restore).
+	w.mu.Lock()
+	w.creds[d.JobID] = j.creds
+	w.mu.Unlock()
+	// Every connection of the attempt reads the latest credentials when it
+	// (re)connects: renewed ones (onCreds) take over when the server
+	// closes a connection whose credentials expired.
+	opts := []nats.Option{nats.UserJWT(j.creds.userJWT, j.creds.sign),
+		nats.CustomInboxPrefix(transport.AttemptInboxPrefix(d.JobID, d.Attempt))}
+	nc, err := w.cfg.Dial(fmt.Sprintf("wstream-worker-%s-%s", w.cfg.ID, d.JobID), opts...)
+	if err != nil {
+		return fmt.Errorf("job %s: connecting to its account: %w", d.JobID, err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return fmt.Errorf("job %s: %w", d.JobID, err)
+	}
+	j.nc, j.js, j.ownsNC = nc, js, true
+	j.dial = func(name string) (*nats.Conn, error) { return w.cfg.Dial(name, opts...) }
 	return nil
+}
+
+// attemptCreds are a job attempt's credentials, replaced when the
+// coordinator renews them.
+type attemptCreds struct {
+	attempt   int
+	mu        sync.Mutex
+	jwt, seed string
+}
+
+// forgetCreds drops j's credentials once it no longer runs.
+func (w *Worker) forgetCreds(j *jobRun) {
+	w.mu.Lock()
+	if j.creds != nil && w.creds[j.id] == j.creds {
+		delete(w.creds, j.id)
+	}
+	w.mu.Unlock()
+}
+
+func (c *attemptCreds) userJWT() (string, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.jwt, nil
+}
+
+func (c *attemptCreds) sign(nonce []byte) ([]byte, error) {
+	c.mu.Lock()
+	seed := c.seed
+	c.mu.Unlock()
+	kp, err := nkeys.FromSeed([]byte(seed))
+	if err != nil {
+		return nil, err
+	}
+	defer kp.Wipe()
+	return kp.Sign(nonce)
+}
+
+// onCreds takes renewed credentials of a job attempt the worker runs.
+func (w *Worker) onCreds(m *nats.Msg) {
+	var r transport.CredsRenewal
+	if err := json.Unmarshal(m.Data, &r); err != nil {
+		w.log.Warn("bad credentials renewal", "err", err)
+		return
+	}
+	w.mu.Lock()
+	c := w.creds[r.JobID]
+	w.mu.Unlock()
+	if c == nil || c.attempt != r.Attempt || r.JWT == "" || r.Seed == "" {
+		return
+	}
+	c.mu.Lock()
+	c.jwt, c.seed = r.JWT, r.Seed
+	c.mu.Unlock()
 }
 
 // gate is the worker's fair-share gate.
@@ -698,6 +776,7 @@ func (w *Worker) deploy(d transport.Deployment) error {
 	fail := func(err error) error {
 		cancel()
 		j.releaseConn()
+		w.forgetCreds(j)
 		return err
 	}
 	if plan.Checkpoint.Enabled() {
@@ -751,6 +830,7 @@ func (w *Worker) deploy(d transport.Deployment) error {
 			delete(w.jobs, j.id)
 		}
 		w.mu.Unlock()
+		w.forgetCreds(j)
 		close(j.done)
 	}()
 	return nil
@@ -1210,7 +1290,7 @@ func (w *Worker) newTask(j *jobRun, mod *host.Module, c *job.Chain, sub int, cha
 			st := transport.TaskStatus{JobID: j.id, Attempt: j.attempt, Worker: w.cfg.ID, Task: transport.TaskRef{Chain: c.Index, Subtask: sub},
 				State: transport.TaskFirstRecord, At: time.Now().UnixMilli()}
 			b, _ := json.Marshal(st)
-			if err := w.cfg.NATS.Publish(transport.TaskStatusSubject(j.id), b); err != nil {
+			if err := w.cfg.NATS.Publish(transport.TaskStatusSubject(j.id, w.cfg.ID), b); err != nil {
 				w.log.Warn("reporting the first records", logging.Job, j.id, "subtask", t.label, "err", err)
 			}
 		}
@@ -1475,7 +1555,7 @@ func (w *Worker) report(j *jobRun, t *task, err error) {
 		j.cancel()
 	}
 	b, _ := json.Marshal(st)
-	if perr := w.cfg.NATS.Publish(transport.TaskStatusSubject(j.id), b); perr != nil {
+	if perr := w.cfg.NATS.Publish(transport.TaskStatusSubject(j.id, w.cfg.ID), b); perr != nil {
 		w.log.Warn("reporting a subtask's state", logging.Job, j.id, "subtask", t.label, "state", st.State, "err", perr)
 	}
 }

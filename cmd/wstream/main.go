@@ -706,6 +706,7 @@ func serverCommand() *cli.Command {
 			&cli.DurationFlag{Name: "worker-timeout", Usage: "declare a worker lost (and fail its jobs over) after it has been silent this long (default 10s)"},
 			&cli.BoolFlag{Name: "tenants", Usage: "multi-tenant: NATS runs with accounts (the embedded server, or --nats configured by 'wstream tenant init'), each tenant sees and reaches only its own jobs and data; --tenants=false runs an open single-user server", DefaultText: "on with the embedded NATS server, off with --nats"},
 			httpFlag,
+			&cli.DurationFlag{Name: "attempt-creds-ttl", Usage: "with --tenants: how long the credentials a job attempt's workers get stay valid; the coordinator renews them every third of it", Value: coordinator.DefaultAttemptCredsTTL},
 			&cli.IntFlag{Name: "checkpoint-history", Usage: fmt.Sprintf("recent checkpoints per job the REST API keeps with their per-subtask details (default %d)", coordinator.DefaultCheckpointHistory)},
 			maxModuleBytesFlag,
 			&cli.DurationFlag{Name: "lease", Usage: fmt.Sprintf("the coordinators' lease period: of the servers against one NATS cluster the one holding the lease leads, and a standby takes over once the leader has not renewed it for this long (default %s)", coordinator.DefaultLease)},
@@ -741,6 +742,9 @@ func serverCommand() *cli.Command {
 			}
 			if opts.MaxModuleBytes, err = maxModuleBytes(c); err != nil {
 				return err
+			}
+			if opts.AttemptCredsTTL = c.Duration("attempt-creds-ttl"); opts.AttemptCredsTTL < 3*time.Second {
+				return usageError{fmt.Errorf("--attempt-creds-ttl %s: must be at least 3s", opts.AttemptCredsTTL)}
 			}
 			if n := c.Int("checkpoint-history"); n < 0 {
 				return usageError{fmt.Errorf("--checkpoint-history %d: must be ≥ 1", n)}
@@ -791,8 +795,8 @@ func serverCommand() *cli.Command {
 			}
 			if opts.Tenants != nil {
 				dir := authDir(c)
-				fmt.Fprintf(c.App.ErrWriter, "wstream server: tenants on; admin credentials %s, workers' %s\n",
-					filepath.Join(dir, adminCredsFile), filepath.Join(dir, workerCredsFile))
+				fmt.Fprintf(c.App.ErrWriter, "wstream server: tenants on; admin credentials %s, worker %s's %s (more: wstream tenant worker-creds NAME)\n",
+					filepath.Join(dir, adminCredsFile), firstWorker, filepath.Join(dir, workerCredsFile))
 			} else {
 				fmt.Fprintf(c.App.ErrWriter, "wstream server: tenants off: whoever reaches NATS may act on every job\n")
 			}

@@ -8,9 +8,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"text/tabwriter"
 	"time"
 
+	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats.go"
 	"github.com/urfave/cli/v2"
 
@@ -36,22 +38,48 @@ const (
 	workerCredsFile = "worker.creds"
 	// adminTokenFile holds the admin's REST API token.
 	adminTokenFile = "admin.token"
+	// firstWorker is the id of the worker whose credentials are
+	// workerCredsFile; `tenant worker-creds` mints more.
+	firstWorker = "worker"
 )
 
 // openAuthority opens (creating on first use) the authority in dir and
-// writes the admin's and the workers' credentials files and the
-// configuration an external NATS server needs.
+// writes the admin's and the first worker's credentials files and the
+// configuration an external NATS server needs. A worker.creds of an older
+// server, whose user had the admin's rights, is revoked and replaced.
 func openAuthority(dir string) (*tenant.Authority, error) {
 	a, err := tenant.Open(dir)
 	if err != nil {
 		return nil, err
 	}
-	for _, f := range []struct{ file, user string }{{adminCredsFile, "admin"}, {workerCredsFile, "worker"}} {
+	for _, f := range []struct {
+		file string
+		mint func() (tenant.Creds, error)
+	}{
+		{adminCredsFile, func() (tenant.Creds, error) { return a.AdminUser("admin") }},
+		{workerCredsFile, func() (tenant.Creds, error) { return a.WorkerUser(firstWorker) }},
+	} {
 		p := filepath.Join(dir, f.file)
-		if _, err := os.Stat(p); err == nil {
-			continue
+		if b, err := os.ReadFile(p); err == nil {
+			if f.file != workerCredsFile {
+				continue
+			}
+			j, err := jwt.ParseDecoratedJWT(b)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", p, err)
+			}
+			if _, ok := tenant.WorkerName(j); ok {
+				continue
+			}
+			uc, err := jwt.DecodeUserClaims(j)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", p, err)
+			}
+			if err := a.RevokeServiceUser(uc.Subject); err != nil {
+				return nil, err
+			}
 		}
-		cr, err := a.ServiceUser(f.user)
+		cr, err := f.mint()
 		if err != nil {
 			return nil, err
 		}
@@ -59,7 +87,10 @@ func openAuthority(dir string) (*tenant.Authority, error) {
 		if err != nil {
 			return nil, err
 		}
-		if err := os.WriteFile(p, b, 0o600); err != nil {
+		if err := os.WriteFile(p+".tmp", b, 0o600); err != nil {
+			return nil, err
+		}
+		if err := os.Rename(p+".tmp", p); err != nil {
 			return nil, err
 		}
 	}
@@ -128,9 +159,24 @@ func tenantRequest(c *cli.Context, req transport.TenantRequest) (*transport.Tena
 	}
 	defer e.Close(context.Background())
 	b, _ := json.Marshal(req)
-	msg, err := e.Conn().Request(transport.SubjectTenant, b, 30*time.Second)
+	nc := e.Conn()
+	ctx, cancel := context.WithTimeout(c.Context, 30*time.Second)
+	defer cancel()
+	// The server refuses a publish these credentials may not make: stop
+	// waiting for an answer then.
+	var refused atomic.Pointer[error]
+	nc.SetErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+		if errors.Is(err, nats.ErrPermissionViolation) && strings.Contains(err.Error(), transport.SubjectTenant) {
+			refused.Store(&err)
+			cancel()
+		}
+	})
+	msg, err := nc.RequestWithContext(ctx, transport.SubjectTenant, b)
+	if p := refused.Load(); p != nil {
+		return nil, fmt.Errorf("not authorized: these credentials may not manage tenants (%v); use the admin's (auth/admin.creds)", *p)
+	}
 	if err != nil {
-		if errors.Is(err, nats.ErrNoResponders) {
+		if errors.Is(err, nats.ErrNoResponders) || errors.Is(err, context.DeadlineExceeded) {
 			return nil, errors.New("no coordinator answered: is `wstream server --tenants` running, and are these the admin's credentials?")
 		}
 		return nil, err
@@ -245,6 +291,47 @@ func tenantCommand() *cli.Command {
 						return err
 					}
 					return writeCreds(c, name, r)
+				},
+			},
+			{
+				Name:      "worker-creds",
+				Usage:     "write the credentials of a worker: the worker runs with id NAME and may act as that worker only",
+				ArgsUsage: "NAME",
+				Flags:     common(&cli.StringFlag{Name: "creds-out", Usage: "write the credentials to `FILE` (default NAME.creds)"}),
+				Action: func(c *cli.Context) error {
+					if c.NArg() != 1 {
+						return usageError{errors.New("tenant worker-creds takes one argument, the worker's id")}
+					}
+					name := c.Args().First()
+					if err := tenant.CheckWorkerName(name); err != nil {
+						return usageError{err}
+					}
+					r, err := tenantRequest(c, transport.TenantRequest{Op: "worker-creds", Name: name})
+					if err != nil {
+						return err
+					}
+					out := c.String("creds-out")
+					if out == "" {
+						out = name + ".creds"
+					}
+					if err := os.WriteFile(out, []byte(r.Creds), 0o600); err != nil {
+						return err
+					}
+					fmt.Fprintf(c.App.ErrWriter, "credentials of worker %s written to %s (wstream worker --nats-creds %s)\n", name, out, out)
+					return nil
+				},
+			},
+			{
+				Name:      "worker-revoke",
+				Usage:     "revoke every credentials of a worker (its connections are closed)",
+				ArgsUsage: "NAME",
+				Flags:     common(),
+				Action: func(c *cli.Context) error {
+					if c.NArg() != 1 {
+						return usageError{errors.New("tenant worker-revoke takes one argument, the worker's id")}
+					}
+					_, err := tenantRequest(c, transport.TenantRequest{Op: "worker-revoke", Name: c.Args().First()})
+					return err
 				},
 			},
 			{
