@@ -347,13 +347,18 @@ func (w *Worker) onDeploy(m *nats.Msg) {
 // module returns the compiled module with digest, fetching it from the
 // object store the first time.
 func (w *Worker) module(ctx context.Context, js jetstream.JetStream, tenant, digest, name string) (*host.Module, error) {
+	var copts []host.CompileOption
+	if tenant != "" {
+		// Admission limits, capped tables, refused if not instrumented.
+		copts = append(copts, host.TenantModule())
+	}
 	w.mu.Lock()
 	mod, ok := w.modules[digest]
 	w.mu.Unlock()
 	if !ok {
 		// Compiled already for the runtime's other users (the embedded
 		// engine's validation of this job): no need to fetch it.
-		if m := w.rt.Compiled(digest, name); m != nil {
+		if m := w.rt.Compiled(digest, name, copts...); m != nil {
 			mod, ok = w.keep(ctx, digest, m), true
 		}
 	}
@@ -376,7 +381,7 @@ func (w *Worker) module(ctx context.Context, js jetstream.JetStream, tenant, dig
 	if err != nil {
 		return nil, fmt.Errorf("fetching module %s (%s): %w", name, digest, err)
 	}
-	mod, err = w.rt.Compile(ctx, name, wasm)
+	mod, err = w.rt.Compile(ctx, name, wasm, copts...)
 	if err != nil {
 		return nil, err
 	}
