@@ -75,7 +75,7 @@ var DefaultLimits = Limits{
 	DataBytes:         32 << 20,
 	LocalsPerFunction: 50000,
 	Locals:            1 << 21,
-	FunctionBytes:     4 << 20,
+	FunctionBytes:     1 << 20,
 	CodeBytes:         32 << 20,
 	CustomBytes:       16 << 20,
 }

@@ -225,9 +225,9 @@ func runF0(t *testing.T, rt wazero.Runtime, cm wazero.CompiledModule, a, b uint6
 // of work, well under a millisecond.
 const stopBound = time.Second
 
-// FuzzInstrumentDifferential runs generated modules and their instrumented
-// forms on the same inputs: same result or same trap, same memory and
-// global after. Then it runs the instrumented one's spin, which calls f0
+// FuzzInstrumentDifferential runs generated modules (wazero's interpreter)
+// and their instrumented forms (its compiler, as workers run them) on the
+// same inputs: same result or same trap, same memory and global after. Then it runs the instrumented one's spin, which calls f0
 // for ever, sets the stop flag after a short deadline, and checks that it
 // stops within stopBound.
 func FuzzInstrumentDifferential(f *testing.F) {
@@ -243,73 +243,82 @@ func FuzzInstrumentDifferential(f *testing.F) {
 	} {
 		f.Add(seed)
 	}
-	ctx := context.Background()
-	rc := wazero.NewRuntimeConfig().WithCloseOnContextDone(false)
-	rt := wazero.NewRuntimeWithConfig(ctx, rc)
-	f.Cleanup(func() { _ = rt.Close(ctx) })
-	f.Fuzz(func(t *testing.T, data []byte) {
-		if len(data) < 8 {
-			return
-		}
-		a := uint64(binary.LittleEndian.Uint32(data))
-		b := uint64(binary.LittleEndian.Uint32(data[4:]))
-		g := &progGen{data: data[8:]}
-		wasm := g.module()
-		res, err := Instrument(wasm)
-		if err != nil {
-			t.Fatalf("instrumenting a generated module: %v", err)
-		}
-		orig, err := rt.CompileModule(ctx, wasm)
-		if err != nil {
-			t.Fatalf("compiling a generated module: %v", err)
-		}
-		defer orig.Close(ctx)
-		inst, err := rt.CompileModule(ctx, res.Wasm)
-		if err != nil {
-			t.Fatalf("compiling an instrumented module: %v", err)
-		}
-		defer inst.Close(ctx)
-		want := runF0(t, rt, orig, a, b)
-		got := runF0(t, rt, inst, a, b)
-		if got != want {
-			t.Fatalf("f0(%d, %d): instrumented %+v, original %+v", a, b, got, want)
-		}
+	f.Fuzz(diffOne)
+}
 
-		mod, err := rt.InstantiateModule(ctx, inst, wazero.NewModuleConfig().WithName(""))
-		if err != nil {
-			t.Fatal(err)
+// diffRuntime runs FuzzInstrumentDifferential's instrumented modules:
+// compiled, as workers run them, with wazero's termination checks off.
+// diffInterp runs the originals: the interpreter compiles five times
+// faster, and executes the same semantics.
+var (
+	diffRuntime = wazero.NewRuntimeWithConfig(context.Background(), wazero.NewRuntimeConfig().WithCloseOnContextDone(false))
+	diffInterp  = wazero.NewRuntimeWithConfig(context.Background(), wazero.NewRuntimeConfigInterpreter())
+)
+
+// diffOne is one input of FuzzInstrumentDifferential.
+func diffOne(t *testing.T, data []byte) {
+	if len(data) < 8 {
+		return
+	}
+	ctx, rt := context.Background(), diffRuntime
+	a := uint64(binary.LittleEndian.Uint32(data))
+	b := uint64(binary.LittleEndian.Uint32(data[4:]))
+	g := &progGen{data: data[8:]}
+	wasm := g.module()
+	res, err := Instrument(wasm)
+	if err != nil {
+		t.Fatalf("instrumenting a generated module: %v", err)
+	}
+	orig, err := diffInterp.CompileModule(ctx, wasm)
+	if err != nil {
+		t.Fatalf("compiling a generated module: %v", err)
+	}
+	defer orig.Close(ctx)
+	inst, err := rt.CompileModule(ctx, res.Wasm)
+	if err != nil {
+		t.Fatalf("compiling an instrumented module: %v", err)
+	}
+	defer inst.Close(ctx)
+	want := runF0(t, diffInterp, orig, a, b)
+	got := runF0(t, rt, inst, a, b)
+	if got != want {
+		t.Fatalf("f0(%d, %d): instrumented %+v, original %+v", a, b, got, want)
+	}
+
+	mod, err := rt.InstantiateModule(ctx, inst, wazero.NewModuleConfig().WithName(""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mod.Close(ctx)
+	stop := mod.ExportedGlobal(StopExport).(api.MutableGlobal)
+	done := make(chan error, 1)
+	go func() {
+		_, err := mod.ExportedFunction("spin").Call(ctx, a, b)
+		done <- err
+	}()
+	var set time.Time
+	select {
+	case err := <-done:
+		// f0 trapped: the loop ends with it.
+		if err == nil || want.trap == "" {
+			t.Fatalf("spin returned %v, and f0 does not trap", err)
 		}
-		defer mod.Close(ctx)
-		stop := mod.ExportedGlobal(StopExport).(api.MutableGlobal)
-		done := make(chan error, 1)
-		go func() {
-			_, err := mod.ExportedFunction("spin").Call(ctx, a, b)
-			done <- err
-		}()
-		var set time.Time
-		select {
-		case err := <-done:
-			// f0 trapped: the loop ends with it.
-			if err == nil || want.trap == "" {
-				t.Fatalf("spin returned %v, and f0 does not trap", err)
-			}
-			return
-		case <-time.After(time.Millisecond):
-			set = time.Now()
-			stop.Set(1)
+		return
+	case <-time.After(time.Millisecond):
+		set = time.Now()
+		stop.Set(1)
+	}
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("spin returned")
 		}
-		select {
-		case err := <-done:
-			if err == nil {
-				t.Fatal("spin returned")
-			}
-			if el := time.Since(set); el > stopBound {
-				t.Fatalf("spin stopped %v after its flag was set, more than %v", el, stopBound)
-			}
-		case <-time.After(stopBound + 30*time.Second):
-			t.Fatalf("spin still runs %v after its flag was set", stopBound+30*time.Second)
+		if el := time.Since(set); el > stopBound {
+			t.Fatalf("spin stopped %v after its flag was set, more than %v", el, stopBound)
 		}
-	})
+	case <-time.After(stopBound + 30*time.Second):
+		t.Fatalf("spin still runs %v after its flag was set", stopBound+30*time.Second)
+	}
 }
 
 // TestProgGenValid: the generator's modules are valid for wazero whatever

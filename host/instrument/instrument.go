@@ -80,7 +80,17 @@
 // so a compilation cache keyed by content keeps working. Instrument refuses
 // with an *Error whatever it cannot decode exactly (an unknown opcode or
 // section, a type that is not a function type, a malformed encoding); the
-// host then runs the module without it.
+// host then runs the module without it, unless it is a tenant's.
+//
+// InstrumentWith can also cap every table the module defines
+// (Options.TableMax): a table's maximum is host memory outside the linear
+// memory's limit, and wazero enforces it, so table.grow past it returns -1.
+//
+// Admit, with the same decoder, checks a module's declarations against
+// Limits before anything compiles it: the size and counts of every
+// section, the locals of every function, the tables' sizes, and that no
+// export takes a name the rewrite reserves (Reserved). It reads no code,
+// so its work is linear in the module's size whatever the module declares.
 package instrument
 
 import (
