@@ -76,6 +76,12 @@ var worstModules = []struct {
 	{"functions: 131,072 empty ones", func() []byte {
 		return worstModule(int(instrument.DefaultLimits.Functions), func(int) []byte { return []byte{0, 0x0b} }, nil, nil)
 	}},
+	{"phis: 5,792 locals set inside 5,792 nested loops (LocalBlocks)", func() []byte {
+		return worstModule(1, func(int) []byte { return nestedUse(5792, 5792) }, nil, nil)
+	}},
+	{"nesting: 2 locals set inside 100,000 nested loops", func() []byte {
+		return worstModule(1, func(int) []byte { return nestedUse(2, 100000) }, nil, nil)
+	}},
 	{"elements: a table of 262,144 filled by a segment", func() []byte {
 		n := instrument.DefaultLimits.TableElements
 		tables := uleb([]byte{1, 0x70, 0x00}, uint64(n))
@@ -83,6 +89,21 @@ var worstModules = []struct {
 		elems = append(elems, bytes.Repeat([]byte{0}, int(n))...)
 		return worstModule(1, func(int) []byte { return []byte{0, 0x0b} }, tables, elems)
 	}},
+}
+
+// nestedUse is a body declaring locals i64 locals and setting each of them
+// inside depth nested loops that run once.
+func nestedUse(locals, depth int) []byte {
+	b := append(uleb([]byte{1}, uint64(locals)), 0x7e)
+	b = append(b, bytes.Repeat([]byte{0x03, 0x40}, depth)...)
+	for i := range locals {
+		b = append(b, 0x42, 0x01, 0x21)
+		b = uleb(b, uint64(i))
+	}
+	// Each loop branches back to its header (never, at run time): a
+	// header with two predecessors takes a phi per local set inside.
+	b = append(b, bytes.Repeat([]byte{0x41, 0x00, 0x0d, 0x00, 0x0b}, depth)...)
+	return append(b, 0x0b)
 }
 
 var hwmLine = regexp.MustCompile(`(?m)^(VmHWM|VmRSS):\s+(\d+) kB$`)

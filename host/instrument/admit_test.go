@@ -50,6 +50,18 @@ func body(pad int, locals ...uint64) []byte {
 	return cat(leb(uint64(len(b))), b)
 }
 
+// blockBody is a function body declaring locals i32 locals, with blocks
+// control blocks of the four kinds in turn.
+func blockBody(blocks int, locals uint64) []byte {
+	b := cat(leb(1), leb(locals), []byte{0x7f})
+	kinds := [][]byte{{0x02, 0x40, 0x0b}, {0x03, 0x40, 0x0b}, {0x41, 0x00, 0x04, 0x40, 0x0b}, {0x1f, 0x40, 0x00, 0x0b}}
+	for i := range blocks {
+		b = append(b, kinds[i%len(kinds)]...)
+	}
+	b = append(b, 0x0b)
+	return cat(leb(uint64(len(b))), b)
+}
+
 func codeOf(bodies ...[]byte) []byte { return sec(secCode, leb(uint64(len(bodies))), cat(bodies...)) }
 
 func exportsOf(names ...string) []byte {
@@ -144,6 +156,20 @@ var limitCases = []limitCase{
 		func(n int) []byte {
 			return exactly(n, func(k int) []byte { return wasmOf(codeOf(body(k))) }, func(b []byte) int { v, _ := uleb32(b[9:]); return int(v) })
 		}, "code section"},
+	{"LocalBlocks", func(l *Limits, n uint64) { l.LocalBlocks = uint64(n) },
+		func(n int) []byte {
+			// n locals times one block.
+			return wasmOf(sec(secCode, leb(1), blockBody(1, uint64(n))))
+		}, "code section, function 0"},
+	{"LocalBlocks", func(l *Limits, n uint64) { l.LocalBlocks = uint64(n) },
+		func(n int) []byte {
+			// Two parameters and n/4-2 locals times four blocks of
+			// every kind, plus what is left in a second function.
+			k := n / 4
+			return wasmOf(sec(secType, leb(2), []byte{0x60, 0, 0, 0x60, 2, 0x7f, 0x7f, 0}),
+				sec(secFunction, leb(2), []byte{1, 0}),
+				sec(secCode, leb(2), blockBody(4, uint64(k-2)), blockBody(1, uint64(n-4*k))))
+		}, "code section, function 1"},
 	{"CustomBytes", func(l *Limits, n uint64) { l.CustomBytes = uint64(n) },
 		func(n int) []byte {
 			// Two sections whose payloads (name length, name,
@@ -280,6 +306,7 @@ func TestAdmitMalformed(t *testing.T) {
 		{"locals count overruns", "overruns its section", wasmOf(sec(secCode, leb(1), []byte{0x03, 0x05, 0x01, 0x7f}))},
 		{"locals type", "unknown value type", wasmOf(sec(secCode, leb(1), []byte{0x04, 0x01, 0x01, 0x12, 0x0b}))},
 		{"locals count too long", "longer than 32 bits", wasmOf(sec(secCode, leb(1), []byte{0x08, 0x01, 0x80, 0x80, 0x80, 0x80, 0x80, 0x01, 0x7f}))},
+		{"unknown opcode", "unknown opcode 0xff", wasmOf(sec(secCode, leb(1), []byte{0x03, 0x00, 0xff, 0x0b}))},
 		{"code trailing", "after the end of the code section", wasmOf(sec(secCode, leb(1), body(0), []byte{0x00}))},
 		{"custom name overruns", "unexpected end", wasmOf(sec(secCustom, []byte{0x05, 'a'}))},
 	} {
@@ -345,5 +372,65 @@ func TestLimitsResolveWithin(t *testing.T) {
 	}
 	if (Limits{CustomBytes: DefaultLimits.CustomBytes + 1}).Within(Limits{}) {
 		t.Error("Within: a larger CustomBytes")
+	}
+}
+
+// TestInstrumentTableMax: the rewrite lowers or sets every defined
+// table's maximum to Options.TableMax, keeps one under it, and refuses a
+// table that starts above it.
+func TestInstrumentTableMax(t *testing.T) {
+	tables := sec(secTable, leb(4),
+		[]byte{0x70, 0x00, 0x01},             // 1, no maximum
+		[]byte{0x70, 0x01, 0x02, 0x0a},       // 2..10
+		[]byte{0x6f, 0x01, 0x03}, leb(1<<20), // externref 3..2^20
+		[]byte{0x40, 0x00, 0x70, 0x00, 0x04, 0xd0, 0x70, 0x0b}) // 4, no maximum, an initializer
+	wasm := wasmOf(tables, sec(secMemory, leb(1), []byte{0x00, 0x01}))
+	res, err := InstrumentWith(wasm, Options{TableMax: 50})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.TablesCapped != 3 {
+		t.Errorf("TablesCapped %d, want 3", res.TablesCapped)
+	}
+	m := &module{b: res.Wasm}
+	secs, err := m.sections()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []tableLimits
+	for _, s := range secs {
+		if s.id != secTable {
+			continue
+		}
+		r := m.reader(s.start, s.end)
+		n := r.u32()
+		for i := uint32(0); i < n; i++ {
+			if r.off+1 < len(r.b) && r.b[r.off] == 0x40 {
+				r.skip(2)
+				r.valType()
+				got = append(got, r.tableLimits())
+				r.constExpr()
+				continue
+			}
+			r.valType()
+			got = append(got, r.tableLimits())
+		}
+		r.done("table section")
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+	}
+	want := []tableLimits{{1, 1, 50, true}, {1, 2, 10, true}, {1, 3, 50, true}, {1, 4, 50, true}}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("tables %v, want %v", got, want)
+	}
+	// Without the option the section is kept as it is.
+	if res, err := Instrument(wasm); err != nil || !strings.Contains(string(res.Wasm), string(tables)) {
+		t.Errorf("without TableMax: %v", err)
+	}
+	_, err = InstrumentWith(wasm, Options{TableMax: 3})
+	var e *Error
+	if !errors.As(err, &e) || !strings.Contains(e.Reason, "table 3 starts at 4 elements, more than 3") {
+		t.Errorf("a table over the cap: %v", err)
 	}
 }
