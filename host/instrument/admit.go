@@ -50,12 +50,15 @@ type Limits struct {
 	FunctionBytes uint32
 	CodeBytes     uint64
 	// LocalBlocks bounds the sum, over the functions, of a function's
-	// locals and parameters times its blocks (block, loop, if, try): the
-	// work and memory of wazero's compiler grow with that product (it
-	// tracks every variable through every block), not with the size of the
-	// code: a function of 130 KiB with 20,000 locals set inside 10,000
-	// nested loops took a minute and 165 MiB to compile.
+	// locals and parameters times its blocks (block, loop, if, try), and
+	// BlockPairs the sum of its blocks squared: the work and memory of
+	// wazero's compiler grow with these (it tracks every variable through
+	// every block, and every loop through every block), not with the size
+	// of the code. A function of 130 KiB with 20,000 locals set inside
+	// 10,000 nested loops took a minute and 165 MiB to compile; one of
+	// 4,096 loops, 30 KiB, 3 s.
 	LocalBlocks uint64
+	BlockPairs  uint64
 	// CustomBytes bounds the custom sections together (names, debugging
 	// information).
 	CustomBytes uint64
@@ -84,7 +87,8 @@ var DefaultLimits = Limits{
 	Locals:            1 << 21,
 	FunctionBytes:     1 << 20,
 	CodeBytes:         32 << 20,
-	LocalBlocks:       1 << 25,
+	LocalBlocks:       1 << 22,
+	BlockPairs:        1 << 26,
 	CustomBytes:       16 << 20,
 }
 
@@ -119,6 +123,7 @@ func (l Limits) Resolve() Limits {
 	set32(&l.FunctionBytes, d.FunctionBytes)
 	set64(&l.CodeBytes, d.CodeBytes)
 	set64(&l.LocalBlocks, d.LocalBlocks)
+	set64(&l.BlockPairs, d.BlockPairs)
 	set64(&l.CustomBytes, d.CustomBytes)
 	return l
 }
@@ -133,7 +138,7 @@ func (l Limits) Within(o Limits) bool {
 		l.ElementSegments <= o.ElementSegments && l.Elements <= o.Elements &&
 		l.DataSegments <= o.DataSegments && l.DataBytes <= o.DataBytes &&
 		l.LocalsPerFunction <= o.LocalsPerFunction && l.Locals <= o.Locals &&
-		l.FunctionBytes <= o.FunctionBytes && l.CodeBytes <= o.CodeBytes && l.LocalBlocks <= o.LocalBlocks &&
+		l.FunctionBytes <= o.FunctionBytes && l.CodeBytes <= o.CodeBytes && l.LocalBlocks <= o.LocalBlocks && l.BlockPairs <= o.BlockPairs &&
 		l.CustomBytes <= o.CustomBytes
 }
 
@@ -409,7 +414,7 @@ func (a *admission) data(r *reader) {
 // blocks. types holds the parameter count of every type.
 func (a *admission) code(r *reader, types []uint32) {
 	n := r.count(2)
-	var total, product uint64
+	var total, localBlocks, pairs uint64
 	for i := uint32(0); i < n && r.err == nil && a.err == nil; i++ {
 		a.at = r.off
 		fn := uint64(a.funcImports) + uint64(i)
@@ -450,8 +455,10 @@ func (a *admission) code(r *reader, types []uint32) {
 		if i < uint32(len(a.funcTypes)) && a.funcTypes[i] < uint32(len(types)) {
 			locals += uint64(types[a.funcTypes[i]])
 		}
-		product += locals * blocks
-		a.over("LocalBlocks", where, "locals and parameters times blocks in the functions so far", product, a.l.LocalBlocks)
+		localBlocks += locals * blocks
+		a.over("LocalBlocks", where, "locals and parameters times blocks in the functions so far", localBlocks, a.l.LocalBlocks)
+		pairs += blocks * blocks
+		a.over("BlockPairs", where, "blocks squared in the functions so far", pairs, a.l.BlockPairs)
 		r.off += int(size)
 	}
 	r.done("code section")

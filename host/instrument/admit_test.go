@@ -170,6 +170,21 @@ var limitCases = []limitCase{
 				sec(secFunction, leb(2), []byte{1, 0}),
 				sec(secCode, leb(2), blockBody(4, uint64(k-2)), blockBody(1, uint64(n-4*k))))
 		}, "code section, function 1"},
+	{"BlockPairs", func(l *Limits, n uint64) { l.BlockPairs = uint64(n) },
+		func(n int) []byte {
+			// Functions of k blocks, k*k <= what is left, then 1 block
+			// per function for the rest.
+			var bodies [][]byte
+			for left := n; left > 0; {
+				k := 1
+				for (k+1)*(k+1) <= left {
+					k++
+				}
+				bodies = append(bodies, blockBody(k, 0))
+				left -= k * k
+			}
+			return wasmOf(sec(secCode, leb(uint64(len(bodies))), cat(bodies...)))
+		}, "code section, function "},
 	{"CustomBytes", func(l *Limits, n uint64) { l.CustomBytes = uint64(n) },
 		func(n int) []byte {
 			// Two sections whose payloads (name length, name,
