@@ -77,11 +77,11 @@ var worstModules = []struct {
 	{"functions: 131,072 empty ones", func() []byte {
 		return worstModule(int(instrument.DefaultLimits.Functions), func(int) []byte { return []byte{0, 0x0b} }, nil, nil)
 	}},
-	{"phis: 2,048 locals set inside 2,047 nested loops (LocalBlocks)", func() []byte {
-		return worstModule(1, func(int) []byte { return nestedUse(2048, 2047) }, nil, nil)
+	{"phis: 2,048 locals set inside 1,023 nested loops (LocalBlocks)", func() []byte {
+		return worstModule(1, func(int) []byte { return nestedUse(2048, 1023) }, nil, nil)
 	}},
-	{"loops: 8,192 nested loops (BlockPairs)", func() []byte {
-		return worstModule(1, func(int) []byte { return nestedUse(1, 8192) }, nil, nil)
+	{"loops: 2,896 nested loops (BlockPairs)", func() []byte {
+		return worstModule(1, func(int) []byte { return nestedUse(1, 2896) }, nil, nil)
 	}},
 	{"elements: a table of 262,144 filled by a segment", func() []byte {
 		n := instrument.DefaultLimits.TableElements

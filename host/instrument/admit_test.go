@@ -51,10 +51,10 @@ func body(pad int, locals ...uint64) []byte {
 }
 
 // blockBody is a function body declaring locals i32 locals, with blocks
-// control blocks of the four kinds in turn.
+// control blocks of three kinds in turn (block, if, try_table).
 func blockBody(blocks int, locals uint64) []byte {
 	b := cat(leb(1), leb(locals), []byte{0x7f})
-	kinds := [][]byte{{0x02, 0x40, 0x0b}, {0x03, 0x40, 0x0b}, {0x41, 0x00, 0x04, 0x40, 0x0b}, {0x1f, 0x40, 0x00, 0x0b}}
+	kinds := [][]byte{{0x02, 0x40, 0x0b}, {0x41, 0x00, 0x04, 0x40, 0x0b}, {0x1f, 0x40, 0x00, 0x0b}}
 	for i := range blocks {
 		b = append(b, kinds[i%len(kinds)]...)
 	}
@@ -163,12 +163,19 @@ var limitCases = []limitCase{
 		}, "code section, function 0"},
 	{"LocalBlocks", func(l *Limits, n uint64) { l.LocalBlocks = uint64(n) },
 		func(n int) []byte {
-			// Two parameters and n/4-2 locals times four blocks of
-			// every kind, plus what is left in a second function.
+			// Two parameters and n/4-2 locals times four blocks, plus
+			// what is left in a second function.
 			k := n / 4
 			return wasmOf(sec(secType, leb(2), []byte{0x60, 0, 0, 0x60, 2, 0x7f, 0x7f, 0}),
 				sec(secFunction, leb(2), []byte{1, 0}),
 				sec(secCode, leb(2), blockBody(4, uint64(k-2)), blockBody(1, uint64(n-4*k))))
+		}, "code section, function 1"},
+	{"LocalBlocks", func(l *Limits, n uint64) { l.LocalBlocks = uint64(n) },
+		func(n int) []byte {
+			// A loop counts twice: n/2 locals, then n%2 more in a
+			// function with one block.
+			loop := cat(leb(1), leb(uint64(n/2)), []byte{0x7f, 0x03, 0x40, 0x0b, 0x0b})
+			return wasmOf(sec(secCode, leb(2), leb(uint64(len(loop))), loop, blockBody(1, uint64(n%2))))
 		}, "code section, function 1"},
 	{"BlockPairs", func(l *Limits, n uint64) { l.BlockPairs = uint64(n) },
 		func(n int) []byte {
