@@ -204,7 +204,7 @@ func Admit(wasm []byte, l Limits) error {
 				m.typeList(r)
 			}
 		case secImport:
-			a.imports(r)
+			a.imports(m, r)
 		case secFunction:
 			n := r.u32()
 			a.over("Functions", "function section", "functions", uint64(n), uint64(l.Functions))
@@ -263,39 +263,19 @@ func (a *admission) over(limit, where, what string, have, max uint64) {
 	}
 }
 
-func (a *admission) imports(r *reader) {
-	n := r.count(4)
-	a.over("Imports", "import section", "imports", uint64(n), uint64(a.l.Imports))
-	for i := uint32(0); i < n && r.err == nil && a.err == nil; i++ {
-		a.at = r.off
-		r.name()
-		r.name()
-		switch kind := r.byte(); kind {
-		case 0x00:
-			r.u32()
-			a.funcImports++
-		case 0x01:
-			r.valType()
-			a.table(r, fmt.Sprintf("import section, import %d (a table)", i))
-		case 0x02:
-			r.limits()
-			a.memories++
-			a.over("Memories", "import section", "memories", a.memories, uint64(a.l.Memories))
-		case 0x03:
-			r.valType()
-			r.byte()
-			a.globals++
-			a.over("Globals", "import section", "globals", a.globals, uint64(a.l.Globals))
-		case 0x04:
-			r.byte()
-			r.u32()
-		default:
-			if r.err == nil {
-				r.fail(-1, "unknown import kind %#x", kind)
-			}
-		}
+func (a *admission) imports(m *module, r *reader) {
+	at := r.off
+	m.imports(r)
+	a.at = at
+	a.over("Imports", "import section", "imports", uint64(m.importCount), uint64(a.l.Imports))
+	for i, t := range m.tableImports {
+		a.tableAt(fmt.Sprintf("import section, table import %d", i), t)
 	}
-	r.done("import section")
+	a.funcImports = m.funcImports
+	a.memories += uint64(m.memories)
+	a.over("Memories", "import section", "memories", a.memories, uint64(a.l.Memories))
+	a.globals += uint64(m.globalImports)
+	a.over("Globals", "import section", "globals", a.globals, uint64(a.l.Globals))
 }
 
 // tableList reads the table section.
@@ -320,11 +300,16 @@ func (a *admission) tableList(r *reader) {
 
 // table reads a table's limits (its reference type read), counting it.
 func (a *admission) table(r *reader, where string) {
-	a.tables++
-	a.over("Tables", where, "tables", a.tables, uint64(a.l.Tables))
 	at := r.off
 	lim := r.tableLimits()
 	a.at = at
+	a.tableAt(where, lim)
+}
+
+// tableAt counts a table of limits lim.
+func (a *admission) tableAt(where string, lim tableLimits) {
+	a.tables++
+	a.over("Tables", where, "tables", a.tables, uint64(a.l.Tables))
 	a.over("TableElements", where, "elements at the table's minimum", lim.min, uint64(a.l.TableElements))
 }
 

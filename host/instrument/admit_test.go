@@ -93,7 +93,7 @@ var limitCases = []limitCase{
 	{"Tables", func(l *Limits, n uint64) { l.Tables = uint32(n) },
 		func(n int) []byte {
 			return wasmOf(sec(secImport, vecOf(n, []byte{1, 'a', 1, 'b', 0x01, 0x70, 0x00, 0x01})))
-		}, "import section, import "},
+		}, "import section, table import "},
 	{"TableElements", func(l *Limits, n uint64) { l.TableElements = uint32(n) },
 		func(n int) []byte { return wasmOf(sec(secTable, leb(1), []byte{0x70, 0x00}, leb(uint64(n)))) }, "table section, table 0"},
 	{"TableElements", func(l *Limits, n uint64) { l.TableElements = uint32(n) },
@@ -104,7 +104,7 @@ var limitCases = []limitCase{
 	{"TableElements", func(l *Limits, n uint64) { l.TableElements = uint32(n) },
 		func(n int) []byte {
 			return wasmOf(sec(secImport, leb(1), []byte{1, 'a', 1, 'b', 0x01, 0x70, 0x00}, leb(uint64(n))))
-		}, "import section, import 0 (a table)"},
+		}, "import section, table import 0"},
 	{"Memories", func(l *Limits, n uint64) { l.Memories = uint32(n) },
 		func(n int) []byte { return wasmOf(sec(secMemory, vecOf(n, []byte{0x00, 0x01}))) }, "memory section"},
 	{"Memories", func(l *Limits, n uint64) { l.Memories = uint32(n) },

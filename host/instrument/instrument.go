@@ -274,6 +274,8 @@ type module struct {
 	globals       uint32 // defined
 	memories      uint32 // imported and defined
 	memImports    uint32
+	importCount   uint32
+	tableImports  []tableLimits
 	dataCount     bool // the module has a data count section
 	dataNames     bool // its name section names data segments
 	exports       uint32
@@ -537,9 +539,11 @@ func (m *module) typeList(r *reader) {
 	r.done("type section")
 }
 
-// imports counts the imported functions and globals.
+// imports counts the imported functions, globals and memories, and keeps
+// the limits of imported tables.
 func (m *module) imports(r *reader) {
 	n := r.count(4)
+	m.importCount = n
 	for i := uint32(0); i < n && r.err == nil; i++ {
 		r.name()
 		r.name()
@@ -549,7 +553,7 @@ func (m *module) imports(r *reader) {
 			m.funcImports++
 		case 0x01: // table: reference type, limits
 			r.valType()
-			r.limits()
+			m.tableImports = append(m.tableImports, r.tableLimits())
 			m.noReset("the module imports a table")
 		case 0x02: // memory
 			r.limits()
