@@ -3,6 +3,7 @@ package instrument
 import (
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -454,5 +455,36 @@ func TestInstrumentTableMax(t *testing.T) {
 	var e *Error
 	if !errors.As(err, &e) || !strings.Contains(e.Reason, "table 3 starts at 4 elements, more than 3") {
 		t.Errorf("a table over the cap: %v", err)
+	}
+}
+
+// TestAdmitLimitsCovered: every field of Limits has a case in limitCases,
+// a default, and a part in Resolve and Within.
+func TestAdmitLimitsCovered(t *testing.T) {
+	covered := map[string]bool{}
+	for _, c := range limitCases {
+		covered[c.limit] = true
+	}
+	v := reflect.ValueOf(DefaultLimits)
+	for i := range v.NumField() {
+		name := v.Type().Field(i).Name
+		if !covered[name] {
+			t.Errorf("no case of limitCases checks %s", name)
+		}
+		if v.Field(i).IsZero() {
+			t.Errorf("DefaultLimits.%s is zero", name)
+		}
+		// One field over its default: not within the defaults.
+		over := DefaultLimits
+		f := reflect.ValueOf(&over).Elem().Field(i)
+		f.SetUint(f.Uint() + 1)
+		if over.Within(Limits{}) || !(Limits{}).Within(over) {
+			t.Errorf("Within ignores %s", name)
+		}
+		zero := DefaultLimits
+		reflect.ValueOf(&zero).Elem().Field(i).SetUint(0)
+		if zero.Resolve() != DefaultLimits {
+			t.Errorf("Resolve leaves %s zero", name)
+		}
 	}
 }
