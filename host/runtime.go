@@ -71,7 +71,8 @@ type Config struct {
 	// cannot rewrite run with wazero's own termination checks, which stop a
 	// guest only at loop headers: a loop-free call tree then runs for as long
 	// as it likes past its deadline, and holds its thread so that garbage
-	// collections wait for it. Off, such a module is refused.
+	// collections wait for it; and its tables are not capped (their
+	// minimum still is, by ModuleLimits). Off, such a module is refused.
 	AllowUninstrumented bool
 }
 
