@@ -45,11 +45,11 @@ FUZZ_TARGETS := \
 	checkpoint.FuzzReadMetadata checkpoint.FuzzVerifyMetadata checkpoint.FuzzOpenStored checkpoint.FuzzLocation \
 	state.FuzzScanCanonical state.FuzzCanonicalRecords state.FuzzDecodeKey \
 	connector.FuzzGenOffset connector.FuzzFileOffset connector.FuzzJetStreamOffset connector.FuzzRescaleOffsets \
-	host.FuzzStateBatch host/instrument.FuzzInstrument \
+	host.FuzzStateBatch host/instrument.FuzzInstrument host/instrument.FuzzInstrumentDifferential \
 	host.FuzzHostFunctions
 FUZZ_RUNS := $(addprefix fuzz-run-,$(FUZZ_TARGETS))
 FUZZTIME  ?= 5m
-# Runs at a time: two keep fuzz-short's 16 targets near 1.5 minutes.
+# Runs at a time: two keep fuzz-short's 17 targets near 1.5 minutes.
 FUZZJOBS  ?= 2
 
 # fuzz runs every target for FUZZTIME; fuzz-short, which make test runs,

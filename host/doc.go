@@ -14,7 +14,11 @@
 //     signature, every import, and wstream_abi_version (which takes one
 //     short-lived instantiation, also used to read the plan). Identical bytes
 //     compiled twice share one compiled module, which Compiled also finds
-//     by its digest.
+//     by its digest. A tenant's module (TenantModule) is first checked on its
+//     bytes against Config.ModuleLimits (instrument.Admit: sizes and counts
+//     of every section, locals, tables, reserved export names), compiled
+//     apart from the same bytes compiled for the admin, with its tables
+//     capped, and refused when it cannot be instrumented.
 //  3. NewInstance instantiates a Module for one subtask (running _initialize
 //     when exported). Instance.Operator hands out operator slots 0, 1, 2…
 //     that share the instance, as chained operators of one subtask do. The

@@ -62,7 +62,34 @@ type Config struct {
 	// Limits bound what each guest can make the host do; zero fields take
 	// their defaults. NewInstance's WithLimits overrides them per instance.
 	Limits Limits
+	// ModuleLimits bound what a tenant's module (Compile with TenantModule)
+	// may declare, checked on its bytes before wazero decodes or compiles
+	// anything (instrument.Admit); zero fields take their defaults
+	// (instrument.DefaultLimits).
+	ModuleLimits instrument.Limits
+	// AllowUninstrumented lets a tenant's module that package instrument
+	// cannot rewrite run with wazero's own termination checks, which stop a
+	// guest only at loop headers: a loop-free call tree then runs for as long
+	// as it likes past its deadline, and holds its thread so that garbage
+	// collections wait for it; and its tables are not capped (their
+	// minimum still is, by ModuleLimits). Off, such a module is refused.
+	AllowUninstrumented bool
 }
+
+// CompileOption adjusts one Compile.
+type CompileOption func(*compileOptions)
+
+type compileOptions struct {
+	tenant bool
+}
+
+// TenantModule compiles a tenant's module: Config.ModuleLimits are checked
+// on its bytes before anything else, its tables are capped at
+// ModuleLimits.TableElements, it is instrumented even when deadlines are
+// off, and it is refused when it cannot be (unless
+// Config.AllowUninstrumented). Its compiled code is kept apart from that of
+// the same bytes compiled without the option.
+func TenantModule() CompileOption { return func(o *compileOptions) { o.tenant = true } }
 
 // Runtime is a worker's wazero runtime. It is safe for concurrent use.
 type Runtime struct {
@@ -224,7 +251,17 @@ type compiled struct {
 	plan   []byte
 	err    error
 	digest string // of the module as given to Compile, not as instrumented
+	key    string // in Runtime.modules: the digest, and whether a tenant's
 	refs   int    // guarded by Runtime.mu
+}
+
+// moduleKey is the key in Runtime.modules of the module with digest,
+// compiled as a tenant's or not: the two compile different code.
+func moduleKey(digest string, o compileOptions) string {
+	if o.tenant {
+		return digest + " tenant"
+	}
+	return digest
 }
 
 // code is compiled code and how its instances are stopped.
@@ -255,20 +292,35 @@ type Module struct {
 }
 
 // Compile validates and compiles a module. name is used in error messages
-// (usually the file name). Validation errors are *ValidationError.
-func (r *Runtime) Compile(ctx context.Context, name string, wasm []byte) (*Module, error) {
+// (usually the file name). Validation errors are *ValidationError; a
+// tenant's module over a limit of Config.ModuleLimits fails with one whose
+// Err is an *instrument.LimitError.
+func (r *Runtime) Compile(ctx context.Context, name string, wasm []byte, opts ...CompileOption) (*Module, error) {
+	var o compileOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
 	if err := checkHeader(wasm); err != nil {
 		return nil, &ValidationError{Module: name, Reason: err.Error()}
 	}
+	if o.tenant {
+		// Before anything holds memory in proportion to what the module
+		// declares, and whether or not the same bytes were compiled
+		// already: the limits are the tenant's.
+		if err := instrument.Admit(wasm, r.cfg.ModuleLimits); err != nil {
+			return nil, &ValidationError{Module: name, Reason: EscapeGuestText([]byte(err.Error()), maxGuestMessage, false), Err: err}
+		}
+	}
 	sum := sha256.Sum256(wasm)
 	digest := "sha256:" + hex.EncodeToString(sum[:])
+	key := moduleKey(digest, o)
 
 	r.mu.Lock()
 	if r.closed {
 		r.mu.Unlock()
 		return nil, ErrRuntimeClosed
 	}
-	c := r.modules[digest]
+	c := r.modules[key]
 	if c != nil {
 		c.refs++
 		r.mu.Unlock()
@@ -283,15 +335,15 @@ func (r *Runtime) Compile(ctx context.Context, name string, wasm []byte) (*Modul
 		}
 		return &Module{r: r, c: c, name: name}, nil
 	}
-	c = &compiled{ready: make(chan struct{}), digest: digest, refs: 1}
-	r.modules[digest] = c
+	c = &compiled{ready: make(chan struct{}), digest: digest, key: key, refs: 1}
+	r.modules[key] = c
 	r.mu.Unlock()
 
-	c.code, c.plan, c.err = r.compile(ctx, name, wasm)
+	c.code, c.plan, c.err = r.compile(ctx, name, wasm, o)
 	if c.err != nil {
 		r.mu.Lock()
-		if r.modules[digest] == c {
-			delete(r.modules, digest)
+		if r.modules[key] == c {
+			delete(r.modules, key)
 		}
 		r.mu.Unlock()
 	}
@@ -303,12 +355,16 @@ func (r *Runtime) Compile(ctx context.Context, name string, wasm []byte) (*Modul
 }
 
 // Compiled returns the module with digest when a Module of the runtime
-// holds it compiled, as Compile of its bytes under name would, without
-// needing the bytes; nil otherwise.
-func (r *Runtime) Compiled(digest, name string) *Module {
+// holds it compiled, as Compile of its bytes under name with opts would,
+// without needing the bytes; nil otherwise.
+func (r *Runtime) Compiled(digest, name string, opts ...CompileOption) *Module {
+	var o compileOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	c := r.modules[digest]
+	c := r.modules[moduleKey(digest, o)]
 	if r.closed || c == nil {
 		return nil
 	}
@@ -339,9 +395,9 @@ func renamed(err error, name string) error {
 func (r *Runtime) release(ctx context.Context, c *compiled) {
 	r.mu.Lock()
 	c.refs--
-	last := c.refs == 0 && r.modules[c.digest] == c
+	last := c.refs == 0 && r.modules[c.key] == c
 	if last {
-		delete(r.modules, c.digest)
+		delete(r.modules, c.key)
 	}
 	r.mu.Unlock()
 	if last && c.cm != nil {
@@ -353,9 +409,13 @@ func (r *Runtime) release(ctx context.Context, c *compiled) {
 // above the runtime's limit.
 var memoryOverLimit = regexp.MustCompile(`section memory: min (\d+) pages \(.*\) over limit of \d+ pages`)
 
-func (r *Runtime) compile(ctx context.Context, name string, wasm []byte) (code, []byte, error) {
-	cc, err := r.compileCode(ctx, name, wasm)
+func (r *Runtime) compile(ctx context.Context, name string, wasm []byte, o compileOptions) (code, []byte, error) {
+	cc, err := r.compileCode(ctx, name, wasm, o)
 	if err != nil {
+		var ve *ValidationError
+		if errors.As(err, &ve) {
+			return code{}, nil, err
+		}
 		if m := memoryOverLimit.FindStringSubmatch(err.Error()); m != nil {
 			// A valid module that asks for more memory than this worker
 			// gives an instance.
@@ -417,20 +477,26 @@ func (r *Runtime) compile(ctx context.Context, name string, wasm []byte) (code, 
 }
 
 // compileCode compiles the module, instrumented with a stop flag when
-// deadlines are on. A module that package instrument cannot rewrite, or
-// whose rewrite wazero refuses, is compiled as it is by the legacy runtime
-// instead: slower with deadlines, but never unstoppable; an invalid module
-// fails there with wazero's error about the bytes given.
-func (r *Runtime) compileCode(ctx context.Context, name string, wasm []byte) (code, error) {
-	if !r.deadlines {
+// deadlines are on or it is a tenant's. A module that package instrument
+// cannot rewrite, or whose rewrite wazero refuses, is compiled as it is by
+// the legacy runtime instead: slower with deadlines, and stopped only at
+// loop headers; an invalid module fails there with wazero's error about
+// the bytes given. A tenant's is refused instead, unless
+// Config.AllowUninstrumented.
+func (r *Runtime) compileCode(ctx context.Context, name string, wasm []byte, o compileOptions) (code, error) {
+	if !r.deadlines && !o.tenant {
 		cm, err := r.rt.CompileModule(ctx, wasm)
 		return code{cm: cm, rt: r.rt, noReset: notInstrumented}, err
 	}
 	why := errors.New("instrumentation disabled")
 	if !r.noInstrument {
+		var io instrument.Options
+		if o.tenant {
+			io.TableMax = r.cfg.ModuleLimits.Resolve().TableElements
+		}
 		// The rewrite is deterministic, so wazero's cache, keyed by the
 		// bytes it compiles, finds the instrumented code again.
-		res, err := instrument.Instrument(wasm)
+		res, err := instrument.InstrumentWith(wasm, io)
 		if err == nil {
 			cm, cerr := r.rt.CompileModule(ctx, res.Wasm)
 			if cerr == nil {
@@ -439,6 +505,18 @@ func (r *Runtime) compileCode(ctx context.Context, name string, wasm []byte) (co
 			err = cerr
 		}
 		why = err
+	}
+	if o.tenant && !r.cfg.AllowUninstrumented {
+		// Its calls could not be stopped between loop headers: a loop-free
+		// call tree would outlive its deadline by as long as it likes.
+		cm, err := r.rt.CompileModule(ctx, wasm)
+		if err != nil {
+			return code{}, err // invalid: wazero's error about the bytes given
+		}
+		_ = cm.Close(ctx)
+		return code{}, &ValidationError{Module: name, Reason: "the module cannot be instrumented (" +
+			EscapeGuestText([]byte(why.Error()), 512, false) + "), so its calls could not be stopped at their deadline: " +
+			"a tenant's module must be (an admin may allow such modules: --allow-uninstrumented)", Err: why}
 	}
 	legacy, err := r.legacyRuntime(ctx)
 	if err != nil {

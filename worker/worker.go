@@ -412,6 +412,11 @@ type moduleKey struct{ tenant, digest string }
 // is not used: that tenant fetched its bytes, this one has not yet.
 func (w *Worker) module(ctx context.Context, js jetstream.JetStream, tenant, digest, name string, limit int64) (*host.Module, error) {
 	key := moduleKey{tenant, digest}
+	var copts []host.CompileOption
+	if tenant != "" {
+		// Admission limits, capped tables, refused if not instrumented.
+		copts = append(copts, host.TenantModule())
+	}
 	w.mu.Lock()
 	mod, ok := w.modules[key]
 	w.mu.Unlock()
@@ -437,7 +442,7 @@ func (w *Worker) module(ctx context.Context, js jetstream.JetStream, tenant, dig
 	if err != nil {
 		return nil, fmt.Errorf("module %s: %w", name, err)
 	}
-	mod, err = w.rt.Compile(ctx, name, wasm)
+	mod, err = w.rt.Compile(ctx, name, wasm, copts...)
 	if err != nil {
 		return nil, err
 	}

@@ -203,6 +203,7 @@ func hostFlags() []cli.Flag {
 	flags := []cli.Flag{
 		&cli.IntFlag{Name: "memory-limit", Usage: "memory limit of one operator instance, in MiB", Value: 64},
 		&cli.DurationFlag{Name: "call-timeout", Usage: "deadline of one guest call; an operator exceeding it fails the job. 0 turns deadlines off, which saves little (deadlines cost a few percent at most) and lets a guest that never returns hang its subtask (trusted modules only)", Value: 10 * time.Second},
+		&cli.BoolFlag{Name: "allow-uninstrumented", Usage: "run tenants' modules that cannot be instrumented with wazero's own checks, which stop a guest only at loop headers: a loop-free call tree can then outlive its deadline, and tables grow uncapped (trusted tenants only)"},
 	}
 	for _, q := range guestQuotas {
 		flags = append(flags, &cli.IntFlag{Name: q.flag, Usage: q.usage + " (-1: no bound, for trusted modules)", Value: q.def})
@@ -251,7 +252,7 @@ func hostConfig(c *cli.Context) (host.Config, error) {
 		}
 		*q.field(&lim) = v
 	}
-	return host.Config{MemoryLimitPages: uint32(mib * 16), CallTimeout: timeout, Limits: lim}, nil
+	return host.Config{MemoryLimitPages: uint32(mib * 16), CallTimeout: timeout, Limits: lim, AllowUninstrumented: c.Bool("allow-uninstrumented")}, nil
 }
 
 // verbose reports -v given to the command or before it (wstream -v deploy):

@@ -80,7 +80,17 @@
 // so a compilation cache keyed by content keeps working. Instrument refuses
 // with an *Error whatever it cannot decode exactly (an unknown opcode or
 // section, a type that is not a function type, a malformed encoding); the
-// host then runs the module without it.
+// host then runs the module without it, unless it is a tenant's.
+//
+// InstrumentWith can also cap every table the module defines
+// (Options.TableMax): a table's maximum is host memory outside the linear
+// memory's limit, and wazero enforces it, so table.grow past it returns -1.
+//
+// Admit, with the same decoder, checks a module's declarations against
+// Limits before anything compiles it: the size and counts of every
+// section, the locals of every function, the tables' sizes, and that no
+// export takes a name the rewrite reserves (Reserved). It reads no code,
+// so its work is linear in the module's size whatever the module declares.
 package instrument
 
 import (
@@ -148,6 +158,9 @@ type Result struct {
 	Loops, Entries, Exits, Calls, Bulk int
 	// Dropped lists the custom sections removed, in module order.
 	Dropped []string
+	// TablesCapped counts the tables whose maximum Options.TableMax
+	// lowered or set.
+	TablesCapped int
 	// DataJoined is the number of data segments that joining them across
 	// short runs of zeros removed.
 	DataJoined int
@@ -261,6 +274,8 @@ type module struct {
 	globals       uint32 // defined
 	memories      uint32 // imported and defined
 	memImports    uint32
+	importCount   uint32
+	tableImports  []tableLimits
 	dataCount     bool // the module has a data count section
 	dataNames     bool // its name section names data segments
 	exports       uint32
@@ -268,6 +283,7 @@ type module struct {
 	start         int64    // start function index, -1 when none
 	mutGlobals    []uint32 // indices of the mutable globals defined
 	res           Result
+	opts          Options
 
 	points []point // reused per function body
 	open   []int   // per open block: its loop's index in points, or -1
@@ -277,9 +293,21 @@ type module struct {
 	fnW    uint32  // the weight of the body being rewritten
 }
 
+// Options adjust a rewrite.
+type Options struct {
+	// TableMax, when not 0, caps the tables the module defines: a table
+	// whose minimum is above it is refused, and one with no maximum or a
+	// larger one gets TableMax as its maximum, so that table.grow past it
+	// returns -1 (Limits.TableElements).
+	TableMax uint32
+}
+
 // Instrument returns the instrumented form of the module wasm.
-func Instrument(wasm []byte) (*Result, error) {
-	m := &module{b: wasm, start: -1}
+func Instrument(wasm []byte) (*Result, error) { return InstrumentWith(wasm, Options{}) }
+
+// InstrumentWith is Instrument with options.
+func InstrumentWith(wasm []byte, o Options) (*Result, error) {
+	m := &module{b: wasm, start: -1, opts: o}
 	secs, err := m.sections()
 	if err != nil {
 		return nil, err
@@ -411,6 +439,15 @@ func Instrument(wasm []byte) (*Result, error) {
 			// Exported instead (Result.Start).
 		case secData:
 			out = m.appendData(out, s)
+		case secTable:
+			if m.opts.TableMax == 0 {
+				out = append(out, wasm[s.headerStart:s.end]...)
+				break
+			}
+			var err error
+			if out, err = m.appendTables(out, s); err != nil {
+				return nil, err
+			}
 		default:
 			out = append(out, wasm[s.headerStart:s.end]...)
 		}
@@ -502,9 +539,11 @@ func (m *module) typeList(r *reader) {
 	r.done("type section")
 }
 
-// imports counts the imported functions and globals.
+// imports counts the imported functions, globals and memories, and keeps
+// the limits of imported tables.
 func (m *module) imports(r *reader) {
 	n := r.count(4)
+	m.importCount = n
 	for i := uint32(0); i < n && r.err == nil; i++ {
 		r.name()
 		r.name()
@@ -514,7 +553,7 @@ func (m *module) imports(r *reader) {
 			m.funcImports++
 		case 0x01: // table: reference type, limits
 			r.valType()
-			r.limits()
+			m.tableImports = append(m.tableImports, r.tableLimits())
 			m.noReset("the module imports a table")
 		case 0x02: // memory
 			r.limits()
@@ -638,6 +677,51 @@ func (m *module) appendExports(out []byte, s *section) []byte {
 		n++
 	}
 	return m.appendVector(out, secExport, s, n, added)
+}
+
+// appendTables appends the table section s with every table's maximum at
+// most m.opts.TableMax.
+func (m *module) appendTables(out []byte, s *section) ([]byte, error) {
+	r := m.reader(s.start, s.end)
+	n := r.count(2)
+	body := appendU32(nil, n)
+	for i := uint32(0); i < n && r.err == nil; i++ {
+		at := r.off
+		init := r.off+1 < len(r.b) && r.b[r.off] == 0x40 && r.b[r.off+1] == 0x00
+		if init {
+			r.skip(2) // a table with an initializer (function references)
+		}
+		r.valType()
+		body = append(body, m.b[at:r.off]...)
+		lim := r.tableLimits()
+		if r.err != nil {
+			break
+		}
+		if lim.min > uint64(m.opts.TableMax) {
+			return nil, &Error{Offset: at, Reason: fmt.Sprintf("table %d starts at %d elements, more than %d", i, lim.min, m.opts.TableMax)}
+		}
+		max := uint64(m.opts.TableMax)
+		if lim.hasMax && lim.max <= max {
+			max = lim.max
+		} else {
+			m.res.TablesCapped++
+		}
+		body = append(body, lim.flags|1)
+		body = appendU64(body, lim.min)
+		body = appendU64(body, max)
+		if init {
+			at := r.off
+			r.constExpr()
+			body = append(body, m.b[at:r.off]...)
+		}
+	}
+	r.done("table section")
+	if r.err != nil {
+		return nil, r.err
+	}
+	out = append(out, secTable)
+	out = appendU32(out, uint32(len(body)))
+	return append(out, body...), nil
 }
 
 // slowBody is the slow path: refill the budget, call into Go, trap if the
@@ -1000,6 +1084,14 @@ var straight = func() (s [256]bool) {
 }()
 
 func appendU32(b []byte, v uint32) []byte {
+	for v >= 0x80 {
+		b = append(b, byte(v)|0x80)
+		v >>= 7
+	}
+	return append(b, byte(v))
+}
+
+func appendU64(b []byte, v uint64) []byte {
 	for v >= 0x80 {
 		b = append(b, byte(v)|0x80)
 		v >>= 7
