@@ -130,7 +130,8 @@ func TestAttackConnectorFields(t *testing.T) {
 	if n := streamCount(bolt.js, "LOOT"); n != 0 {
 		t.Errorf("bolt's stream LOOT holds %d messages (the job bucket's records)", n)
 	}
-	_, admin := c.connect(t, creds)
+	// The admin's credentials: the worker's reach no JetStream API.
+	_, admin := c.connect(t, filepath.Join(c.auth, "admin.creds"))
 	if _, err := admin.Stream(waitCtx(t), "PWN"); !errors.Is(err, jetstream.ErrStreamNotFound) {
 		t.Errorf("stream PWN in the coordinator's account: %v, want not found", err)
 	}
