@@ -41,6 +41,9 @@ type hotCache struct {
 	cleanHeld  int
 	// freeBare is how many entries at the start of free hold no buffers.
 	freeBare int
+	// lost: an entry has left the cache (evicted or dropped) since it
+	// was made, so a key it does not hold may be in Pebble.
+	lost bool
 }
 
 type cacheEntry struct {
@@ -231,6 +234,7 @@ func (c *hotCache) evict(idx int32) {
 // up to keepVal bytes.
 func (c *hotCache) drop(idx int32, keepVal int) {
 	c.removeSlot(idx)
+	c.lost = true
 	e := &c.entries[idx]
 	e.used = false
 	e.key = e.key[:0]

@@ -39,6 +39,14 @@ const (
 	// maxManifestFileSize bounds the MANIFEST, which every checkpoint
 	// copies in full.
 	maxManifestFileSize = 256 << 10
+	// budgetMemTableSize is the memtable of a store on a worker's budget
+	// without a tenant's memory bound. Every memtable flush is an L0
+	// sublevel that a point read of a key not in the cache looks in until
+	// L0 is compacted: with Pebble's 4 MiB, a keyed count growing its
+	// state flushed every few seconds and its reads of new keys looked in
+	// up to 56 tables each. Pebble starts a memtable small and grows it
+	// to this as writes come, so a small store does not hold it.
+	budgetMemTableSize = 64 << 20
 )
 
 // ErrClosed is returned by every call on a Store, or on one of its
@@ -143,6 +151,12 @@ type Store struct {
 	// flushN is the changed entries past which callers flush
 	// (CacheEntries).
 	flushN int
+	// whole: the store started empty and every state entry written to
+	// Pebble since went through the cache, so while the cache has lost
+	// none (hotCache.lost) a key it does not hold is absent, and a read
+	// needs no Pebble lookup. A keyed count whose keys fit the budget
+	// then reads Pebble for none of its new keys.
+	whole bool
 	// budget is the worker's budget the store has a share of (nil once
 	// closed, or without one).
 	budget *Budget
@@ -299,6 +313,9 @@ func Open(o Options) (*Store, error) {
 	if o.Admit != nil {
 		po.Experimental.CompactionScheduler = newAdmittedScheduler(o.Admit)
 	}
+	if o.Budget != nil && o.MemoryBytes == 0 {
+		po.MemTableSize = budgetMemTableSize
+	}
 	base := o.fs
 	if base == nil {
 		base = vfs.Default
@@ -329,7 +346,8 @@ func Open(o Options) (*Store, error) {
 		s.memHalf = half
 	}
 	s.setCleanBytes()
-	if o.Lazy && isNewDir(o.Dir) {
+	s.whole = isNewDir(o.Dir)
+	if o.Lazy && s.whole {
 		// A new store holds no timers to load.
 		s.lazy = po
 		s.joinBudget()
@@ -730,8 +748,9 @@ func (m *manyGet) release() {
 // load reads the entry with Pebble key pk (hash h), which is not cached,
 // into the cache.
 func (s *Store) load(pk []byte, h uint64) (int32, error) {
-	if s.lazy != nil {
-		// Not open yet: nothing has reached Pebble, which is empty.
+	if s.lazy != nil || (s.whole && !s.cache.lost) {
+		// Not open yet: nothing has reached Pebble, which is empty; or
+		// everything that has is in the cache (Store.whole).
 		return s.cache.insert(pk, h), nil
 	}
 	val, closer, err := s.db.Get(pk)
