@@ -40,7 +40,7 @@ func NewBudget(bytes int64) *Budget {
 
 // CheckBudget says what is wrong with a budget given on a command line.
 func CheckBudget(bytes int64) error {
-	if bytes != 0 && bytes < minMemoryBudget {
+	if bytes < 0 || bytes != 0 && bytes < minMemoryBudget {
 		return fmt.Errorf("state memory budget of %d bytes is below the least of %d bytes (16 MiB)", bytes, minMemoryBudget)
 	}
 	return nil

@@ -68,6 +68,10 @@ type Config struct {
 	// Gate shares the cores among the guest calls of tenants' jobs
 	// (fairshare.Default() when nil: workers of one process share it).
 	Gate *fairshare.Gate
+	// StateMemory is the worker's state memory budget in bytes
+	// (state.DefaultMemoryBudget when 0), which its subtasks' stores share
+	// (state.Budget).
+	StateMemory int64
 }
 
 // Worker runs the subtasks the coordinator assigns to it.
@@ -77,7 +81,8 @@ type Worker struct {
 	rt      *host.Runtime
 	ownsRT  bool
 	js      jetstream.JetStream
-	cache   *pebble.Cache
+	cache   *pebble.Cache // budget's
+	budget  *state.Budget
 	subs    []*nats.Subscription
 	mu      sync.Mutex
 	modules map[string]*host.Module
@@ -134,16 +139,20 @@ func New(ctx context.Context, cfg Config) (*Worker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("worker %s: %w", cfg.ID, err)
 	}
+	if err := state.CheckBudget(cfg.StateMemory); err != nil {
+		return nil, fmt.Errorf("worker %s: --state-memory: %w", cfg.ID, err)
+	}
 	w := &Worker{
 		cfg:     cfg,
 		log:     cfg.Log,
 		js:      js,
 		modules: map[string]*host.Module{},
 		jobs:    map[string]*jobRun{},
-		// One block cache for every subtask's Pebble keeps a worker's memory
-		// bounded however many subtasks it runs.
-		cache: pebble.NewCache(64 << 20),
 	}
+	// One budget, and its block cache, for every subtask's store keeps a
+	// worker's memory bounded however many subtasks it runs.
+	w.budget = state.NewBudget(cfg.StateMemory)
+	w.cache = w.budget.Cache()
 	if cfg.Runtime != nil {
 		w.rt = cfg.Runtime
 	} else {
@@ -514,6 +523,7 @@ func (w *Worker) stateOptions(j *jobRun, dir string, groups abi.KeyGroupRange) s
 		MaxParallelism: j.plan.MaxParallelism,
 		KeyGroups:      groups,
 		Cache:          w.cache,
+		Budget:         w.budget,
 		MaxBytes:       j.stateBytes,
 		// A tenant's state in the host's memory is bounded by its memory
 		// quota, like its instances' linear memory.
