@@ -16,11 +16,12 @@ const DefaultMemoryBudget = 512 << 20
 const minMemoryBudget = 16 << 20
 
 // Budget is a worker's state memory budget, shared by all its stores: a
-// quarter of it is Pebble's block cache, one for the worker, and the rest
-// bounds the clean entries that the stores' hot-key caches keep, split
-// evenly among the stores open at each flush. Pebble's memtables (about
-// 12 MiB a store, memTableSize) and the changes written since a store's
-// last flush are outside it: the worker flushes those at a fixed bound.
+// quarter of it is Pebble's block cache, one for the worker; a quarter
+// bounds the changes the stores' caches gather between flushes (a key
+// written again before its flush costs Pebble one write), and half the
+// clean entries they keep; both are split evenly among the stores open at
+// each flush. Pebble's memtables (budgetMemTableSize a store, grown as
+// writes come) are outside it.
 // A Budget is safe for concurrent use.
 type Budget struct {
 	bytes  int64
@@ -63,5 +64,18 @@ func (b *Budget) leave() { b.stores.Add(-1) }
 // share is what one store's clean cached entries may hold now.
 func (b *Budget) share() int {
 	n := max(b.stores.Load(), 1)
-	return int(min((b.bytes-b.bytes/4)/n, 1<<40))
+	return int(min(b.bytes/2/n, 1<<40))
 }
+
+// changes is how many changed entries one store may gather between flushes
+// now: its share of a quarter of the budget, at changeBytes an entry, and
+// at least DefaultCacheEntries.
+func (b *Budget) changes() int {
+	n := max(b.stores.Load(), 1)
+	return int(max(min(b.bytes/4/n/changeBytes, 1<<30), DefaultCacheEntries))
+}
+
+// changeBytes is what a changed entry of a small key and value is taken
+// to cost: the entry, its buffers, its slot and its share of the sort and
+// the batch at the flush.
+const changeBytes = 256

@@ -389,9 +389,12 @@ func (s *Store) setCleanBytes() {
 	b := maxCleanBytes
 	if s.budget != nil {
 		b = s.budget.share()
+		s.flushN = s.budget.changes()
 	}
 	if s.memHalf > 0 {
 		b = min(b, s.memHalf)
+		// The changes' entries count toward the memory bound too.
+		s.flushN = min(s.flushN, max(s.memHalf/changeBytes, DefaultCacheEntries))
 	}
 	s.cache.cleanBytes = b
 }
