@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -162,17 +161,8 @@ func gcd(a, b uint64) uint64 {
 func stateScaleRun(b *testing.B, n int, newOp func(b *testing.B) operator.Operator) float64 {
 	budget := state.NewBudget(state.DefaultMemoryBudget)
 	defer budget.Close()
-	store, err := state.Open(state.Options{Dir: b.TempDir(), MaxParallelism: 128, KeyGroups: abi.KeyGroupRange{Start: 0, End: 127}, Budget: budget})
-	if err != nil {
-		b.Fatal(err)
-	}
+	store, op := openKeyedOp(b, budget, newOp)
 	defer store.Discard()
-	op := newOp(b)
-	svc := &keyedServices{VertexState: store.Vertex("count", true)}
-	spec := operator.Spec{VertexID: "count", Operator: "count", Subtask: 0, Parallel: 1, MaxParallelism: 128, Keyed: true}
-	if err := op.Open(spec, svc); err != nil {
-		b.Fatal(err)
-	}
 	var out discardCollector
 	process := func(batch []byte) {
 		if err := op.Process(batch, &out); err != nil {
@@ -188,6 +178,14 @@ func stateScaleRun(b *testing.B, n int, newOp func(b *testing.B) operator.Operat
 	fillStart := time.Now()
 	batches := scaleBatches(n, process)
 	b.Logf("%d keys: fill %.1fs", n, time.Since(fillStart).Seconds())
+	rps, cpu := timeScale(b, batches, process)
+	reportScale(b, rps, cpu, store.Metrics())
+	return rps
+}
+
+// timeScale processes the timed batches b.N times and returns records per
+// second of wall time and of the process's CPU time.
+func timeScale(b *testing.B, batches [][]byte, process func([]byte)) (rps, cpu float64) {
 	records := 0
 	var elapsed time.Duration
 	cpu0 := processCPU()
@@ -200,9 +198,7 @@ func stateScaleRun(b *testing.B, n int, newOp func(b *testing.B) operator.Operat
 		elapsed += time.Since(start)
 	}
 	b.StopTimer()
-	rps := float64(records) / elapsed.Seconds()
-	reportScale(b, rps, float64(records)/(processCPU()-cpu0).Seconds(), store.Metrics())
-	return rps
+	return float64(records) / elapsed.Seconds(), float64(records) / (processCPU() - cpu0).Seconds()
 }
 
 // reportScale reports records/s (wall time) and records per second of the
@@ -223,32 +219,7 @@ func reportScale(b *testing.B, rps, cpu float64, m state.StoreMetrics) {
 
 // liftedTimers is wasmOp with the instance's timer limits lifted.
 func liftedTimers(build func() (string, error)) func(b *testing.B) operator.Operator {
-	return func(b *testing.B) operator.Operator {
-		path, err := build()
-		if err != nil {
-			b.Fatal(err)
-		}
-		code, err := os.ReadFile(path)
-		if err != nil {
-			b.Fatal(err)
-		}
-		ctx := context.Background()
-		rt, err := host.NewRuntime(ctx, host.Config{Limits: host.Limits{MaxTimersPerSubtask: -1, MaxTimerBytesPerSubtask: -1}})
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { _ = rt.Close(ctx) })
-		mod, err := rt.Compile(ctx, "wordcount", code)
-		if err != nil {
-			b.Fatal(err)
-		}
-		inst, err := mod.NewInstance(ctx, "count/0")
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { _ = inst.Close(ctx) })
-		return inst.Operator()
-	}
+	return wasmOpConfig(build, host.Config{Limits: host.Limits{MaxTimersPerSubtask: -1, MaxTimerBytesPerSubtask: -1}}, nil)
 }
 
 // pebbleScaleRun is the physical reference: the same keys' counts read and
@@ -299,20 +270,8 @@ func pebbleScaleRun(b *testing.B, n int) float64 {
 		wb.Reset()
 	}
 	batches := scaleBatches(n, process)
-	records := 0
-	var elapsed time.Duration
-	cpu0 := processCPU()
-	for range b.N {
-		start := time.Now()
-		for _, batch := range batches {
-			process(batch)
-			records += abi.Count(batch)
-		}
-		elapsed += time.Since(start)
-	}
-	b.StopTimer()
+	rps, cpu := timeScale(b, batches, process)
 	m := db.Metrics()
-	rps := float64(records) / elapsed.Seconds()
-	reportScale(b, rps, float64(records)/(processCPU()-cpu0).Seconds(), state.StoreMetrics{DiskBytes: int64(m.DiskSpaceUsage()), ReadAmp: int64(m.ReadAmp())})
+	reportScale(b, rps, cpu, state.StoreMetrics{DiskBytes: int64(m.DiskSpaceUsage()), ReadAmp: int64(m.ReadAmp())})
 	return rps
 }

@@ -27,16 +27,8 @@ func benchmarkGetPut(b *testing.B, keySpace int, blockCache int64) {
 		o.Cache = pebble.NewCache(blockCache)
 		defer o.Cache.Unref()
 	}
-	s, err := Open(o)
-	if err != nil {
-		b.Fatal(err)
-	}
+	s, v, h := openCount(b, o)
 	defer s.Close()
-	v := s.Vertex("count", true)
-	h, err := v.RegisterState("count", abi.StateValue)
-	if err != nil {
-		b.Fatal(err)
-	}
 	keys := make([][]byte, keySpace)
 	for i := range keys {
 		keys[i] = []byte("user-" + strconv.Itoa(i))
@@ -75,6 +67,22 @@ func benchmarkGetPut(b *testing.B, keySpace int, blockCache int64) {
 	}
 }
 
+// openCount opens a store with o and registers the value state "count"
+// of the keyed vertex "count".
+func openCount(b *testing.B, o Options) (*Store, *VertexState, int32) {
+	s, err := Open(o)
+	if err != nil {
+		b.Fatal(err)
+	}
+	v := s.Vertex("count", true)
+	h, err := v.RegisterState("count", abi.StateValue)
+	if err != nil {
+		_ = s.Close()
+		b.Fatal(err)
+	}
+	return s, v, h
+}
+
 // Hot keys: a batch of 1000 records touches at most 100 keys, so the
 // write-back cache turns ten puts into one Pebble write.
 func BenchmarkGetPutHotKeys(b *testing.B) { benchmarkGetPut(b, 100, 0) }
@@ -101,16 +109,8 @@ func BenchmarkGetPutUniformKeysBudget(b *testing.B) { benchmarkGetPut(b, 1_000_0
 func BenchmarkFillNewKeys(b *testing.B) {
 	budget := NewBudget(DefaultMemoryBudget)
 	defer budget.Close()
-	s, err := Open(Options{Dir: b.TempDir(), KeyGroups: fullRange, Budget: budget})
-	if err != nil {
-		b.Fatal(err)
-	}
+	s, v, h := openCount(b, Options{Dir: b.TempDir(), KeyGroups: fullRange, Budget: budget})
 	defer s.Close()
-	v := s.Vertex("count", true)
-	h, err := v.RegisterState("count", abi.StateValue)
-	if err != nil {
-		b.Fatal(err)
-	}
 	buf := make([]byte, 0, 8)
 	key := make([]byte, 0, 16)
 	cpu0 := processCPU()
