@@ -6,7 +6,7 @@ BIN      := bin/wstream
 EXAMPLES := wordcount mapfilter window testops
 WASM     := $(EXAMPLES:%=examples/wasm/build/%.wasm)
 
-.PHONY: all setup build examples examples-all wordcount test test-matrix fuzz fuzz-short bench clean
+.PHONY: all setup build examples examples-all wordcount test test-matrix fuzz fuzz-short bench bench-state clean
 
 all: build examples
 
@@ -92,6 +92,13 @@ bench: setup
 	@$(GO) test -run '^$$' -bench '^BenchmarkMemoryPerInstance$$' -benchtime 1x -timeout 30m ./bench/ >> $(BENCHOUT) || { cat $(BENCHOUT); exit 1; }
 	@$(GO) test -run '^$$' -bench '^BenchmarkPoisonRecords$$' -benchtime 6x -timeout 30m ./bench/ >> $(BENCHOUT) || { cat $(BENCHOUT); exit 1; }
 	@$(GO) run ./internal/benchreport $(BENCHOUT)
+
+# bench-state measures a keyed count at 10K, 1M and 10M distinct keys,
+# native and C, beside Pebble's own point reads and writes of the same keys
+# (BenchmarkStateScale; WSTREAM_STATE_KEYS=a,b,… for other sizes). Long:
+# the 10M fill alone takes minutes.
+bench-state:
+	$(GO) test -run '^$$' -bench '^BenchmarkStateScale$$' -benchtime 1x -timeout 120m ./bench/
 
 clean:
 	rm -rf bin examples/wasm/build wstream-data $(BENCHOUT)

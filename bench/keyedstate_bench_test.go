@@ -97,17 +97,8 @@ var keyedBatches = func() [][]byte {
 // keyedStateRun opens the operator newOp returns as a keyed subtask over a
 // fresh state store and reports what processing keyedBatches costs.
 func keyedStateRun(b *testing.B, newOp func(b *testing.B) operator.Operator) {
-	store, err := state.Open(state.Options{Dir: b.TempDir(), MaxParallelism: 128, KeyGroups: abi.KeyGroupRange{Start: 0, End: 127}})
-	if err != nil {
-		b.Fatal(err)
-	}
+	store, op := openKeyedOp(b, nil, newOp)
 	defer store.Close()
-	op := newOp(b)
-	svc := &keyedServices{VertexState: store.Vertex("count", true)}
-	spec := operator.Spec{VertexID: "count", Operator: "count", Subtask: 0, Parallel: 1, MaxParallelism: 128, Keyed: true}
-	if err := op.Open(spec, svc); err != nil {
-		b.Fatal(err)
-	}
 	var out discardCollector
 	records := 0
 	pass := func() {
@@ -126,6 +117,23 @@ func keyedStateRun(b *testing.B, newOp func(b *testing.B) operator.Operator) {
 	}
 	pass() // every key exists, and its timer: the steady state
 	timePasses(b, pass, &records)
+}
+
+// openKeyedOp opens the operator newOp returns as the keyed subtask of
+// all 128 key groups over a fresh store on budget (none when nil).
+func openKeyedOp(b *testing.B, budget *state.Budget, newOp func(b *testing.B) operator.Operator) (*state.Store, operator.Operator) {
+	store, err := state.Open(state.Options{Dir: b.TempDir(), MaxParallelism: 128, KeyGroups: abi.KeyGroupRange{Start: 0, End: 127}, Budget: budget})
+	if err != nil {
+		b.Fatal(err)
+	}
+	op := newOp(b)
+	svc := &keyedServices{VertexState: store.Vertex("count", true)}
+	spec := operator.Spec{VertexID: "count", Operator: "count", Subtask: 0, Parallel: 1, MaxParallelism: 128, Keyed: true}
+	if err := op.Open(spec, svc); err != nil {
+		_ = store.Close()
+		b.Fatal(err)
+	}
+	return store, op
 }
 
 // timePasses runs pass b.N times on this goroutine's thread and reports
@@ -156,6 +164,15 @@ func wasmOp(build func() (string, error), timeout ...time.Duration) func(b *test
 // wasmOpStats is wasmOp with the slot's calls counted in st (none when
 // nil), as workers count them for metrics.
 func wasmOpStats(build func() (string, error), st *host.CallStats, timeout ...time.Duration) func(b *testing.B) operator.Operator {
+	cfg := host.Config{}
+	if len(timeout) > 0 {
+		cfg.CallTimeout = timeout[0]
+	}
+	return wasmOpConfig(build, cfg, st)
+}
+
+// wasmOpConfig is wasmOpStats in a runtime configured by cfg.
+func wasmOpConfig(build func() (string, error), cfg host.Config, st *host.CallStats) func(b *testing.B) operator.Operator {
 	return func(b *testing.B) operator.Operator {
 		path, err := build()
 		if err != nil {
@@ -166,10 +183,6 @@ func wasmOpStats(build func() (string, error), st *host.CallStats, timeout ...ti
 			b.Fatal(err)
 		}
 		ctx := context.Background()
-		cfg := host.Config{}
-		if len(timeout) > 0 {
-			cfg.CallTimeout = timeout[0]
-		}
 		rt, err := host.NewRuntime(ctx, cfg)
 		if err != nil {
 			b.Fatal(err)

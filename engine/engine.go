@@ -55,7 +55,10 @@ type Options struct {
 	// those of the embedded server w0, w1, ….
 	WorkerID string
 	Slots    int
-	Host     host.Config
+	// StateMemory is each in-process worker's state memory budget
+	// (worker.Config.StateMemory).
+	StateMemory int64
+	Host        host.Config
 	// Runtime, when set, is the wazero runtime of the in-process workers
 	// instead of one created from Host (HostConfig); the engine does not
 	// close it. Given the runtime that validated a deployment (Prepare),
@@ -320,9 +323,11 @@ func Start(ctx context.Context, o Options) (e *Engine, err error) {
 			DataDir: o.DataDir,
 			Slots:   o.Slots,
 			Runtime: e.rt,
-			Stdout:  o.Stdout,
-			Log:     o.Log,
-			Dial:    dial,
+
+			StateMemory: o.StateMemory,
+			Stdout:      o.Stdout,
+			Log:         o.Log,
+			Dial:        dial,
 
 			HeartbeatInterval: o.HeartbeatInterval,
 			MaxModuleBytes:    o.MaxModuleBytes,

@@ -3,6 +3,7 @@ package state
 import (
 	"bytes"
 	"hash/maphash"
+	"unsafe"
 )
 
 // hotCache holds state entries by encoded Pebble key: the write-back buffer
@@ -30,10 +31,19 @@ type hotCache struct {
 	// warmSum is warm's result, kept so that its reads are not optimized
 	// away.
 	warmSum uint64
-	// cleanBytes bounds the key and value buffers that clean entries,
-	// and free entries kept for reuse, hold after a flush (maxCleanBytes
-	// unless the store's memory budget is smaller).
+	// cleanBytes bounds what clean entries hold, their key and value
+	// buffers and entryOverhead each, and the buffers free entries keep
+	// for reuse (maxCleanBytes unless the store's memory bound or its
+	// share of the worker's budget says otherwise). cleanHeld is what the
+	// clean entries hold now: kept as they come and go, so that bounding
+	// it costs what is evicted, not a walk of the cache.
 	cleanBytes int
+	cleanHeld  int
+	// freeBare is how many entries at the start of free hold no buffers.
+	freeBare int
+	// lost: an entry has left the cache (evicted or dropped) since it
+	// was made, so a key it does not hold may be in Pebble.
+	lost bool
 }
 
 type cacheEntry struct {
@@ -49,7 +59,17 @@ type cacheEntry struct {
 	// write that needs no old value); flushed does not keep it cached.
 	blind bool
 	undo  uint32 // epoch of the undo journal that recorded its old value
+	// held is what the entry counts in cleanHeld while it is clean.
+	held int32
 }
+
+// entryOverhead is what a cached entry costs besides its key and value
+// buffers: the entry itself and its share of the slot table (at most
+// half full).
+const entryOverhead = int(unsafe.Sizeof(cacheEntry{})) + 2*4
+
+// bytes is what entry e holds.
+func (e *cacheEntry) bytes() int32 { return int32(cap(e.key) + cap(e.val) + entryOverhead) }
 
 const noSlot = -1
 
@@ -151,6 +171,9 @@ func (c *hotCache) insert(key []byte, h uint64) int32 {
 	if c.live >= c.capacity && c.tail != noSlot {
 		c.evict(c.tail)
 	}
+	for c.cleanHeld > c.cleanBytes && c.tail != noSlot {
+		c.evict(c.tail)
+	}
 	if 2*(c.live+1) > len(c.slots) {
 		c.resize(2 * len(c.slots))
 	}
@@ -158,6 +181,7 @@ func (c *hotCache) insert(key []byte, h uint64) int32 {
 	if n := len(c.free); n > 0 {
 		idx = c.free[n-1]
 		c.free = c.free[:n-1]
+		c.freeBare = min(c.freeBare, n-1)
 	} else {
 		c.entries = append(c.entries, cacheEntry{})
 		idx = int32(len(c.entries) - 1)
@@ -210,6 +234,7 @@ func (c *hotCache) evict(idx int32) {
 // up to keepVal bytes.
 func (c *hotCache) drop(idx int32, keepVal int) {
 	c.removeSlot(idx)
+	c.lost = true
 	e := &c.entries[idx]
 	e.used = false
 	e.key = e.key[:0]
@@ -286,37 +311,36 @@ func (c *hotCache) flushed() {
 		}
 	}
 	c.dirty = c.dirty[:0]
-	for c.live > c.capacity {
+	for c.tail != noSlot && (c.live > c.capacity || c.cleanHeld > c.cleanBytes) {
 		c.evict(c.tail)
 	}
-	// Walk from the most recently used: once the byte budget is spent,
-	// the rest goes.
-	n := 0
-	for idx := c.head; idx != noSlot; {
-		e := &c.entries[idx]
-		next := e.next
-		n += cap(e.key) + cap(e.val)
-		if n > c.cleanBytes {
-			c.evict(idx)
-		}
-		idx = next
-	}
+	n := c.cleanHeld
 	// What is left of the budget bounds the buffers that free entries
 	// keep for reuse: a flood of small values leaves as many free
 	// entries as it dirtied. Inserts take free entries from the end, so
 	// the budget goes to those first.
-	for k := len(c.free) - 1; k >= 0; k-- {
+	// Below freeBare, free entries hold no buffers already: the walk
+	// stops there, so that it costs what was freed since the last flush.
+	k := len(c.free) - 1
+	for ; k >= c.freeBare; k-- {
 		e := &c.entries[c.free[k]]
-		n += cap(e.key) + cap(e.val)
-		if n > c.cleanBytes {
-			n -= cap(e.key) + cap(e.val)
+		if n += cap(e.key) + cap(e.val); n > c.cleanBytes {
+			break
+		}
+	}
+	if k >= c.freeBare {
+		for i := k; i >= c.freeBare; i-- {
+			e := &c.entries[c.free[i]]
 			e.key, e.val = nil, nil
 		}
+		c.freeBare = k + 1
 	}
 }
 
 func (c *hotCache) pushFront(idx int32) {
 	e := &c.entries[idx]
+	e.held = e.bytes()
+	c.cleanHeld += int(e.held)
 	e.prev = noSlot
 	e.next = c.head
 	if c.head != noSlot {
@@ -341,4 +365,18 @@ func (c *hotCache) unlink(idx int32) {
 		c.tail = e.prev
 	}
 	e.prev, e.next = noSlot, noSlot
+	c.cleanHeld -= int(e.held)
+	e.held = 0
+}
+
+// recount updates what clean entry idx counts in cleanHeld after its value
+// was set (a load).
+func (c *hotCache) recount(idx int32) {
+	e := &c.entries[idx]
+	if e.dirty || !e.used {
+		return
+	}
+	b := e.bytes()
+	c.cleanHeld += int(b - e.held)
+	e.held = b
 }

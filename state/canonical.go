@@ -856,6 +856,7 @@ func (s *Store) ImportCanonicalMigrating(r io.Reader, migrate Migrate) (ImportSt
 	if err := s.ready(); err != nil {
 		return st, err
 	}
+	s.whole = false // entries reach Pebble past the cache
 	b := s.db.NewBatch()
 	defer b.Close()
 	var keyBuf []byte

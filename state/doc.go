@@ -62,6 +62,22 @@
 // StateIter flushes first when the iterated key has unflushed writes and
 // then reads Pebble, so it sees every earlier put and delete.
 //
+// # Memory budget
+//
+// A worker's stores share its state memory budget (Budget, wstream
+// worker --state-memory, DefaultMemoryBudget): a quarter is the one block
+// cache, a quarter bounds the changed entries each store gathers between
+// flushes (CacheEntries, which callers flush at), and half the clean
+// entries the caches keep, in bytes, entry overhead included; the stores
+// open at a flush split both evenly. A tenant's memory quota
+// (Options.MemoryBytes) bounds its store further. A store that started
+// empty knows every entry it wrote to Pebble was in its cache: until the
+// cache evicts one, a key it does not hold is absent, and reading it costs
+// no Pebble lookup (a keyed count whose state fits the budget reads Pebble
+// for none of its new keys). Beyond the budget, misses read Pebble, whose
+// memtables on a budget are 64 MiB, so that a growing state makes few L0
+// sublevels for the reads to look in.
+//
 // A store opened with Options.Lazy in a new directory leaves Pebble
 // unopened until it needs it: the store is empty, so reads are answered
 // from the cache, and timer changes wait in memory. The first Flush with
@@ -79,6 +95,22 @@
 // deleting are O(log n). Every change is mirrored into Pebble with the next
 // Flush; Open loads the timers of the owned key groups back into the heaps.
 // PopTimers hands due timers to the runtime as an abi timer batch.
+//
+// Every timer is held in memory (about 170 bytes each), which is why the
+// host bounds them per subtask (--max-timers-per-subtask, 200,000). The
+// next step (issue 36) keeps only a window of them in memory: per vertex
+// and domain a bound B such that the heap holds exactly the timers before
+// B in (time, key, namespace) order and Pebble, which already holds every
+// timer, the rest. A timer registered at or past B is written to Pebble
+// alone, its presence checked in a map of the changes since the last
+// Flush and then with a Pebble get; a deletion likewise. When the heap
+// passes its window, the later half leaves memory and B moves down to its
+// first timer; when the heap empties and Pebble holds more, PopTimers
+// flushes and refills the heap with the next window from a merge of one
+// iterator per owned key group (the key layout orders timers by time only
+// within a key group), and B moves up. Open then loads one window and
+// counts the rest, and the host's count quotas become a bound on the
+// timers' bytes on disk, which the state quota (--state-bytes) covers.
 //
 // A Store and its VertexStates are not safe for concurrent use: the
 // subtask's goroutine owns them.

@@ -39,6 +39,14 @@ const (
 	// maxManifestFileSize bounds the MANIFEST, which every checkpoint
 	// copies in full.
 	maxManifestFileSize = 256 << 10
+	// budgetMemTableSize is the memtable of a store on a worker's budget
+	// without a tenant's memory bound. Every memtable flush is an L0
+	// sublevel that a point read of a key not in the cache looks in until
+	// L0 is compacted: with Pebble's 4 MiB, a keyed count growing its
+	// state flushed every few seconds and its reads of new keys looked in
+	// up to 56 tables each. Pebble starts a memtable small and grows it
+	// to this as writes come, so a small store does not hold it.
+	budgetMemTableSize = 64 << 20
 )
 
 // ErrClosed is returned by every call on a Store, or on one of its
@@ -63,8 +71,14 @@ type Options struct {
 	Cache *pebble.Cache
 	// CacheEntries bounds the hot-key cache (entries, DefaultCacheEntries
 	// when 0). Entries written since the last Flush are held in addition;
-	// values over 64 KiB are cached only until they are flushed.
+	// values over 64 KiB are cached only until they are flushed. With a
+	// Budget and CacheEntries 0, the cache is bounded by the store's
+	// share of the budget, in bytes, instead.
 	CacheEntries int
+	// Budget, when set, is the worker's state memory budget that the
+	// store's cache shares with the other stores on it; its block cache
+	// is the store's when Cache is nil.
+	Budget *Budget
 	// Logger receives Pebble's log messages; they are discarded when nil.
 	Logger pebble.Logger
 	// MaxBytes, when positive, bounds the store's size on disk (a tenant's
@@ -130,8 +144,22 @@ type Store struct {
 	// pendingBytes counts value bytes put since the last Flush.
 	pendingBytes int
 	// flushAt, when positive, is the pending bytes at which a write
-	// flushes (Options.MemoryBytes).
+	// flushes (Options.MemoryBytes); memHalf is the half of it that
+	// bounds clean cached entries.
 	flushAt int
+	memHalf int
+	// flushN is the changed entries past which callers flush
+	// (CacheEntries).
+	flushN int
+	// whole: the store started empty and every state entry written to
+	// Pebble since went through the cache, so while the cache has lost
+	// none (hotCache.lost) a key it does not hold is absent, and a read
+	// needs no Pebble lookup. A keyed count whose keys fit the budget
+	// then reads Pebble for none of its new keys.
+	whole bool
+	// budget is the worker's budget the store has a share of (nil once
+	// closed, or without one).
+	budget *Budget
 	// undo is the journal of revocable changes (BeginUndo).
 	undo undoJournal
 
@@ -221,6 +249,9 @@ func Open(o Options) (*Store, error) {
 	if o.CacheEntries < 0 {
 		return nil, fmt.Errorf("state: cache entries %d is negative", o.CacheEntries)
 	}
+	if o.Cache == nil && o.Budget != nil {
+		o.Cache = o.Budget.Cache()
+	}
 	if o.MemoryBytes < 0 {
 		return nil, fmt.Errorf("state: memory bound %d is negative", o.MemoryBytes)
 	}
@@ -282,6 +313,9 @@ func Open(o Options) (*Store, error) {
 	if o.Admit != nil {
 		po.Experimental.CompactionScheduler = newAdmittedScheduler(o.Admit)
 	}
+	if o.Budget != nil && o.MemoryBytes == 0 {
+		po.MemTableSize = budgetMemTableSize
+	}
 	base := o.fs
 	if base == nil {
 		base = vfs.Default
@@ -295,6 +329,12 @@ func Open(o Options) (*Store, error) {
 		cache:      newHotCache(entries),
 		dirtyBases: make(map[uint64]struct{}),
 		vertices:   make(map[string]*VertexState),
+		flushN:     entries,
+	}
+	if o.Budget != nil && o.CacheEntries == 0 {
+		// Bounded in bytes by the store's share of the budget instead.
+		s.cache.capacity = math.MaxInt32
+		s.budget = o.Budget
 	}
 	if o.Admit != nil {
 		po.EnsureDefaults()
@@ -303,11 +343,14 @@ func Open(o Options) (*Store, error) {
 	if o.MemoryBytes > 0 {
 		half := int(min(o.MemoryBytes/2, math.MaxInt32))
 		s.flushAt = max(half, 1)
-		s.cache.cleanBytes = min(s.cache.cleanBytes, half)
+		s.memHalf = half
 	}
-	if o.Lazy && isNewDir(o.Dir) {
+	s.setCleanBytes()
+	s.whole = isNewDir(o.Dir)
+	if o.Lazy && s.whole {
 		// A new store holds no timers to load.
 		s.lazy = po
+		s.joinBudget()
 		return s, nil
 	}
 	db, err := pebble.Open(o.Dir, po)
@@ -320,7 +363,40 @@ func Open(o Options) (*Store, error) {
 		_ = db.Close()
 		return nil, err
 	}
+	s.joinBudget()
 	return s, nil
+}
+
+// joinBudget counts the store in its budget's share.
+func (s *Store) joinBudget() {
+	if s.budget != nil {
+		s.budget.join()
+		s.setCleanBytes()
+	}
+}
+
+// leaveBudget gives the store's share back, once.
+func (s *Store) leaveBudget() {
+	if s.budget != nil {
+		s.budget.leave()
+		s.budget = nil
+	}
+}
+
+// setCleanBytes bounds the cache's clean entries by the store's memory
+// bound and its share of the budget, as they are now.
+func (s *Store) setCleanBytes() {
+	b := maxCleanBytes
+	if s.budget != nil {
+		b = s.budget.share()
+		s.flushN = s.budget.changes()
+	}
+	if s.memHalf > 0 {
+		b = min(b, s.memHalf)
+		// The changes' entries count toward the memory bound too.
+		s.flushN = min(s.flushN, max(s.memHalf/changeBytes, DefaultCacheEntries))
+	}
+	s.cache.cleanBytes = b
 }
 
 // isNewDir reports whether dir is missing or empty: a store opened there
@@ -446,8 +522,11 @@ func (s *Store) HeldBytes() int {
 	return n
 }
 
-// CacheEntries is the hot-key cache's capacity in entries.
-func (s *Store) CacheEntries() int { return s.cache.capacity }
+// CacheEntries is the number of changed entries the cache is meant to
+// hold between flushes (Options.CacheEntries, DefaultCacheEntries when 0):
+// callers flush once Pending reaches it. Without a Budget it is also the
+// cache's capacity.
+func (s *Store) CacheEntries() int { return s.flushN }
 
 // Flush writes every change since the last Flush to Pebble, in batches of
 // up to commitChunk, without syncing: durability comes from checkpoints.
@@ -488,6 +567,9 @@ func (s *Store) Flush() error {
 	}
 	if err := s.commit(); err != nil {
 		return err
+	}
+	if s.budget != nil {
+		s.setCleanBytes() // the share follows the stores open now
 	}
 	c.flushed()
 	clear(s.dirtyBases)
@@ -551,6 +633,7 @@ func (s *Store) fail(what string, err error) error {
 
 // Close flushes and closes Pebble. Later calls return ErrClosed.
 func (s *Store) Close() error {
+	s.leaveBudget()
 	if s.lazy != nil && len(s.cache.dirty) == 0 && len(s.early) == 0 {
 		// Never written to: there is no store to make.
 		s.lazy, s.err = nil, ErrClosed
@@ -597,6 +680,7 @@ func (s *Store) Discard() error {
 	if s.err == ErrClosed {
 		return ErrClosed
 	}
+	s.leaveBudget()
 	s.lazy, s.err = nil, ErrClosed
 	s.early, s.earlyBytes = nil, 0
 	if s.db == nil {
@@ -667,8 +751,9 @@ func (m *manyGet) release() {
 // load reads the entry with Pebble key pk (hash h), which is not cached,
 // into the cache.
 func (s *Store) load(pk []byte, h uint64) (int32, error) {
-	if s.lazy != nil {
-		// Not open yet: nothing has reached Pebble, which is empty.
+	if s.lazy != nil || (s.whole && !s.cache.lost) {
+		// Not open yet: nothing has reached Pebble, which is empty; or
+		// everything that has is in the cache (Store.whole).
 		return s.cache.insert(pk, h), nil
 	}
 	val, closer, err := s.db.Get(pk)
@@ -682,6 +767,7 @@ func (s *Store) load(pk []byte, h uint64) (int32, error) {
 	e := &s.cache.entries[idx]
 	e.val = append(e.val[:0], val...)
 	e.present = true
+	s.cache.recount(idx)
 	if err := closer.Close(); err != nil {
 		return noSlot, fmt.Errorf("state: read %x in %s: %w", pk, s.dir, err)
 	}

@@ -73,6 +73,10 @@ type Config struct {
 	// admin's and every tenant's whatever the deployment allows (default
 	// transport.DefaultMaxModuleBytes).
 	MaxModuleBytes int64
+	// StateMemory is the worker's state memory budget in bytes
+	// (state.DefaultMemoryBudget when 0), which its subtasks' stores share
+	// (state.Budget).
+	StateMemory int64
 }
 
 // Worker runs the subtasks the coordinator assigns to it.
@@ -82,7 +86,8 @@ type Worker struct {
 	rt      *host.Runtime
 	ownsRT  bool
 	js      jetstream.JetStream
-	cache   *pebble.Cache
+	cache   *pebble.Cache // budget's
+	budget  *state.Budget
 	subs    []*nats.Subscription
 	mu      sync.Mutex
 	modules map[moduleKey]*host.Module
@@ -171,6 +176,9 @@ func New(ctx context.Context, cfg Config) (*Worker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("worker %s: %w", cfg.ID, err)
 	}
+	if err := state.CheckBudget(cfg.StateMemory); err != nil {
+		return nil, fmt.Errorf("worker %s: --state-memory: %w", cfg.ID, err)
+	}
 	w := &Worker{
 		cfg:     cfg,
 		log:     cfg.Log,
@@ -178,10 +186,11 @@ func New(ctx context.Context, cfg Config) (*Worker, error) {
 		modules: map[moduleKey]*host.Module{},
 		jobs:    map[string]*jobRun{},
 		creds:   map[string]*attemptCreds{},
-		// One block cache for every subtask's Pebble keeps a worker's memory
-		// bounded however many subtasks it runs.
-		cache: pebble.NewCache(64 << 20),
 	}
+	// One budget, and its block cache, for every subtask's store keeps a
+	// worker's memory bounded however many subtasks it runs.
+	w.budget = state.NewBudget(cfg.StateMemory)
+	w.cache = w.budget.Cache()
 	if cfg.Runtime != nil {
 		w.rt = cfg.Runtime
 	} else {
@@ -650,6 +659,7 @@ func (w *Worker) stateOptions(j *jobRun, dir string, groups abi.KeyGroupRange) s
 		MaxParallelism: j.plan.MaxParallelism,
 		KeyGroups:      groups,
 		Cache:          w.cache,
+		Budget:         w.budget,
 		MaxBytes:       j.stateBytes,
 		// A tenant's state in the host's memory is bounded by its memory
 		// quota, like its instances' linear memory.

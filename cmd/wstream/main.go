@@ -28,6 +28,7 @@ import (
 	"github.com/wstream/wstream/host"
 	"github.com/wstream/wstream/internal/logging"
 	"github.com/wstream/wstream/job"
+	"github.com/wstream/wstream/state"
 	"github.com/wstream/wstream/transport"
 )
 
@@ -202,6 +203,7 @@ var (
 func hostFlags() []cli.Flag {
 	flags := []cli.Flag{
 		&cli.IntFlag{Name: "memory-limit", Usage: "memory limit of one operator instance, in MiB", Value: 64},
+		&cli.IntFlag{Name: "state-memory", Usage: "state memory budget of each worker, MiB: a quarter is Pebble's block cache, the rest the subtasks' caches of keyed state", Value: state.DefaultMemoryBudget >> 20},
 		&cli.DurationFlag{Name: "call-timeout", Usage: "deadline of one guest call; an operator exceeding it fails the job. 0 turns deadlines off, which saves little (deadlines cost a few percent at most) and lets a guest that never returns hang its subtask (trusted modules only)", Value: 10 * time.Second},
 		&cli.BoolFlag{Name: "allow-uninstrumented", Usage: "run tenants' modules that cannot be instrumented with wazero's own checks, which stop a guest only at loop headers: a loop-free call tree can then outlive its deadline, and tables grow uncapped (trusted tenants only)"},
 	}
@@ -414,7 +416,7 @@ func deploy(c *cli.Context, hc host.Config, ov job.Overrides) (err error) {
 	if err != nil {
 		return err
 	}
-	opts := engine.Options{DataDir: c.String("data"), NATSURL: c.String("nats"), Host: hc, Stdout: out, Log: log}
+	opts := engine.Options{DataDir: c.String("data"), NATSURL: c.String("nats"), Host: hc, Stdout: out, Log: log, StateMemory: int64(c.Int("state-memory")) << 20}
 	natsOpts, err := natsOptions(c)
 	if err != nil {
 		return err
@@ -729,7 +731,7 @@ func serverCommand() *cli.Command {
 			}
 			// A server takes over the jobs a previous one left running.
 			opts := engine.Options{DataDir: c.String("data"), NATSURL: c.String("nats"), Workers: c.Int("workers"), NoWorkers: c.Int("workers") == 0,
-				Host: hc, Log: log, Stdout: c.App.Writer, ResumeJobs: true, WorkerTimeout: c.Duration("worker-timeout")}
+				Host: hc, Log: log, Stdout: c.App.Writer, ResumeJobs: true, WorkerTimeout: c.Duration("worker-timeout"), StateMemory: int64(c.Int("state-memory")) << 20}
 			natsOpts, err := natsOptions(c)
 			if err != nil {
 				return err
@@ -884,6 +886,7 @@ func workerCommand() *cli.Command {
 			e, err := engine.Start(ctx, engine.Options{
 				DataDir: c.String("data"), NATSURL: c.String("nats"), NATSOptions: natsOpts, Workers: 1, Slots: c.Int("slots"), WorkerID: c.String("id"),
 				Host: hc, Log: log, Stdout: c.App.Writer, NoCoordinator: true, MaxModuleBytes: maxModule,
+				StateMemory: int64(c.Int("state-memory")) << 20,
 			})
 			if err != nil {
 				if l != nil {
