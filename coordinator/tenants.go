@@ -766,6 +766,10 @@ func (c *Coordinator) tenantModule(ctx context.Context, owner string, who caller
 	if err != nil {
 		return err
 	}
+	// The tenant's client made the store, with one copy.
+	if err := replicateModules(ctx, tjs, c.replicas()); err != nil {
+		return fmt.Errorf("tenant %s: %w", owner, err)
+	}
 	obs, err := tjs.ObjectStore(ctx, transport.ModuleBucket)
 	switch {
 	case err == nil:
