@@ -13,10 +13,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// startNATSCluster starts three JetStream servers on 127.0.0.1, routed to
+// startReplicaCluster starts three JetStream servers on 127.0.0.1, routed to
 // one another as cluster name, each with a store of its own, and waits
 // until JetStream has a meta leader. It returns the client URLs.
-func startNATSCluster(t *testing.T, dir, name string) []string {
+func startReplicaCluster(t *testing.T, dir, name string) []string {
 	t.Helper()
 	const n = 3
 	ports, routes := make([]int, n), make([]int, n)
@@ -72,7 +72,7 @@ func startNATSCluster(t *testing.T, dir, name string) []string {
 func TestReplicasCluster(t *testing.T) {
 	mod := module(t, "testops")
 	dir := t.TempDir()
-	urls := startNATSCluster(t, dir, "wsr")
+	urls := startReplicaCluster(t, dir, "wsr")
 	url := urls[0]
 
 	srv := startEdge(t, dir, "server", "--nats", url, "--replicas", "3", "--tenants=false", "--data", filepath.Join(dir, "server"))
@@ -146,5 +146,11 @@ func TestReplicasCluster(t *testing.T) {
 	bad.until(t, "server exit", true, bad.exited)
 	if c := bad.code(); c == 0 || !strings.Contains(bad.stderr.String(), "--replicas 3") || !strings.Contains(bad.stderr.String(), "not clustered") {
 		t.Fatalf("--replicas 3 on one server: exit %d\n%s", c, bad.stderr.String())
+	}
+	// Nor can the embedded server keep more than one copy.
+	emb := startEdge(t, dir, "server", "--listen", "127.0.0.1:0", "--replicas", "2", "--data", filepath.Join(dir, "embedded"))
+	emb.until(t, "server exit", true, emb.exited)
+	if c := emb.code(); c == 0 || !strings.Contains(emb.stderr.String(), "--replicas 2: the embedded NATS server is not clustered") {
+		t.Fatalf("--replicas 2 on the embedded server: exit %d\n%s", c, emb.stderr.String())
 	}
 }
