@@ -310,7 +310,7 @@ func (c *Coordinator) Start() error {
 			return fmt.Errorf("coordinator: %w", err)
 		}
 		js, _ := jetstream.New(nc)
-		if err := replicateModules(ctx, js, c.replicas()); err != nil {
+		if err := replicateModules(ctx, js, c.replicas(), true); err != nil {
 			return fmt.Errorf("coordinator: %w", err)
 		}
 	case c.cfg.ResumeJobs:

@@ -15,10 +15,11 @@ import (
 func (c *Coordinator) replicas() int { return max(c.cfg.Replicas, 1) }
 
 // replicateModules makes the module store of js's account keep replicas
-// copies: the bucket is made if missing, and one with fewer copies (made
-// by `wstream deploy`, which does not know the cluster's count, or before
-// --replicas was raised) is raised to replicas. Workers only read it.
-func replicateModules(ctx context.Context, js jetstream.JetStream, replicas int) error {
+// copies: the bucket is made if missing (with create), and one with fewer
+// copies (made by `wstream deploy`, which does not know the cluster's
+// count, or before --replicas was raised) is raised to replicas. Workers
+// only read it.
+func replicateModules(ctx context.Context, js jetstream.JetStream, replicas int, create bool) error {
 	cfg := jetstream.ObjectStoreConfig{
 		Bucket:      transport.ModuleBucket,
 		Description: moduleBucketDescription,
@@ -27,10 +28,12 @@ func replicateModules(ctx context.Context, js jetstream.JetStream, replicas int)
 	}
 	obs, err := js.ObjectStore(ctx, transport.ModuleBucket)
 	switch {
+	case errors.Is(err, jetstream.ErrBucketNotFound) && !create:
+		return nil
 	case errors.Is(err, jetstream.ErrBucketNotFound):
 		_, err = js.CreateObjectStore(ctx, cfg)
 		if errors.Is(err, jetstream.ErrBucketExists) || errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
-			return replicateModules(ctx, js, replicas) // made meanwhile
+			return replicateModules(ctx, js, replicas, create) // made meanwhile
 		}
 	case err == nil:
 		var st jetstream.ObjectStoreStatus
