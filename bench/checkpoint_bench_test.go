@@ -23,25 +23,31 @@ func BenchmarkCheckpointOverhead(b *testing.B) {
 	const n = 16_000_000 // over 2 s a run: 1 s checkpoints, then the final one
 	plan := func(ckpt string) string { return overheadPlan(ckpt, n) }
 	b.Run("none", func(b *testing.B) { runJob(b, jobRun{module: cMod, plan: plan(""), records: n}) })
+	report := func(b *testing.B, h []coordinator.HistoryEntry) {
+		completed := 0
+		var dur, sync, async time.Duration
+		for _, e := range h {
+			if e.Status == "completed" {
+				completed++
+				dur, sync, async = dur+e.Duration, sync+e.Sync, async+e.Async
+			}
+			b.Logf("checkpoint %d (%s): %s, %s in all, alignment %s, sync %s, async %s, %d bytes uploaded",
+				e.ID, e.Kind, e.Status, e.Duration, e.Alignment, e.Sync, e.Async, e.Uploaded)
+		}
+		b.ReportMetric(float64(completed)/float64(b.N), "checkpoints/op")
+		if completed > 0 {
+			b.ReportMetric(float64(dur.Milliseconds())/float64(completed), "ms/checkpoint")
+			b.ReportMetric(float64(sync.Microseconds())/1000/float64(completed), "sync-ms/checkpoint")
+			b.ReportMetric(float64(async.Microseconds())/1000/float64(completed), "async-ms/checkpoint")
+		}
+	}
 	b.Run("1s", func(b *testing.B) {
-		runJob(b, jobRun{module: cMod, plan: plan(`"checkpoint":{"interval":1000},`), records: n, report: func(b *testing.B, h []coordinator.HistoryEntry) {
-			completed := 0
-			var dur, sync, async time.Duration
-			for _, e := range h {
-				if e.Status == "completed" {
-					completed++
-					dur, sync, async = dur+e.Duration, sync+e.Sync, async+e.Async
-				}
-				b.Logf("checkpoint %d (%s): %s, %s in all, alignment %s, sync %s, async %s, %d bytes uploaded",
-					e.ID, e.Kind, e.Status, e.Duration, e.Alignment, e.Sync, e.Async, e.Uploaded)
-			}
-			b.ReportMetric(float64(completed)/float64(b.N), "checkpoints/op")
-			if completed > 0 {
-				b.ReportMetric(float64(dur.Milliseconds())/float64(completed), "ms/checkpoint")
-				b.ReportMetric(float64(sync.Microseconds())/1000/float64(completed), "sync-ms/checkpoint")
-				b.ReportMetric(float64(async.Microseconds())/1000/float64(completed), "async-ms/checkpoint")
-			}
-		}})
+		runJob(b, jobRun{module: cMod, plan: plan(`"checkpoint":{"interval":1000},`), records: n, report: report})
+	})
+	// Checkpoints in the embedded server's object store: every write
+	// synced to disk before it is acknowledged.
+	b.Run("1s-objstore", func(b *testing.B) {
+		runJob(b, jobRun{module: cMod, plan: plan(`"checkpoint":{"interval":1000,"storage":"nats-obj://bench_checkpoints"},`), records: n, report: report})
 	})
 }
 

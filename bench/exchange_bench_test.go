@@ -78,7 +78,7 @@ func BenchmarkExchange(b *testing.B) {
 	var chanTime, rawTime time.Duration
 	for i := 0; i < b.N; i++ {
 		jobID := fmt.Sprintf("bench%d", i)
-		if err := transport.CreateDataStream(ctx, js, jobID); err != nil {
+		if err := transport.CreateDataStream(ctx, js, jobID, 1); err != nil {
 			b.Fatal(err)
 		}
 		chanTime += runChannel(b, ncA, ncB, jobID, data)

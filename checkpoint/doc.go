@@ -187,9 +187,11 @@
 //
 // A Storage may keep its files in a JetStream object store instead, so
 // that workers on several hosts share checkpoints without a shared
-// filesystem: OpenObjectStorage(js, bucket, prefix), or OpenStorageAt
-// with a location nats-obj://BUCKET/PREFIX and a NATS connection (a
-// location that is not nats-obj:// is a directory, as for OpenStorage).
+// filesystem: OpenObjectStorage(js, bucket, prefix, replicas), or
+// OpenStorageAt (OpenReplicatedStorageAt, which creates a missing bucket
+// with replicas copies on a NATS cluster) with a location
+// nats-obj://BUCKET/PREFIX and a NATS connection (a location that is not
+// nats-obj:// is a directory, as for OpenStorage).
 // The object of a file is named PREFIX/ and the file's path from the
 // root (PREFIX/chk-0000000042/_metadata, PREFIX/shared/<sha256>.sst), so
 // handles, metadata and error messages are those of a directory, and

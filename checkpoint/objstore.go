@@ -92,8 +92,15 @@ func JoinLocation(location, elem string) string {
 
 // OpenStorageAt opens the storage at location: an object store location
 // (nats-obj://BUCKET/PREFIX), through the JetStream of nc, or else a
-// directory, as OpenStorage does.
+// directory, as OpenStorage does. A bucket it creates has one replica:
+// writers use OpenReplicatedStorageAt.
 func OpenStorageAt(location string, nc *nats.Conn) (*Storage, error) {
+	return OpenReplicatedStorageAt(location, nc, 1)
+}
+
+// OpenReplicatedStorageAt is OpenStorageAt creating a missing object store
+// with replicas copies (a NATS cluster's; the server's --replicas).
+func OpenReplicatedStorageAt(location string, nc *nats.Conn, replicas int) (*Storage, error) {
 	if !IsObjectLocation(location) {
 		return OpenStorage(location)
 	}
@@ -108,15 +115,15 @@ func OpenStorageAt(location string, nc *nats.Conn) (*Storage, error) {
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint: storage %s: %w", location, err)
 	}
-	return OpenObjectStorage(js, bucket, prefix)
+	return OpenObjectStorage(js, bucket, prefix, replicas)
 }
 
 // OpenObjectStorage returns the storage kept in the object store bucket of
 // js below prefix (slash-separated; "" for the whole bucket), creating the
-// bucket (file storage) when it is missing. Several storages may share a
-// bucket under distinct prefixes, none of which may lie below another's.
-// Its Root is nats-obj://BUCKET/PREFIX.
-func OpenObjectStorage(js jetstream.JetStream, bucket, prefix string) (*Storage, error) {
+// bucket (file storage, replicas copies on a cluster) when it is missing.
+// Several storages may share a bucket under distinct prefixes, none of
+// which may lie below another's. Its Root is nats-obj://BUCKET/PREFIX.
+func OpenObjectStorage(js jetstream.JetStream, bucket, prefix string, replicas int) (*Storage, error) {
 	location := ObjectScheme + bucket
 	if p := strings.Trim(prefix, "/"); p != "" {
 		location += "/" + p
@@ -133,6 +140,7 @@ func OpenObjectStorage(js jetstream.JetStream, bucket, prefix string) (*Storage,
 			Bucket:      bucket,
 			Description: "wstream checkpoints",
 			Storage:     jetstream.FileStorage,
+			Replicas:    replicas,
 		})
 		if errors.Is(err, jetstream.ErrBucketExists) || errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
 			obs, err = js.ObjectStore(ctx, bucket) // created meanwhile

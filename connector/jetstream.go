@@ -39,6 +39,12 @@ type Dialer func(name string) (*nats.Conn, error)
 // server; the runtime calls SetDialer before Open.
 type Dialed interface{ SetDialer(Dialer) }
 
+// Replicated is implemented by Dialed connectors that create streams or
+// stores: on the cluster's own server they keep the cluster's replica
+// count (wstream server --replicas), which the runtime passes with
+// SetReplicas after SetDialer.
+type Replicated interface{ SetReplicas(int) }
+
 // jsAuth is what both connectors take to reach the server.
 type jsAuth struct {
 	url, creds, nkey, user, password, token, tlsCA, tlsCert, tlsKey string

@@ -122,7 +122,9 @@ func parseJSSinkConfig(raw json.RawMessage) (jsSinkConfig, error) {
 type jsSink struct {
 	cfg  jsSinkConfig
 	dial Dialer // the cluster's server, when cfg names no url
-	what string // error prefix: "connector jetstream: sink STREAM (subtask S)"
+	// replicas is the cluster's replica count (SetReplicas).
+	replicas int
+	what     string // error prefix: "connector jetstream: sink STREAM (subtask S)"
 
 	mu       sync.Mutex
 	txn      bool // BeginTransactions was called
@@ -259,6 +261,7 @@ func (s *jsSink) ensureStream(ctx context.Context, js jetstream.JetStream) error
 			Subjects:   []string{strings.ReplaceAll(s.cfg.Subject, jsKeyPlaceholder, "*")},
 			Storage:    jetstream.FileStorage,
 			Duplicates: time.Duration(s.cfg.DuplicateWindow) * time.Millisecond,
+			Replicas:   s.createReplicas(),
 		}
 		st, err = js.CreateStream(actx, cfg)
 		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
@@ -288,6 +291,7 @@ func (s *jsSink) ensureStaging(ctx context.Context, js jetstream.JetStream) (jet
 			Bucket:      s.cfg.Staging,
 			Description: "wstream: transactions of exactly-once jetstream sinks, pre-committed and not yet committed",
 			Storage:     jetstream.FileStorage,
+			Replicas:    s.createReplicas(),
 		})
 		if errors.Is(err, jetstream.ErrBucketExists) || errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
 			obs, err = js.ObjectStore(actx, s.cfg.Staging)
@@ -847,3 +851,16 @@ func (s *jsSink) Release() error {
 // SetDialer gives the sink the cluster's own NATS server, which it uses when
 // its configuration names no url.
 func (s *jsSink) SetDialer(d Dialer) { s.dial = d }
+
+// SetReplicas sets the replica count of the stream and staging store the
+// sink creates on the cluster's own server.
+func (s *jsSink) SetReplicas(n int) { s.replicas = n }
+
+// createReplicas is the replica count of what the sink creates: the
+// cluster's on its own server, the server's default (one) on another.
+func (s *jsSink) createReplicas() int {
+	if s.cfg.URL != "" {
+		return 0
+	}
+	return s.replicas
+}

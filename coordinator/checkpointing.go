@@ -374,7 +374,7 @@ func (c *Coordinator) newCkptDriver(j *jobState) (*ckptDriver, int64, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	st, err := checkpoint.OpenStorageAt(j.checkpointRoot(c.cfg.DataDir), nc)
+	st, err := checkpoint.OpenReplicatedStorageAt(j.checkpointRoot(c.cfg.DataDir), nc, c.replicas())
 	if err != nil {
 		return nil, 0, err
 	}

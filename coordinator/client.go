@@ -71,6 +71,9 @@ func (m *ModuleStore) Store(ctx context.Context, digest string, wasm []byte) (st
 	return digest, nil
 }
 
+// moduleBucketDescription describes the module store.
+const moduleBucketDescription = "wstream operator modules by digest"
+
 // openModuleBucket returns the module bucket, made if it does not exist.
 func openModuleBucket(ctx context.Context, nc *nats.Conn) (jetstream.ObjectStore, error) {
 	js, err := jetstream.New(nc)
@@ -81,9 +84,11 @@ func openModuleBucket(ctx context.Context, nc *nats.Conn) (jetstream.ObjectStore
 	// and a write of the stream's configuration.
 	obs, err := js.ObjectStore(ctx, transport.ModuleBucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		// One copy: the coordinator raises it to the cluster's --replicas
+		// (replicateModules) before a job runs from it.
 		obs, err = js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
 			Bucket:      transport.ModuleBucket,
-			Description: "wstream operator modules by digest",
+			Description: moduleBucketDescription,
 			Storage:     jetstream.FileStorage,
 		})
 	}

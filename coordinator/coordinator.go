@@ -70,6 +70,12 @@ type Config struct {
 	// get (tenant.AttemptUser) stay valid; the coordinator renews them
 	// every third of it (default DefaultAttemptCredsTTL).
 	AttemptCredsTTL time.Duration
+	// Replicas is how many copies a NATS cluster keeps of every stream,
+	// bucket and object store the coordinator and its workers create
+	// (the job and id buckets, the lease, module stores, data streams,
+	// checkpoint stores, JetStream sinks' streams); 0 means 1. Start
+	// refuses more than 1 on a server that is not clustered.
+	Replicas int
 	// CheckpointHistory is how many recent checkpoints of each job the
 	// coordinator keeps with their per-subtask details for the REST API
 	// (default DefaultCheckpointHistory); counts and summaries cover all.
@@ -287,17 +293,24 @@ func (c *Coordinator) Start() error {
 	nc := c.cfg.NATS
 	c.startedAt = c.now()
 	c.reconnects = nc.Stats().Reconnects
+	if err := transport.CheckReplicas(nc, c.replicas()); err != nil {
+		return fmt.Errorf("coordinator: %w", err)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
-	kv, err := OpenJobs(ctx, nc)
+	kv, err := OpenJobs(ctx, nc, c.replicas())
 	switch {
 	case err == nil:
 		c.store = newJobStore(kv, c.cfg.Log)
 		c.store.fence = c.fence
-		if c.ids, err = openIDCounter(ctx, nc); err != nil {
+		if c.ids, err = openIDCounter(ctx, nc, c.replicas()); err != nil {
 			return fmt.Errorf("coordinator: %w", err)
 		}
-		if c.lead, err = openLeader(ctx, nc, c.serverID(), c.leasePeriod(), c.cfg.Log); err != nil {
+		if c.lead, err = openLeader(ctx, nc, c.serverID(), c.leasePeriod(), c.replicas(), c.cfg.Log); err != nil {
+			return fmt.Errorf("coordinator: %w", err)
+		}
+		js, _ := jetstream.New(nc)
+		if err := replicateModules(ctx, js, c.replicas(), true); err != nil {
 			return fmt.Errorf("coordinator: %w", err)
 		}
 	case c.cfg.ResumeJobs:
@@ -892,7 +905,7 @@ func (c *Coordinator) dataStream(j *jobState, p placement) (string, error) {
 	defer cancel()
 	for {
 		// Right after a NATS server restart JetStream may not answer yet.
-		err := transport.CreateDataStream(ctx, js, id)
+		err := transport.CreateDataStream(ctx, js, id, c.replicas())
 		if err == nil {
 			return transport.DataStream(id), nil
 		}

@@ -22,7 +22,7 @@ type idCounter struct {
 }
 
 // openIDCounter opens (creating it on first use) the counter bucket.
-func openIDCounter(ctx context.Context, nc *nats.Conn) (*idCounter, error) {
+func openIDCounter(ctx context.Context, nc *nats.Conn, replicas int) (*idCounter, error) {
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, err
@@ -32,9 +32,10 @@ func openIDCounter(ctx context.Context, nc *nats.Conn) (*idCounter, error) {
 		Description: "wstream: the highest checkpoint id each job has used",
 		Storage:     jetstream.FileStorage,
 		History:     1,
+		Replicas:    replicas,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("opening checkpoint id bucket %s: %w", transport.CheckpointIDsBucket, err)
+		return nil, fmt.Errorf("opening checkpoint id bucket %s: %w", transport.CheckpointIDsBucket, transport.ReplicasError(err, replicas))
 	}
 	return &idCounter{kv: kv}, nil
 }

@@ -21,7 +21,7 @@ func TestIDCounter(t *testing.T) {
 	defer nc.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	ids, err := openIDCounter(ctx, nc)
+	ids, err := openIDCounter(ctx, nc, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,7 +52,7 @@ func TestIDCounter(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer nc2.Close()
-	ids2, err := openIDCounter(ctx, nc2)
+	ids2, err := openIDCounter(ctx, nc2, 1)
 	if err != nil {
 		t.Fatal(err)
 	}

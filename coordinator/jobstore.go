@@ -62,9 +62,9 @@ type JobSpec struct {
 // kvTimeout bounds one call to the key-value bucket.
 const kvTimeout = 5 * time.Second
 
-// OpenJobs opens (creating it on first use) the bucket where coordinators
-// keep their jobs.
-func OpenJobs(ctx context.Context, nc *nats.Conn) (jetstream.KeyValue, error) {
+// OpenJobs opens (creating it on first use, with replicas copies on a
+// cluster) the bucket where coordinators keep their jobs.
+func OpenJobs(ctx context.Context, nc *nats.Conn, replicas int) (jetstream.KeyValue, error) {
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, err
@@ -74,9 +74,10 @@ func OpenJobs(ctx context.Context, nc *nats.Conn) (jetstream.KeyValue, error) {
 		Description: "wstream jobs: specs, states, latest checkpoints, results",
 		Storage:     jetstream.FileStorage,
 		History:     1,
+		Replicas:    replicas,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("opening job bucket %s: %w", transport.JobsBucket, err)
+		return nil, fmt.Errorf("opening job bucket %s: %w", transport.JobsBucket, transport.ReplicasError(err, replicas))
 	}
 	return kv, nil
 }

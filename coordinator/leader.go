@@ -70,7 +70,7 @@ type leader struct {
 }
 
 // openLeader opens (creating it on first use) the lease bucket.
-func openLeader(ctx context.Context, nc *nats.Conn, self string, ttl time.Duration, log *slog.Logger) (*leader, error) {
+func openLeader(ctx context.Context, nc *nats.Conn, self string, ttl time.Duration, replicas int, log *slog.Logger) (*leader, error) {
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, err
@@ -80,9 +80,10 @@ func openLeader(ctx context.Context, nc *nats.Conn, self string, ttl time.Durati
 		Description: "wstream: the lease of the leading coordinator",
 		Storage:     jetstream.FileStorage,
 		History:     1,
+		Replicas:    replicas,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("opening the leader bucket %s: %w", LeaderBucket, err)
+		return nil, fmt.Errorf("opening the leader bucket %s: %w", LeaderBucket, transport.ReplicasError(err, replicas))
 	}
 	return &leader{kv: kv, log: log, now: time.Now, l: lease{ttl: ttl},
 		self: LeaderInfo{ID: self, LeaseMillis: ttl.Milliseconds()}}, nil

@@ -22,11 +22,11 @@ func TestLeaderElection(t *testing.T) {
 	defer cancel()
 	const ttl = 2 * time.Second
 	clockA, clockB := time.Now(), time.Now()
-	a, err := openLeader(ctx, connect("a"), "a", ttl, slog.Default())
+	a, err := openLeader(ctx, connect("a"), "a", ttl, 1, slog.Default())
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := openLeader(ctx, connect("b"), "b", ttl, slog.Default())
+	b, err := openLeader(ctx, connect("b"), "b", ttl, 1, slog.Default())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +80,7 @@ func TestLeaderElection(t *testing.T) {
 	}
 
 	// Job records: the new leader's write fences the old one's off.
-	kv, err := OpenJobs(ctx, connect("jobs"))
+	kv, err := OpenJobs(ctx, connect("jobs"), 1)
 	if err != nil {
 		t.Fatal(err)
 	}

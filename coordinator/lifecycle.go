@@ -365,6 +365,7 @@ func (c *Coordinator) sendDeployment(j *jobState, a lifecycle.Deploy, pl placeme
 		ModuleDigest: j.digest, ModuleName: j.module, Tasks: j.refs, Restartable: a.Restartable,
 		// The downtime of an upgrade ends with the new module's first record.
 		ReportFirstRecord: a.Module == lifecycle.ModuleNew,
+		Replicas:          c.replicas(),
 	}
 	if err := c.tenantDeployment(j, &d); err != nil {
 		return nil, 0, err

@@ -26,7 +26,7 @@ func TestPurgeEndedAttempts(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	const job = "j1"
-	stream, err := js.CreateStream(ctx, transport.DataStreamConfig(job))
+	stream, err := js.CreateStream(ctx, transport.DataStreamConfig(job, 1))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -153,7 +153,7 @@ func TestResumeJobsFromBucket(t *testing.T) {
 	nc, client := connect("coordinator"), connect("client")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	kv, err := OpenJobs(ctx, client)
+	kv, err := OpenJobs(ctx, client, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -284,7 +284,7 @@ func TestWaitTakesResultFromBucket(t *testing.T) {
 	}
 	defer watch.Close()
 	watch.Poll = 20 * time.Millisecond
-	kv, err := OpenJobs(ctx, client)
+	kv, err := OpenJobs(ctx, client, 1)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -244,14 +244,15 @@ func (d *ckptDriver) copySavepoint(id int64, dir string) error {
 		return fmt.Errorf("writing savepoint %s: %w", dir, err)
 	}
 	if checkpoint.IsObjectLocation(dir) {
+		// Opened first: a bucket it makes has the cluster's replica count.
+		dst, err := checkpoint.OpenReplicatedStorageAt(dir, nc, d.c.replicas())
+		if err != nil {
+			return fmt.Errorf("writing savepoint %s: %w", dir, err)
+		}
 		if _, _, err := checkpoint.OpenSavepointAt(dir, nc); err == nil {
 			return fmt.Errorf("savepoint %s exists already", dir)
 		}
-		dst, err := checkpoint.OpenStorageAt(dir, nc)
-		if err == nil {
-			_, err = d.storage.CopyCheckpoint(id, dst)
-		}
-		if err != nil {
+		if _, err := d.storage.CopyCheckpoint(id, dst); err != nil {
 			return fmt.Errorf("writing savepoint %s: %w", dir, err)
 		}
 		return nil

@@ -716,7 +716,7 @@ func (c *Coordinator) retainedMetadata(j *jobState, cid int64) *checkpoint.Metad
 	if err != nil {
 		return nil
 	}
-	st, err := checkpoint.OpenStorageAt(root, nc)
+	st, err := checkpoint.OpenReplicatedStorageAt(root, nc, c.replicas())
 	if err != nil {
 		return nil
 	}

@@ -766,6 +766,11 @@ func (c *Coordinator) tenantModule(ctx context.Context, owner string, who caller
 	if err != nil {
 		return err
 	}
+	// The tenant's client made the store, with one copy; a tenant that
+	// stored nothing gets none.
+	if err := replicateModules(ctx, tjs, c.replicas(), false); err != nil {
+		return fmt.Errorf("tenant %s: %w", owner, err)
+	}
 	obs, err := tjs.ObjectStore(ctx, transport.ModuleBucket)
 	switch {
 	case err == nil:
@@ -802,6 +807,9 @@ func (c *Coordinator) tenantModule(ctx context.Context, owner string, who caller
 		return err
 	}
 	if _, err := StoreModule(ctx, tnc, wasm); err != nil {
+		return fmt.Errorf("tenant %s: %w", owner, err)
+	}
+	if err := replicateModules(ctx, tjs, c.replicas(), false); err != nil {
 		return fmt.Errorf("tenant %s: %w", owner, err)
 	}
 	if obs, err = tjs.ObjectStore(ctx, transport.ModuleBucket); err != nil {

@@ -114,6 +114,10 @@ type Options struct {
 	// OnLead and Deposed are the coordinator's (coordinator.Config).
 	OnLead  func(coordinator.LeaderInfo)
 	Deposed func(error)
+	// Replicas is how many copies the NATS cluster keeps of every stream,
+	// bucket and object store (coordinator.Config.Replicas); 0 means 1,
+	// the only count the embedded server, a single node, can keep.
+	Replicas int
 }
 
 // ReconnectWait is how long a connection to a NATS server waits between
@@ -226,9 +230,21 @@ func Start(ctx context.Context, o Options) (e *Engine, err error) {
 		return nc, nil
 	}
 	if o.NATSURL == "" {
+		if o.Replicas > 1 {
+			return nil, fmt.Errorf("--replicas %d: the embedded NATS server is not clustered (1 node); run a NATS cluster and pass it with --nats (docs/cluster.md)", o.Replicas)
+		}
 		eo := transport.EmbeddedOptions{StoreDir: filepath.Join(o.DataDir, "nats"), Listen: o.Listen, Log: o.Log}
-		if o.Tenants != nil {
-			eo.Configure = o.Tenants.ConfigureServer
+		eo.Configure = func(so *server.Options) error {
+			// JetStream acknowledges a write before it reaches the disk
+			// and syncs every two minutes: a crash of the host would
+			// lose job records, checkpoint ids and checkpoint files
+			// their acknowledgement counted as written. One node has no
+			// replica to recover them from, so every write is synced.
+			so.SyncAlways = true
+			if o.Tenants != nil {
+				return o.Tenants.ConfigureServer(so)
+			}
+			return nil
 		}
 		e.srv, err = transport.StartEmbedded(eo)
 		if err != nil {
@@ -297,7 +313,7 @@ func Start(ctx context.Context, o Options) (e *Engine, err error) {
 			HeartbeatInterval: o.HeartbeatInterval, WorkerTimeout: o.WorkerTimeout, ResumeJobs: o.ResumeJobs,
 			Tenants: o.Tenants, TenantConnect: tenantConnect, SystemConn: e.sys, CheckpointHistory: o.CheckpointHistory,
 			MaxModuleBytes: o.MaxModuleBytes, Lease: o.Lease, TakeLease: e.srv != nil, OnLead: o.OnLead, Deposed: o.Deposed,
-			AttemptCredsTTL: o.AttemptCredsTTL})
+			AttemptCredsTTL: o.AttemptCredsTTL, Replicas: o.Replicas})
 		if err != nil {
 			return nil, err
 		}

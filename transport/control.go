@@ -319,6 +319,11 @@ type Deployment struct {
 	ReportFirstRecord bool `json:"reportFirstRecord,omitempty"`
 	// Epoch is the sending coordinator's leadership epoch (CancelRequest).
 	Epoch uint64 `json:"epoch,omitempty"`
+	// Replicas is the replica count (the server's --replicas; 0: one) of
+	// every stream and store the worker creates for the job: checkpoint
+	// and savepoint object stores, a JetStream sink's stream and staging
+	// store on the cluster's own server.
+	Replicas int `json:"replicas,omitempty"`
 }
 
 // TenantRequest manages tenants: Op is add, update, remove or list.

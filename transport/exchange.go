@@ -89,9 +89,10 @@ func PrioritySubject(job string, attempt, edge, up, down int) string {
 // DataStreamConfig is the configuration of a job's data stream: Limits
 // retention (a message stays until its channel's consumer purges it, so
 // that checkpoints can refer to ranges of it) in files (ranges survive a
-// restart of the server).
-func DataStreamConfig(job string) jetstream.StreamConfig {
+// restart of the server), with replicas copies on a cluster.
+func DataStreamConfig(job string, replicas int) jetstream.StreamConfig {
 	return jetstream.StreamConfig{
+		Replicas:    replicas,
 		Name:        DataStream(job),
 		Description: "wstream data exchange of job " + job,
 		Subjects:    []string{DataSubjects(job)},
@@ -105,13 +106,21 @@ func DataStreamConfig(job string) jetstream.StreamConfig {
 // stream lives as long as the job, across its attempts, and holds the
 // ranges its checkpoints refer to. A stream of another configuration (it
 // cannot hold ranges) is replaced.
-func CreateDataStream(ctx context.Context, js jetstream.JetStream, job string) error {
-	cfg := DataStreamConfig(job)
+func CreateDataStream(ctx context.Context, js jetstream.JetStream, job string, replicas int) error {
+	cfg := DataStreamConfig(job, replicas)
 	st, err := js.Stream(ctx, cfg.Name)
 	switch {
 	case err == nil:
 		have := st.CachedInfo().Config
 		if have.Retention == cfg.Retention && have.Storage == cfg.Storage && slices.Equal(have.Subjects, cfg.Subjects) {
+			if max(have.Replicas, 1) == max(cfg.Replicas, 1) {
+				return nil
+			}
+			// Its ranges stay: the stream changes its replica count in place.
+			have.Replicas = cfg.Replicas
+			if _, err := js.UpdateStream(ctx, have); err != nil {
+				return fmt.Errorf("data stream %s: %w", cfg.Name, ReplicasError(err, cfg.Replicas))
+			}
 			return nil
 		}
 		if err := js.DeleteStream(ctx, cfg.Name); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
@@ -121,7 +130,7 @@ func CreateDataStream(ctx context.Context, js jetstream.JetStream, job string) e
 		return fmt.Errorf("looking up data stream %s: %w", cfg.Name, err)
 	}
 	if _, err := js.CreateStream(ctx, cfg); err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
-		return fmt.Errorf("creating data stream %s: %w", cfg.Name, err)
+		return fmt.Errorf("creating data stream %s: %w", cfg.Name, ReplicasError(err, cfg.Replicas))
 	}
 	return nil
 }

@@ -213,7 +213,7 @@ func TestDataStreamRangeSurvivesRestart(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := CreateDataStream(ctx, js, "restart"); err != nil {
+	if err := CreateDataStream(ctx, js, "restart", 1); err != nil {
 		t.Fatal(err)
 	}
 	subject := DataSubject("restart", 1, 0, 0, 0)
@@ -248,7 +248,7 @@ func TestDataStreamRangeSurvivesRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Creating the stream again (a new attempt) keeps what it holds.
-	if err := CreateDataStream(ctx, js, "restart"); err != nil {
+	if err := CreateDataStream(ctx, js, "restart", 1); err != nil {
 		t.Fatal(err)
 	}
 	readBack(t, js, &r, [][]byte{batch(0), batch(1), batch(2)})

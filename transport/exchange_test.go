@@ -37,7 +37,7 @@ func exchangePair(t *testing.T, job string, window int) (prod, cons *Exchange, j
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := CreateDataStream(ctx, js, job); err != nil {
+	if err := CreateDataStream(ctx, js, job, 1); err != nil {
 		t.Fatal(err)
 	}
 	mk := func(nc *nats.Conn) *Exchange {

@@ -35,6 +35,9 @@ func build[C any](j *jobRun, cfg connector.Config, err error, make func(connecto
 	}
 	if dd, ok := any(c).(connector.Dialed); ok && j.dial != nil {
 		dd.SetDialer(j.dial)
+		if r, ok := any(c).(connector.Replicated); ok {
+			r.SetReplicas(j.replicas)
+		}
 	}
 	return c, nil
 }

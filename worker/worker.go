@@ -505,6 +505,9 @@ type jobRun struct {
 	js     jetstream.JetStream
 	ownsNC bool
 	dial   connector.Dialer
+	// replicas is the cluster's replica count (Deployment.Replicas) for
+	// the streams and stores the job's connectors create through dial.
+	replicas int
 	// tenant owns the job; stateBytes bounds each subtask's keyed state on
 	// disk (0: unbounded), from the tenant's quotas.
 	tenant     string
@@ -783,7 +786,7 @@ func (w *Worker) deploy(d transport.Deployment) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	j := &jobRun{id: d.JobID, attempt: d.Attempt, plan: plan, graph: g, ctx: ctx, cancel: cancel,
 		done: make(chan struct{}), restartable: d.Restartable, tenant: d.Tenant, stateBytes: d.StateBytes, stateRate: d.StateWriteRate,
-		memPages: uint32(d.MemoryLimitMiB) * 16, weight: d.Weight, reportFirst: d.ReportFirstRecord}
+		memPages: uint32(d.MemoryLimitMiB) * 16, weight: d.Weight, reportFirst: d.ReportFirstRecord, replicas: d.Replicas}
 	if err := w.dataConn(j, d); err != nil {
 		cancel()
 		return err
@@ -858,7 +861,7 @@ func (w *Worker) checkpointEnv(j *jobRun, d transport.Deployment) (*ckptEnv, err
 	if d.CheckpointRoot == "" {
 		return nil, fmt.Errorf("job %s checkpoints but its deployment names no checkpoint storage", j.id)
 	}
-	st, err := checkpoint.OpenStorageAt(d.CheckpointRoot, j.nc)
+	st, err := checkpoint.OpenReplicatedStorageAt(d.CheckpointRoot, j.nc, d.Replicas)
 	if err != nil {
 		return nil, err
 	}
@@ -897,7 +900,7 @@ func (w *Worker) checkpointEnv(j *jobRun, d transport.Deployment) (*ckptEnv, err
 	}
 	switch {
 	case d.SavepointRoot != "":
-		sp, err := checkpoint.OpenStorageAt(d.SavepointRoot, j.nc)
+		sp, err := checkpoint.OpenReplicatedStorageAt(d.SavepointRoot, j.nc, d.Replicas)
 		if err != nil {
 			return nil, err
 		}

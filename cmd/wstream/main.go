@@ -713,11 +713,15 @@ func serverCommand() *cli.Command {
 			&cli.IntFlag{Name: "checkpoint-history", Usage: fmt.Sprintf("recent checkpoints per job the REST API keeps with their per-subtask details (default %d)", coordinator.DefaultCheckpointHistory)},
 			maxModuleBytesFlag,
 			&cli.DurationFlag{Name: "lease", Usage: fmt.Sprintf("the coordinators' lease period: of the servers against one NATS cluster the one holding the lease leads, and a standby takes over once the leader has not renewed it for this long (default %s)", coordinator.DefaultLease)},
+			&cli.IntFlag{Name: "replicas", Value: 1, Usage: "copies a NATS cluster keeps of every stream, key-value bucket and object store wstream creates (job records, checkpoint ids, modules, data streams, checkpoints, JetStream sinks; tenants' too): 1 on the embedded server, 3 on a three-node cluster (docs/cluster.md); checked against the cluster at start"},
 			authDirFlag, dataFlag, natsFlag, verboseFlag, logFormatFlag, logLevelFlag,
 		}, hostFlags()...),
 		Action: func(c *cli.Context) error {
 			ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
 			defer stop()
+			if r := c.Int("replicas"); r < 1 || r > 5 {
+				return usageError{fmt.Errorf("--replicas %d: must be 1 to 5 (JetStream's range)", r)}
+			}
 			if c.Int("workers") < 0 {
 				return usageError{fmt.Errorf("--workers %d: must be ≥ 0", c.Int("workers"))}
 			}
@@ -773,6 +777,7 @@ func serverCommand() *cli.Command {
 				return usageError{fmt.Errorf("--lease %s: must be at least 100ms", d)}
 			}
 			opts.Lease = c.Duration("lease")
+			opts.Replicas = c.Int("replicas")
 			leads := make(chan coordinator.LeaderInfo, 1)
 			deposed := make(chan error, 1)
 			opts.OnLead = func(l coordinator.LeaderInfo) { leads <- l }
