@@ -3,6 +3,10 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"syscall"
 
 	"github.com/wstream/wstream/coordinator"
 	"github.com/wstream/wstream/transport"
@@ -28,4 +32,27 @@ func (e *Engine) Upgrade(ctx context.Context, id string, d *Deployment) (*transp
 	}
 	req.ModuleDigest = digest
 	return coordinator.Upgrade(ctx, e.nc, req)
+}
+
+// DataDirOwner returns the process id of the process that holds dataDir's
+// lock, as its lock file names it, and whether that process is alive. A
+// process killed with SIGKILL leaves its id in the file (only a clean exit
+// empties it): the id then names no process. pid 0: no process is named.
+// It reads the file and never takes the lock, so a `deploy --resume`
+// starting meanwhile is not refused.
+func DataDirOwner(dataDir string) (pid int, alive bool, err error) {
+	b, err := os.ReadFile(LockFile(dataDir))
+	if errors.Is(err, fs.ErrNotExist) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, err
+	}
+	if _, err := fmt.Sscanf(string(b), "process %d", &pid); err != nil || pid <= 0 {
+		return 0, false, nil
+	}
+	// Signal 0 checks that the process exists; EPERM says it does (owned
+	// by another user).
+	err = syscall.Kill(pid, 0)
+	return pid, err == nil || errors.Is(err, syscall.EPERM), nil
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/urfave/cli/v2"
 
 	"github.com/wstream/wstream/coordinator"
@@ -71,8 +72,14 @@ func upgrade(c *cli.Context, jobID, module string, ov job.Overrides) error {
 		return err
 	}
 	defer e.Close(context.Background())
-	r, err := e.Upgrade(ctx, jobID, d)
+	wctx, gone := context.WithCancelCause(ctx)
+	defer gone(nil)
+	go watchOwner(wctx, gone, c, jobID, e.Conn())
+	r, err := e.Upgrade(wctx, jobID, d)
 	if err != nil {
+		if cause := context.Cause(wctx); errors.As(cause, new(ownerGone)) {
+			return cause
+		}
 		if errors.Is(err, context.DeadlineExceeded) {
 			return fmt.Errorf("upgrade of job %s: no answer within %s; the upgrade may still end: see wstream checkpoints %s", jobID, c.Duration("timeout"), jobID)
 		}
@@ -92,6 +99,66 @@ func upgrade(c *cli.Context, jobID, module string, ov job.Overrides) error {
 		fmt.Fprintf(w, "  downtime: unknown (no record reached the new module yet)\n")
 	}
 	return nil
+}
+
+// ownerGone ends an upgrade's wait: the process that runs the job is gone
+// and no answer will come.
+type ownerGone struct{ error }
+
+// ownerPoll is how often an upgrade's wait checks that the job's process
+// is there; lostConnWait how long it waits for a cluster's NATS to come
+// back.
+const (
+	ownerPoll    = 500 * time.Millisecond
+	lostConnWait = time.Minute
+)
+
+// watchOwner cancels the wait of an upgrade (gone) when the job's process
+// is gone. The answer comes from the coordinator that started the upgrade:
+// a killed one never sends it, and a coordinator that resumes the job does
+// not carry the upgrade on (the job restores its latest checkpoint or the
+// upgrade's savepoint, on whichever module its record names). For a job of
+// a local data directory, the process is the `wstream deploy` (or server)
+// holding the directory's lock; for a cluster (--nats), the wait ends when
+// the connection stays down for lostConnWait.
+func watchOwner(ctx context.Context, gone context.CancelCauseFunc, c *cli.Context, jobID string, nc *nats.Conn) {
+	data := c.String("data")
+	local := c.String("nats") == ""
+	tick := time.NewTicker(ownerPoll)
+	defer tick.Stop()
+	var down time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		if local {
+			pid, alive, err := engine.DataDirOwner(data)
+			if err == nil && !alive {
+				who := "the process that ran it"
+				if pid > 0 {
+					who = fmt.Sprintf("process %d, which ran it,", pid)
+				}
+				gone(ownerGone{fmt.Errorf("upgrade of job %s: %s is gone (killed?), and no answer will come; "+
+					"nothing committed is lost: resume the job with `wstream deploy --resume %s --data %s` "+
+					"(it restores the upgrade's savepoint if that completed, else its latest checkpoint), "+
+					"then run the upgrade again if it still runs the old module", jobID, who, jobID, data)})
+				return
+			}
+			continue
+		}
+		switch {
+		case nc.IsConnected():
+			down = time.Time{}
+		case down.IsZero():
+			down = time.Now()
+		case time.Since(down) > lostConnWait:
+			gone(ownerGone{fmt.Errorf("upgrade of job %s: the connection to NATS has been down for %s and no answer will come; "+
+				"the upgrade may still end: see `wstream checkpoints %s` once the cluster is back (a coordinator resumes the job)", jobID, lostConnWait, jobID)})
+			return
+		}
+	}
 }
 
 // printUpgrades prints a job's upgrade history under its checkpoints.
