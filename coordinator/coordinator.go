@@ -723,6 +723,12 @@ func (c *Coordinator) submit(req transport.SubmitRequest, who caller) (string, e
 		}
 		req.FromSavepoint = root
 	}
+	if rec != nil {
+		// The record file does not carry the restore point; the spec does.
+		if req.FromSavepoint, spID, err = c.resumePoint(id); err != nil {
+			return "", err
+		}
+	}
 	lc := newLifecycle(plan, req.FromSavepoint != "")
 	if rec != nil {
 		if err := lc.Recover(rec.Attempt, 0, lifecycleLog(rec.Restarts)); err != nil {

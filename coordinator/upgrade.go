@@ -246,6 +246,32 @@ func (c *Coordinator) upgrade(req transport.UpgradeRequest, who caller, m *nats.
 	return nil
 }
 
+// resumePoint returns the savepoint that the spec of job id names as its
+// restore point: a stop's or an upgrade's savepoint, which became it
+// before its sinks committed on it (restoreFrom), or the savepoint the job
+// was deployed from. A resume (`deploy --resume` after the process was
+// killed, during an upgrade say) restores no checkpoint older than it: its
+// output was committed. A spec that cannot be read now fails the resume,
+// which may be tried again; no spec (a job never stored one): none.
+func (c *Coordinator) resumePoint(id string) (string, int64, error) {
+	if c.store == nil {
+		return "", 0, nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), kvTimeout)
+	defer cancel()
+	s, err := getSpec(ctx, c.store.kv, id)
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		return "", 0, nil
+	case err != nil:
+		return "", 0, fmt.Errorf("job %s: its restore point cannot be read from bucket %s now (try again): %w", id, transport.JobsBucket, err)
+	}
+	if s.FromSavepoint == "" {
+		return "", 0, nil
+	}
+	return s.FromSavepoint, s.SavepointID, nil
+}
+
 // checkModuleStored checks that the job's workers will find the module.
 func (c *Coordinator) checkModuleStored(j *jobState, who caller, digest, name string) error {
 	if digest == "" {

@@ -52,16 +52,25 @@ func TestUpgradeKill(t *testing.T) {
 			// About 5 s of input: the upgrade compiles its module first,
 			// and the kill may come up to 3 s after it starts.
 			g := genSpec{count: 15000, keys: 40, words: 1, seed: rng.Int64N(1 << 30), rate: 3000}
-			delay := time.Duration(rng.Int64N(int64(3 * time.Second)))
+			// Half the kills come at a moment of the whole upgrade (its
+			// compilation, barrier, switch and probation take about a
+			// second here); half just after its savepoint was written,
+			// where the sinks commit on it and the new attempt starts.
+			k := killAt{afterSavepoint: rng.IntN(2) == 0}
+			if k.afterSavepoint {
+				k.delay = time.Duration(rng.Int64N(int64(400 * time.Millisecond)))
+			} else {
+				k.delay = time.Duration(rng.Int64N(int64(1500 * time.Millisecond)))
+			}
 			t.Run(fmt.Sprintf("%s-%d", sink, i), func(t *testing.T) {
-				t.Logf("gen seed %d, kill %s after the upgrade starts", g.seed, delay.Round(time.Millisecond))
+				t.Logf("gen seed %d, kill %s", g.seed, k)
 				dir := t.TempDir()
 				want := g.runningCounts()
 				if sink == "file" {
 					out := filepath.Join(dir, "out")
 					writePlan(t, dir, countPlan(g, 300, fileSink))
 					r := keepParts(out)
-					upgradeThenKill(t, dir, mod, delay)
+					upgradeThenKill(t, dir, mod, k)
 					got, errs := r.stop()
 					for _, e := range errs {
 						t.Error(e)
@@ -72,7 +81,7 @@ func TestUpgradeKill(t *testing.T) {
 				url, js := startNATS(t)
 				createStreams(t, js, jetstream.StreamConfig{Name: "OUT", Subjects: []string{"out.*"}})
 				writePlan(t, dir, countPlan(g, 300, jetstreamSink(url, "OUT", "out")))
-				upgradeThenKill(t, dir, mod, delay)
+				upgradeThenKill(t, dir, mod, k)
 				// The stream keeps every message published; outputLines
 				// fails on a message id seen twice.
 				got, _ := outputLines(t, js, "OUT")
@@ -82,18 +91,39 @@ func TestUpgradeKill(t *testing.T) {
 	}
 }
 
+// killAt is when a kill comes: delay after the upgrade started, or after
+// its savepoint's metadata was written.
+type killAt struct {
+	afterSavepoint bool
+	delay          time.Duration
+}
+
+func (k killAt) String() string {
+	from := "the upgrade starts"
+	if k.afterSavepoint {
+		from = "the upgrade's savepoint is written"
+	}
+	return fmt.Sprintf("%s after %s", k.delay.Round(time.Millisecond), from)
+}
+
 // upgradeThenKill deploys plan.json in dir, upgrades the job to the same
-// module and plan once a checkpoint completed, kills the deploy delay after
-// the upgrade started, and resumes the job to its end.
-func upgradeThenKill(t *testing.T, dir, mod string, delay time.Duration) {
+// module and plan once a checkpoint completed, kills the deploy as k says,
+// and resumes the job to its end.
+func upgradeThenKill(t *testing.T, dir, mod string, k killAt) {
 	data := filepath.Join(dir, "wstream-data")
 	d := startEdge(t, dir, "deploy", "--plan", "plan.json", mod)
 	job := d.jobID(t)
 	d.until(t, "completed checkpoint", false, func() bool { _, id := newestCheckpoint(data); return id >= 1 })
 	up := startEdge(t, dir, "upgrade", "--plan", "plan.json", job, mod)
-	killAt := time.Now().Add(delay)
-	for time.Now().Before(killAt) && !d.exited() {
-		time.Sleep(5 * time.Millisecond)
+	if k.afterSavepoint {
+		d.until(t, "the upgrade's savepoint", true, func() bool {
+			m, _ := filepath.Glob(filepath.Join(data, "savepoints", "savepoint-"+job+"-*", "chk-*", "_metadata"))
+			return len(m) > 0 || up.exited()
+		})
+	}
+	deadline := time.Now().Add(k.delay)
+	for time.Now().Before(deadline) && !d.exited() {
+		time.Sleep(time.Millisecond)
 	}
 	if d.exited() {
 		// The job finished first: nothing to resume, and the upgrade
@@ -131,9 +161,6 @@ func upgradeThenKill(t *testing.T, dir, mod string, delay time.Duration) {
 	}
 	r := startEdge(t, dir, "deploy", "--resume", "-")
 	r.mustExit0(t, edgeWait)
-	if m := resumingFrom.FindStringSubmatch(r.stderr.String()); m != nil {
-		t.Logf("resumed from checkpoint %s", m[1])
-	}
 }
 
 // partKeeper keeps every committed part of a file sink's output directory

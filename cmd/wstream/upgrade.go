@@ -69,6 +69,12 @@ func upgrade(c *cli.Context, jobID, module string, ov job.Overrides) error {
 	}
 	e, err := clientEngine(c)
 	if err != nil {
+		if c.String("nats") == "" {
+			// Its process was killed while this one compiled.
+			if gerr := localOwnerGone(jobID, c.String("data"), true); gerr != nil {
+				return gerr
+			}
+		}
 		return err
 	}
 	defer e.Close(context.Background())
@@ -134,16 +140,8 @@ func watchOwner(ctx context.Context, gone context.CancelCauseFunc, c *cli.Contex
 		case <-tick.C:
 		}
 		if local {
-			pid, alive, err := engine.DataDirOwner(data)
-			if err == nil && !alive {
-				who := "the process that ran it"
-				if pid > 0 {
-					who = fmt.Sprintf("process %d, which ran it,", pid)
-				}
-				gone(ownerGone{fmt.Errorf("upgrade of job %s: %s is gone (killed?), and no answer will come; "+
-					"nothing committed is lost: resume the job with `wstream deploy --resume %s --data %s` "+
-					"(it restores the upgrade's savepoint if that completed, else its latest checkpoint), "+
-					"then run the upgrade again if it still runs the old module", jobID, who, jobID, data)})
+			if err := localOwnerGone(jobID, data, false); err != nil {
+				gone(err)
 				return
 			}
 			continue
@@ -159,6 +157,24 @@ func watchOwner(ctx context.Context, gone context.CancelCauseFunc, c *cli.Contex
 			return
 		}
 	}
+}
+
+// localOwnerGone returns an ownerGone error when the process that held
+// the data directory of job jobID is gone, else nil; killed: only when the
+// lock file still names it (a process that exited cleanly emptied it).
+func localOwnerGone(jobID, data string, killed bool) error {
+	pid, alive, err := engine.DataDirOwner(data)
+	if err != nil || alive || killed && pid == 0 {
+		return nil
+	}
+	who := "the process that ran it"
+	if pid > 0 {
+		who = fmt.Sprintf("process %d, which ran it,", pid)
+	}
+	return ownerGone{fmt.Errorf("upgrade of job %s: %s is gone (killed?), and no answer will come; "+
+		"nothing committed is lost: resume the job with `wstream deploy --resume %s --data %s` "+
+		"(it restores the upgrade's savepoint if that completed, else its latest checkpoint), "+
+		"then run the upgrade again if it still runs the old module", jobID, who, jobID, data)}
 }
 
 // printUpgrades prints a job's upgrade history under its checkpoints.
