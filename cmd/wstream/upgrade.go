@@ -34,7 +34,9 @@ version rose through the module's wstream_migrate export.
 If the new module fails before its first checkpoint (a restore, a migration, a
 subtask), the old module runs again from the same savepoint and the command exits
 non-zero with the cause. On success it prints the downtime: from the barrier to
-the first record the new module was handed. See docs/upgrade.md.`,
+the first record the new module was handed. If the job's process dies meanwhile
+(a deploy killed), the command ends at once, non-zero, with the command that
+resumes the job. See docs/upgrade.md.`,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "plan", Usage: "plan `FILE` replacing the new module's plan"},
 			&cli.IntFlag{Name: "parallelism", Aliases: []string{"p"}, Usage: "default parallelism of the new plan's vertices (vertices that set their own keep it)"},
