@@ -80,7 +80,14 @@ func (c *attackCluster) workerCreds() string { return filepath.Join(c.auth, "wor
 // connect opens a connection with creds, closed at the test's end.
 func (c *attackCluster) connect(t *testing.T, creds string) (*nats.Conn, jetstream.JetStream) {
 	t.Helper()
-	nc, err := nats.Connect(c.url, nats.UserCredentials(creds))
+	return connectWith(t, c.url, creds)
+}
+
+// connectWith opens a connection to url with creds, closed at the test's
+// end.
+func connectWith(t *testing.T, url, creds string) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	nc, err := nats.Connect(url, nats.UserCredentials(creds))
 	if err != nil {
 		t.Fatal(err)
 	}

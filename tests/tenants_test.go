@@ -63,18 +63,7 @@ func TestTenantsAreIsolated(t *testing.T) {
 		t.Fatalf("adding acme twice: exit %d\n%s", r.code, r.stderr)
 	}
 	acmeCreds, boltCreds := filepath.Join(dir, "acme.creds"), filepath.Join(dir, "bolt.creds")
-	connect := func(creds string) (*nats.Conn, jetstream.JetStream) {
-		nc, err := nats.Connect(url, nats.UserCredentials(creds))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(nc.Close)
-		js, err := jetstream.New(nc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return nc, js
-	}
+	connect := func(creds string) (*nats.Conn, jetstream.JetStream) { return connectWith(t, url, creds) }
 	_, acmeJS := connect(acmeCreds)
 	boltNC, boltJS := connect(boltCreds)
 	createStreams(t, acmeJS, jetstream.StreamConfig{Name: "OUT", Subjects: []string{"out.*"}})

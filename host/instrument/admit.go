@@ -1,6 +1,7 @@
 package instrument
 
 import (
+	"cmp"
 	"fmt"
 	"strings"
 )
@@ -96,36 +97,26 @@ var DefaultLimits = Limits{
 // Resolve returns l with every zero field set to its default.
 func (l Limits) Resolve() Limits {
 	d := DefaultLimits
-	set32 := func(v *uint32, def uint32) {
-		if *v == 0 {
-			*v = def
-		}
-	}
-	set64 := func(v *uint64, def uint64) {
-		if *v == 0 {
-			*v = def
-		}
-	}
-	set64(&l.ModuleBytes, d.ModuleBytes)
-	set32(&l.Types, d.Types)
-	set32(&l.Imports, d.Imports)
-	set32(&l.Functions, d.Functions)
-	set32(&l.Tables, d.Tables)
-	set32(&l.TableElements, d.TableElements)
-	set32(&l.Memories, d.Memories)
-	set32(&l.Globals, d.Globals)
-	set32(&l.Exports, d.Exports)
-	set32(&l.ElementSegments, d.ElementSegments)
-	set64(&l.Elements, d.Elements)
-	set32(&l.DataSegments, d.DataSegments)
-	set64(&l.DataBytes, d.DataBytes)
-	set32(&l.LocalsPerFunction, d.LocalsPerFunction)
-	set64(&l.Locals, d.Locals)
-	set32(&l.FunctionBytes, d.FunctionBytes)
-	set64(&l.CodeBytes, d.CodeBytes)
-	set64(&l.LocalBlocks, d.LocalBlocks)
-	set64(&l.BlockPairs, d.BlockPairs)
-	set64(&l.CustomBytes, d.CustomBytes)
+	l.ModuleBytes = cmp.Or(l.ModuleBytes, d.ModuleBytes)
+	l.Types = cmp.Or(l.Types, d.Types)
+	l.Imports = cmp.Or(l.Imports, d.Imports)
+	l.Functions = cmp.Or(l.Functions, d.Functions)
+	l.Tables = cmp.Or(l.Tables, d.Tables)
+	l.TableElements = cmp.Or(l.TableElements, d.TableElements)
+	l.Memories = cmp.Or(l.Memories, d.Memories)
+	l.Globals = cmp.Or(l.Globals, d.Globals)
+	l.Exports = cmp.Or(l.Exports, d.Exports)
+	l.ElementSegments = cmp.Or(l.ElementSegments, d.ElementSegments)
+	l.Elements = cmp.Or(l.Elements, d.Elements)
+	l.DataSegments = cmp.Or(l.DataSegments, d.DataSegments)
+	l.DataBytes = cmp.Or(l.DataBytes, d.DataBytes)
+	l.LocalsPerFunction = cmp.Or(l.LocalsPerFunction, d.LocalsPerFunction)
+	l.Locals = cmp.Or(l.Locals, d.Locals)
+	l.FunctionBytes = cmp.Or(l.FunctionBytes, d.FunctionBytes)
+	l.CodeBytes = cmp.Or(l.CodeBytes, d.CodeBytes)
+	l.LocalBlocks = cmp.Or(l.LocalBlocks, d.LocalBlocks)
+	l.BlockPairs = cmp.Or(l.BlockPairs, d.BlockPairs)
+	l.CustomBytes = cmp.Or(l.CustomBytes, d.CustomBytes)
 	return l
 }
 
