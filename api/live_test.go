@@ -46,7 +46,7 @@ func TestLiveFigures(t *testing.T) {
 
 	// The same counters through /metrics: the sum of the two subtasks'
 	// records in grows.
-	series := regexp.MustCompile(`(?m)^wstream_subtask_records_in_total\{[^}]*job="` + regexp.QuoteMeta(id) + `"[^}]*vertex="upper"[^}]*\} (\S+)$`)
+	series := regexp.MustCompile(`(?m)^wstream_subtask_records_in_total\{[^}]*job_id="` + regexp.QuoteMeta(id) + `"[^}]*vertex="upper"[^}]*\} (\S+)$`)
 	scrape := func() float64 {
 		resp, err := http.Get(u + "/metrics")
 		if err != nil {

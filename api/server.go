@@ -38,6 +38,17 @@ type Config struct {
 	Metrics http.Handler
 	// Log receives the listener's errors (nothing when nil).
 	Log *slog.Logger
+	// Deploy, when set, runs a module uploaded with POST /v1/jobs for
+	// the caller and returns the job's id (docs/rest.md).
+	Deploy func(ctx context.Context, who coordinator.Caller, req DeployRequest) (string, error)
+	// Upgrade, when set, replaces a job's plan at a savepoint barrier as
+	// `wstream upgrade` does, and returns once the new attempt runs:
+	// POST /v1/jobs/{id}/rescale runs the same module at another
+	// parallelism through it.
+	Upgrade func(ctx context.Context, req transport.UpgradeRequest) (*transport.UpgradeReply, error)
+	// MaxModuleBytes bounds an uploaded module (0:
+	// transport.DefaultMaxModuleBytes).
+	MaxModuleBytes int64
 }
 
 // Server is a running HTTP listener.
@@ -49,6 +60,7 @@ type Server struct {
 	hosts []string
 	srv   *http.Server
 	sps   *savepoints
+	rs    *rescales
 	done  chan struct{}
 }
 
@@ -61,7 +73,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, errors.New("api: no coordinator")
 	}
 	cfg.Log = logging.OrDiscard(cfg.Log).With(logging.Component, "api")
-	return &Server{cfg: cfg, sps: newSavepoints()}, nil
+	return &Server{cfg: cfg, sps: newSavepoints(), rs: newRescales()}, nil
 }
 
 // Start listens on cfg.Addr and serves until Close.
@@ -233,22 +245,63 @@ func (s *Server) routes() http.Handler {
 		}))
 	}
 	c := s.cfg.Coordinator
+	get("/v1/config", func(r *http.Request, who coordinator.Caller) (any, error) { return s.config(), nil })
 	get("/v1/overview", func(r *http.Request, who coordinator.Caller) (any, error) { return c.Overview(who), nil })
 	get("/v1/workers", func(r *http.Request, who coordinator.Caller) (any, error) {
 		ws, err := c.WorkerStatuses(who)
-		return WorkersReply{Workers: ws}, err
+		out := WorkersReply{Workers: []Worker{}}
+		for _, w := range ws {
+			out.Workers = append(out.Workers, WorkerOf(w.WorkerRow, w.Subtasks))
+		}
+		return out, err
 	})
 	get("/v1/jobs", func(r *http.Request, who coordinator.Caller) (any, error) {
-		return JobsReply{Jobs: c.Jobs(who)}, nil
+		out := JobsReply{Jobs: []JobSummary{}}
+		for _, j := range c.Jobs(who) {
+			if d, err := c.Job(who, j.JobID); err == nil {
+				out.Jobs = append(out.Jobs, JobOf(d).JobSummary)
+			} else {
+				// Gone between the list and the detail, or a plan that
+				// does not build: the row alone.
+				out.Jobs = append(out.Jobs, SummaryOf(j, time.Now()))
+			}
+		}
+		return out, nil
 	})
 	get("/v1/jobs/{id}", func(r *http.Request, who coordinator.Caller) (any, error) {
-		return c.Job(who, r.PathValue("id"))
+		d, err := c.Job(who, r.PathValue("id"))
+		if err != nil {
+			return nil, err
+		}
+		return JobOf(d), nil
+	})
+	get("/v1/jobs/{id}/config", func(r *http.Request, who coordinator.Caller) (any, error) {
+		p, err := c.JobPlan(who, r.PathValue("id"))
+		if err != nil {
+			return nil, err
+		}
+		return ConfigOfJob{JobID: r.PathValue("id"), Plan: json.RawMessage(p.JSON())}, nil
+	})
+	get("/v1/jobs/{id}/rescale", func(r *http.Request, who coordinator.Caller) (any, error) {
+		id := r.PathValue("id")
+		if err := c.CanSee(who, id); err != nil {
+			return nil, err
+		}
+		st, ok := s.rs.get(id)
+		if !ok {
+			return nil, notFound("job %s has not been rescaled through this server", id)
+		}
+		return st, nil
 	})
 	get("/v1/jobs/{id}/vertices/{vertex}", func(r *http.Request, who coordinator.Caller) (any, error) {
 		return c.Vertex(who, r.PathValue("id"), r.PathValue("vertex"))
 	})
 	get("/v1/jobs/{id}/exceptions", func(r *http.Request, who coordinator.Caller) (any, error) {
-		return c.Exceptions(who, r.PathValue("id"))
+		x, err := c.Exceptions(who, r.PathValue("id"))
+		if err != nil {
+			return nil, err
+		}
+		return ExceptionsOf(x), nil
 	})
 	get("/v1/jobs/{id}/checkpoints", func(r *http.Request, who coordinator.Caller) (any, error) {
 		return c.Checkpoints(who, r.PathValue("id"))
@@ -293,6 +346,8 @@ func (s *Server) routes() http.Handler {
 		}
 		return sp, nil
 	})
+	mux.HandleFunc("POST /v1/jobs", s.authed(s.postJob))
+	mux.HandleFunc("POST /v1/jobs/{id}/rescale", s.authed(s.postRescale))
 	mux.HandleFunc("POST /v1/jobs/{id}/savepoints", s.authed(s.postSavepoint(false)))
 	mux.HandleFunc("POST /v1/jobs/{id}/stop", s.authed(s.postSavepoint(true)))
 	mux.HandleFunc("POST /v1/jobs/{id}/cancel", s.authed(func(w http.ResponseWriter, r *http.Request, who coordinator.Caller) {
@@ -312,10 +367,16 @@ func (s *Server) routes() http.Handler {
 // Replies that wrap a list, so that the API can add fields beside it.
 type (
 	JobsReply struct {
-		Jobs []transport.JobInfo `json:"jobs"`
+		Jobs []JobSummary `json:"jobs"`
 	}
 	WorkersReply struct {
-		Workers []coordinator.WorkerStatus `json:"workers"`
+		Workers []Worker `json:"workers"`
+	}
+	// ConfigOfJob is a job's configuration: the plan its current attempt
+	// runs (docs/plan.md).
+	ConfigOfJob struct {
+		JobID string          `json:"jobId"`
+		Plan  json.RawMessage `json:"plan"`
 	}
 	HistoryReply struct {
 		JobID   string                        `json:"jobId"`
@@ -410,7 +471,12 @@ func (s *Server) postSavepoint(stop bool) func(http.ResponseWriter, *http.Reques
 // authed authenticates a request and hands it on with its caller.
 func (s *Server) authed(h func(http.ResponseWriter, *http.Request, coordinator.Caller)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		r.Body = http.MaxBytesReader(w, r.Body, maxBody+1)
+		limit := int64(maxBody + 1)
+		if r.Method == http.MethodPost && r.URL.Path == "/v1/jobs" {
+			// A module upload.
+			limit = s.maxModule() + 2<<20
+		}
+		r.Body = http.MaxBytesReader(w, r.Body, limit)
 		user := "rest " + r.RemoteAddr
 		who := coordinator.Caller{User: user}
 		if s.cfg.Auth != nil {
@@ -441,7 +507,14 @@ func (s *Server) authed(h func(http.ResponseWriter, *http.Request, coordinator.C
 // checkPost refuses what a page on another site could make a browser
 // send: a form's content type, or another origin.
 func checkPost(r *http.Request) error {
-	if ct := r.Header.Get("Content-Type"); !strings.HasPrefix(ct, "application/json") {
+	ct := r.Header.Get("Content-Type")
+	switch {
+	case r.URL.Path == "/v1/jobs" && strings.HasPrefix(ct, "multipart/form-data"):
+		// A form a page elsewhere could post, but not with this header.
+		if r.Header.Get(deployHeader) == "" {
+			return fmt.Errorf("a module upload needs the header %s: 1", deployHeader)
+		}
+	case !strings.HasPrefix(ct, "application/json"):
 		return fmt.Errorf("POST requests need Content-Type: application/json (got %q)", ct)
 	}
 	if o := r.Header.Get("Origin"); o != "" && o != "http://"+r.Host && o != "https://"+r.Host {

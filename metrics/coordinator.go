@@ -14,7 +14,7 @@ type CoordinatorSource interface {
 	MetricsStats() coordinator.Stats
 }
 
-var ckptLabels = []string{"job", "tenant"}
+var ckptLabels = []string{"job_id", "job_name", "tenant"}
 
 var coordDescs = struct {
 	jobs, restarts, workers, liveWorkers                  *prometheus.Desc
@@ -75,7 +75,7 @@ func (c *CoordinatorCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(d.workers, prometheus.GaugeValue, float64(st.Workers))
 	ch <- prometheus.MustNewConstMetric(d.liveWorkers, prometheus.GaugeValue, float64(st.LiveWorkers))
 	for _, j := range st.Jobs {
-		l := []string{j.JobID, j.Tenant}
+		l := []string{j.JobID, JobName(j.JobID), j.Tenant}
 		metric := func(d *prometheus.Desc, t prometheus.ValueType, v float64) {
 			ch <- prometheus.MustNewConstMetric(d, t, v, l...)
 		}

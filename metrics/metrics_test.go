@@ -41,7 +41,7 @@ func TestWorkerCollector(t *testing.T) {
 	w := &fakeWorker{id: "w0",
 		subs: []transport.SubtaskMetrics{
 			{JobID: "j1", Tenant: "acme", Vertex: "count", Subtask: 1, RecordsIn: 1000, RecordsOut: 10, BytesIn: 32000, BytesOut: 320,
-				BusyMillis: 1500, BackpressuredMillis: 250, IdleMillis: 4000, Watermark: 90_000, HasWatermark: true,
+				BusyMillis: 1500, BackpressuredMillis: 250, IdleMillis: 4000, Watermark: 1_700_000_090_000, HasWatermark: true,
 				StateBytes: 1 << 20, RemoteInputs: 2, ExchangeLagMillis: 40},
 			{JobID: "j1", Tenant: "acme", Vertex: "source", Subtask: 0, RecordsOut: 1000, RemoteOutputs: 1, ExchangeInFlight: 5},
 		},
@@ -51,35 +51,35 @@ func TestWorkerCollector(t *testing.T) {
 		state: []worker.JobStateStats{{JobID: "j1", Tenant: "acme", StoreMetrics: state.StoreMetrics{DiskBytes: 5000, MemTableBytes: 256, Compactions: 2, Flushes: 3, WALBytes: 77, ReadAmp: 4, Stores: 1}}},
 	}
 	c := NewWorkerCollector(w)
-	c.now = func() time.Time { return time.UnixMilli(100_000) }
+	c.now = func() time.Time { return time.UnixMilli(1_700_000_100_000) }
 	want := `
 # HELP wstream_subtask_records_in_total Records a vertex's subtask took in (its current attempt).
 # TYPE wstream_subtask_records_in_total counter
-wstream_subtask_records_in_total{job="j1",subtask="0",tenant="acme",vertex="source",worker="w0"} 0
-wstream_subtask_records_in_total{job="j1",subtask="1",tenant="acme",vertex="count",worker="w0"} 1000
+wstream_subtask_records_in_total{job_id="j1",job_name="j1",subtask="0",tenant="acme",vertex="source",worker="w0"} 0
+wstream_subtask_records_in_total{job_id="j1",job_name="j1",subtask="1",tenant="acme",vertex="count",worker="w0"} 1000
 # HELP wstream_subtask_backpressured_seconds_total Time the subtask spent blocked sending downstream (backpressure).
 # TYPE wstream_subtask_backpressured_seconds_total counter
-wstream_subtask_backpressured_seconds_total{job="j1",subtask="0",tenant="acme",vertex="source",worker="w0"} 0
-wstream_subtask_backpressured_seconds_total{job="j1",subtask="1",tenant="acme",vertex="count",worker="w0"} 0.25
+wstream_subtask_backpressured_seconds_total{job_id="j1",job_name="j1",subtask="0",tenant="acme",vertex="source",worker="w0"} 0
+wstream_subtask_backpressured_seconds_total{job_id="j1",job_name="j1",subtask="1",tenant="acme",vertex="count",worker="w0"} 0.25
 # HELP wstream_subtask_watermark_lag_seconds How far the subtask's watermark is behind the worker's clock (absent before its first).
 # TYPE wstream_subtask_watermark_lag_seconds gauge
-wstream_subtask_watermark_lag_seconds{job="j1",subtask="1",tenant="acme",vertex="count",worker="w0"} 10
+wstream_subtask_watermark_lag_seconds{job_id="j1",job_name="j1",subtask="1",tenant="acme",vertex="count",worker="w0"} 10
 # HELP wstream_subtask_state_bytes Estimated size of the keyed state of the vertex's subtask (Pebble files and memtables).
 # TYPE wstream_subtask_state_bytes gauge
-wstream_subtask_state_bytes{job="j1",subtask="1",tenant="acme",vertex="count",worker="w0"} 1.048576e+06
+wstream_subtask_state_bytes{job_id="j1",job_name="j1",subtask="1",tenant="acme",vertex="count",worker="w0"} 1.048576e+06
 # HELP wstream_exchange_lag_seconds Largest age, over the subtask's input channels from other workers, of the oldest message received and not yet taken, since JetStream stored it.
 # TYPE wstream_exchange_lag_seconds gauge
-wstream_exchange_lag_seconds{job="j1",subtask="1",tenant="acme",vertex="count",worker="w0"} 0.04
+wstream_exchange_lag_seconds{job_id="j1",job_name="j1",subtask="1",tenant="acme",vertex="count",worker="w0"} 0.04
 # HELP wstream_exchange_in_flight_messages Messages the subtask's output channels to other workers published that their consumers have not taken.
 # TYPE wstream_exchange_in_flight_messages gauge
-wstream_exchange_in_flight_messages{job="j1",subtask="0",tenant="acme",vertex="source",worker="w0"} 5
+wstream_exchange_in_flight_messages{job_id="j1",job_name="j1",subtask="0",tenant="acme",vertex="source",worker="w0"} 5
 # HELP wstream_host_calls_total Host functions the guest of a vertex's operator called, by function.
 # TYPE wstream_host_calls_total counter
-wstream_host_calls_total{function="emit_batch",job="j1",tenant="acme",vertex="count",worker="w0"} 3
-wstream_host_calls_total{function="state_get",job="j1",tenant="acme",vertex="count",worker="w0"} 1000
+wstream_host_calls_total{function="emit_batch",job_id="j1",job_name="j1",tenant="acme",vertex="count",worker="w0"} 3
+wstream_host_calls_total{function="state_get",job_id="j1",job_name="j1",tenant="acme",vertex="count",worker="w0"} 1000
 # HELP wstream_pebble_read_amplification Largest read amplification among the job's keyed-state stores on this worker.
 # TYPE wstream_pebble_read_amplification gauge
-wstream_pebble_read_amplification{job="j1",tenant="acme",worker="w0"} 4
+wstream_pebble_read_amplification{job_id="j1",job_name="j1",tenant="acme",worker="w0"} 4
 # HELP wstream_pebble_block_cache_misses_total Misses of the worker's shared Pebble block cache.
 # TYPE wstream_pebble_block_cache_misses_total counter
 wstream_pebble_block_cache_misses_total{worker="w0"} 3
@@ -159,19 +159,19 @@ wstream_jobs{state="FINISHED"} 3
 wstream_jobs{state="RUNNING"} 1
 # HELP wstream_job_restarts_total Restarts the job's restart strategy made.
 # TYPE wstream_job_restarts_total counter
-wstream_job_restarts_total{job="j1",tenant="acme"} 2
+wstream_job_restarts_total{job_id="j1",job_name="j1",tenant="acme"} 2
 # HELP wstream_checkpoints_completed_total Checkpoints and savepoints of the job that completed.
 # TYPE wstream_checkpoints_completed_total counter
-wstream_checkpoints_completed_total{job="j1",tenant="acme"} 2
+wstream_checkpoints_completed_total{job_id="j1",job_name="j1",tenant="acme"} 2
 # HELP wstream_checkpoints_failed_total Checkpoints and savepoints of the job that were aborted (declined, expired, or cut short by a failure).
 # TYPE wstream_checkpoints_failed_total counter
-wstream_checkpoints_failed_total{job="j1",tenant="acme"} 1
+wstream_checkpoints_failed_total{job_id="j1",job_name="j1",tenant="acme"} 1
 # HELP wstream_checkpoint_last_state_bytes State size of the job's latest completed checkpoint, summed over subtasks.
 # TYPE wstream_checkpoint_last_state_bytes gauge
-wstream_checkpoint_last_state_bytes{job="j1",tenant="acme"} 12345
+wstream_checkpoint_last_state_bytes{job_id="j1",job_name="j1",tenant="acme"} 12345
 # HELP wstream_checkpoint_last_completion_timestamp_seconds When the job's latest checkpoint completed, Unix seconds.
 # TYPE wstream_checkpoint_last_completion_timestamp_seconds gauge
-wstream_checkpoint_last_completion_timestamp_seconds{job="j1",tenant="acme"} 1.7e+09
+wstream_checkpoint_last_completion_timestamp_seconds{job_id="j1",job_name="j1",tenant="acme"} 1.7e+09
 # HELP wstream_workers_live Registered workers heard from within the worker timeout.
 # TYPE wstream_workers_live gauge
 wstream_workers_live 1
@@ -199,9 +199,39 @@ func TestRegistryHandler(t *testing.T) {
 	rec := httptest.NewRecorder()
 	r.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
 	body := rec.Body.String()
-	for _, s := range []string{`wstream_subtask_records_in_total{job="j",subtask="0",tenant="",vertex="v",worker="w0"} 5`, "go_goroutines ", "process_cpu_seconds_total "} {
+	for _, s := range []string{`wstream_subtask_records_in_total{job_id="j",job_name="j",subtask="0",tenant="",vertex="v",worker="w0"} 5`, "go_goroutines ", "process_cpu_seconds_total "} {
 		if !strings.Contains(body, s) {
 			t.Errorf("the exposition lacks %q", s)
+		}
+	}
+}
+
+// TestSyntheticWatermarkHasNoLag: a watermark of synthetic event time
+// (gen's default counts from 1970) is exported, its lag behind the clock
+// is not: it would be decades.
+func TestSyntheticWatermarkHasNoLag(t *testing.T) {
+	c := NewWorkerCollector(&fakeWorker{id: "w0", subs: []transport.SubtaskMetrics{
+		{JobID: "gen-0a1b2c3d", Vertex: "v", Watermark: 90_000, HasWatermark: true},
+		{JobID: "gen-0a1b2c3d", Vertex: "v", Subtask: 1, Watermark: MinWallClockMillis + 5000, HasWatermark: true},
+	}})
+	c.now = func() time.Time { return time.UnixMilli(MinWallClockMillis + 7000) }
+	want := `
+# HELP wstream_subtask_watermark_lag_seconds How far the subtask's watermark is behind the worker's clock (absent before its first).
+# TYPE wstream_subtask_watermark_lag_seconds gauge
+wstream_subtask_watermark_lag_seconds{job_id="gen-0a1b2c3d",job_name="gen",subtask="1",tenant="",vertex="v",worker="w0"} 2
+`
+	if err := testutil.CollectAndCompare(c, strings.NewReader(want), "wstream_subtask_watermark_lag_seconds"); err != nil {
+		t.Error(err)
+	}
+	if n := testutil.CollectAndCount(c, "wstream_subtask_watermark_seconds"); n != 2 {
+		t.Errorf("%d watermark series, want 2", n)
+	}
+}
+
+func TestJobName(t *testing.T) {
+	for id, want := range map[string]string{"wordcount-0a1b2c3d": "wordcount", "a-b-ffffffff": "a-b", "j1": "j1", "x-123": "x-123", "x-0a1b2c3g": "x-0a1b2c3g"} {
+		if got := JobName(id); got != want {
+			t.Errorf("JobName(%q) = %q, want %q", id, got, want)
 		}
 	}
 }

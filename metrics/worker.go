@@ -3,6 +3,7 @@ package metrics
 import (
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -22,9 +23,11 @@ type WorkerSource interface {
 }
 
 var (
-	subtaskLabels = []string{"worker", "job", "tenant", "vertex", "subtask"}
-	vertexLabels  = []string{"worker", "job", "tenant", "vertex"}
-	jobLabels     = []string{"worker", "job", "tenant"}
+	// job_id and job_name, not job: Prometheus gives every scraped series
+	// the label job of its scrape configuration.
+	subtaskLabels = []string{"worker", "job_id", "job_name", "tenant", "vertex", "subtask"}
+	vertexLabels  = []string{"worker", "job_id", "job_name", "tenant", "vertex"}
+	jobLabels     = []string{"worker", "job_id", "job_name", "tenant"}
 )
 
 func desc(name, help string, labels ...string) *prometheus.Desc {
@@ -66,8 +69,8 @@ var workerDescs = struct {
 		"Largest age, over the subtask's input channels from other workers, of the oldest message received and not yet taken, since JetStream stored it.", subtaskLabels...),
 	exchangeInFlight: desc("wstream_exchange_in_flight_messages",
 		"Messages the subtask's output channels to other workers published that their consumers have not taken.", subtaskLabels...),
-	guestCalls: desc("wstream_guest_call_duration_seconds", "Duration of guest calls of a vertex's operator, by kind of call.", "worker", "job", "tenant", "vertex", "call"),
-	hostCalls:  desc("wstream_host_calls_total", "Host functions the guest of a vertex's operator called, by function.", "worker", "job", "tenant", "vertex", "function"),
+	guestCalls: desc("wstream_guest_call_duration_seconds", "Duration of guest calls of a vertex's operator, by kind of call.", vertexLabels[0], vertexLabels[1], vertexLabels[2], vertexLabels[3], vertexLabels[4], "call"),
+	hostCalls:  desc("wstream_host_calls_total", "Host functions the guest of a vertex's operator called, by function.", vertexLabels[0], vertexLabels[1], vertexLabels[2], vertexLabels[3], vertexLabels[4], "function"),
 	pebbleDisk: desc("wstream_pebble_disk_bytes", "Disk space of the job's keyed-state stores on this worker.", jobLabels...),
 	pebbleMemtable: desc("wstream_pebble_memtable_bytes",
 		"Bytes held in the memtables of the job's keyed-state stores on this worker.", jobLabels...),
@@ -111,7 +114,7 @@ func (c *WorkerCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, w := range c.ws {
 		id := w.ID()
 		for _, m := range w.SubtaskMetrics() {
-			l := []string{id, m.JobID, m.Tenant, m.Vertex, strconv.Itoa(m.Subtask)}
+			l := []string{id, m.JobID, JobName(m.JobID), m.Tenant, m.Vertex, strconv.Itoa(m.Subtask)}
 			counter := func(d *prometheus.Desc, v float64) {
 				ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, l...)
 			}
@@ -130,7 +133,9 @@ func (c *WorkerCollector) Collect(ch chan<- prometheus.Metric) {
 			counter(d.idle, float64(m.IdleMillis)/1000)
 			if m.HasWatermark {
 				gauge(d.watermark, float64(m.Watermark)/1000)
-				gauge(d.watermarkLag, float64(now.UnixMilli()-m.Watermark)/1000)
+				if m.Watermark >= MinWallClockMillis {
+					gauge(d.watermarkLag, float64(now.UnixMilli()-m.Watermark)/1000)
+				}
 			}
 			if m.StateBytes > 0 {
 				gauge(d.stateBytes, float64(m.StateBytes))
@@ -151,7 +156,7 @@ func (c *WorkerCollector) Collect(ch chan<- prometheus.Metric) {
 		for _, g := range w.GuestCalls() {
 			for _, call := range g.Calls {
 				ch <- prometheus.MustNewConstHistogram(d.guestCalls, call.Count, call.Sum, buckets(host.CallBuckets, call.Buckets),
-					id, g.JobID, g.Tenant, g.Vertex, call.Call)
+					id, g.JobID, JobName(g.JobID), g.Tenant, g.Vertex, call.Call)
 			}
 			fns := make([]string, 0, len(g.HostCalls))
 			for f := range g.HostCalls {
@@ -159,11 +164,11 @@ func (c *WorkerCollector) Collect(ch chan<- prometheus.Metric) {
 			}
 			sort.Strings(fns)
 			for _, f := range fns {
-				ch <- prometheus.MustNewConstMetric(d.hostCalls, prometheus.CounterValue, float64(g.HostCalls[f]), id, g.JobID, g.Tenant, g.Vertex, f)
+				ch <- prometheus.MustNewConstMetric(d.hostCalls, prometheus.CounterValue, float64(g.HostCalls[f]), id, g.JobID, JobName(g.JobID), g.Tenant, g.Vertex, f)
 			}
 		}
 		for _, s := range w.StateStats() {
-			l := []string{id, s.JobID, s.Tenant}
+			l := []string{id, s.JobID, JobName(s.JobID), s.Tenant}
 			ch <- prometheus.MustNewConstMetric(d.pebbleDisk, prometheus.GaugeValue, float64(s.DiskBytes), l...)
 			ch <- prometheus.MustNewConstMetric(d.pebbleMemtable, prometheus.GaugeValue, float64(s.MemTableBytes), l...)
 			ch <- prometheus.MustNewConstMetric(d.pebbleReadAmp, prometheus.GaugeValue, float64(s.ReadAmp), l...)
@@ -189,4 +194,26 @@ func buckets(bounds []float64, counts []uint64) map[float64]uint64 {
 		}
 	}
 	return out
+}
+
+// MinWallClockMillis is the least watermark (Unix ms, 2000-01-01) taken
+// as wall-clock event time: a watermark before it is synthetic event
+// time, such as gen's, which counts from 0 unless its start says
+// otherwise, and a lag behind the clock would be decades of nothing.
+const MinWallClockMillis = 946684800000
+
+// JobName is the job_name label of a job: the name its id begins with
+// (a job's id is its name, with characters an id cannot hold replaced,
+// then "-" and eight hex digits).
+func JobName(id string) string {
+	i := strings.LastIndexByte(id, '-')
+	if i <= 0 || len(id)-i-1 != 8 {
+		return id
+	}
+	for _, r := range id[i+1:] {
+		if !strings.ContainsRune("0123456789abcdef", r) {
+			return id
+		}
+	}
+	return id[:i]
 }
