@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -51,6 +52,20 @@ func TestRESTEndpoints(t *testing.T) {
 		t.Fatalf("jobs %v", jobs)
 	}
 	checkShape(t, "jobs", jobs)
+	// The list says how long each job has run and its tasks: 2 of
+	// src+upper, 1 of out.
+	if l := field(jobs, "jobs").([]any); num(l[0], "tasks.total") != 3 || num(l[0], "durationMillis") <= 0 || field(l[0], "endTime") != nil {
+		t.Fatalf("jobs %v", jobs)
+	}
+	conf := get(t, job+"/config")
+	if str(conf, "jobId") != id || str(conf, "plan.name") != "endless" || num(conf, "plan.checkpoint.interval") != 200 {
+		t.Fatalf("config %v", conf)
+	}
+	cfg := get(t, u+"/v1/config")
+	if str(cfg, "version") == "" || !slices.Contains(field(cfg, "features").([]any), any("deploy")) || !slices.Contains(field(cfg, "features").([]any), any("rescale")) {
+		t.Fatalf("config %v", cfg)
+	}
+	checkShape(t, "config", cfg, "commit")
 
 	d := get(t, job)
 	vs := field(d, "vertices").([]any)
@@ -207,7 +222,11 @@ func TestRESTErrors(t *testing.T) {
 		{"GET", "/v1/jobs/" + id + "/checkpoints/5", "", 404, "no checkpoint 5"},
 		{"GET", "/v1/jobs/" + id + "/savepoints/nope", "", 404, `no savepoint request "nope"`},
 		{"GET", "/v1/nothing", "", 404, "no endpoint GET /v1/nothing"},
-		{"POST", "/v1/jobs", "{}", 404, "no endpoint POST /v1/jobs"},
+		{"POST", "/v1/jobs", "{}", 400, "multipart/form-data upload with a module part"},
+		{"POST", "/v1/jobs/" + id + "/rescale", `{}`, 400, "names a parallelism"},
+		{"POST", "/v1/jobs/" + id + "/rescale", `{"parallelism":2}`, 409, "does not checkpoint: a rescale"},
+		{"GET", "/v1/jobs/" + id + "/rescale", "", 404, "has not been rescaled"},
+		{"GET", "/v1/jobs/nope/config", "", 404, `no job "nope"`},
 		{"POST", "/", "{}", 405, "GET"},
 		{"POST", "/v1/jobs/" + id + "/savepoints", `{"dri":"x"}`, 400, "unknown field"},
 		{"POST", "/v1/jobs/" + id + "/savepoints", `{"drain":true}`, 400, "drain goes with stop"},
@@ -467,6 +486,26 @@ func TestRESTExceptions(t *testing.T) {
 	}
 	if kinds["task"] != 2 || kinds["restart"] != 1 || kinds["job"] != 1 {
 		t.Fatalf("exceptions by kind %v, want 2 task failures, 1 restart, 1 job failure:\n%v", kinds, ex)
+	}
+	// Grouped by cause: every entry is in a group, each message once, and
+	// no attempt is −1.
+	total := 0
+	seen := map[string]bool{}
+	for _, g := range field(ex, "groups").([]any) {
+		total += int(num(g, "count"))
+		msg := str(g, "message")
+		if seen[msg] {
+			t.Errorf("two groups of %q", msg)
+		}
+		seen[msg] = true
+		for _, a := range field(g, "attempts").([]any) {
+			if a.(float64) < 0 {
+				t.Errorf("group %v has attempt %v", g, a)
+			}
+		}
+	}
+	if n := len(field(ex, "entries").([]any)); total != n || len(seen) >= n {
+		t.Fatalf("%d grouped entries in %d groups, of %d entries: %v", total, len(seen), n, field(ex, "groups"))
 	}
 	if d := get(t, job); num(d, "restarts") != 1 || len(field(d, "restartLog").([]any)) != 1 || str(d, "result.state") != "failed" {
 		t.Fatalf("failed job %v", d)

@@ -288,6 +288,10 @@ func (s *Server) postRescale(w http.ResponseWriter, r *http.Request, who coordin
 		refuse(http.StatusConflict, fmt.Errorf("job %s is %s: only a running job rescales", id, d.State))
 		return
 	}
+	if d.Checkpointing == nil {
+		refuse(http.StatusConflict, fmt.Errorf("job %s does not checkpoint: a rescale moves its state through a savepoint; deploy it with --checkpoint-interval", id))
+		return
+	}
 	plan, err := c.JobPlan(who, id)
 	if err != nil {
 		writeErr(w, c.Audit(who, "rescale", id, err))

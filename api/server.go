@@ -316,7 +316,11 @@ func (s *Server) routes() http.Handler {
 			limit = n
 		}
 		h, err := c.CheckpointHistory(who, r.PathValue("id"), limit)
-		return HistoryReply{JobID: r.PathValue("id"), History: h}, err
+		out := CheckpointList{JobID: r.PathValue("id"), History: []Checkpoint{}}
+		for _, st := range h {
+			out.History = append(out.History, Checkpoint{CheckpointStats: st})
+		}
+		return out, err
 	})
 	get("/v1/jobs/{id}/checkpoints/summary", func(r *http.Request, who coordinator.Caller) (any, error) {
 		return c.CheckpointSummary(who, r.PathValue("id"))
@@ -377,10 +381,6 @@ type (
 	ConfigOfJob struct {
 		JobID string          `json:"jobId"`
 		Plan  json.RawMessage `json:"plan"`
-	}
-	HistoryReply struct {
-		JobID   string                        `json:"jobId"`
-		History []coordinator.CheckpointStats `json:"history"`
 	}
 	SavepointsReply struct {
 		JobID    string            `json:"jobId"`

@@ -182,17 +182,25 @@ func WorkerOf(r transport.WorkerRow, subtasks []coordinator.PlacedSubtask) Worke
 	return Worker{ID: r.ID, Slots: r.Slots, Used: r.Used, Live: r.Live, LastSeen: r.LastSeen.UnixMilli(), Subtasks: subtasks}
 }
 
+// Checkpoint is one checkpoint or savepoint of a job's history.
+type Checkpoint struct {
+	coordinator.CheckpointStats
+	// DeadLetters counts the records and timers sent to dead-letter sinks
+	// in the checkpoint's interval (in the data directory's history).
+	DeadLetters int64 `json:"deadLetters,omitempty"`
+}
+
 // CheckpointOf turns a line of a job's checkpoint history (the data
 // directory's) into the statistics the REST API shows.
-func CheckpointOf(e coordinator.HistoryEntry) coordinator.CheckpointStats {
+func CheckpointOf(e coordinator.HistoryEntry) Checkpoint {
 	st := e.Status
 	if st == "aborted" {
 		st = coordinator.CheckpointFailed
 	}
-	return coordinator.CheckpointStats{ID: e.ID, Kind: e.Kind.String(), Status: st, Attempt: e.Attempt, Reason: e.Reason,
+	return Checkpoint{DeadLetters: e.DeadLetters, CheckpointStats: coordinator.CheckpointStats{ID: e.ID, Kind: e.Kind.String(), Status: st, Attempt: e.Attempt, Reason: e.Reason,
 		TriggerTime: e.Trigger, EndTime: e.Done, DurationMillis: e.Duration.Milliseconds(), StateSize: e.StateSize,
 		Uploaded: e.Uploaded, InFlightBytes: e.InFlightBytes, AlignmentMs: e.Alignment.Milliseconds(),
-		SyncMs: e.Sync.Milliseconds(), AsyncMs: e.Async.Milliseconds(), Unaligned: e.Unaligned}
+		SyncMs: e.Sync.Milliseconds(), AsyncMs: e.Async.Milliseconds(), Unaligned: e.Unaligned}}
 }
 
 // CheckpointList is a job's checkpoint history: GET
@@ -200,10 +208,10 @@ func CheckpointOf(e coordinator.HistoryEntry) coordinator.CheckpointStats {
 // (which adds the checkpoints retained in the data directory and the
 // upgrades).
 type CheckpointList struct {
-	JobID    string                        `json:"jobId"`
-	History  []coordinator.CheckpointStats `json:"history"`
-	Retained []int64                       `json:"retained,omitempty"`
-	Upgrades []coordinator.UpgradeEntry    `json:"upgrades,omitempty"`
+	JobID    string                     `json:"jobId"`
+	History  []Checkpoint               `json:"history"`
+	Retained []int64                    `json:"retained,omitempty"`
+	Upgrades []coordinator.UpgradeEntry `json:"upgrades,omitempty"`
 }
 
 // Exception is one failure of a job; Time is Unix ms.

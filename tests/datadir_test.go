@@ -42,12 +42,16 @@ func TestDataDirOwner(t *testing.T) {
 	// The running deploy's cluster has its one in-process worker, with
 	// the job's subtasks on it.
 	r := runCLI(t, dir, "workers", "-o", "json")
-	var ws []struct {
-		ID   string `json:"id"`
-		Used int    `json:"used"`
-		Live bool   `json:"live"`
+	var reply struct {
+		Workers []struct {
+			ID   string `json:"id"`
+			Used int    `json:"used"`
+			Live bool   `json:"live"`
+		} `json:"workers"`
 	}
-	if err := json.Unmarshal([]byte(r.stdout), &ws); r.code != 0 || err != nil || len(ws) != 1 || !ws[0].Live || ws[0].Used == 0 {
+	err = json.Unmarshal([]byte(r.stdout), &reply)
+	ws := reply.Workers
+	if r.code != 0 || err != nil || len(ws) != 1 || !ws[0].Live || ws[0].Used == 0 {
 		t.Fatalf("workers -o json: exit %d, %v\n%s%s", r.code, err, r.stdout, r.stderr)
 	}
 	r = runCLI(t, dir, "workers")

@@ -133,9 +133,9 @@ func TestInterruptSuspends(t *testing.T) {
 	// Its checkpoint history, as JSON: checkpoints, then the savepoint.
 	r := runCLI(t, dir, "checkpoints", "-o", "json", m[1])
 	var hist struct {
-		Job     string `json:"job"`
+		Job     string `json:"jobId"`
 		History []struct {
-			Kind   int    `json:"kind"`
+			Kind   string `json:"kind"`
 			Status string `json:"status"`
 		} `json:"history"`
 	}

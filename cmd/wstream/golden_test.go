@@ -55,10 +55,10 @@ func TestGoldenOutput(t *testing.T) {
 		print func(*bytes.Buffer) error
 	}{
 		{"list.txt", func(b *bytes.Buffer) error { return printJobs(b, jobs) }},
-		{"list.json", func(b *bytes.Buffer) error { return writeJSON(b, orEmpty(jobs)) }},
-		{"list-empty.json", func(b *bytes.Buffer) error { return writeJSON(b, orEmpty([]transport.JobInfo(nil))) }},
+		{"list.json", func(b *bytes.Buffer) error { return writeJSON(b, jsonView(orEmpty(jobs))) }},
+		{"list-empty.json", func(b *bytes.Buffer) error { return writeJSON(b, jsonView(orEmpty([]transport.JobInfo(nil)))) }},
 		{"workers.txt", func(b *bytes.Buffer) error { return printWorkers(b, workers) }},
-		{"workers.json", func(b *bytes.Buffer) error { return writeJSON(b, orEmpty(workers)) }},
+		{"workers.json", func(b *bytes.Buffer) error { return writeJSON(b, jsonView(orEmpty(workers))) }},
 		{"checkpoints.txt", func(b *bytes.Buffer) error {
 			return printCheckpoints(b, false, "wordcount-9c1e", hist, []int64{2}, nil)
 		}},

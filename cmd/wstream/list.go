@@ -134,7 +134,7 @@ func listing[T any](c *cli.Context, ask func(context.Context, *nats.Conn) ([]T, 
 		return err
 	}
 	if asJSON {
-		return writeJSON(c.App.Writer, orEmpty(rows))
+		return writeJSON(c.App.Writer, jsonView(orEmpty(rows)))
 	}
 	if leader != "" {
 		// On stderr: the table stays the same for scripts.

@@ -1018,12 +1018,7 @@ checkpoints retained on disk.`,
 // checkpoints as a table, or as JSON.
 func printCheckpoints(w io.Writer, asJSON bool, id string, hist []coordinator.HistoryEntry, ids []int64, ups []coordinator.UpgradeEntry) error {
 	if asJSON {
-		return writeJSON(w, struct {
-			Job      string                     `json:"job"`
-			History  []coordinator.HistoryEntry `json:"history"`
-			Retained []int64                    `json:"retained"`
-			Upgrades []coordinator.UpgradeEntry `json:"upgrades,omitempty"`
-		}{id, orEmpty(hist), orEmpty(ids), ups})
+		return checkpointsJSON(w, id, hist, ids, ups)
 	}
 	fmt.Fprintf(w, "%-6s %-11s %-9s %-10s %-10s %-10s %-10s %-10s %-10s %-10s %s\n",
 		"ID", "KIND", "STATUS", "DURATION", "SIZE", "UPLOADED", "IN-FLIGHT", "ALIGNMENT", "SYNC", "ASYNC", "ATTEMPT")
