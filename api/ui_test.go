@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -15,6 +17,7 @@ import (
 
 	"github.com/wstream/wstream/api"
 	"github.com/wstream/wstream/coordinator"
+	"github.com/wstream/wstream/internal/testmod"
 )
 
 // chromium finds the browser scripts/setup.sh installs (Debian's chromium).
@@ -250,6 +253,108 @@ func TestUILogin(t *testing.T) {
 	b.waitJS(30*time.Second, "the token form again", `!document.getElementById("login").hidden && localStorage.getItem("wstream-token") === null`)
 	signIn("acme.secret")
 	b.waitJS(time.Minute, "acme's empty job list", `document.querySelector("#jobs") !== null && document.querySelector("#jobs tbody").innerText.includes("no jobs") && document.getElementById("nav-workers").hidden && document.getElementById("who-name").textContent === "signed in as acme"`)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.thrown) > 0 {
+		t.Fatalf("the page threw:\n%s", strings.Join(b.thrown, "\n"))
+	}
+}
+
+// TestUIDeployPlotsRescaleStop drives the page as a user would: deploys
+// a module through its form (POST /v1/jobs), sees the job's plots draw
+// from live data, selects the job id and keeps the selection across
+// refreshes (the page is patched in place, not rebuilt), rescales the job
+// through its form (POST /v1/jobs/{id}/rescale) and stops it with a
+// savepoint; the page throws nothing.
+func TestUIDeployPlotsRescaleStop(t *testing.T) {
+	_, u, _ := startCluster(t)
+	mod := testmod.GoModule(t, "examples/wasm/go/mapfilter")
+	planPath := filepath.Join(t.TempDir(), "plan.json")
+	if err := os.WriteFile(planPath, []byte(endlessPlan), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	b := newBrowser(t)
+	if err := b.do(chromedp.Navigate(u + "/")); err != nil {
+		t.Fatal(err)
+	}
+	b.waitJS(time.Minute, "the deploy form", `document.getElementById("deploy-form") !== null`)
+	b.click(`(document.getElementById("deploy").open = true, document.getElementById("deploy"))`)
+	if err := b.do(chromedp.SetUploadFiles(`#deploy-module`, []string{mod}, chromedp.NodeReady),
+		chromedp.SetUploadFiles(`#deploy-plan`, []string{planPath}, chromedp.NodeReady)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := eval[bool](b, `document.getElementById("deploy-name").value = "from-the-ui", document.getElementById("deploy-form").requestSubmit(), true`); err != nil {
+		t.Fatal(err)
+	}
+	b.waitJS(2*time.Minute, "the deployed job's page", `location.hash.startsWith("#/jobs/") && document.querySelector("#job[data-job]") !== null`)
+	id, err := eval[string](b, `document.querySelector("#job").dataset.job`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := get(t, u+"/v1/jobs/"+id); str(d, "name") != "from-the-ui" || str(d, "module") != "mapfilter.wasm" {
+		t.Fatalf("the job the page deployed: %v", d)
+	}
+
+	// Plots draw from live data: several samples of records in and out
+	// and of backpressure, and checkpoints' duration and size.
+	for _, p := range []string{"plot-in", "plot-out", "plot-bp"} {
+		b.waitJS(time.Minute, p+" drawn", fmt.Sprintf(`Array.from(document.querySelectorAll("#%s path.line")).some((l) => Number(l.dataset.points) >= 3)`, p))
+	}
+	for _, p := range []string{"plot-ckpt-duration", "plot-ckpt-size"} {
+		b.waitJS(time.Minute, p+" drawn", fmt.Sprintf(`Array.from(document.querySelectorAll("#%s path.line")).some((l) => Number(l.dataset.points) >= 2)`, p))
+	}
+	b.waitJS(10*time.Second, "records flowing in the plot", `document.querySelector("#plot-out .legend").textContent.match(/src [1-9]/) !== null`)
+
+	// Select the job id, as a user would to copy it; the page refreshes
+	// twice and the selection, and the very node, stay.
+	if _, err := eval[bool](b, `(() => {
+		const el = document.getElementById("job-id");
+		el.marker = "kept";
+		const r = document.createRange();
+		r.selectNodeContents(el);
+		const s = window.getSelection();
+		s.removeAllRanges();
+		s.addRange(r);
+		window.refreshedAt = document.getElementById("conn").textContent;
+		return true;
+	})()`); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 2; i++ {
+		b.waitJS(30*time.Second, "a refresh", `(() => { const c = document.getElementById("conn").textContent; if (c === window.refreshedAt) return false; window.refreshedAt = c; return true; })()`)
+	}
+	sel, err := eval[string](b, `window.getSelection().toString() + "|" + document.getElementById("job-id").marker + "|" + document.execCommand("copy")`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sel != id+"|kept|true" {
+		t.Fatalf("after two refreshes the selection, the node's mark and the copy are %q, want %q", sel, id+"|kept|true")
+	}
+
+	// Rescale src+upper from 2 to 3 through the page's form.
+	if _, err := eval[bool](b, `document.getElementById("rescale-parallelism").value = "3", document.getElementById("rescale-form").requestSubmit(), true`); err != nil {
+		t.Fatal(err)
+	}
+	b.waitJS(3*time.Minute, "the rescale to complete", `document.getElementById("rescale-status").dataset.status === "COMPLETED"`)
+	b.waitJS(time.Minute, "src at parallelism 3 in the graph", `document.querySelector('#graph-svg g.node[data-vertex="src"]').textContent.includes("p=3")`)
+	if d := get(t, u+"/v1/jobs/"+id); num(d, "tasks.total") != 4 || str(d, "state") != "RUNNING" {
+		t.Fatalf("after the rescale: %v", d)
+	}
+
+	// Stop with a savepoint; the header then says how long it ran.
+	if _, err := eval[bool](b, `window.confirm = () => true, true`); err != nil {
+		t.Fatal(err)
+	}
+	b.click(`document.getElementById("stop-job")`)
+	b.waitJS(2*time.Minute, "the job stopped", `document.querySelector("#job [data-state]").dataset.state === "FINISHED"`)
+	b.waitJS(30*time.Second, "the stop's savepoint", `document.getElementById("savepoint-status").dataset.status === "COMPLETED"`)
+	header, err := eval[string](b, `document.getElementById("job-header").textContent`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(header, "running for") || !strings.Contains(header, "ran for") {
+		t.Fatalf("a finished job's header: %q", header)
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if len(b.thrown) > 0 {
