@@ -81,7 +81,7 @@ func lookup(v any, parts []string) (any, bool) {
 		if v, ok = m[strings.TrimSuffix(p, "[]")]; !ok {
 			return nil, false
 		}
-		if arr {
+		if arr && v != nil {
 			a, ok := v.([]any)
 			if !ok || len(a) == 0 {
 				return nil, false
