@@ -8,6 +8,7 @@ import (
 
 	"github.com/wstream/wstream/coordinator"
 	"github.com/wstream/wstream/job"
+	"github.com/wstream/wstream/tenant"
 	"github.com/wstream/wstream/transport"
 )
 
@@ -365,4 +366,39 @@ func buildInfo() (goVersion, commit string) {
 		}
 	}
 	return bi.GoVersion, commit
+}
+
+// Tenant is a tenant and its quotas (defaults filled in), as `wstream
+// tenant list -o json` prints it.
+type Tenant struct {
+	Name    string       `json:"name"`
+	Account string       `json:"account"`
+	Removed bool         `json:"removed"`
+	Created int64        `json:"created"`
+	Updated int64        `json:"updated"`
+	Quotas  TenantQuotas `json:"quotas"`
+}
+
+// TenantQuotas are a tenant's quotas in bytes (and bytes per second).
+type TenantQuotas struct {
+	Jobs                int   `json:"jobs"`
+	Subtasks            int   `json:"subtasks"`
+	Parallelism         int   `json:"parallelism"`
+	MemoryBytes         int64 `json:"memoryBytes"`
+	StateBytes          int64 `json:"stateBytes"`
+	StateWriteRateBytes int64 `json:"stateWriteRateBytes"`
+	StorageBytes        int64 `json:"storageBytes"`
+	MemoryStorageBytes  int64 `json:"memoryStorageBytes"`
+	Streams             int64 `json:"streams"`
+	ModuleBytes         int64 `json:"moduleBytes"`
+	Weight              int   `json:"weight"`
+}
+
+// TenantOf turns a tenant's record into the view.
+func TenantOf(t tenant.Tenant) Tenant {
+	q := t.Quotas.WithDefaults()
+	return Tenant{Name: t.Name, Account: t.Account, Removed: t.Removed, Created: t.Created.UnixMilli(), Updated: t.Updated.UnixMilli(),
+		Quotas: TenantQuotas{Jobs: q.Jobs, Subtasks: q.Subtasks, Parallelism: q.Parallelism, MemoryBytes: int64(q.MemoryMiB) << 20,
+			StateBytes: q.StateBytes, StateWriteRateBytes: q.StateWriteRate, StorageBytes: q.StorageBytes,
+			MemoryStorageBytes: q.MemoryStorageBytes, Streams: q.Streams, ModuleBytes: q.ModuleBytes, Weight: q.Weight}}
 }

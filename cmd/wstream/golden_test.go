@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"flag"
 	"os"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 	"github.com/wstream/wstream/abi"
 	"github.com/wstream/wstream/checkpoint"
 	"github.com/wstream/wstream/coordinator"
+	"github.com/wstream/wstream/tenant"
 	"github.com/wstream/wstream/transport"
 )
 
@@ -67,6 +69,11 @@ func TestGoldenOutput(t *testing.T) {
 		}},
 		{"checkpoints.json", func(b *bytes.Buffer) error { return printCheckpoints(b, true, "wordcount-9c1e", hist, []int64{2}, ups) }},
 		{"inspect.json", func(b *bytes.Buffer) error { return inspectJSON(b, nil, meta, false) }},
+		{"tenants.json", func(b *bytes.Buffer) error {
+			raw, _ := json.Marshal(tenant.Tenant{Name: "acme", Account: "ACXYZ", Created: started, Updated: started.Add(time.Hour),
+				Quotas: tenant.Quotas{Jobs: 3, MemoryMiB: 32}})
+			return tenantsJSON(b, &transport.TenantReply{Tenants: []json.RawMessage{raw}})
+		}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

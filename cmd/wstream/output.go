@@ -1,10 +1,12 @@
 package main
 
 import (
+	"encoding/json"
 	"io"
 
 	"github.com/wstream/wstream/api"
 	"github.com/wstream/wstream/coordinator"
+	"github.com/wstream/wstream/tenant"
 	"github.com/wstream/wstream/transport"
 )
 
@@ -43,6 +45,22 @@ func checkpointsJSON(w io.Writer, id string, hist []coordinator.HistoryEntry, id
 	out := api.CheckpointList{JobID: id, History: []api.Checkpoint{}, Retained: orEmpty(ids), Upgrades: ups}
 	for _, e := range hist {
 		out.History = append(out.History, api.CheckpointOf(e))
+	}
+	return writeJSON(w, out)
+}
+
+// tenantsJSON writes the tenants of a list reply: {"tenants": [...]},
+// quotas in bytes with the defaults filled in.
+func tenantsJSON(w io.Writer, r *transport.TenantReply) error {
+	out := struct {
+		Tenants []api.Tenant `json:"tenants"`
+	}{Tenants: []api.Tenant{}}
+	for _, raw := range r.Tenants {
+		var t tenant.Tenant
+		if err := json.Unmarshal(raw, &t); err != nil {
+			return err
+		}
+		out.Tenants = append(out.Tenants, api.TenantOf(t))
 	}
 	return writeJSON(w, out)
 }

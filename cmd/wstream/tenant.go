@@ -372,14 +372,21 @@ func tenantCommand() *cli.Command {
 			{
 				Name:  "list",
 				Usage: "list the tenants and their quotas",
-				Flags: common(),
+				Flags: common(outputFlag),
 				Action: func(c *cli.Context) error {
 					if c.NArg() != 0 {
 						return usageError{errors.New("tenant list takes no arguments")}
 					}
+					asJSON, err := jsonOutput(c)
+					if err != nil {
+						return err
+					}
 					r, err := tenantRequest(c, transport.TenantRequest{Op: "list"})
 					if err != nil {
 						return err
+					}
+					if asJSON {
+						return tenantsJSON(c.App.Writer, r)
 					}
 					return printTenants(c, r)
 				},
