@@ -4,7 +4,8 @@
 #   wabt        wat2wasm, for modules written in WebAssembly text
 #   clang, lld  the C guest SDK and the C examples (clang --target=wasm32, wasm-ld)
 # Each script in setup.d adds what one more part needs (Rust, AssemblyScript,
-# chromium for the web UI tests).
+# chromium for the web UI tests, prometheus for the dashboard and alert
+# rules' test).
 set -euo pipefail
 
 need=()
