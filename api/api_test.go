@@ -378,12 +378,12 @@ func TestRESTAuth(t *testing.T) {
 	if l := field(call(t, "GET", u+"/v1/jobs", "acme.secret", "", 200), "jobs").([]any); len(l) != 0 {
 		t.Fatalf("tenant acme lists the admin's job: %v", l)
 	}
-	for _, p := range []string{"", "/checkpoints", "/checkpoints/history", "/checkpoints/summary", "/checkpoints/1", "/exceptions", "/vertices/src", "/savepoints"} {
+	for _, p := range []string{"", "/checkpoints", "/checkpoints/history", "/checkpoints/summary", "/checkpoints/1", "/exceptions", "/vertices/src", "/savepoints", "/config", "/rescale"} {
 		call(t, "GET", u+"/v1/jobs/"+id+p, "acme.secret", "", http.StatusNotFound)
 	}
 	// Another's job and one that never was get one answer, and each
 	// refused action is audited with it.
-	for _, p := range []string{"/cancel", "/savepoints", "/stop"} {
+	for _, p := range []string{"/cancel", "/savepoints", "/stop", "/rescale"} {
 		theirs := str(call(t, "POST", u+"/v1/jobs/"+id+p, "acme.secret", "{}", http.StatusNotFound), "error")
 		none := str(call(t, "POST", u+"/v1/jobs/nope"+p, "acme.secret", "{}", http.StatusNotFound), "error")
 		if want := `no job "` + id + `"`; theirs != want || none != `no job "nope"` {
@@ -391,7 +391,7 @@ func TestRESTAuth(t *testing.T) {
 		}
 	}
 	audit := readAudit(t, data)
-	for _, a := range []string{"cancel", "savepoint", "stop with savepoint"} {
+	for _, a := range []string{"cancel", "savepoint", "stop with savepoint", "rescale"} {
 		for _, j := range []string{id, "nope"} {
 			if !regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(a+" "+j) + ` by acme \(rest [^)]+\) ` + regexp.QuoteMeta(`no job "`+j+`"`) + `$`).MatchString(audit) {
 				t.Errorf("acme's refused %s of %s is not audited with its error:\n%s", a, j, audit)

@@ -264,6 +264,13 @@ func (s *Server) postRescale(w http.ResponseWriter, r *http.Request, who coordin
 	refuse := func(status int, err error) {
 		writeError(w, status, c.Audit(who, "rescale", id, err).Error())
 	}
+	// Whether the job is the caller's comes first: another tenant's job
+	// answers as one that never was, whatever the body.
+	d, err := c.Job(who, id)
+	if err != nil {
+		writeErr(w, c.Audit(who, "rescale", id, err))
+		return
+	}
 	if s.cfg.Upgrade == nil {
 		refuse(http.StatusNotImplemented, errors.New("this server cannot rescale jobs"))
 		return
@@ -277,11 +284,6 @@ func (s *Server) postRescale(w http.ResponseWriter, r *http.Request, who coordin
 	}
 	if body.Parallelism == 0 && len(body.Vertices) == 0 {
 		refuse(http.StatusBadRequest, errors.New(`a rescale names a parallelism or vertices' ({"parallelism": N} or {"vertices": {"ID": N}})`))
-		return
-	}
-	d, err := c.Job(who, id)
-	if err != nil {
-		writeErr(w, c.Audit(who, "rescale", id, err))
 		return
 	}
 	if d.State != "RUNNING" {

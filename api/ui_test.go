@@ -303,6 +303,12 @@ func TestUIDeployPlotsRescaleStop(t *testing.T) {
 	for _, p := range []string{"plot-ckpt-duration", "plot-ckpt-size"} {
 		b.waitJS(time.Minute, p+" drawn", fmt.Sprintf(`Array.from(document.querySelectorAll("#%s path.line")).some((l) => Number(l.dataset.points) >= 2)`, p))
 	}
+	// Every line of text of a graph node, "busy 100%" included, fits in
+	// its box.
+	b.waitJS(10*time.Second, "the nodes' texts inside their boxes", `Array.from(document.querySelectorAll("#graph-svg g.node")).every((g) => {
+		const w = Number(g.querySelector("rect").getAttribute("width"));
+		return Array.from(g.querySelectorAll("text")).every((t) => { const bb = t.getBBox(); return bb.x + bb.width <= w; });
+	})`)
 	b.waitJS(10*time.Second, "records flowing in the plot", `document.querySelector("#plot-out .legend").textContent.match(/src [1-9]/) !== null`)
 
 	// Select the job id, as a user would to copy it; the page refreshes
