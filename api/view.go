@@ -129,7 +129,8 @@ func JobOf(d *coordinator.JobDetail) *Job {
 		if out.Result.Metrics == nil {
 			out.Result.Metrics = []transport.VertexMetrics{}
 		}
-		end := d.Started.Add(r.Duration).UnixMilli()
+		// In whole milliseconds, so that end − start is the duration.
+		end := out.StartTime + r.Duration.Milliseconds()
 		out.EndTime = &end
 		final := map[string]transport.VertexMetrics{}
 		for _, m := range r.Metrics {
