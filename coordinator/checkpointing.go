@@ -397,7 +397,7 @@ func (c *Coordinator) newCkptDriver(j *jobState) (*ckptDriver, int64, error) {
 	var restore int64
 	var restoreMeta *checkpoint.Metadata
 	var retained, outside []checkpoint.Completed
-	if j.attempt > 0 {
+	if j.attempt > 0 || j.adopting {
 		floor := j.savepointID
 		if j.fromSavepoint == "" {
 			floor = 0
@@ -430,8 +430,9 @@ func (c *Coordinator) newCkptDriver(j *jobState) (*ckptDriver, int64, error) {
 			restore, restoreMeta = m.ID, m
 		case errors.Is(err, checkpoint.ErrNoCheckpoint) && floor != 0:
 			c.cfg.Log.Info("no usable checkpoint since the savepoint; restoring the savepoint", logging.Job, j.info.JobID, logging.Checkpoint, floor)
-		case errors.Is(err, checkpoint.ErrNoCheckpoint):
+		case errors.Is(err, checkpoint.ErrNoCheckpoint) && !j.adopting:
 			c.cfg.Log.Warn("no usable checkpoint; restarting from the beginning", logging.Job, j.info.JobID)
+		case errors.Is(err, checkpoint.ErrNoCheckpoint):
 		case errors.Is(err, checkpoint.ErrUnavailable):
 			// Not from empty state, nor from an older checkpoint: the
 			// attempt fails, and the restart strategy tries again later.
@@ -463,7 +464,7 @@ func (c *Coordinator) newCkptDriver(j *jobState) (*ckptDriver, int64, error) {
 			retained = append(retained, cp)
 		}
 	}
-	if j.attempt > 0 {
+	if j.attempt > 0 || j.adopting {
 		ctx, cancel := context.WithTimeout(context.Background(), kvTimeout)
 		if err := c.purgeEndedAttempts(ctx, nc, j.info.JobID, j.attempt, restoreMeta); err != nil {
 			c.cfg.Log.Warn("purging the data of ended attempts", logging.Job, j.info.JobID, "err", err)

@@ -271,7 +271,7 @@ func (c *Coordinator) deploy(j *jobState, a lifecycle.Deploy) error {
 	c.syncLocked(j)
 	c.mu.Unlock()
 
-	took, restore, err := c.sendDeployment(j, a, pl)
+	took, restore, err := c.deployOrAdopt(j, a, pl)
 	c.mu.Lock()
 	now = c.nowMillis()
 	var serr error

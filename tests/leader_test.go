@@ -195,8 +195,9 @@ func TestSecondServerIsStandby(t *testing.T) {
 }
 
 // TestLeaderKilled kills the leading server with SIGKILL: the standby takes
-// over within the lease and 5 s, the job completes a checkpoint again and
-// finishes with exact output.
+// over within the lease and 5 s, adopts the attempt the worker runs (the
+// job's attempt stays 0: no restart), the job completes a checkpoint again
+// and finishes with exact output.
 func TestLeaderKilled(t *testing.T) {
 	r := startLeaderRun(t)
 	second := r.server(t, "b", nil, "--nats", r.url)
@@ -225,6 +226,13 @@ func TestLeaderKilled(t *testing.T) {
 	s := r.finish(t)
 	if want := epochIn(t, second.stderr.String()); s.Epoch != want {
 		t.Errorf("the job's record has epoch %d, the new leader's is %d", s.Epoch, want)
+	}
+	// The new leader adopted the attempt the worker ran: no restart.
+	if s.Attempt != 0 || len(s.RestartLog) != 0 {
+		t.Errorf("the job restarted after the take-over: attempt %d, restarts %+v", s.Attempt, s.RestartLog)
+	}
+	if out := second.stderr.String(); !strings.Contains(out, "attempt adopted") {
+		t.Errorf("the new leader does not say it adopted the attempt:\n%s", out)
 	}
 }
 
