@@ -284,9 +284,9 @@ type task struct {
 	// stopped): a coordinator that did not hear of that end cannot adopt
 	// its attempt, so heartbeats leave such a subtask out.
 	inputEnded atomic.Bool
-	chain   *job.Chain
-	subtask int
-	label   string
+	chain      *job.Chain
+	subtask    int
+	label      string
 
 	// Checkpointing (nil ckpt: the job does not checkpoint).
 	ckpt      *ckptEnv
