@@ -1,6 +1,8 @@
 package coordinator
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -232,4 +234,28 @@ func (c *Coordinator) deployOrAdopt(j *jobState, a lifecycle.Deploy, pl placemen
 	}
 	// The workers took their parts when the deposed leader deployed them.
 	return pl.workers(), 0, nil
+}
+
+// stampCounter writes the leader's epoch into the checkpoint id counter of
+// a job it takes over, before it does anything else with the job: from
+// then on the deposed leader reserves no id (its checkpoints go no
+// further than their trigger).
+func (c *Coordinator) stampCounter(j *jobState) {
+	if c.ids == nil {
+		return
+	}
+	epoch, err := c.fence()
+	if err != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), kvTimeout)
+	defer cancel()
+	if _, err := c.ids.stamp(ctx, j.info.JobID, epoch); err != nil {
+		if errors.Is(err, errDeposed) {
+			c.depose(err)
+			return
+		}
+		// The first reservation writes the epoch as well.
+		c.cfg.Log.Warn("writing this leader's epoch into the job's checkpoint id counter", logging.Job, j.info.JobID, "err", err)
+	}
 }

@@ -117,6 +117,10 @@ func (c *Coordinator) writeRecord(j *jobState) error {
 		return nil
 	}
 	dir := JobDir(c.cfg.DataDir, r.JobID)
+	if _, err := c.fence(); err != nil {
+		// A deposed leader's view of the job is not the job's.
+		return fmt.Errorf("not saving the record of job %s: %w", r.JobID, err)
+	}
 	if err := writeJSONAtomic(dir, "job.json", r); err != nil {
 		c.cfg.Log.Error("saving the job's record", logging.Job, r.JobID, "err", err)
 		return fmt.Errorf("saving its record in %s: %w", dir, err)
@@ -853,6 +857,10 @@ func (d *ckptDriver) reserveTriggers() {
 		d.toReserve = d.toReserve[1:]
 		d.mu.Unlock()
 		err := d.reserve(id)
+		if errors.Is(err, errDeposed) {
+			// A later leader wrote the counter.
+			d.c.depose(err)
+		}
 		d.mu.Lock()
 		delete(d.unsent, id)
 		// Aborted meanwhile (a timeout, a reconnection): nothing to send.
@@ -876,12 +884,13 @@ func (d *ckptDriver) reserve(id int64) error {
 	if d.c.ids == nil {
 		return nil
 	}
-	if _, err := d.c.fence(); err != nil {
+	epoch, err := d.c.fence()
+	if err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(d.ctx, kvTimeout)
 	defer cancel()
-	return d.c.ids.reserve(ctx, d.j.info.JobID, id)
+	return d.c.ids.reserve(ctx, d.j.info.JobID, id, epoch)
 }
 
 func (d *ckptDriver) send(ctl transport.CheckpointControl) {
@@ -933,7 +942,12 @@ func (d *ckptDriver) persist(cp checkpoint.Completed) {
 	d.wg.Add(1)
 	go func() {
 		defer d.wg.Done()
-		err := d.storage.WriteMetadata(meta)
+		// The metadata completes the checkpoint: a deposed leader (one
+		// paused past its lease) completes none.
+		_, err := d.c.fence()
+		if err == nil {
+			err = d.storage.WriteMetadata(meta)
+		}
 		if err == nil && cp.Kind == checkpoint.KindSavepoint {
 			d.mu.Lock()
 			sp := d.savepoints[cp.ID]

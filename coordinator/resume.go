@@ -104,6 +104,7 @@ func (c *Coordinator) loadJobs(ctx context.Context) ([]*jobState, error) {
 // placement waits until workers have registered and the old attempt has
 // stopped (awaitWorkers).
 func (c *Coordinator) resume(j *jobState, quit <-chan struct{}) {
+	c.stampCounter(j)
 	if j.adopt != nil && c.tryAdopt(j, quit) {
 		return
 	}
