@@ -109,6 +109,7 @@ func (c *Coordinator) writeRecord(j *jobState) error {
 	r := Record{JobID: j.info.JobID, Name: j.info.Name, Plan: j.plan.JSON(), ModuleDigest: j.digest,
 		ModuleName: j.module, State: state, Attempt: j.attempt, Updated: c.now(),
 		Restarts: slices.Clone(j.restartLog), Tenant: j.info.Tenant}
+	sp, spID := j.fromSavepoint, j.savepointID
 	c.mu.Unlock()
 	// The spec after the file: a client may take a job's result from
 	// the spec, and find the file up to date then.
@@ -124,6 +125,11 @@ func (c *Coordinator) writeRecord(j *jobState) error {
 	if err := writeJSONAtomic(dir, "job.json", r); err != nil {
 		c.cfg.Log.Error("saving the job's record", logging.Job, r.JobID, "err", err)
 		return fmt.Errorf("saving its record in %s: %w", dir, err)
+	}
+	if sp != "" {
+		if rp, _ := ReadRestorePoint(c.cfg.DataDir, r.JobID); rp == nil || rp.ID != spID {
+			c.writeRestorePoint(r.JobID, sp, spID)
+		}
 	}
 	return nil
 }
@@ -1007,6 +1013,7 @@ func (d *ckptDriver) restoreFrom(id int64, dir string) error {
 	if c.store != nil && !c.store.wait(j.info.JobID, kvTimeout) {
 		return fmt.Errorf("savepoint %d could not be recorded as the job's restore point in bucket %s within %s", id, transport.JobsBucket, kvTimeout)
 	}
+	c.writeRestorePoint(j.info.JobID, dir, id)
 	return nil
 }
 
