@@ -208,4 +208,3 @@ func (p *benchProc) await(b *testing.B, pattern string, d time.Duration) []strin
 		time.Sleep(20 * time.Millisecond)
 	}
 }
-
