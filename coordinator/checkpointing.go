@@ -109,6 +109,7 @@ func (c *Coordinator) writeRecord(j *jobState) error {
 	r := Record{JobID: j.info.JobID, Name: j.info.Name, Plan: j.plan.JSON(), ModuleDigest: j.digest,
 		ModuleName: j.module, State: state, Attempt: j.attempt, Updated: c.now(),
 		Restarts: slices.Clone(j.restartLog), Tenant: j.info.Tenant}
+	sp, spID := j.fromSavepoint, j.savepointID
 	c.mu.Unlock()
 	// The spec after the file: a client may take a job's result from
 	// the spec, and find the file up to date then.
@@ -117,9 +118,18 @@ func (c *Coordinator) writeRecord(j *jobState) error {
 		return nil
 	}
 	dir := JobDir(c.cfg.DataDir, r.JobID)
+	if _, err := c.fence(); err != nil {
+		// A deposed leader's view of the job is not the job's.
+		return fmt.Errorf("not saving the record of job %s: %w", r.JobID, err)
+	}
 	if err := writeJSONAtomic(dir, "job.json", r); err != nil {
 		c.cfg.Log.Error("saving the job's record", logging.Job, r.JobID, "err", err)
 		return fmt.Errorf("saving its record in %s: %w", dir, err)
+	}
+	if sp != "" {
+		if rp, _ := ReadRestorePoint(c.cfg.DataDir, r.JobID); rp == nil || rp.ID != spID {
+			c.writeRestorePoint(r.JobID, sp, spID)
+		}
 	}
 	return nil
 }
@@ -397,7 +407,7 @@ func (c *Coordinator) newCkptDriver(j *jobState) (*ckptDriver, int64, error) {
 	var restore int64
 	var restoreMeta *checkpoint.Metadata
 	var retained, outside []checkpoint.Completed
-	if j.attempt > 0 {
+	if j.attempt > 0 || j.adopting {
 		floor := j.savepointID
 		if j.fromSavepoint == "" {
 			floor = 0
@@ -430,8 +440,9 @@ func (c *Coordinator) newCkptDriver(j *jobState) (*ckptDriver, int64, error) {
 			restore, restoreMeta = m.ID, m
 		case errors.Is(err, checkpoint.ErrNoCheckpoint) && floor != 0:
 			c.cfg.Log.Info("no usable checkpoint since the savepoint; restoring the savepoint", logging.Job, j.info.JobID, logging.Checkpoint, floor)
-		case errors.Is(err, checkpoint.ErrNoCheckpoint):
+		case errors.Is(err, checkpoint.ErrNoCheckpoint) && !j.adopting:
 			c.cfg.Log.Warn("no usable checkpoint; restarting from the beginning", logging.Job, j.info.JobID)
+		case errors.Is(err, checkpoint.ErrNoCheckpoint):
 		case errors.Is(err, checkpoint.ErrUnavailable):
 			// Not from empty state, nor from an older checkpoint: the
 			// attempt fails, and the restart strategy tries again later.
@@ -463,7 +474,7 @@ func (c *Coordinator) newCkptDriver(j *jobState) (*ckptDriver, int64, error) {
 			retained = append(retained, cp)
 		}
 	}
-	if j.attempt > 0 {
+	if j.attempt > 0 || j.adopting {
 		ctx, cancel := context.WithTimeout(context.Background(), kvTimeout)
 		if err := c.purgeEndedAttempts(ctx, nc, j.info.JobID, j.attempt, restoreMeta); err != nil {
 			c.cfg.Log.Warn("purging the data of ended attempts", logging.Job, j.info.JobID, "err", err)
@@ -852,6 +863,10 @@ func (d *ckptDriver) reserveTriggers() {
 		d.toReserve = d.toReserve[1:]
 		d.mu.Unlock()
 		err := d.reserve(id)
+		if errors.Is(err, errDeposed) {
+			// A later leader wrote the counter.
+			d.c.depose(err)
+		}
 		d.mu.Lock()
 		delete(d.unsent, id)
 		// Aborted meanwhile (a timeout, a reconnection): nothing to send.
@@ -875,12 +890,13 @@ func (d *ckptDriver) reserve(id int64) error {
 	if d.c.ids == nil {
 		return nil
 	}
-	if _, err := d.c.fence(); err != nil {
+	epoch, err := d.c.fence()
+	if err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(d.ctx, kvTimeout)
 	defer cancel()
-	return d.c.ids.reserve(ctx, d.j.info.JobID, id)
+	return d.c.ids.reserve(ctx, d.j.info.JobID, id, epoch)
 }
 
 func (d *ckptDriver) send(ctl transport.CheckpointControl) {
@@ -932,7 +948,12 @@ func (d *ckptDriver) persist(cp checkpoint.Completed) {
 	d.wg.Add(1)
 	go func() {
 		defer d.wg.Done()
-		err := d.storage.WriteMetadata(meta)
+		// The metadata completes the checkpoint: a deposed leader (one
+		// paused past its lease) completes none.
+		_, err := d.c.fence()
+		if err == nil {
+			err = d.storage.WriteMetadata(meta)
+		}
 		if err == nil && cp.Kind == checkpoint.KindSavepoint {
 			d.mu.Lock()
 			sp := d.savepoints[cp.ID]
@@ -992,6 +1013,7 @@ func (d *ckptDriver) restoreFrom(id int64, dir string) error {
 	if c.store != nil && !c.store.wait(j.info.JobID, kvTimeout) {
 		return fmt.Errorf("savepoint %d could not be recorded as the job's restore point in bucket %s within %s", id, transport.JobsBucket, kvTimeout)
 	}
+	c.writeRestorePoint(j.info.JobID, dir, id)
 	return nil
 }
 

@@ -200,6 +200,11 @@ type jobState struct {
 	// placement of its first attempt wait for the workers to heartbeat and
 	// for the old attempt to stop, until it closes.
 	resuming <-chan struct{}
+	// adopt, on a job a new leader loaded, lets it adopt the attempt the
+	// workers run (adopt.go); adopting is set while its checkpoint driver
+	// is made.
+	adopt    *adoption
+	adopting bool
 	ckpt     *ckptDriver
 	// stopped: the checkpoint driver completed a stop with savepoint.
 	// Atomic because the driver sets it under its own mutex, where it must

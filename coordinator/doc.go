@@ -62,7 +62,9 @@
 // attempt starts, as checkpoints complete and as the job ends. A
 // coordinator started with Config.ResumeJobs (`wstream server`) resumes the
 // jobs that the bucket says are running: it learns the workers from their
-// heartbeats (a heartbeat carries what registration needs), cancels the
+// heartbeats (a heartbeat carries what registration needs), and adopts the
+// attempt they run when every subtask of it is listed with the job's module
+// and the workers have heard its epoch (adopt.go); otherwise it cancels the
 // old attempt wherever a heartbeat still lists it, and starts a new attempt
 // from the latest completed checkpoint, as after a restart.
 //
@@ -73,10 +75,13 @@
 // take over (resuming the bucket's jobs as above) once the lease has not
 // changed for a whole period. The revision that took the lease is the
 // leader's epoch. Every job-spec write is a compare-and-set refused when
-// the stored spec has a higher epoch, every write, id reservation, result
-// and worker command first checks that the lease is still held (renewing
-// it when its period ran out, as after a pause), and commands carry the
-// epoch, which workers refuse when they have seen a higher one. A leader
+// the stored spec has a higher epoch, and so is every reservation of a
+// checkpoint id (the counter holds ID@EPOCH; a new leader stamps it with its
+// epoch when it takes a job over); every write, id reservation, checkpoint
+// completion, result and worker command first checks that the lease is
+// still held (renewing it when its period ran out, as after a pause), and
+// commands carry the epoch, which workers refuse when they have seen a
+// higher one. A leader
 // that finds its lease taken stops acting and calls Config.Deposed.
 //
 // A new job's record (DATA/jobs/JOB/job.json) and spec are written once

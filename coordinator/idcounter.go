@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -40,50 +41,111 @@ func openIDCounter(ctx context.Context, nc *nats.Conn, replicas int) (*idCounter
 	return &idCounter{kv: kv}, nil
 }
 
+// The value of a job's key is the highest id it has used, followed by
+// "@" and the leadership epoch of the coordinator that wrote it (a value
+// without one predates leases). A coordinator writes the key only by
+// compare-and-set on the revision it read, and never over a later epoch's
+// value; a new leader stamps the key with its epoch when it takes a job
+// over (stamp), so that a write of a deposed leader, prepared on an
+// earlier revision or epoch, does not land.
+
 // current returns the highest id job has used, and its revision (0 and 0
 // for a job that has used none).
 func (c *idCounter) current(ctx context.Context, job string) (int64, uint64, error) {
+	n, _, rev, err := c.read(ctx, job)
+	return n, rev, err
+}
+
+// read returns the highest id job has used, the epoch that wrote it, and
+// the key's revision (all 0 for a job that has used none).
+func (c *idCounter) read(ctx context.Context, job string) (int64, uint64, uint64, error) {
 	e, err := c.kv.Get(ctx, job)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return 0, 0, nil
+		return 0, 0, 0, nil
 	}
 	if err != nil {
-		return 0, 0, fmt.Errorf("reading the checkpoint id counter of job %s: %w", job, err)
+		return 0, 0, 0, fmt.Errorf("reading the checkpoint id counter of job %s: %w", job, err)
 	}
-	n, err := strconv.ParseInt(string(e.Value()), 10, 64)
+	id, ep, hasEpoch := strings.Cut(string(e.Value()), "@")
+	n, err := strconv.ParseInt(id, 10, 64)
+	var epoch uint64
+	if err == nil && hasEpoch {
+		epoch, err = strconv.ParseUint(ep, 10, 64)
+	}
 	if err != nil || n < 0 {
-		return 0, 0, fmt.Errorf("the checkpoint id counter of job %s in bucket %s holds %q, not an id", job, transport.CheckpointIDsBucket, e.Value())
+		return 0, 0, 0, fmt.Errorf("the checkpoint id counter of job %s in bucket %s holds %q, not an id", job, transport.CheckpointIDsBucket, e.Value())
 	}
-	return n, e.Revision(), nil
+	return n, epoch, e.Revision(), nil
 }
 
 // errIDUsed marks an id that the counter says was used already: another
 // coordinator (a stale one, after failover) triggered it.
 var errIDUsed = errors.New("checkpoint id already used")
 
+// write sets job's counter to id at epoch by compare-and-set on revision
+// rev (0: the key is absent).
+func (c *idCounter) write(ctx context.Context, job string, id int64, epoch, rev uint64) error {
+	val := []byte(strconv.FormatInt(id, 10))
+	if epoch != 0 {
+		val = fmt.Appendf(val, "@%d", epoch)
+	}
+	var err error
+	if rev == 0 {
+		_, err = c.kv.Create(ctx, job, val)
+	} else {
+		_, err = c.kv.Update(ctx, job, val, rev)
+	}
+	return err
+}
+
 // reserve raises job's counter to id with compare-and-set, before id is
-// triggered. It fails with errIDUsed when the counter is at id or beyond.
-func (c *idCounter) reserve(ctx context.Context, job string, id int64) error {
+// triggered by the leader of epoch. It fails with errIDUsed when the
+// counter is at id or beyond, and with errDeposed when a later leader
+// wrote it.
+func (c *idCounter) reserve(ctx context.Context, job string, id int64, epoch uint64) error {
 	for {
-		cur, rev, err := c.current(ctx, job)
+		cur, stored, rev, err := c.read(ctx, job)
 		if err != nil {
 			return err
+		}
+		if fenced(stored, epoch) {
+			return fmt.Errorf("%w: the checkpoint id counter of job %s was written at epoch %d, this coordinator's is %d", errDeposed, job, stored, epoch)
 		}
 		if cur >= id {
 			return fmt.Errorf("%w: job %s has used checkpoint ids up to %d, and %d is not above", errIDUsed, job, cur, id)
 		}
-		val := []byte(strconv.FormatInt(id, 10))
-		if rev == 0 {
-			_, err = c.kv.Create(ctx, job, val)
-		} else {
-			_, err = c.kv.Update(ctx, job, val, rev)
-		}
+		err = c.write(ctx, job, id, epoch, rev)
 		if err == nil {
 			return nil
 		}
 		// Someone else moved the counter meanwhile: look again.
 		if !errors.Is(err, jetstream.ErrKeyExists) && !isWrongSequence(err) {
 			return fmt.Errorf("raising the checkpoint id counter of job %s to %d: %w", job, id, err)
+		}
+	}
+}
+
+// stamp writes job's counter, unchanged, at epoch: a deposed leader's
+// reservation, read before, fails its compare-and-set, and one read after
+// finds the later epoch. It returns the counter.
+func (c *idCounter) stamp(ctx context.Context, job string, epoch uint64) (int64, error) {
+	for {
+		cur, stored, rev, err := c.read(ctx, job)
+		if err != nil {
+			return 0, err
+		}
+		if fenced(stored, epoch) {
+			return 0, fmt.Errorf("%w: the checkpoint id counter of job %s was written at epoch %d, this coordinator's is %d", errDeposed, job, stored, epoch)
+		}
+		if stored == epoch && rev != 0 {
+			return cur, nil
+		}
+		err = c.write(ctx, job, cur, epoch, rev)
+		if err == nil {
+			return cur, nil
+		}
+		if !errors.Is(err, jetstream.ErrKeyExists) && !isWrongSequence(err) {
+			return 0, fmt.Errorf("writing the epoch into the checkpoint id counter of job %s: %w", job, err)
 		}
 	}
 }

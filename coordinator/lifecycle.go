@@ -271,7 +271,7 @@ func (c *Coordinator) deploy(j *jobState, a lifecycle.Deploy) error {
 	c.syncLocked(j)
 	c.mu.Unlock()
 
-	took, restore, err := c.sendDeployment(j, a, pl)
+	took, restore, err := c.deployOrAdopt(j, a, pl)
 	c.mu.Lock()
 	now = c.nowMillis()
 	var serr error
@@ -290,7 +290,10 @@ func (c *Coordinator) deploy(j *jobState, a lifecycle.Deploy) error {
 	c.mu.Unlock()
 	if err == nil {
 		attrs := []any{logging.Job, id, logging.Attempt, a.Attempt, "workers", strings.Join(pl.workers(), ","), "subtasks", len(j.refs)}
-		if restore != 0 {
+		switch {
+		case j.restored.ID != 0 && j.restored.Kind == checkpoint.KindSavepoint.String():
+			attrs = append(attrs, "fromSavepoint", j.restored.Location)
+		case restore != 0:
 			attrs = append(attrs, "fromCheckpoint", restore)
 		}
 		c.cfg.Log.Info("attempt deployed", attrs...)

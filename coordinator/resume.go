@@ -42,8 +42,16 @@ func (c *Coordinator) resumedJob(s *JobSpec) (*jobState, error) {
 		}
 	}
 	lc := newLifecycle(plan, s.FromSavepoint != "")
-	if err := lc.Recover(s.Attempt, s.Restarts, lifecycleLog(s.RestartLog)); err != nil {
-		return nil, err
+	// A job whose attempt may be adopted stays at that attempt until the
+	// workers have spoken (tryAdopt); otherwise it goes on to the next.
+	adopt := c.mayAdopt(s)
+	if last := s.Attempt - 1; !adopt || last >= 0 {
+		if !adopt {
+			last = s.Attempt
+		}
+		if err := lc.Recover(last, s.Restarts, lifecycleLog(s.RestartLog)); err != nil {
+			return nil, err
+		}
 	}
 	started := s.Started
 	if started.IsZero() {
@@ -62,6 +70,9 @@ func (c *Coordinator) resumedJob(s *JobSpec) (*jobState, error) {
 		savepointID:      s.SavepointID,
 		ckptRoot:         s.CheckpointRoot,
 		latestCheckpoint: s.LatestCheckpoint,
+	}
+	if adopt {
+		j.adopt = &adoption{spec: s}
 	}
 	c.syncLocked(j)
 	return j, nil
@@ -93,6 +104,10 @@ func (c *Coordinator) loadJobs(ctx context.Context) ([]*jobState, error) {
 // placement waits until workers have registered and the old attempt has
 // stopped (awaitWorkers).
 func (c *Coordinator) resume(j *jobState, quit <-chan struct{}) {
+	c.stampCounter(j)
+	if j.adopt != nil && c.tryAdopt(j, quit) {
+		return
+	}
 	id := j.info.JobID
 	sub, err := c.cfg.NATS.Subscribe(transport.TaskStatusSubject(id, "*"), c.tracked(statusFromWorker(c.onTaskStatus)))
 	c.mu.Lock()

@@ -127,6 +127,29 @@ func (r *leaderRun) finish(t *testing.T) *coordinator.JobSpec {
 	return s
 }
 
+// idCounter reads the job's checkpoint id counter: the highest id used,
+// and the value as written ("ID@EPOCH").
+func (r *leaderRun) idCounter(t *testing.T) (int64, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	kv, err := r.js.KeyValue(ctx, transport.CheckpointIDsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := kv.Get(ctx, r.job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := string(e.Value())
+	id, _, _ := strings.Cut(v, "@")
+	n, err := strconv.ParseInt(id, 10, 64)
+	if err != nil {
+		t.Fatalf("the checkpoint id counter holds %q", v)
+	}
+	return n, v
+}
+
 // epochIn is the epoch a server's "coordinator running" line names.
 func epochIn(t *testing.T, out string) uint64 {
 	t.Helper()
@@ -195,8 +218,9 @@ func TestSecondServerIsStandby(t *testing.T) {
 }
 
 // TestLeaderKilled kills the leading server with SIGKILL: the standby takes
-// over within the lease and 5 s, the job completes a checkpoint again and
-// finishes with exact output.
+// over within the lease and 5 s, adopts the attempt the worker runs (the
+// job's attempt stays 0: no restart), the job completes a checkpoint again
+// and finishes with exact output.
 func TestLeaderKilled(t *testing.T) {
 	r := startLeaderRun(t)
 	second := r.server(t, "b", nil, "--nats", r.url)
@@ -226,14 +250,23 @@ func TestLeaderKilled(t *testing.T) {
 	if want := epochIn(t, second.stderr.String()); s.Epoch != want {
 		t.Errorf("the job's record has epoch %d, the new leader's is %d", s.Epoch, want)
 	}
+	// The new leader adopted the attempt the worker ran: no restart.
+	if s.Attempt != 0 || len(s.RestartLog) != 0 {
+		t.Errorf("the job restarted after the take-over: attempt %d, restarts %+v", s.Attempt, s.RestartLog)
+	}
+	if out := second.stderr.String(); !strings.Contains(out, "attempt adopted") {
+		t.Errorf("the new leader does not say it adopted the attempt:\n%s", out)
+	}
 }
 
 // TestPausedLeaderIsFenced stops the leading server with SIGSTOP past its
 // lease; the standby takes over and resumes the job; then the old leader
 // is continued with SIGCONT. Nothing it writes lands: every write of the
-// job's record from the take-over on carries the new epoch, the worker
-// refuses a command of the old epoch, the old leader says it no longer
-// leads and exits; the job finishes with exact output.
+// job's record and of its checkpoint id counter from the take-over on
+// carries the new epoch, no checkpoint of an id the old leader reserved
+// completes after SIGCONT, the worker refuses a command of the old epoch,
+// the old leader says it no longer leads and exits; the job finishes with
+// exact output.
 func TestPausedLeaderIsFenced(t *testing.T) {
 	r := startLeaderRun(t)
 	second := r.server(t, "b", nil, "--nats", r.url)
@@ -245,6 +278,9 @@ func TestPausedLeaderIsFenced(t *testing.T) {
 	if err := r.leader.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
+	// Every id the paused leader reserved is at most oldMax: a checkpoint
+	// of its own that completes later would be one of them.
+	oldMax, _ := r.idCounter(t)
 	second.until(t, "the take-over", false, func() bool {
 		return strings.Contains(second.stderr.String(), "coordinator running")
 	})
@@ -291,6 +327,44 @@ func TestPausedLeaderIsFenced(t *testing.T) {
 		t.Fatalf("the worker obeyed a cancel of the old epoch %d: %q %v", oldEpoch, reply.Error, err)
 	}
 
+	// Every write of the job's checkpoint id counter from here on, and
+	// every checkpoint metadata object (which completes a checkpoint).
+	ids, err := r.js.KeyValue(ctx, transport.CheckpointIDsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	iw, err := ids.Watch(ctx, r.job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer iw.Stop()
+	idWrites := make(chan string, 1024)
+	go func() {
+		for e := range iw.Updates() {
+			if e != nil {
+				idWrites <- string(e.Value())
+			}
+		}
+	}()
+	obs, err := r.js.ObjectStore(ctx, "leadertest")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ow, err := obs.Watch(ctx, jetstream.UpdatesOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ow.Stop()
+	metas := make(chan string, 1024)
+	go func() {
+		for o := range ow.Updates() {
+			if o != nil && !o.Deleted && strings.HasSuffix(o.Name, "/_metadata") {
+				metas <- o.Name
+			}
+		}
+	}()
+	before := len(r.leader.stderr.String())
+
 	paused := time.Now()
 	if err := r.leader.cmd.Process.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
@@ -321,6 +395,41 @@ func TestPausedLeaderIsFenced(t *testing.T) {
 	}
 	if n == 0 {
 		t.Error("the watch saw no write of the job's record")
+	}
+	// The counter: written at the new epoch only.
+	suffix := fmt.Sprintf("@%d", newEpoch)
+	n = 0
+	for len(idWrites) > 0 {
+		v := <-idWrites
+		n++
+		if !strings.HasSuffix(v, suffix) {
+			t.Errorf("the job's checkpoint id counter was written as %q after the take-over at epoch %d", v, newEpoch)
+		}
+	}
+	if n == 0 {
+		t.Error("the watch saw no value of the job's checkpoint id counter")
+	}
+	// Checkpoint completion: no metadata of one of the old leader's ids
+	// was written after SIGCONT, and the old leader completed none.
+	chkID := regexp.MustCompile(`chk-0*(\d+)/_metadata$`)
+	n = 0
+	for len(metas) > 0 {
+		name := <-metas
+		m := chkID.FindStringSubmatch(name)
+		if m == nil {
+			t.Errorf("checkpoint metadata object %q: no checkpoint id in its name", name)
+			continue
+		}
+		n++
+		if id, _ := strconv.ParseInt(m[1], 10, 64); id <= oldMax {
+			t.Errorf("checkpoint %d (%s), of an id the old leader reserved (up to %d), completed after SIGCONT", id, name, oldMax)
+		}
+	}
+	if n == 0 {
+		t.Error("no checkpoint completed after SIGCONT")
+	}
+	if after := out[min(before, len(out)):]; strings.Contains(after, "checkpoint completed") {
+		t.Errorf("the old leader completed a checkpoint after SIGCONT:\n%s", after)
 	}
 	if want := fmt.Sprintf(`refusing a command of a deposed coordinator" worker=w1 command=cancel epoch=%d `, oldEpoch); !strings.Contains(r.worker.stderr.String(), want) {
 		t.Errorf("the worker's log does not say it refused the old leader's cancel (%q):\n%s", want, r.worker.stderr.String())

@@ -254,12 +254,23 @@ type WorkerInfo struct {
 	// it sent may have been lost, and the coordinator aborts the pending
 	// checkpoints of its jobs instead of waiting for their timeout.
 	Reconnects uint64 `json:"reconnects,omitempty"`
+	// Epoch is, in a heartbeat, the highest leadership epoch the worker
+	// has heard: a new leader adopts the worker's attempts once it has
+	// heard the leader's own (it refuses earlier leaders' commands then).
+	Epoch uint64 `json:"epoch,omitempty"`
 }
 
-// RunningAttempt names one attempt of a job.
+// RunningAttempt names one attempt of a job; in a heartbeat, with what a
+// new leader needs to adopt it instead of restarting it.
 type RunningAttempt struct {
 	JobID   string `json:"jobId"`
 	Attempt int    `json:"attempt"`
+	// Tasks are the attempt's subtasks on the worker, Module the digest
+	// of the module they run, and Epoch the leadership epoch of the
+	// deployment that started them.
+	Tasks  []TaskRef `json:"tasks,omitempty"`
+	Module string    `json:"module,omitempty"`
+	Epoch  uint64    `json:"epoch,omitempty"`
 }
 
 // TaskRef names one subtask of a job: chain index in the physical graph and

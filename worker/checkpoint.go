@@ -362,6 +362,7 @@ func (t *task) snapshotEnded(ctx context.Context, id int64, kind checkpoint.Kind
 // written again exactly once.
 func (t *task) awaitFinalCheckpoint(ctx context.Context) error {
 	t.ended = true
+	t.inputEnded.Store(true)
 	t.ckpt.publish(transport.CheckpointAck{JobID: t.jobID, Attempt: t.attempt, Task: t.id, EndOfInput: true})
 	for !t.finalDone {
 		t.split.to(timeIdle)

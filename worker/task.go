@@ -280,9 +280,13 @@ type task struct {
 	jobID   string
 	attempt int
 	id      checkpoint.TaskID
-	chain   *job.Chain
-	subtask int
-	label   string
+	// inputEnded is set once the subtask's input has ended (or it
+	// stopped): a coordinator that did not hear of that end cannot adopt
+	// its attempt, so heartbeats leave such a subtask out.
+	inputEnded atomic.Bool
+	chain      *job.Chain
+	subtask    int
+	label      string
 
 	// Checkpointing (nil ckpt: the job does not checkpoint).
 	ckpt      *ckptEnv
@@ -458,6 +462,7 @@ func (t *task) stageError(s *stage, what string, err error) error {
 
 // run drives the subtask until its input ends, it fails, or ctx is done.
 func (t *task) run(ctx context.Context) error {
+	defer t.inputEnded.Store(true)
 	now := time.Now()
 	t.split.start(now)
 	defer t.split.to(timeIdle)

@@ -311,10 +311,16 @@ func (w *Worker) heartbeat() {
 
 // beat is the worker's heartbeat message.
 func (w *Worker) beat() []byte {
-	info := transport.WorkerInfo{ID: w.cfg.ID, Slots: w.cfg.Slots, Reconnects: w.cfg.NATS.Stats().Reconnects}
+	info := transport.WorkerInfo{ID: w.cfg.ID, Slots: w.cfg.Slots, Reconnects: w.cfg.NATS.Stats().Reconnects, Epoch: w.epoch.Load()}
 	w.mu.Lock()
 	for id, j := range w.jobs {
-		info.Running = append(info.Running, transport.RunningAttempt{JobID: id, Attempt: j.attempt})
+		r := transport.RunningAttempt{JobID: id, Attempt: j.attempt, Module: j.digest, Epoch: j.epoch}
+		for _, t := range j.tasks {
+			if !t.inputEnded.Load() {
+				r.Tasks = append(r.Tasks, transport.TaskRef{Chain: t.id.Chain, Subtask: t.id.Subtask})
+			}
+		}
+		info.Running = append(info.Running, r)
 	}
 	w.mu.Unlock()
 	sort.Slice(info.Running, func(a, b int) bool { return info.Running[a].JobID < info.Running[b].JobID })
@@ -489,6 +495,11 @@ type jobRun struct {
 	tasks  []*task
 
 	attempt int
+	// digest and epoch are the module's digest and the deployment's
+	// leadership epoch, which heartbeats report with the subtasks so that
+	// a new leader can adopt the attempt.
+	digest string
+	epoch  uint64
 	// reportFirst: subtasks report their first records (an upgrade).
 	reportFirst bool
 	restartable bool
@@ -784,7 +795,7 @@ func (w *Worker) deploy(d transport.Deployment) error {
 		return err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	j := &jobRun{id: d.JobID, attempt: d.Attempt, plan: plan, graph: g, ctx: ctx, cancel: cancel,
+	j := &jobRun{id: d.JobID, attempt: d.Attempt, digest: d.ModuleDigest, epoch: d.Epoch, plan: plan, graph: g, ctx: ctx, cancel: cancel,
 		done: make(chan struct{}), restartable: d.Restartable, tenant: d.Tenant, stateBytes: d.StateBytes, stateRate: d.StateWriteRate,
 		memPages: uint32(d.MemoryLimitMiB) * 16, weight: d.Weight, reportFirst: d.ReportFirstRecord, replicas: d.Replicas}
 	if err := w.dataConn(j, d); err != nil {

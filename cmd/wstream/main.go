@@ -575,6 +575,12 @@ func reportResumePoint(w io.Writer, dataDir string, d *engine.Deployment) {
 	for _, s := range skipped {
 		fmt.Fprintf(w, "skipping an unusable checkpoint: %v\n", s)
 	}
+	// A savepoint newer than every usable checkpoint (of a stop or an
+	// upgrade, or the one the job started from) is what it restores.
+	if rp, _ := coordinator.ReadRestorePoint(dataDir, d.Resume); rp != nil && (err != nil || m.ID < rp.ID) {
+		fmt.Fprintf(w, "resuming job %s from savepoint %s\n", d.Resume, rp.Dir)
+		return
+	}
 	if err != nil {
 		fmt.Fprintf(w, "job %s has no usable checkpoint: it starts over\n", d.Resume)
 		return

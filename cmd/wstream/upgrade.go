@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/urfave/cli/v2"
 
 	"github.com/wstream/wstream/coordinator"
@@ -36,7 +38,9 @@ subtask), the old module runs again from the same savepoint and the command exit
 non-zero with the cause. On success it prints the downtime: from the barrier to
 the first record the new module was handed. If the job's process dies meanwhile
 (a deploy killed), the command ends at once, non-zero, with the command that
-resumes the job. See docs/upgrade.md.`,
+resumes the job; with --nats, so it does once the coordinator leading when it
+started is gone (another took the lease, or it went unrenewed past its period).
+See docs/upgrade.md.`,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "plan", Usage: "plan `FILE` replacing the new module's plan"},
 			&cli.IntFlag{Name: "parallelism", Aliases: []string{"p"}, Usage: "default parallelism of the new plan's vertices (vertices that set their own keep it)"},
@@ -127,14 +131,18 @@ const (
 // not carry the upgrade on (the job restores its latest checkpoint or the
 // upgrade's savepoint, on whichever module its record names). For a job of
 // a local data directory, the process is the `wstream deploy` (or server)
-// holding the directory's lock; for a cluster (--nats), the wait ends when
-// the connection stays down for lostConnWait.
+// holding the directory's lock; for a cluster (--nats), the coordinator
+// that leads when the wait starts: the wait ends when another takes the
+// lease, when the lease is released, or when it goes unrenewed for longer
+// than its period (leaseWatch), and when the connection stays down for
+// lostConnWait.
 func watchOwner(ctx context.Context, gone context.CancelCauseFunc, c *cli.Context, jobID string, nc *nats.Conn) {
 	data := c.String("data")
 	local := c.String("nats") == ""
 	tick := time.NewTicker(ownerPoll)
 	defer tick.Stop()
 	var down time.Time
+	var lw leaseWatch
 	for {
 		select {
 		case <-ctx.Done():
@@ -147,6 +155,10 @@ func watchOwner(ctx context.Context, gone context.CancelCauseFunc, c *cli.Contex
 				return
 			}
 			continue
+		}
+		if err := lw.check(ctx, nc, jobID, time.Now()); err != nil {
+			gone(err)
+			return
 		}
 		switch {
 		case nc.IsConnected():
@@ -201,4 +213,78 @@ func printUpgrades(w io.Writer, ups []coordinator.UpgradeEntry) {
 		}
 		fmt.Fprintln(w)
 	}
+}
+
+// leaseWatch follows the coordinators' lease during an upgrade's wait: the
+// coordinator that led when it started is the one that answers, and it is
+// gone once another leads, once it released the lease (it shut down), or
+// once it has not renewed the lease for longer than its period (it was
+// killed, or is cut off: a standby takes over then).
+type leaseWatch struct {
+	kv     jetstream.KeyValue
+	first  coordinator.LeaderInfo
+	rev    uint64
+	seenAt time.Time
+	off    bool // no lease bucket: a coordinator without leases
+}
+
+// check reads the lease and returns an ownerGone error when the leader the
+// wait started with is gone; a read that fails is tried again next time.
+func (lw *leaseWatch) check(ctx context.Context, nc *nats.Conn, jobID string, now time.Time) error {
+	if lw.off || !nc.IsConnected() {
+		return nil
+	}
+	rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if lw.kv == nil {
+		js, err := jetstream.New(nc)
+		if err != nil {
+			return nil
+		}
+		kv, err := js.KeyValue(rctx, coordinator.LeaderBucket)
+		if errors.Is(err, jetstream.ErrBucketNotFound) {
+			lw.off = true
+			return nil
+		}
+		if err != nil {
+			return nil
+		}
+		lw.kv = kv
+	}
+	e, err := lw.kv.Get(rctx, "coordinator")
+	gone := func(why string) error {
+		return ownerGone{fmt.Errorf("upgrade of job %s: %s, and no answer will come (a new leader does not carry an upgrade on: "+
+			"it resumes the job on the module its record names); see `wstream checkpoints %s` and `wstream list`, then run the upgrade again if the job still runs the old module",
+			jobID, why, jobID)}
+	}
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted):
+		if lw.first.ID == "" {
+			return nil
+		}
+		return gone(fmt.Sprintf("coordinator %s, which started it, released its lease (it shut down)", lw.first.ID))
+	case err != nil:
+		return nil
+	}
+	var h coordinator.LeaderInfo
+	_ = json.Unmarshal(e.Value(), &h)
+	if lw.first.ID == "" {
+		lw.first, lw.rev, lw.seenAt = h, e.Revision(), now
+		return nil
+	}
+	if h.ID != lw.first.ID || (h.Epoch != 0 && lw.first.Epoch != 0 && h.Epoch != lw.first.Epoch) {
+		return gone(fmt.Sprintf("coordinator %s, which started it, no longer leads (%s leads now)", lw.first.ID, h.ID))
+	}
+	if e.Revision() != lw.rev {
+		lw.rev, lw.seenAt = e.Revision(), now
+		return nil
+	}
+	lease := time.Duration(h.LeaseMillis) * time.Millisecond
+	if lease <= 0 {
+		lease = coordinator.DefaultLease
+	}
+	if d := now.Sub(lw.seenAt); d > lease+ownerPoll {
+		return gone(fmt.Sprintf("coordinator %s, which started it, has not renewed its lease for %s (its period is %s): it is dead or cut off", lw.first.ID, d.Round(100*time.Millisecond), lease))
+	}
+	return nil
 }
