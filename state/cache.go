@@ -18,8 +18,13 @@ import (
 // keys than that, and evicts back down to capacity at the next flush; the
 // evicted entries' buffers stay on the free list for the next such batch.
 type hotCache struct {
-	seed     maphash.Seed
-	slots    []int32 // indexes into entries, noSlot when empty; len is a power of two
+	seed maphash.Seed
+	// slots is the open-addressing table: per slot, the entry's index
+	// plus one in the low 32 bits (0: empty) and the top 32 bits of its
+	// hash in the high ones, so that a probe passes over another key's
+	// slot without reading its entry (a memory miss in a large cache);
+	// len is a power of two.
+	slots    []uint64
 	mask     uint64
 	entries  []cacheEntry
 	free     []int32 // unused entries
@@ -61,12 +66,15 @@ type cacheEntry struct {
 	undo  uint32 // epoch of the undo journal that recorded its old value
 	// held is what the entry counts in cleanHeld while it is clean.
 	held int32
+	// nsLen is the length of the namespace that ends key, set when the
+	// entry becomes dirty (Store.dirtyBasesFor needs it).
+	nsLen int32
 }
 
 // entryOverhead is what a cached entry costs besides its key and value
 // buffers: the entry itself and its share of the slot table (at most
 // half full).
-const entryOverhead = int(unsafe.Sizeof(cacheEntry{})) + 2*4
+const entryOverhead = int(unsafe.Sizeof(cacheEntry{})) + 2*8
 
 // bytes is what entry e holds.
 func (e *cacheEntry) bytes() int32 { return int32(cap(e.key) + cap(e.val) + entryOverhead) }
@@ -89,7 +97,7 @@ const (
 
 // startEntries is what the slot table is sized for at first. It doubles as
 // entries arrive (insert), so a subtask that sees few keys does not hold a
-// table for the whole capacity: 128 KiB per subtask at the default.
+// table for the whole capacity: 256 KiB per subtask at the default.
 const startEntries = 64
 
 func newHotCache(capacity int) *hotCache {
@@ -113,15 +121,25 @@ func tableSizeFor(n int) int {
 
 func (c *hotCache) hash(key []byte) uint64 { return maphash.Bytes(c.seed, key) }
 
+// slotOf is the slot table's word for entry idx of hash h.
+func slotOf(idx int32, h uint64) uint64 { return h&^(1<<32-1) | uint64(uint32(idx+1)) }
+
+// slotEntry is the entry a non-empty slot word holds.
+func slotEntry(s uint64) int32 { return int32(uint32(s)) - 1 }
+
 // lookup returns the entry holding key (with hash h), or noSlot.
 func (c *hotCache) lookup(key []byte, h uint64) int32 {
+	tag := h &^ (1<<32 - 1)
 	for i := h & c.mask; ; i = (i + 1) & c.mask {
 		s := c.slots[i]
-		if s == noSlot {
+		if s == 0 {
 			return noSlot
 		}
-		if e := &c.entries[s]; e.hash == h && bytes.Equal(e.key, key) {
-			return s
+		if s&^(1<<32-1) != tag {
+			continue
+		}
+		if idx := slotEntry(s); bytes.Equal(c.entries[idx].key, key) {
+			return idx
 		}
 	}
 }
@@ -136,7 +154,7 @@ func (c *hotCache) lookup(key []byte, h uint64) int32 {
 func (c *hotCache) warm(hashes []uint64, slots []int32) []int32 {
 	slots = slots[:0]
 	for _, h := range hashes {
-		slots = append(slots, c.slots[h&c.mask])
+		slots = append(slots, slotEntry(c.slots[h&c.mask]))
 	}
 	var sum uint64
 	for _, s := range slots {
@@ -187,8 +205,23 @@ func (c *hotCache) insert(key []byte, h uint64) int32 {
 		idx = int32(len(c.entries) - 1)
 	}
 	e := &c.entries[idx]
-	e.key = append(e.key[:0], key...)
-	e.val = e.val[:0]
+	if cap(e.key) >= len(key) {
+		e.key = append(e.key[:0], key...)
+		e.val = e.val[:0]
+	} else {
+		// The key and a small value in one buffer: a read of the entry
+		// then finds the value in the processor cache line the key
+		// comparison brought in, and the entry costs one allocation.
+		n := len(key)
+		buf := make([]byte, n+valRoom(n))
+		copy(buf, key)
+		e.key = buf[:n:n]
+		if cap(e.val) <= len(buf)-n {
+			e.val = buf[n:n]
+		} else {
+			e.val = e.val[:0]
+		}
+	}
 	e.hash = h
 	e.present = false
 	e.dirty = false
@@ -201,20 +234,23 @@ func (c *hotCache) insert(key []byte, h uint64) int32 {
 	return idx
 }
 
+// valRoom is the room for a value a new entry with a key of n bytes gets
+// after its key: 16 bytes or more, up to the allocation's size class (of
+// 16 bytes up to 128), so that a counter or a timestamp fits.
+func valRoom(n int) int { return (n+16+15)&^15 - n }
+
 // place puts entry idx into the slot table.
 func (c *hotCache) place(idx int32) {
-	i := c.entries[idx].hash & c.mask
-	for c.slots[i] != noSlot {
+	h := c.entries[idx].hash
+	i := h & c.mask
+	for c.slots[i] != 0 {
 		i = (i + 1) & c.mask
 	}
-	c.slots[i] = idx
+	c.slots[i] = slotOf(idx, h)
 }
 
 func (c *hotCache) resize(size int) {
-	c.slots = make([]int32, size)
-	for i := range c.slots {
-		c.slots[i] = noSlot
-	}
+	c.slots = make([]uint64, size)
 	c.mask = uint64(size - 1)
 	for idx := range c.entries {
 		if c.entries[idx].used {
@@ -249,11 +285,11 @@ func (c *hotCache) drop(idx int32, keepVal int) {
 // deletion, which keeps every probe sequence intact without tombstones.
 func (c *hotCache) removeSlot(idx int32) {
 	i := c.entries[idx].hash & c.mask
-	for c.slots[i] != idx {
+	for slotEntry(c.slots[i]) != idx {
 		i = (i + 1) & c.mask
 	}
-	for j := (i + 1) & c.mask; c.slots[j] != noSlot; j = (j + 1) & c.mask {
-		home := c.entries[c.slots[j]].hash & c.mask
+	for j := (i + 1) & c.mask; c.slots[j] != 0; j = (j + 1) & c.mask {
+		home := c.entries[slotEntry(c.slots[j])].hash & c.mask
 		// The entry at j may move to the hole at i unless its home lies
 		// cyclically in (i, j].
 		if (i < j && (home <= i || home > j)) || (i > j && home <= i && home > j) {
@@ -261,7 +297,7 @@ func (c *hotCache) removeSlot(idx int32) {
 			i = j
 		}
 	}
-	c.slots[i] = noSlot
+	c.slots[i] = 0
 }
 
 // touch records a use of entry idx.
