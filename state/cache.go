@@ -66,6 +66,9 @@ type cacheEntry struct {
 	undo  uint32 // epoch of the undo journal that recorded its old value
 	// held is what the entry counts in cleanHeld while it is clean.
 	held int32
+	// filtered: the key is in the store's keyFilter (added at a flush,
+	// or read from Pebble, where every key is).
+	filtered bool
 	// nsLen is the length of the namespace that ends key, set when the
 	// entry becomes dirty (Store.dirtyBasesFor needs it).
 	nsLen int32
@@ -227,6 +230,7 @@ func (c *hotCache) insert(key []byte, h uint64) int32 {
 	e.dirty = false
 	e.used = true
 	e.blind = false
+	e.filtered = false
 	e.undo = 0
 	c.place(idx)
 	c.live++

@@ -162,6 +162,10 @@ type Store struct {
 	// needs no Pebble lookup. A keyed count whose keys fit the budget
 	// then reads Pebble for none of its new keys.
 	whole bool
+	// filter holds the state keys written to Pebble while the
+	// store is whole: with it, a key the cache does not hold is known
+	// absent without a Pebble lookup unless the filter may have it.
+	filter keyFilter
 	// budget is the worker's budget the store has a share of (nil once
 	// closed, or without one).
 	budget *Budget
@@ -563,6 +567,10 @@ func (s *Store) Flush() error {
 		var err error
 		if e.present {
 			err = s.batch.Set(e.key, e.val, nil)
+			if s.whole && !e.filtered {
+				s.filter.add(e.hash)
+				e.filtered = true
+			}
 		} else {
 			err = s.batch.Delete(e.key, nil)
 		}
@@ -760,9 +768,10 @@ func (m *manyGet) release() {
 // load reads the entry with Pebble key pk (hash h), which is not cached,
 // into the cache.
 func (s *Store) load(pk []byte, h uint64) (int32, error) {
-	if s.lazy != nil || (s.whole && !s.cache.lost) {
+	if s.lazy != nil || (s.whole && (!s.cache.lost || !s.filter.mayHave(h))) {
 		// Not open yet: nothing has reached Pebble, which is empty; or
-		// everything that has is in the cache (Store.whole).
+		// everything that has is in the cache (Store.whole), or the key
+		// never reached Pebble (Store.filter).
 		return s.cache.insert(pk, h), nil
 	}
 	val, closer, err := s.db.Get(pk)
@@ -776,6 +785,7 @@ func (s *Store) load(pk []byte, h uint64) (int32, error) {
 	e := &s.cache.entries[idx]
 	e.val = append(e.val[:0], val...)
 	e.present = true
+	e.filtered = true
 	s.cache.recount(idx)
 	if err := closer.Close(); err != nil {
 		return noSlot, fmt.Errorf("state: read %x in %s: %w", pk, s.dir, err)
