@@ -7,8 +7,9 @@ import (
 )
 
 // hotCache holds state entries by encoded Pebble key: the write-back buffer
-// of entries changed since the last Flush (dirty) and a bounded LRU set of
-// recently used clean entries, including cached absences. Its storage is
+// of entries changed since the last Flush (dirty) and a bounded set of
+// recently used clean entries, including cached absences, evicted by a
+// clock (second chance: an approximation of least recently used). Its storage is
 // recycled (entry buffers, slot table), so that steady-state gets and puts do
 // not allocate. A hand-rolled open-addressing table is used instead of a Go
 // map because a map[string] needs a new string per inserted key.
@@ -24,12 +25,17 @@ type hotCache struct {
 	// hash in the high ones, so that a probe passes over another key's
 	// slot without reading its entry (a memory miss in a large cache);
 	// len is a power of two.
-	slots    []uint64
-	mask     uint64
-	entries  []cacheEntry
-	free     []int32 // unused entries
-	head     int32   // most recently used clean entry
-	tail     int32   // least recently used clean entry
+	slots   []uint64
+	mask    uint64
+	entries []cacheEntry
+	free    []int32 // unused entries
+	// hand is where the clock (evictOne) looks next: clean entries are
+	// evicted in the order of their slots in entries, but for those used
+	// since the hand last passed them (cacheEntry.ref). Unlike a list in
+	// use order, a use or a change writes only its own entry: the links
+	// to the entry's neighbours were two memory misses a read in a cache
+	// of a million keys.
+	hand     int32
 	dirty    []int32 // dirty entries, in the order they became dirty
 	capacity int
 	live     int
@@ -55,15 +61,15 @@ type cacheEntry struct {
 	key     []byte
 	val     []byte
 	hash    uint64
-	prev    int32 // LRU links, clean entries only
-	next    int32
 	present bool // false: the entry is known absent (deleted or never written)
 	dirty   bool
 	used    bool // false: the entry is on the free list
 	// blind: written without a read since it came into the cache (a
 	// write that needs no old value); flushed does not keep it cached.
 	blind bool
-	undo  uint32 // epoch of the undo journal that recorded its old value
+	// ref: used since the clock hand last passed it.
+	ref  bool
+	undo uint32 // epoch of the undo journal that recorded its old value
 	// held is what the entry counts in cleanHeld while it is clean.
 	held int32
 	// filtered: the key is in the store's keyFilter (added at a flush,
@@ -107,7 +113,7 @@ func newHotCache(capacity int) *hotCache {
 	if capacity < 1 {
 		capacity = 1
 	}
-	c := &hotCache{seed: maphash.MakeSeed(), capacity: capacity, head: noSlot, tail: noSlot, cleanBytes: maxCleanBytes}
+	c := &hotCache{seed: maphash.MakeSeed(), capacity: capacity, cleanBytes: maxCleanBytes}
 	c.resize(tableSizeFor(min(capacity, startEntries)))
 	return c
 }
@@ -189,11 +195,10 @@ func (c *hotCache) gotten(idx int32) {
 // and returns it. It evicts the least recently used clean entry when the
 // cache is full; the caller sets the value.
 func (c *hotCache) insert(key []byte, h uint64) int32 {
-	if c.live >= c.capacity && c.tail != noSlot {
-		c.evict(c.tail)
+	if c.live >= c.capacity {
+		c.evictOne()
 	}
-	for c.cleanHeld > c.cleanBytes && c.tail != noSlot {
-		c.evict(c.tail)
+	for c.cleanHeld > c.cleanBytes && c.evictOne() {
 	}
 	if 2*(c.live+1) > len(c.slots) {
 		c.resize(2 * len(c.slots))
@@ -234,7 +239,7 @@ func (c *hotCache) insert(key []byte, h uint64) int32 {
 	e.undo = 0
 	c.place(idx)
 	c.live++
-	c.pushFront(idx)
+	c.clean(idx)
 	return idx
 }
 
@@ -265,11 +270,47 @@ func (c *hotCache) resize(size int) {
 
 // evict removes clean entry idx from the cache.
 func (c *hotCache) evict(idx int32) {
-	c.unlink(idx)
+	c.unclean(idx)
 	c.drop(idx, maxRetainedValue)
 }
 
-// drop removes entry idx, unlinked from the LRU list, from the cache. Its
+// evictOne evicts the clean entry the clock hand comes to first that was
+// not used since the hand last passed it, clearing the marks of those it
+// passes. It reports false when the cache holds no clean entry.
+func (c *hotCache) evictOne() bool {
+	if c.live == len(c.dirty) {
+		return false
+	}
+	// Two turns at most: the first clears every mark.
+	for range 2*len(c.entries) + 1 {
+		idx := c.hand
+		if c.hand++; int(c.hand) >= len(c.entries) {
+			c.hand = 0
+		}
+		e := &c.entries[idx]
+		if !e.used || e.dirty {
+			continue
+		}
+		if e.ref {
+			e.ref = false
+			continue
+		}
+		c.evict(idx)
+		return true
+	}
+	return false
+}
+
+// evictAll evicts every clean entry.
+func (c *hotCache) evictAll() {
+	for idx := range c.entries {
+		if e := &c.entries[idx]; e.used && !e.dirty {
+			c.evict(int32(idx))
+		}
+	}
+}
+
+// drop removes entry idx, not counted clean, from the cache. Its
 // buffers stay with it for the next insert to reuse, its value buffer only
 // up to keepVal bytes.
 func (c *hotCache) drop(idx int32, keepVal int) {
@@ -306,12 +347,9 @@ func (c *hotCache) removeSlot(idx int32) {
 
 // touch records a use of entry idx.
 func (c *hotCache) touch(idx int32) {
-	c.entries[idx].blind = false
-	if c.entries[idx].dirty || c.head == idx {
-		return
-	}
-	c.unlink(idx)
-	c.pushFront(idx)
+	e := &c.entries[idx]
+	e.blind = false
+	e.ref = true
 }
 
 // markDirty makes entry idx part of the next flush. It reports whether the
@@ -321,7 +359,7 @@ func (c *hotCache) markDirty(idx int32) bool {
 	if e.dirty {
 		return false
 	}
-	c.unlink(idx)
+	c.unclean(idx)
 	e.dirty = true
 	c.dirty = append(c.dirty, idx)
 	return true
@@ -345,14 +383,14 @@ func (c *hotCache) flushed() {
 			c.drop(idx, maxCachedValue)
 			continue
 		}
-		c.pushFront(idx)
+		c.clean(idx)
+		e.ref = true
 		if len(e.val) > maxCachedValue {
 			c.evict(idx)
 		}
 	}
 	c.dirty = c.dirty[:0]
-	for c.tail != noSlot && (c.live > c.capacity || c.cleanHeld > c.cleanBytes) {
-		c.evict(c.tail)
+	for (c.live > c.capacity || c.cleanHeld > c.cleanBytes) && c.evictOne() {
 	}
 	n := c.cleanHeld
 	// What is left of the budget bounds the buffers that free entries
@@ -377,34 +415,16 @@ func (c *hotCache) flushed() {
 	}
 }
 
-func (c *hotCache) pushFront(idx int32) {
+// clean counts entry idx, clean now, in cleanHeld.
+func (c *hotCache) clean(idx int32) {
 	e := &c.entries[idx]
 	e.held = e.bytes()
 	c.cleanHeld += int(e.held)
-	e.prev = noSlot
-	e.next = c.head
-	if c.head != noSlot {
-		c.entries[c.head].prev = idx
-	}
-	c.head = idx
-	if c.tail == noSlot {
-		c.tail = idx
-	}
 }
 
-func (c *hotCache) unlink(idx int32) {
+// unclean takes entry idx, clean until now, out of cleanHeld.
+func (c *hotCache) unclean(idx int32) {
 	e := &c.entries[idx]
-	if e.prev != noSlot {
-		c.entries[e.prev].next = e.next
-	} else {
-		c.head = e.next
-	}
-	if e.next != noSlot {
-		c.entries[e.next].prev = e.prev
-	} else {
-		c.tail = e.prev
-	}
-	e.prev, e.next = noSlot, noSlot
 	c.cleanHeld -= int(e.held)
 	e.held = 0
 }

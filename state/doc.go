@@ -49,7 +49,7 @@
 // and checkpoint directories are staging that checkpoint storage copies and
 // makes durable itself. StateGet reads
 // the cache first; entries read from Pebble, including absent ones, stay
-// cached in a bounded LRU of hot keys. StateGetMany, which answers a
+// cached in a bounded set of hot keys (clock eviction). StateGetMany, which answers a
 // guest's state_get_many, reads the cache slots and entries of a chunk of
 // keys in loops whose reads do not depend on each other before it looks
 // each key up, so that the chunk's cache misses overlap instead of coming
