@@ -143,8 +143,10 @@ type Store struct {
 	// iterations it never made.
 	dirtyBases map[uint64]struct{}
 	basesBuilt bool
-	// sortRefs is Flush's scratch: the changed entries in key order.
+	// sortRefs and staged are Flush's scratch: the changed entries in key
+	// order, and their keys and values (stageDirty).
 	sortRefs []sortRef
+	staged   []byte
 	vertices map[string]*VertexState
 	// pendingBytes counts value bytes put since the last Flush.
 	pendingBytes int
@@ -552,27 +554,23 @@ func (s *Store) Flush() error {
 	}
 	// In key order, the memtable's skiplist inserts each entry next to the
 	// previous one (its splice hint) instead of searching from the top.
-	s.sortRefs = sortDirty(c, s.sortRefs)
+	s.stageDirty()
 	for _, r := range s.sortRefs {
-		e := &c.entries[r.idx]
+		key, val, present := r.kv(c, s.staged)
 		// Committed before the entry would take the batch past the chunk:
 		// its buffer then never grows past commitChunk, and Pebble keeps
 		// it for the next batch (it drops a larger one, and the next grows
 		// its own by doubling: a state flood allocated 2.8 GB so in 3 s).
-		if !s.batch.Empty() && len(s.batch.Repr())+len(e.key)+len(e.val)+batchEntryOverhead > commitChunk {
+		if !s.batch.Empty() && len(s.batch.Repr())+len(key)+len(val)+batchEntryOverhead > commitChunk {
 			if err := s.commit(); err != nil {
 				return err
 			}
 		}
 		var err error
-		if e.present {
-			err = s.batch.Set(e.key, e.val, nil)
-			if s.whole && !e.filtered {
-				s.filter.add(e.hash)
-				e.filtered = true
-			}
+		if present {
+			err = s.batch.Set(key, val, nil)
 		} else {
-			err = s.batch.Delete(e.key, nil)
+			err = s.batch.Delete(key, nil)
 		}
 		if err != nil {
 			return s.fail("stage write", err)
@@ -583,6 +581,9 @@ func (s *Store) Flush() error {
 	}
 	if cap(s.sortRefs) > maxKeptSortRefs {
 		s.sortRefs = nil
+	}
+	if cap(s.staged) > maxKeptStaged {
+		s.staged = nil
 	}
 	if s.budget != nil {
 		s.setCleanBytes() // the share follows the stores open now
