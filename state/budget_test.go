@@ -88,8 +88,10 @@ func TestBudgetBoundsCache(t *testing.T) {
 	}
 	c := s.cache
 	sum := 0
-	for idx := c.head; idx != noSlot; idx = c.entries[idx].next {
-		sum += int(c.entries[idx].bytes())
+	for idx := range c.entries {
+		if e := &c.entries[idx]; e.used && !e.dirty {
+			sum += int(e.bytes())
+		}
 	}
 	if sum != c.cleanHeld {
 		t.Fatalf("clean entries hold %d bytes, the cache counts %d", sum, c.cleanHeld)

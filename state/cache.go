@@ -7,8 +7,9 @@ import (
 )
 
 // hotCache holds state entries by encoded Pebble key: the write-back buffer
-// of entries changed since the last Flush (dirty) and a bounded LRU set of
-// recently used clean entries, including cached absences. Its storage is
+// of entries changed since the last Flush (dirty) and a bounded set of
+// recently used clean entries, including cached absences, evicted by a
+// clock (second chance: an approximation of least recently used). Its storage is
 // recycled (entry buffers, slot table), so that steady-state gets and puts do
 // not allocate. A hand-rolled open-addressing table is used instead of a Go
 // map because a map[string] needs a new string per inserted key.
@@ -18,13 +19,23 @@ import (
 // keys than that, and evicts back down to capacity at the next flush; the
 // evicted entries' buffers stay on the free list for the next such batch.
 type hotCache struct {
-	seed     maphash.Seed
-	slots    []int32 // indexes into entries, noSlot when empty; len is a power of two
-	mask     uint64
-	entries  []cacheEntry
-	free     []int32 // unused entries
-	head     int32   // most recently used clean entry
-	tail     int32   // least recently used clean entry
+	seed maphash.Seed
+	// slots is the open-addressing table: per slot, the entry's index
+	// plus one in the low 32 bits (0: empty) and the top 32 bits of its
+	// hash in the high ones, so that a probe passes over another key's
+	// slot without reading its entry (a memory miss in a large cache);
+	// len is a power of two.
+	slots   []uint64
+	mask    uint64
+	entries []cacheEntry
+	free    []int32 // unused entries
+	// hand is where the clock (evictOne) looks next: clean entries are
+	// evicted in the order of their slots in entries, but for those used
+	// since the hand last passed them (cacheEntry.ref). Unlike a list in
+	// use order, a use or a change writes only its own entry: the links
+	// to the entry's neighbours were two memory misses a read in a cache
+	// of a million keys.
+	hand     int32
 	dirty    []int32 // dirty entries, in the order they became dirty
 	capacity int
 	live     int
@@ -50,23 +61,29 @@ type cacheEntry struct {
 	key     []byte
 	val     []byte
 	hash    uint64
-	prev    int32 // LRU links, clean entries only
-	next    int32
 	present bool // false: the entry is known absent (deleted or never written)
 	dirty   bool
 	used    bool // false: the entry is on the free list
 	// blind: written without a read since it came into the cache (a
 	// write that needs no old value); flushed does not keep it cached.
 	blind bool
-	undo  uint32 // epoch of the undo journal that recorded its old value
+	// ref: used since the clock hand last passed it.
+	ref  bool
+	undo uint32 // epoch of the undo journal that recorded its old value
 	// held is what the entry counts in cleanHeld while it is clean.
 	held int32
+	// filtered: the key is in the store's keyFilter (added at a flush,
+	// or read from Pebble, where every key is).
+	filtered bool
+	// nsLen is the length of the namespace that ends key, set when the
+	// entry becomes dirty (Store.dirtyBasesFor needs it).
+	nsLen int32
 }
 
 // entryOverhead is what a cached entry costs besides its key and value
 // buffers: the entry itself and its share of the slot table (at most
 // half full).
-const entryOverhead = int(unsafe.Sizeof(cacheEntry{})) + 2*4
+const entryOverhead = int(unsafe.Sizeof(cacheEntry{})) + 2*8
 
 // bytes is what entry e holds.
 func (e *cacheEntry) bytes() int32 { return int32(cap(e.key) + cap(e.val) + entryOverhead) }
@@ -89,14 +106,14 @@ const (
 
 // startEntries is what the slot table is sized for at first. It doubles as
 // entries arrive (insert), so a subtask that sees few keys does not hold a
-// table for the whole capacity: 128 KiB per subtask at the default.
+// table for the whole capacity: 256 KiB per subtask at the default.
 const startEntries = 64
 
 func newHotCache(capacity int) *hotCache {
 	if capacity < 1 {
 		capacity = 1
 	}
-	c := &hotCache{seed: maphash.MakeSeed(), capacity: capacity, head: noSlot, tail: noSlot, cleanBytes: maxCleanBytes}
+	c := &hotCache{seed: maphash.MakeSeed(), capacity: capacity, cleanBytes: maxCleanBytes}
 	c.resize(tableSizeFor(min(capacity, startEntries)))
 	return c
 }
@@ -113,15 +130,25 @@ func tableSizeFor(n int) int {
 
 func (c *hotCache) hash(key []byte) uint64 { return maphash.Bytes(c.seed, key) }
 
+// slotOf is the slot table's word for entry idx of hash h.
+func slotOf(idx int32, h uint64) uint64 { return h&^(1<<32-1) | uint64(uint32(idx+1)) }
+
+// slotEntry is the entry a non-empty slot word holds.
+func slotEntry(s uint64) int32 { return int32(uint32(s)) - 1 }
+
 // lookup returns the entry holding key (with hash h), or noSlot.
 func (c *hotCache) lookup(key []byte, h uint64) int32 {
+	tag := h &^ (1<<32 - 1)
 	for i := h & c.mask; ; i = (i + 1) & c.mask {
 		s := c.slots[i]
-		if s == noSlot {
+		if s == 0 {
 			return noSlot
 		}
-		if e := &c.entries[s]; e.hash == h && bytes.Equal(e.key, key) {
-			return s
+		if s&^(1<<32-1) != tag {
+			continue
+		}
+		if idx := slotEntry(s); bytes.Equal(c.entries[idx].key, key) {
+			return idx
 		}
 	}
 }
@@ -136,7 +163,7 @@ func (c *hotCache) lookup(key []byte, h uint64) int32 {
 func (c *hotCache) warm(hashes []uint64, slots []int32) []int32 {
 	slots = slots[:0]
 	for _, h := range hashes {
-		slots = append(slots, c.slots[h&c.mask])
+		slots = append(slots, slotEntry(c.slots[h&c.mask]))
 	}
 	var sum uint64
 	for _, s := range slots {
@@ -168,11 +195,10 @@ func (c *hotCache) gotten(idx int32) {
 // and returns it. It evicts the least recently used clean entry when the
 // cache is full; the caller sets the value.
 func (c *hotCache) insert(key []byte, h uint64) int32 {
-	if c.live >= c.capacity && c.tail != noSlot {
-		c.evict(c.tail)
+	if c.live >= c.capacity {
+		c.evictOne()
 	}
-	for c.cleanHeld > c.cleanBytes && c.tail != noSlot {
-		c.evict(c.tail)
+	for c.cleanHeld > c.cleanBytes && c.evictOne() {
 	}
 	if 2*(c.live+1) > len(c.slots) {
 		c.resize(2 * len(c.slots))
@@ -187,34 +213,53 @@ func (c *hotCache) insert(key []byte, h uint64) int32 {
 		idx = int32(len(c.entries) - 1)
 	}
 	e := &c.entries[idx]
-	e.key = append(e.key[:0], key...)
-	e.val = e.val[:0]
+	if cap(e.key) >= len(key) {
+		e.key = append(e.key[:0], key...)
+		e.val = e.val[:0]
+	} else {
+		// The key and a small value in one buffer: a read of the entry
+		// then finds the value in the processor cache line the key
+		// comparison brought in, and the entry costs one allocation.
+		n := len(key)
+		buf := make([]byte, n+valRoom(n))
+		copy(buf, key)
+		e.key = buf[:n:n]
+		if cap(e.val) <= len(buf)-n {
+			e.val = buf[n:n]
+		} else {
+			e.val = e.val[:0]
+		}
+	}
 	e.hash = h
 	e.present = false
 	e.dirty = false
 	e.used = true
 	e.blind = false
+	e.filtered = false
 	e.undo = 0
 	c.place(idx)
 	c.live++
-	c.pushFront(idx)
+	c.clean(idx)
 	return idx
 }
 
+// valRoom is the room for a value a new entry with a key of n bytes gets
+// after its key: 16 bytes or more, up to the allocation's size class (of
+// 16 bytes up to 128), so that a counter or a timestamp fits.
+func valRoom(n int) int { return (n+16+15)&^15 - n }
+
 // place puts entry idx into the slot table.
 func (c *hotCache) place(idx int32) {
-	i := c.entries[idx].hash & c.mask
-	for c.slots[i] != noSlot {
+	h := c.entries[idx].hash
+	i := h & c.mask
+	for c.slots[i] != 0 {
 		i = (i + 1) & c.mask
 	}
-	c.slots[i] = idx
+	c.slots[i] = slotOf(idx, h)
 }
 
 func (c *hotCache) resize(size int) {
-	c.slots = make([]int32, size)
-	for i := range c.slots {
-		c.slots[i] = noSlot
-	}
+	c.slots = make([]uint64, size)
 	c.mask = uint64(size - 1)
 	for idx := range c.entries {
 		if c.entries[idx].used {
@@ -225,11 +270,47 @@ func (c *hotCache) resize(size int) {
 
 // evict removes clean entry idx from the cache.
 func (c *hotCache) evict(idx int32) {
-	c.unlink(idx)
+	c.unclean(idx)
 	c.drop(idx, maxRetainedValue)
 }
 
-// drop removes entry idx, unlinked from the LRU list, from the cache. Its
+// evictOne evicts the clean entry the clock hand comes to first that was
+// not used since the hand last passed it, clearing the marks of those it
+// passes. It reports false when the cache holds no clean entry.
+func (c *hotCache) evictOne() bool {
+	if c.live == len(c.dirty) {
+		return false
+	}
+	// Two turns at most: the first clears every mark.
+	for range 2*len(c.entries) + 1 {
+		idx := c.hand
+		if c.hand++; int(c.hand) >= len(c.entries) {
+			c.hand = 0
+		}
+		e := &c.entries[idx]
+		if !e.used || e.dirty {
+			continue
+		}
+		if e.ref {
+			e.ref = false
+			continue
+		}
+		c.evict(idx)
+		return true
+	}
+	return false
+}
+
+// evictAll evicts every clean entry.
+func (c *hotCache) evictAll() {
+	for idx := range c.entries {
+		if e := &c.entries[idx]; e.used && !e.dirty {
+			c.evict(int32(idx))
+		}
+	}
+}
+
+// drop removes entry idx, not counted clean, from the cache. Its
 // buffers stay with it for the next insert to reuse, its value buffer only
 // up to keepVal bytes.
 func (c *hotCache) drop(idx int32, keepVal int) {
@@ -249,11 +330,11 @@ func (c *hotCache) drop(idx int32, keepVal int) {
 // deletion, which keeps every probe sequence intact without tombstones.
 func (c *hotCache) removeSlot(idx int32) {
 	i := c.entries[idx].hash & c.mask
-	for c.slots[i] != idx {
+	for slotEntry(c.slots[i]) != idx {
 		i = (i + 1) & c.mask
 	}
-	for j := (i + 1) & c.mask; c.slots[j] != noSlot; j = (j + 1) & c.mask {
-		home := c.entries[c.slots[j]].hash & c.mask
+	for j := (i + 1) & c.mask; c.slots[j] != 0; j = (j + 1) & c.mask {
+		home := c.entries[slotEntry(c.slots[j])].hash & c.mask
 		// The entry at j may move to the hole at i unless its home lies
 		// cyclically in (i, j].
 		if (i < j && (home <= i || home > j)) || (i > j && home <= i && home > j) {
@@ -261,17 +342,14 @@ func (c *hotCache) removeSlot(idx int32) {
 			i = j
 		}
 	}
-	c.slots[i] = noSlot
+	c.slots[i] = 0
 }
 
 // touch records a use of entry idx.
 func (c *hotCache) touch(idx int32) {
-	c.entries[idx].blind = false
-	if c.entries[idx].dirty || c.head == idx {
-		return
-	}
-	c.unlink(idx)
-	c.pushFront(idx)
+	e := &c.entries[idx]
+	e.blind = false
+	e.ref = true
 }
 
 // markDirty makes entry idx part of the next flush. It reports whether the
@@ -281,7 +359,7 @@ func (c *hotCache) markDirty(idx int32) bool {
 	if e.dirty {
 		return false
 	}
-	c.unlink(idx)
+	c.unclean(idx)
 	e.dirty = true
 	c.dirty = append(c.dirty, idx)
 	return true
@@ -305,14 +383,14 @@ func (c *hotCache) flushed() {
 			c.drop(idx, maxCachedValue)
 			continue
 		}
-		c.pushFront(idx)
+		c.clean(idx)
+		e.ref = true
 		if len(e.val) > maxCachedValue {
 			c.evict(idx)
 		}
 	}
 	c.dirty = c.dirty[:0]
-	for c.tail != noSlot && (c.live > c.capacity || c.cleanHeld > c.cleanBytes) {
-		c.evict(c.tail)
+	for (c.live > c.capacity || c.cleanHeld > c.cleanBytes) && c.evictOne() {
 	}
 	n := c.cleanHeld
 	// What is left of the budget bounds the buffers that free entries
@@ -337,34 +415,16 @@ func (c *hotCache) flushed() {
 	}
 }
 
-func (c *hotCache) pushFront(idx int32) {
+// clean counts entry idx, clean now, in cleanHeld.
+func (c *hotCache) clean(idx int32) {
 	e := &c.entries[idx]
 	e.held = e.bytes()
 	c.cleanHeld += int(e.held)
-	e.prev = noSlot
-	e.next = c.head
-	if c.head != noSlot {
-		c.entries[c.head].prev = idx
-	}
-	c.head = idx
-	if c.tail == noSlot {
-		c.tail = idx
-	}
 }
 
-func (c *hotCache) unlink(idx int32) {
+// unclean takes entry idx, clean until now, out of cleanHeld.
+func (c *hotCache) unclean(idx int32) {
 	e := &c.entries[idx]
-	if e.prev != noSlot {
-		c.entries[e.prev].next = e.next
-	} else {
-		c.head = e.next
-	}
-	if e.next != noSlot {
-		c.entries[e.next].prev = e.prev
-	} else {
-		c.tail = e.prev
-	}
-	e.prev, e.next = noSlot, noSlot
 	c.cleanHeld -= int(e.held)
 	e.held = 0
 }

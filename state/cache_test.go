@@ -8,14 +8,14 @@ import (
 
 func cacheKey(i int) []byte { return []byte(fmt.Sprintf("key-%d", i)) }
 
-func TestHotCacheEvictsLeastRecentlyUsed(t *testing.T) {
+func TestHotCacheEvictsUnused(t *testing.T) {
 	c := newHotCache(3)
 	for i := range 3 {
 		k := cacheKey(i)
 		c.insert(k, c.hash(k))
 	}
 	k0 := cacheKey(0)
-	c.touch(c.lookup(k0, c.hash(k0))) // order now 0, 2, 1 (most recent first)
+	c.touch(c.lookup(k0, c.hash(k0))) // 0 used since the hand passed: 1 goes first
 	k3 := cacheKey(3)
 	c.insert(k3, c.hash(k3))
 	for i, want := range []bool{true, false, true, true} {
@@ -182,8 +182,10 @@ func TestHotCacheBoundsCleanBytes(t *testing.T) {
 	}
 	c.flushed()
 	held := 0
-	for idx := c.head; idx != noSlot; idx = c.entries[idx].next {
-		held += cap(c.entries[idx].key) + cap(c.entries[idx].val)
+	for idx := range c.entries {
+		if e := &c.entries[idx]; e.used && !e.dirty {
+			held += cap(e.key) + cap(e.val)
+		}
 	}
 	if held > maxCleanBytes || c.live == 0 {
 		t.Fatalf("clean entries hold %d bytes in %d entries, want at most %d and some", held, c.live, maxCleanBytes)

@@ -906,9 +906,7 @@ func (s *Store) ImportCanonicalMigrating(r io.Reader, migrate Migrate) (ImportSt
 		}
 	}
 	// Every cached entry is clean after the Flush, and may be stale now.
-	for c := s.cache; c.tail != noSlot; {
-		c.evict(c.tail)
-	}
+	s.cache.evictAll()
 	if timerGroups.Len() > 0 {
 		if err := s.reloadTimers(timerGroups); err != nil {
 			return st, err

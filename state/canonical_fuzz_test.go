@@ -68,9 +68,7 @@ func resetStore(tb testing.TB, s *Store) {
 	if err := s.db.DeleteRange([]byte{0}, []byte{0xff, 0xff, 0xff}, pebble.NoSync); err != nil {
 		tb.Fatal(err)
 	}
-	for c := s.cache; c.tail != noSlot; {
-		c.evict(c.tail)
-	}
+	s.cache.evictAll()
 	clear(s.dirtyBases)
 	s.vertices = map[string]*VertexState{}
 }

@@ -49,7 +49,7 @@
 // and checkpoint directories are staging that checkpoint storage copies and
 // makes durable itself. StateGet reads
 // the cache first; entries read from Pebble, including absent ones, stay
-// cached in a bounded LRU of hot keys. StateGetMany, which answers a
+// cached in a bounded set of hot keys (clock eviction). StateGetMany, which answers a
 // guest's state_get_many, reads the cache slots and entries of a chunk of
 // keys in loops whose reads do not depend on each other before it looks
 // each key up, so that the chunk's cache misses overlap instead of coming
@@ -74,7 +74,9 @@
 // empty knows every entry it wrote to Pebble was in its cache: until the
 // cache evicts one, a key it does not hold is absent, and reading it costs
 // no Pebble lookup (a keyed count whose state fits the budget reads Pebble
-// for none of its new keys). Beyond the budget, misses read Pebble, whose
+// for none of its new keys). After that, a Bloom filter of the keys it has
+// flushed (absent.go: 10 to 20 bits a key, outside the budget) answers
+// most reads of keys that never reached Pebble. Beyond the budget, misses read Pebble, whose
 // memtables on a budget are 64 MiB, so that a growing state makes few L0
 // sublevels for the reads to look in.
 //

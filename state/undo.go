@@ -108,9 +108,7 @@ func (s *Store) RollbackUndo() error {
 			if idx == noSlot {
 				idx = c.insert(pk, h)
 			}
-			if c.markDirty(idx) {
-				s.dirtyBases[c.hash(pk[:len(pk)-r.nsLen])] = struct{}{}
-			}
+			s.markDirty(idx, pk, r.nsLen)
 			e := &c.entries[idx]
 			e.val = append(e.val[:0], j.buf[r.val[0]:r.val[1]]...)
 			e.present = r.present

@@ -276,16 +276,13 @@ func (v *VertexState) dirtyEntry(h int32, key, ns []byte) (int32, error) {
 // dirtyAt marks cache entry idx, whose Pebble key is pk, dirty; its
 // namespace is pk's last nsLen bytes.
 func (v *VertexState) dirtyAt(idx int32, pk []byte, nsLen int) error {
-	c := v.s.cache
 	if v.s.undo.open {
 		v.s.journalEntry(idx, pk, nsLen)
 		if err := v.s.journalBound(); err != nil {
 			return err
 		}
 	}
-	if c.markDirty(idx) {
-		v.s.dirtyBases[c.hash(pk[:len(pk)-nsLen])] = struct{}{}
-	}
+	v.s.markDirty(idx, pk, nsLen)
 	return nil
 }
 
@@ -304,8 +301,8 @@ func (v *VertexState) StateIter(h int32, key, prefix, after []byte, fn func(ns, 
 		return err
 	}
 	s := v.s
-	if len(s.dirtyBases) > 0 {
-		if _, dirty := s.dirtyBases[s.cache.hash(base)]; dirty {
+	if len(s.cache.dirty) > 0 {
+		if _, dirty := s.dirtyBasesNow()[s.cache.hash(base)]; dirty {
 			// Iterating Pebble after a flush is simpler and cheaper than
 			// merging the write-back cache into the iterator.
 			if err := s.Flush(); err != nil {
