@@ -96,9 +96,12 @@ bench: setup
 # bench-state measures a keyed count at 10K and 1M distinct keys (and 10M
 # with WSTREAM_STATE_10M=1: its fill alone takes many minutes), native and
 # C, beside Pebble's own point reads and writes of the same keys
-# (BenchmarkStateScale; WSTREAM_STATE_KEYS=a,b,… for other sizes).
+# (BenchmarkStateScale; WSTREAM_STATE_KEYS=a,b,… for other sizes), then
+# checkpoints, restores and rescales of 20 MB and 2 GB of state beside cp,
+# raw object-store gets and Pebble (BenchmarkLargeState).
 bench-state:
 	$(GO) test -run '^$$' -bench '^BenchmarkStateScale$$' -benchtime 1x -timeout 120m ./bench/
+	WSTREAM_LARGE_STATE_MB=20,2000 WSTREAM_LARGE_STATE_ROUNDS=30 $(GO) test -run '^$$' -bench '^BenchmarkLargeState$$' -benchtime 1x -timeout 120m ./bench/
 
 clean:
 	rm -rf bin examples/wasm/build wstream-data $(BENCHOUT)

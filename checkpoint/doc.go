@@ -226,7 +226,11 @@
 //     says which newer ones it skipped and why; Restore copies the task's
 //     state files into a fresh directory, checking each file's size and
 //     SHA-256 as it copies; state.Open opens that directory with the
-//     task's key-group range.
+//     task's key-group range. A rescale restores each old task whose key
+//     groups overlap the new task's into a scratch directory, from which
+//     the new task's store ingests its own key groups
+//     (state.Store.ImportStore). Every file streams through a buffer of
+//     its own; none is held in memory whole.
 //
 // Errors about missing or damaged files wrap ErrCorrupt and name the file
 // by its path below ROOT (chk-0000000007/tasks/0-1/state/000005.sst).

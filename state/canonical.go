@@ -817,15 +817,19 @@ func ScanCanonical(r io.Reader, fn func(CanonicalRecord) error) (CanonicalTraile
 // timer; importing a stream twice is harmless.
 //
 // The import is atomic: it first writes the store's cached changes (Flush),
-// then collects the stream's writes in one Pebble batch that it commits
-// only after the trailer's counts and checksum verify. On any error (bad
-// magic, a newer format version, another max parallelism, truncation, a
-// checksum mismatch, a malformed record) it returns an error that says what
-// and at which byte offset and record, and the store is as before. The
-// batch holds the imported keys and values in memory, so one import is
-// limited to about 3 GiB of imported state per subtask; it says so when a
-// stream exceeds that. After the commit the store drops its cached entries
-// and loads the imported timers into its timer queues, as Open does.
+// then writes the stream's records, in key order as ExportCanonical writes
+// them, into SST files beside the store's directory (ingestWriter), which
+// Pebble ingests in one step only after the trailer's counts and checksum
+// verify. On any error (bad magic, a newer format version, another max
+// parallelism, truncation, a checksum mismatch, a malformed record) it
+// returns an error that says what and at which byte offset and record, and
+// the store is as before. Memory stays bounded by a block per file,
+// whatever the size of the state. Records out of key order (a stream not
+// written by ExportCanonical) are collected in a Pebble batch instead,
+// committed after the ingest; the batch holds them in memory, so they are
+// limited to about 3 GiB per import, and the import says so when a stream
+// exceeds that. Afterwards the store drops its cached entries and loads the
+// imported timers into its timer queues, as Open does.
 func (s *Store) ImportCanonical(r io.Reader) (ImportStats, error) {
 	return s.ImportCanonicalMigrating(r, nil)
 }
@@ -857,6 +861,15 @@ func (s *Store) ImportCanonicalMigrating(r io.Reader, migrate Migrate) (ImportSt
 		return st, err
 	}
 	s.whole = false // entries reach Pebble past the cache
+	// Records in key order, as ExportCanonical writes them, go into SST
+	// files that Pebble ingests: memory stays bounded whatever the size of
+	// the state, and nothing passes through the memtable or compactions.
+	// A record out of order (a stream from elsewhere) goes into a batch,
+	// committed after the ingest so that a later record of a key wins.
+	w := s.newIngestWriter()
+	defer w.abort()
+	var last []byte
+	sorted := 0 // records in key order so far; -1 once one was not
 	b := s.db.NewBatch()
 	defer b.Close()
 	var keyBuf []byte
@@ -881,13 +894,19 @@ func (s *Store) ImportCanonicalMigrating(r io.Reader, migrate Migrate) (ImportSt
 		} else {
 			keyBuf = AppendTimerKey(keyBuf[:0], rec.KeyGroup, bstr(rec.Vertex), rec.Domain, rec.Time, rec.Key, rec.Namespace)
 			st.Timers++
-			if timerGroups.Len() == 0 {
+			if timerGroups.Len() == 0 || rec.KeyGroup < timerGroups.Start {
 				timerGroups.Start = rec.KeyGroup
 			}
-			timerGroups.End = rec.KeyGroup
+			timerGroups.End = max(timerGroups.End, rec.KeyGroup)
 		}
+		if sorted >= 0 && (sorted == 0 || bytes.Compare(keyBuf, last) > 0) {
+			sorted++
+			last = append(last[:0], keyBuf...)
+			return w.set(keyBuf, val)
+		}
+		sorted = -1
 		if b.Len()+len(keyBuf)+len(val)+32 > maxImportBatch {
-			return fmt.Errorf("%s at byte %d: the imported state exceeds %d bytes, more than one import can hold; restore with a higher parallelism",
+			return fmt.Errorf("%s at byte %d: the imported state out of key order exceeds %d bytes, more than one import can hold; restore with a higher parallelism",
 				fmt.Sprintf("record %d", rec.Index), rec.Offset, maxImportBatch)
 		}
 		return b.Set(keyBuf, val, nil)
@@ -895,17 +914,23 @@ func (s *Store) ImportCanonicalMigrating(r io.Reader, migrate Migrate) (ImportSt
 	if err != nil {
 		return fail(err)
 	}
+	if err := w.ingest(); err != nil {
+		return fail(err)
+	}
 	if !b.Empty() {
 		// The store has no WAL: flushing the memtable makes the import
 		// durable at once.
 		if err := b.Commit(pebble.NoSync); err != nil {
-			return fail(fmt.Errorf("commit: %w", err))
+			s.err = fmt.Errorf("state: import canonical stream into %s: commit: %w", s.dir, err)
+			return st, s.err
 		}
 		if err := s.db.Flush(); err != nil {
-			return fail(fmt.Errorf("flush: %w", err))
+			s.err = fmt.Errorf("state: import canonical stream into %s: flush: %w", s.dir, err)
+			return st, s.err
 		}
 	}
-	// Every cached entry is clean after the Flush, and may be stale now.
+	// Every cached entry is clean after the Flush or the ingest, and may be
+	// stale now.
 	s.cache.evictAll()
 	if timerGroups.Len() > 0 {
 		if err := s.reloadTimers(timerGroups); err != nil {

@@ -114,6 +114,21 @@
 // counts the rest, and the host's count quotas become a bound on the
 // timers' bytes on disk, which the state quota (--state-bytes) covers.
 //
+// # Snapshots, restores and rescales
+//
+// Store.Checkpoint is a snapshot's synchronous phase: it writes the
+// cached changes, flushes the memtable (what changed since the last
+// snapshot) and hard-links Pebble's files into a checkpoint directory, so
+// it costs what changed, not what the store holds. A restore with the
+// same key groups opens the restored files as they are. A rescale moves
+// key groups between stores without writing a key through a memtable:
+// ImportStore reads the span of the owned key groups from a restored
+// snapshot of another subtask, in key order, into SST files that Pebble
+// ingests in one step; ImportCanonical does the same with a canonical
+// stream, whose records ExportCanonical writes in key order. Either
+// holds a block of each file in memory, whatever the state's size, and
+// ImportProgress counts the bytes moved.
+//
 // A Store and its VertexStates are not safe for concurrent use: the
 // subtask's goroutine owns them.
 //
