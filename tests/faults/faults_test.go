@@ -96,6 +96,7 @@ type fault struct {
 	start, end time.Time
 	recovered  time.Duration // fault end → next completed checkpoint
 	failover   time.Duration // fault start → another coordinator holds the lease (leader faults)
+	again      time.Duration // kill-leader: fault start → the next completed checkpoint
 }
 
 type obs struct {
@@ -171,6 +172,10 @@ func TestFaults(t *testing.T) {
 		if t.Failed() {
 			t.Logf("FAILED with seed %d: the nemesis log is %s, every process's log in %s; replay the nemesis's choices with\n  %s",
 				seed, filepath.Join(dir, "events.log"), dir, replay)
+			return
+		}
+		if os.Getenv("WSTREAM_FAULTS_KEEP") != "" {
+			t.Logf("WSTREAM_FAULTS_KEEP: the run's logs stay in %s", dir)
 			return
 		}
 		_ = os.RemoveAll(dir)
@@ -290,7 +295,7 @@ func (c *cluster) setUp() {
 	}
 
 	plan := `{"name":"faults","parallelism":4,
- "checkpoint":{"interval":1000,"mode":"aligned","timeout":30000},
+ "checkpoint":{"interval":1000,"mode":"aligned","timeout":15000},
  "restart":{"strategy":"fixed-delay","attempts":1000000,"delay":500},
  "vertices":[
   {"id":"source","kind":"source","connector":"jetstream","config":{"stream":"IN","subject":"in.>","key":"subject"}},
@@ -420,7 +425,7 @@ func (c *cluster) latest() int64 {
 // the monitor saw it.
 func (c *cluster) checkpointAfter(cp int64, d time.Duration) (time.Time, bool) {
 	deadline := time.Now().Add(d)
-	for time.Now().Before(deadline) {
+	for {
 		c.mu.Lock()
 		for _, o := range c.cps {
 			if o.cp > cp {
@@ -429,9 +434,11 @@ func (c *cluster) checkpointAfter(cp int64, d time.Duration) (time.Time, bool) {
 			}
 		}
 		c.mu.Unlock()
+		if time.Now().After(deadline) {
+			return time.Time{}, false
+		}
 		time.Sleep(50 * time.Millisecond) // polling interval
 	}
-	return time.Time{}, false
 }
 
 // leading is the coordinator process that holds the lease now (nil: not
@@ -538,6 +545,11 @@ func (c *cluster) nemesis() {
 			return
 		}
 		f.recovered = max(at.Sub(f.end), 0)
+		if f.kind == "kill-leader" {
+			if at, ok := c.checkpointAfter(cpBefore, 0); ok {
+				f.again = at.Sub(f.start)
+			}
+		}
 		c.mu.Lock()
 		c.faults = append(c.faults, f)
 		c.mu.Unlock()
@@ -972,8 +984,11 @@ func (c *cluster) report() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	byKind := map[string][]time.Duration{}
-	var failovers []time.Duration
+	var failovers, again []time.Duration
 	for _, f := range c.faults {
+		if f.again > 0 {
+			again = append(again, f.again)
+		}
 		byKind[f.kind] = append(byKind[f.kind], f.recovered)
 		if f.failover > 0 {
 			failovers = append(failovers, f.failover)
@@ -992,6 +1007,10 @@ func (c *cluster) report() {
 	if len(failovers) > 0 {
 		fmt.Fprintf(&b, "leader failover (fault start → another coordinator holds the lease): %d, p50 %s, p99 %s, max %s\n",
 			len(failovers), pct(failovers, 50), pct(failovers, 99), pct(failovers, 100))
+	}
+	if len(again) > 0 {
+		fmt.Fprintf(&b, "leader SIGKILL → the job's next completed checkpoint: %d, p50 %s, p99 %s, max %s (lease %s)\n",
+			len(again), pct(again, 50), pct(again, 99), pct(again, 100), lease)
 	}
 	c.t.Log("\n" + b.String())
 	if c.sched.minFaults > 0 && len(c.faults) < c.sched.minFaults {
