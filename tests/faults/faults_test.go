@@ -185,8 +185,10 @@ func TestFaults(t *testing.T) {
 	}
 	t.Logf("fault suite, %s schedule, seed %d; run directory %s", sched.name, seed, dir)
 	replay := fmt.Sprintf("WSTREAM_FAULT_SEED=%d", seed)
-	if sched.name == "long" {
-		replay += " WSTREAM_FAULTS=long"
+	for _, k := range []string{"WSTREAM_FAULTS", "WSTREAM_FAULTS_DURATION", "WSTREAM_FAULTS_SKIP"} {
+		if v := os.Getenv(k); v != "" {
+			replay += " " + k + "=" + v
+		}
 	}
 	replay += " go test -count=1 -v -run TestFaults ./tests/faults/"
 	c := &cluster{t: t, dir: dir, seed: seed, rng: rand.New(rand.NewPCG(seed, seed^0x5eed)), sched: sched,
