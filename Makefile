@@ -6,7 +6,7 @@ BIN      := bin/wstream
 EXAMPLES := wordcount mapfilter window testops
 WASM     := $(EXAMPLES:%=examples/wasm/build/%.wasm)
 
-.PHONY: all setup build examples examples-all wordcount test test-matrix fuzz fuzz-short bench bench-state clean
+.PHONY: all setup build examples examples-all wordcount test test-faults test-matrix fuzz fuzz-short bench bench-state clean
 
 all: build examples
 
@@ -36,6 +36,11 @@ test: setup
 	$(GO) vet ./...
 	$(GO) test -count=1 -timeout 20m ./...
 	@$(MAKE) --no-print-directory fuzz-short
+
+# The fault suite's long schedule (tests/faults; docs/cluster.md, "Fault
+# suite"): at least 30 minutes and 200 faults. make test runs its short one.
+test-faults:
+	WSTREAM_FAULTS=long $(GO) test -count=1 -timeout 2h -v -run TestFaults ./tests/faults/
 
 # Every fuzz target, as package.Target. go test takes one -fuzz target per
 # run, so each gets a run of its own (fuzz-run-package.Target); plain go
