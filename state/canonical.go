@@ -825,7 +825,7 @@ func ScanCanonical(r io.Reader, fn func(CanonicalRecord) error) (CanonicalTraile
 // batch holds the imported keys and values in memory, so one import is
 // limited to about 3 GiB of imported state per subtask; it says so when a
 // stream exceeds that. After the commit the store drops its cached entries
-// and loads the imported timers into its timer queues, as Open does.
+// and reads the timers back from Pebble as it needs them, as after Open.
 func (s *Store) ImportCanonical(r io.Reader) (ImportStats, error) {
 	return s.ImportCanonicalMigrating(r, nil)
 }
@@ -910,40 +910,9 @@ func (s *Store) ImportCanonicalMigrating(r io.Reader, migrate Migrate) (ImportSt
 		c.evict(c.tail)
 	}
 	if timerGroups.Len() > 0 {
-		if err := s.reloadTimers(timerGroups); err != nil {
-			return st, err
-		}
+		// The imported timers are in Pebble alone; the queues read them
+		// from there.
+		s.unloadTimers()
 	}
 	return st, nil
-}
-
-// reloadTimers adds the persisted timers of the key groups in groups that
-// the timer queues do not hold yet, as loadTimers does when Open loads them.
-func (s *Store) reloadTimers(groups abi.KeyGroupRange) error {
-	it, err := s.db.NewIter(nil)
-	if err != nil {
-		return fmt.Errorf("state: load imported timers in %s: %w", s.dir, err)
-	}
-	for kg := groups.Start; kg <= groups.End; kg++ {
-		prefix := []byte{byte(kg >> 8), byte(kg), byte(KindTimer)}
-		for ok := it.SeekGE(prefix); ok && bytes.HasPrefix(it.Key(), prefix); ok = it.Next() {
-			k, err := DecodeKey(it.Key())
-			if err != nil {
-				_ = it.Close()
-				return fmt.Errorf("state: load imported timers in %s: %w", s.dir, err)
-			}
-			v, ok := s.vertices[string(k.Vertex)]
-			if !ok {
-				v = newVertexState(s, string(k.Vertex))
-				s.vertices[v.id] = v
-			}
-			if q := &v.timers[k.Domain]; q.find(it.Key()) == nil {
-				q.add(newTimer(k.Time, it.Key(), len(k.Key), len(k.Namespace)))
-			}
-		}
-	}
-	if err := it.Close(); err != nil {
-		return fmt.Errorf("state: load imported timers in %s: %w", s.dir, err)
-	}
-	return nil
 }

@@ -7,43 +7,62 @@ import (
 
 // timer is one registered timer of a timerQueue.
 type timer struct {
-	ts    int64
-	pk    []byte // encoded Pebble key; never modified, so the queue's set may alias it
-	key   []byte // record key, a sub-slice of pk
-	ns    []byte // namespace, a sub-slice of pk
-	index int    // position in the heap
+	ts  int64
+	pk  []byte // encoded Pebble key; never modified, so the queue's set may alias it
+	sfx []byte // pk from the time on: its bytes sort in firing order
+	key []byte // record key, a sub-slice of pk
+	ns  []byte // namespace, a sub-slice of pk
+	// index is the position in the heap.
+	index int
 }
 
 // newTimer copies pk, the Pebble key of a timer whose record key and
 // namespace are its last keyLen+nsLen bytes, into a new timer.
 func newTimer(ts int64, pk []byte, keyLen, nsLen int) *timer {
-	own := append([]byte(nil), pk...)
-	nsAt := len(own) - nsLen
-	return &timer{
-		ts:  ts,
-		pk:  own,
-		key: own[nsAt-keyLen : nsAt : nsAt],
-		ns:  own[nsAt:],
-	}
+	t := &timer{}
+	t.set(ts, append([]byte(nil), pk...), keyLen, nsLen)
+	return t
 }
 
-// timerBefore is the firing order: time, then key, then namespace.
+// set makes t the timer of Pebble key pk, which it keeps (not a copy).
+func (t *timer) set(ts int64, pk []byte, keyLen, nsLen int) {
+	nsAt := len(pk) - nsLen
+	keyAt := nsAt - keyLen
+	t.ts = ts
+	t.pk = pk
+	t.sfx = pk[keyAt-uvarintLen(uint64(keyLen))-8:]
+	t.key = pk[keyAt:nsAt:nsAt]
+	t.ns = pk[nsAt:]
+}
+
+// timerSuffix is the part of a timer's Pebble key pk, whose record key and
+// namespace are keyLen and nsLen bytes, that orders timers: time, record
+// key length, record key, namespace.
+func timerSuffix(pk []byte, keyLen, nsLen int) []byte {
+	return pk[len(pk)-nsLen-keyLen-uvarintLen(uint64(keyLen))-8:]
+}
+
+// timerBefore is the firing order: time, then key (the shorter first, then
+// in byte order), then namespace. It is the order of the timer keys of one
+// key group and time domain in Pebble, so that the timers beyond the
+// in-memory window come back from Pebble in it (timerwindow.go).
 func timerBefore(a, b *timer) bool {
-	if a.ts != b.ts {
-		return a.ts < b.ts
-	}
-	if c := bytes.Compare(a.key, b.key); c != 0 {
-		return c < 0
-	}
-	return bytes.Compare(a.ns, b.ns) < 0
+	return bytes.Compare(a.sfx, b.sfx) < 0
 }
 
-// timerQueue is the timers of one vertex and time domain: a binary min-heap
-// in firing order plus a set by Pebble key for de-duplication and O(log n)
-// deletion. The zero value is ready to use.
+// timerQueue is the timers of one vertex and time domain that are in
+// memory: a binary min-heap in firing order plus a set by Pebble key for
+// de-duplication and O(log n) deletion. The zero value holds every timer
+// and is ready to use; once partial, the rest are in Pebble alone
+// (timerwindow.go).
 type timerQueue struct {
 	heap []*timer
 	set  map[string]*timer
+	// partial: the heap holds exactly the timers whose suffix sorts
+	// before bound (none when bound is nil), and Pebble every timer.
+	// Otherwise it holds every timer of the vertex and domain.
+	partial bool
+	bound   []byte
 }
 
 func (q *timerQueue) len() int { return len(q.heap) }
