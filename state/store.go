@@ -194,6 +194,11 @@ type Store struct {
 	// registered).
 	timersPartial bool
 	outTimers     map[string]bool
+	// firedKeys holds the Pebble keys of the timers fired since the last
+	// Flush, back to back, each ending at its firedEnds entry: their
+	// deletions reach the batch together at the Flush (Store.fire).
+	firedKeys []byte
+	firedEnds []int
 }
 
 // earlyTimer is a timer write staged before Pebble was open: the timer's
@@ -497,18 +502,18 @@ func (s *Store) Vertex(vertexID string, keyed bool) *VertexState {
 // batch: repeated writes to a hot key between flushes cost one Pebble write.
 func (s *Store) Pending() int {
 	if s.batch == nil {
-		return len(s.cache.dirty) + len(s.early)
+		return len(s.cache.dirty) + len(s.early) + len(s.firedEnds)
 	}
-	return len(s.cache.dirty) + int(s.batch.Count())
+	return len(s.cache.dirty) + int(s.batch.Count()) + len(s.firedEnds)
 }
 
 // PendingBytes bounds the value bytes written since the last Flush (a value
 // written twice counts twice), for callers that bound unflushed memory.
 func (s *Store) PendingBytes() int {
 	if s.batch == nil {
-		return s.pendingBytes + s.earlyBytes
+		return s.pendingBytes + s.earlyBytes + len(s.firedKeys)
 	}
-	return s.pendingBytes + len(s.batch.Repr())
+	return s.pendingBytes + len(s.batch.Repr()) + len(s.firedKeys)
 }
 
 // HeldBytes is the memory the store holds for its subtask outside Pebble:
@@ -540,6 +545,9 @@ func (s *Store) Flush() error {
 		return s.err
 	}
 	c := s.cache
+	if err := s.stageFired(); err != nil {
+		return err
+	}
 	if s.lazy != nil && len(c.dirty) == 0 && len(s.early) == 0 {
 		return nil // nothing to write: Pebble can stay unopened
 	}
@@ -689,6 +697,7 @@ func (s *Store) Discard() error {
 	s.leaveBudget()
 	s.lazy, s.err = nil, ErrClosed
 	s.early, s.earlyBytes = nil, 0
+	s.firedKeys, s.firedEnds = nil, nil
 	if s.db == nil {
 		return nil
 	}

@@ -74,7 +74,7 @@ func (v *VertexState) registerTimer(domain int32, pk []byte, ts int64, keyLen, n
 				s.journalTimerKey(undoTimerAdded, v, domain, pk, ts, keyLen, nsLen)
 			}
 		}
-		if err := s.stageTimer(pk, false); err != nil {
+		if err := s.stageSet(pk); err != nil {
 			return err
 		}
 		s.noteOutTimer(pk, true)
@@ -83,7 +83,7 @@ func (v *VertexState) registerTimer(domain int32, pk []byte, ts int64, keyLen, n
 	if q.find(pk) != nil {
 		return nil
 	}
-	if err := s.stageTimer(pk, false); err != nil {
+	if err := s.stageSet(pk); err != nil {
 		return err
 	}
 	if s.undo.open {
@@ -178,9 +178,7 @@ func (v *VertexState) PopTimers(domain int32, upTo int64, b *abi.Builder) (int, 
 		if t.ts > upTo {
 			break
 		}
-		if err := v.s.stageTimer(t.pk, true); err != nil {
-			return n, err
-		}
+		v.s.fire(t.pk)
 		if v.s.undo.open {
 			v.s.journalTimer(undoTimerDeleted, v, domain, t)
 		}
@@ -421,6 +419,75 @@ func (s *Store) unloadTimers() {
 		}
 	}
 }
+
+// fire records the deletion of a fired timer, whose Pebble key is pk, for
+// the next Flush. The deletions of a window's timers then reach the batch
+// together, grouped by key group, each group in firing order, which is its
+// key order: Pebble's memtable inserts each next to the one before (its
+// splice hint) instead of searching its skiplist from the top, which cost
+// fired timers most of their time.
+func (s *Store) fire(pk []byte) {
+	s.firedKeys = append(s.firedKeys, pk...)
+	s.firedEnds = append(s.firedEnds, len(s.firedKeys))
+}
+
+// stageSet stages the registration of timer key pk. The deletions of fired
+// timers go first: one of them may be pk's, fired and now registered again.
+func (s *Store) stageSet(pk []byte) error {
+	if len(s.firedEnds) > 0 {
+		if err := s.stageFired(); err != nil {
+			return err
+		}
+	}
+	return s.stageTimer(pk, false)
+}
+
+// stageFired stages the deletions of the timers fired since the last
+// Flush, grouped by key group (a stable counting sort).
+func (s *Store) stageFired() error {
+	ends := s.firedEnds
+	if len(ends) == 0 {
+		return nil
+	}
+	keys := s.firedKeys
+	start := func(i int) int {
+		if i == 0 {
+			return 0
+		}
+		return ends[i-1]
+	}
+	kgOf := func(i int) int {
+		k := keys[start(i):]
+		return int(binary.BigEndian.Uint16(k)) - s.groups.Start
+	}
+	counts := make([]int, s.groups.End-s.groups.Start+2)
+	for i := range ends {
+		counts[kgOf(i)+1]++
+	}
+	for g := 1; g < len(counts); g++ {
+		counts[g] += counts[g-1]
+	}
+	order := make([]int32, len(ends))
+	for i := range ends {
+		g := kgOf(i)
+		order[counts[g]] = int32(i)
+		counts[g]++
+	}
+	for _, i := range order {
+		if err := s.stageTimer(keys[start(int(i)):ends[i]], true); err != nil {
+			return err
+		}
+	}
+	s.firedKeys, s.firedEnds = s.firedKeys[:0], s.firedEnds[:0]
+	if cap(s.firedKeys) > maxKeptFired {
+		s.firedKeys, s.firedEnds = nil, nil
+	}
+	return nil
+}
+
+// maxKeptFired bounds the buffer of fired timers' keys kept between
+// flushes.
+const maxKeptFired = 4 << 20
 
 // journalTimerKey records a timer change, of kind undoTimerAdded or
 // undoTimerDeleted, of the timer with Pebble key pk, in the open journal.
