@@ -66,11 +66,11 @@ const hostileRSSBound = 448 << 10
 // hostileWorkerFlags are the worker's host settings: a small memory limit,
 // a short deadline so that loops fail fast, a cascade quota that a cascade
 // reaches in a fraction of a second (the default, a million, takes a
-// million on_timer calls), and 4 MiB of state writes per call (the default
+// million on_timer calls), and 1 MiB of state writes per call (the default
 // is 32), which a timer flood, each timer a state write, reaches well
 // within the deadline on a busy machine. Every other quota keeps its
 // default.
-var hostileWorkerFlags = []string{"--memory-limit", "16", "--call-timeout", "2s", "--max-cascaded-timers", "20000", "--max-state-bytes-per-call", "4194304"}
+var hostileWorkerFlags = []string{"--memory-limit", "16", "--call-timeout", "2s", "--max-cascaded-timers", "20000", "--max-state-bytes-per-call", "1048576"}
 
 // hostileCase is one module of examples/wasm/hostile and what deploying it
 // must answer.
@@ -119,7 +119,7 @@ const (
 
 // hostileStateQuota ends the error of a call that wrote more state than
 // hostileWorkerFlags allow.
-const hostileStateQuota = "bytes of state in one call, over the quota of 4194304 bytes (4 MiB) of state writes per call (--max-state-bytes-per-call)"
+const hostileStateQuota = "bytes of state in one call, over the quota of 1048576 bytes (1 MiB) of state writes per call (--max-state-bytes-per-call)"
 
 var hostileCases = []hostileCase{
 	// Loops of every shape: each fails at the deadline of the call it is in.
