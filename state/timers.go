@@ -57,6 +57,13 @@ func timerBefore(a, b *timer) bool {
 // (timerwindow.go).
 type timerQueue struct {
 	heap []*timer
+	// run holds the timers a refill read from Pebble, in firing order,
+	// from head on; a removed one leaves nil, and head moves past it. A
+	// window of timers fires from it without a sift each; timers
+	// registered later go to the heap, and peek takes the earlier of both.
+	run  []*timer
+	head int
+	runN int // timers in run
 	set  map[string]*timer
 	// partial: the heap holds exactly the timers whose suffix sorts
 	// before bound (none when bound is nil), and Pebble every timer.
@@ -65,7 +72,7 @@ type timerQueue struct {
 	bound   []byte
 }
 
-func (q *timerQueue) len() int { return len(q.heap) }
+func (q *timerQueue) len() int { return len(q.heap) + q.runN }
 
 // find returns the timer with Pebble key pk, or nil.
 func (q *timerQueue) find(pk []byte) *timer {
@@ -75,10 +82,58 @@ func (q *timerQueue) find(pk []byte) *timer {
 
 // peek returns the earliest timer, or nil.
 func (q *timerQueue) peek() *timer {
-	if len(q.heap) == 0 {
-		return nil
+	var h *timer
+	if len(q.heap) > 0 {
+		h = q.heap[0]
 	}
-	return q.heap[0]
+	if q.runN > 0 {
+		if r := q.run[q.head]; h == nil || timerBefore(r, h) {
+			return r
+		}
+	}
+	return h
+}
+
+// addRun appends t, which must sort after every timer in the queue and
+// not be in it yet, to the run.
+func (q *timerQueue) addRun(t *timer) {
+	if q.set == nil {
+		q.set = make(map[string]*timer)
+	}
+	q.set[unsafe.String(unsafe.SliceData(t.pk), len(t.pk))] = t
+	t.index = runIndex(len(q.run))
+	q.run = append(q.run, t)
+	q.runN++
+}
+
+// runIndex is the index of a timer at position p of the run: below -1,
+// which marks a timer in no queue.
+func runIndex(p int) int { return -2 - p }
+
+// removeRun deletes t, which is in the run.
+func (q *timerQueue) removeRun(t *timer) {
+	q.run[runIndex(t.index)] = nil
+	t.index = -1
+	if q.runN--; q.runN == 0 {
+		q.run, q.head = q.run[:0], 0
+		return
+	}
+	for q.run[q.head] == nil {
+		q.head++
+	}
+}
+
+// unrun moves the run's timers into the heap.
+func (q *timerQueue) unrun() {
+	for _, t := range q.run[q.head:] {
+		if t != nil {
+			t.index = len(q.heap)
+			q.heap = append(q.heap, t)
+			q.up(t.index)
+		}
+	}
+	clear(q.run)
+	q.run, q.head, q.runN = q.run[:0], 0, 0
 }
 
 // add inserts t, whose Pebble key must not be in the queue yet.
@@ -95,6 +150,10 @@ func (q *timerQueue) add(t *timer) {
 // remove deletes t, which must be in the queue.
 func (q *timerQueue) remove(t *timer) {
 	delete(q.set, string(t.pk))
+	if t.index < -1 {
+		q.removeRun(t)
+		return
+	}
 	last := len(q.heap) - 1
 	i := t.index
 	if i != last {

@@ -255,8 +255,8 @@ func (v *VertexState) refill(domain int32) error {
 		m.cursors = append(m.cursors, c)
 	}
 	heap.Init(m)
-	// The loaded timers come in firing order, which is a valid heap; they
-	// share one buffer for their keys and one for themselves.
+	// The loaded timers come in firing order, the queue's run; they share
+	// one buffer for their keys and one for themselves.
 	ts := make([]timer, 0, timerRefill)
 	var keys []byte
 	for len(m.cursors) > 0 && len(ts) < timerRefill {
@@ -286,7 +286,7 @@ func (v *VertexState) refill(domain int32) error {
 		q.set = make(map[string]*timer, len(ts))
 	}
 	for i := range ts {
-		q.add(&ts[i])
+		q.addRun(&ts[i])
 	}
 	if len(m.cursors) == 0 {
 		q.partial, q.bound = false, nil
@@ -391,6 +391,7 @@ func (s *Store) timersFlushed() {
 // shrink keeps the earliest keep timers in memory and makes the queue
 // partial, with its bound at the first timer it lets go.
 func (q *timerQueue) shrink(keep int) {
+	q.unrun()
 	slices.SortFunc(q.heap, func(a, b *timer) int { return bytes.Compare(a.sfx, b.sfx) })
 	// A sorted slice is a valid heap.
 	gone := q.heap[keep:]
