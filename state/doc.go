@@ -98,7 +98,7 @@
 // key, then namespace: the firing order. Per vertex and domain a
 // timerQueue keeps a min-heap of timers in that order, with a set by
 // Pebble key for de-duplication. A queue with few timers holds them all,
-// as a store that started empty begins. Past 16,384 timers at a Flush, it
+// as a store that started empty begins. Past 32,768 timers at a Flush, it
 // keeps the earlier half and becomes partial: it holds exactly the timers
 // before its bound B (the first timer it let go), and Pebble, which holds
 // every timer, the rest. A timer registered at or past B is written to
@@ -106,12 +106,12 @@
 // one timer), and a deletion likewise; Store.outTimers records those
 // changes until the next Flush, so that an undo journal can tell whether
 // such a timer existed. When a partial queue runs empty, PopTimers and
-// NextTimer flush and read the next 8,192 timers from B on, a merge of one
+// NextTimer flush and read the next 32,768 timers from B on, a merge of one
 // Pebble iterator per owned key group, and B moves up; when Pebble holds
 // no more, the queue holds them all again. Open and ImportCanonical load
 // no timers: a store that did not start empty reads them as it needs
 // them, so a subtask with ten million pending timers opens at once and
-// holds a few MiB of them.
+// holds 5-10 MiB of them per operator and domain.
 //
 // PopTimers hands due timers to the runtime as an abi timer batch, at most
 // MaxTimersPerPop a call. The deletions of fired timers wait in a buffer

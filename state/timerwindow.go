@@ -17,7 +17,7 @@ import (
 // window of the earliest of them, in a timerQueue. A queue that is not
 // partial holds them all: a store that started empty begins so, and a
 // vertex with few timers stays so, at the cost it always had. Past
-// timerWindowMax timers, a Flush makes it partial: the later timers leave
+// timerWindowMax timers at a Flush, it becomes partial: the later timers leave
 // memory (they are in Pebble already) and the queue's bound moves down to
 // the first of them. A timer at or past the bound is written to Pebble
 // blindly (a second registration is the same key: still one timer) and a
@@ -34,11 +34,13 @@ import (
 var (
 	// timerWindowMax is the timers a queue holds in memory at a Flush
 	// before its later half leaves; a queue may hold twice as many between
-	// two flushes, after which registering flushes. At about 200 bytes a
-	// timer, a queue holds at most 6.5 MiB.
-	timerWindowMax = 16384
-	// timerRefill is the timers one refill brings into memory.
-	timerRefill = 8192
+	// two flushes, after which registering flushes. At about 160 bytes a
+	// timer, a queue holds 5 MiB at a Flush, 10 MiB at most between two.
+	timerWindowMax = 32768
+	// timerRefill is the timers one refill brings into memory: each
+	// refill seeks one iterator per owned key group through every level of
+	// the LSM, which a larger window shares among more timers.
+	timerRefill = 32768
 )
 
 // inWindow reports whether a timer whose key suffix (timerSuffix) is sfx
