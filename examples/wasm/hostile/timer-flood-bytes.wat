@@ -3,9 +3,11 @@
 ;; every status. Pending timers are held in host memory until they fire.
 ;;
 ;; Attack: a timer flood by size rather than by count.
-;; Answer: the MaxTimerBytesPerSubtask quota stops the call ("… bytes of
-;; pending timer keys and namespaces in the subtask, over the quota of 16777216
-;; bytes (16 MiB) … (--max-timer-bytes-per-subtask)"), naming the operator.
+;; Answer: each registration is a state write of the call, and the
+;; MaxStateBytesPerCall quota stops it ("wrote … bytes of state in one call,
+;; over the quota of … of state writes per call
+;; (--max-state-bytes-per-call)"), naming the operator; with the MaxTimerBytesPerSubtask
+;; count quota set, that quota stops it first.
 (module
   (import "wstream" "timer_register" (func $timer_register (param i32 i32 i32 i32 i32 i64) (result i32)))
   (memory (export "memory") 2)
