@@ -1,6 +1,6 @@
 ;; timer-flood-bytes: wstream_process registers event-time timers at 5000 for
 ;; ever, each for a new 4-byte key i with a 60000-byte namespace, ignoring
-;; every status. Pending timers are held in host memory until they fire.
+;; every status. Pending timers are state, on disk.
 ;;
 ;; Attack: a timer flood by size rather than by count.
 ;; Answer: each registration is a state write of the call, and the

@@ -1,6 +1,6 @@
 ;; timer-flood-key: wstream_process registers event-time timers at 5000 for
 ;; ever, all for key "k", each with a new 4-byte namespace i, ignoring every
-;; status. Pending timers are held in host memory until they fire.
+;; status. Pending timers are state, on disk.
 ;;
 ;; Attack: a timer flood on one key.
 ;; Answer: each registration is a state write of the call, and the
