@@ -525,28 +525,38 @@ func timer(ctx context.Context, mod api.Module, stack []uint64, fn string, k int
 		return
 	}
 	ts := int64(stack[5])
-	id, keyID := i.timers.ids(s.index, domain, ts, key, ns)
+	// A timer is state in the subtask's store until it fires: its
+	// registration and deletion count as state writes of the call.
+	i.chargeState(len(key) + len(ns))
+	book := i.q.timerBook()
+	var id, keyID uint64
+	if book {
+		id, keyID = i.timers.ids(s.index, domain, ts, key, ns)
+	}
 	if delete {
 		err := s.svc.DeleteTimer(domain, key, ns, ts)
-		if err == nil {
+		if err == nil && book {
 			i.timers.remove(id)
 		}
 		setStatus(stack, i.status(err))
 		return
 	}
-	booked := i.timers.has(id)
+	booked := book && i.timers.has(id)
 	due := false
 	if !booked {
 		// A timer the operator registers already due while it fires
-		// timers of that domain fires in the same firing.
+		// timers of that domain fires in the same firing. Without the
+		// book (no count quota), registering one twice counts twice.
 		due = i.phase == phaseTimer && domain == i.timerDomain && i.cur == s &&
 			((domain == abi.TimeEvent && ts <= s.svc.Watermark()) ||
 				(domain == abi.TimeProcessing && ts <= s.svc.ProcessingTime()))
-		i.checkTimer(s, keyID, len(key)+len(ns), due)
+		i.checkTimer(s, keyID, len(key)+len(ns), due, book)
 	}
 	err := s.svc.RegisterTimer(domain, key, ns, ts)
 	if err == nil && !booked {
-		i.timers.add(id, keyID, len(key)+len(ns))
+		if book {
+			i.timers.add(id, keyID, len(key)+len(ns))
+		}
 		if due {
 			s.cascade++
 		}

@@ -614,34 +614,46 @@ func TestHostileTimerFlood(t *testing.T) {
       (br $l))
     (i32.const 0))`
 	}
+	// The count quotas are off by default: the state backend keeps timers
+	// in Pebble. Each registration is a state write of the call, which
+	// bounds what one call can stage; set, the count quotas work as before.
+	old := Limits{MaxTimersPerKey: 10_000, MaxTimersPerSubtask: 200_000, MaxTimerBytesPerSubtask: 16 << 20}
+	// 4 MiB of state writes per call (the default is 32), so that the
+	// test's fake backend stays quick.
+	perCall := (4 << 20) / (4 + StateWriteOverhead)
 	for _, tc := range []struct {
 		name, key, ns string
+		limits        Limits
 		quota         string
 		want          string
 		pending       int
+		booked        int
 		bound         uint64
 	}{
-		{"per key", "(i32.const 16) (i32.const 1)", "(i32.const 0) (i32.const 4)", "MaxTimersPerKey",
+		{"by default", "(i32.const 0) (i32.const 4)", "(i32.const 0) (i32.const 0)", Limits{MaxStateBytesPerCall: 4 << 20}, "MaxStateBytesPerCall",
+			fmt.Sprintf("wrote %d bytes of state in one call, over the quota of 4194304 bytes (4 MiB) of state writes per call (--max-state-bytes-per-call)", (perCall+1)*(4+StateWriteOverhead)),
+			perCall, 0, 64 << 20},
+		{"per key", "(i32.const 16) (i32.const 1)", "(i32.const 0) (i32.const 4)", old, "MaxTimersPerKey",
 			"registered a timer that makes 10001 pending timers for one key, over the quota of 10000 pending timers per key (--max-timers-per-key)",
-			DefaultMaxTimersPerKey, 32 << 20},
-		{"per subtask", "(i32.const 0) (i32.const 4)", "(i32.const 0) (i32.const 0)", "MaxTimersPerSubtask",
+			10_000, 10_000, 32 << 20},
+		{"per subtask", "(i32.const 0) (i32.const 4)", "(i32.const 0) (i32.const 0)", old, "MaxTimersPerSubtask",
 			"registered a timer that makes 200001 pending timers in the subtask, over the quota of 200000 pending timers per subtask (--max-timers-per-subtask)",
-			DefaultMaxTimersPerSubtask, 128 << 20},
-		{"bytes per subtask", "(i32.const 0) (i32.const 4)", "(i32.const 0x10000) (i32.const 60000)", "MaxTimerBytesPerSubtask",
+			200_000, 200_000, 128 << 20},
+		{"bytes per subtask", "(i32.const 0) (i32.const 4)", "(i32.const 0x10000) (i32.const 60000)", Limits{MaxTimerBytesPerSubtask: 16 << 20, MaxStateBytesPerCall: 64 << 20}, "MaxTimerBytesPerSubtask",
 			"bytes of pending timer keys and namespaces in the subtask, over the quota of 16777216 bytes (16 MiB) of pending timer keys and namespaces per subtask (--max-timer-bytes-per-subtask)",
-			(16 << 20) / 60004, 96 << 20},
+			(16 << 20) / 60004, (16 << 20) / 60004, 96 << 20},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := newTestRuntime(t, Config{})
 			m := compileWAT(t, r, moduleWAT(map[string]string{abi.ExportProcess: flood(tc.key, tc.ns)}, ""))
 			heap := watchHeap(t)
 			svc := newLeanServices()
-			inst, s := hostileOp(t, context.Background(), m, svc)
+			inst, s := hostileOp(t, context.Background(), m, svc, WithLimits(tc.limits))
 			err := s.Process(batchOf(rec(0, 1, "k", "v")), &builderCollector{})
 			q := quotaOf(t, err)
 			checkNamed(t, err, abi.ExportProcess, ErrQuotaExceeded, tc.want)
-			if q.Quota != tc.quota || len(svc.timers) != tc.pending || len(inst.timers.pending) != tc.pending {
-				t.Errorf("quota %s; %d timers registered, %d booked, want %d", q.Quota, len(svc.timers), len(inst.timers.pending), tc.pending)
+			if q.Quota != tc.quota || len(svc.timers) != tc.pending || len(inst.timers.pending) != tc.booked {
+				t.Errorf("quota %s; %d timers registered, %d booked, want %d and %d", q.Quota, len(svc.timers), len(inst.timers.pending), tc.pending, tc.booked)
 			}
 			heap.check(t, tc.bound)
 			checkHealthy(t, r)

@@ -39,14 +39,19 @@ type Limits struct {
 	// emits: the host buffers a call's whole output. Hard.
 	MaxOutputBytesPerCall int
 	// MaxTimersPerKey bounds the timers of one key of one operator that were
-	// registered and have not fired or been deleted. Hard.
+	// registered and have not fired or been deleted. Hard. Off by default:
+	// the state backend keeps timers in Pebble with a bounded window in
+	// memory, so a subtask holds millions, bounded by their bytes on disk
+	// (a tenant's state quota) and, per call, by MaxStateBytesPerCall.
+	// Setting any of the three timer count quotas makes the host count the
+	// instance's timers in its own memory, about 50 bytes a timer.
 	MaxTimersPerKey int
 	// MaxTimersPerSubtask bounds the timers of an instance (every operator
 	// of the subtask) that were registered and have not fired or been
-	// deleted. Hard. Timers are held in host memory until they fire.
+	// deleted. Hard. Off by default, as MaxTimersPerKey.
 	MaxTimersPerSubtask int
 	// MaxTimerBytesPerSubtask bounds the key and namespace bytes of those
-	// timers. Hard.
+	// timers. Hard. Off by default, as MaxTimersPerKey.
 	MaxTimerBytesPerSubtask int
 	// MaxCascadedTimers bounds the timers that wstream_on_timer registers
 	// already due (at or before the watermark, or the wall clock, of their
@@ -63,7 +68,8 @@ type Limits struct {
 	// LIMIT). At most operator.MaxValueSize.
 	MaxStateValueBytes int
 	// MaxStateBytesPerCall bounds the state one call writes: keys,
-	// namespaces and values of state_put and state_delete, plus
+	// namespaces and values of state_put and state_delete, and keys and
+	// namespaces of timer_register and timer_delete, plus
 	// StateWriteOverhead bytes per write. Writes wait in the subtask's
 	// write-back cache until the subtask flushes between calls. Hard.
 	MaxStateBytesPerCall int
@@ -82,9 +88,9 @@ const (
 	DefaultMaxRecordsPerInput      = 100_000
 	DefaultMaxRecordsPerCall       = 1_000_000
 	DefaultMaxOutputBytesPerCall   = 32 << 20
-	DefaultMaxTimersPerKey         = 10_000
-	DefaultMaxTimersPerSubtask     = 200_000
-	DefaultMaxTimerBytesPerSubtask = 16 << 20
+	DefaultMaxTimersPerKey         = -1 // no bound: see Limits.MaxTimersPerKey
+	DefaultMaxTimersPerSubtask     = -1
+	DefaultMaxTimerBytesPerSubtask = -1
 	DefaultMaxCascadedTimers       = 1_000_000
 	DefaultMaxStateKeyBytes        = operator.MaxKeySize
 	DefaultMaxStateValueBytes      = operator.MaxValueSize
@@ -167,6 +173,12 @@ type quotas struct {
 	cascadedTimers                               int
 	keyBytes, valueBytes, stateBytes             int
 	logLines, messageBytes                       int
+}
+
+// timerBook reports whether a timer count quota is set: only then does the
+// instance keep its timerBook.
+func (q *quotas) timerBook() bool {
+	return q.timersPerKey != unlimited || q.timersPerSubtask != unlimited || q.timerBytes != unlimited
 }
 
 func (l Limits) quotas() quotas {

@@ -16,7 +16,7 @@ func TestLimitsResolve(t *testing.T) {
 	d := DefaultLimits()
 	want := Limits{
 		MaxRecordsPerInput: 100_000, MaxRecordsPerCall: 1_000_000, MaxOutputBytesPerCall: 32 << 20,
-		MaxTimersPerKey: 10_000, MaxTimersPerSubtask: 200_000, MaxTimerBytesPerSubtask: 16 << 20,
+		MaxTimersPerKey: -1, MaxTimersPerSubtask: -1, MaxTimerBytesPerSubtask: -1,
 		MaxCascadedTimers: 1_000_000, MaxStateKeyBytes: 64 << 10, MaxStateValueBytes: 16 << 20,
 		MaxStateBytesPerCall: 32 << 20, LogLinesPerSecond: 1000, MaxMessageBytes: 64 << 10,
 	}

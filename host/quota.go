@@ -58,9 +58,12 @@ func satMul(a, b int) int {
 
 // timerBook tracks the timers an instance registered that have not fired
 // or been deleted, by a 64-bit hash of (slot, domain, time, key,
-// namespace), for the timer quotas. The state backend keeps the timers
-// themselves; timers restored from a checkpoint are not in the book until
-// the guest registers them again.
+// namespace), for the timer count quotas (MaxTimersPerKey,
+// MaxTimersPerSubtask, MaxTimerBytesPerSubtask). It holds about 50 bytes a
+// timer in host memory, so it is kept only when one of them is set: by
+// default timers are bounded by their bytes on disk (a tenant's state
+// quota), as the state backend keeps them in Pebble. Timers restored from
+// a checkpoint are not in the book until the guest registers them again.
 type timerBook struct {
 	seed    maphash.Seed
 	buf     []byte
@@ -123,16 +126,18 @@ func (b *timerBook) remove(id uint64) {
 // checkTimer checks a new timer of slot s against the timer quotas and
 // stops the call when it would exceed one. due says that it is already due while s fires timers of its
 // domain: it prolongs the firing (MaxCascadedTimers).
-func (i *Instance) checkTimer(s *slot, keyID uint64, size int, due bool) {
+func (i *Instance) checkTimer(s *slot, keyID uint64, size int, due, book bool) {
 	q := &i.q
 	b := &i.timers
-	if n := int(b.perKey[keyID]) + 1; n > q.timersPerKey {
+	if !book {
+		// No count quota is set.
+	} else if n := int(b.perKey[keyID]) + 1; n > q.timersPerKey {
 		overQuota("MaxTimersPerKey", q.timersPerKey, "registered a timer that makes %d pending timers for one key", n)
 	}
-	if n := len(b.pending) + 1; n > q.timersPerSubtask {
+	if n := len(b.pending) + 1; book && n > q.timersPerSubtask {
 		overQuota("MaxTimersPerSubtask", q.timersPerSubtask, "registered a timer that makes %d pending timers in the subtask", n)
 	}
-	if n := b.bytes + size; n > q.timerBytes {
+	if n := b.bytes + size; book && n > q.timerBytes {
 		overQuota("MaxTimerBytesPerSubtask", q.timerBytes, "registered a timer that makes %d bytes of pending timer keys and namespaces in the subtask", n)
 	}
 	if due {

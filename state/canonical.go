@@ -828,8 +828,8 @@ func ScanCanonical(r io.Reader, fn func(CanonicalRecord) error) (CanonicalTraile
 // written by ExportCanonical) are collected in a Pebble batch instead,
 // committed after the ingest; the batch holds them in memory, so they are
 // limited to about 3 GiB per import, and the import says so when a stream
-// exceeds that. Afterwards the store drops its cached entries and loads the
-// imported timers into its timer queues, as Open does.
+// exceeds that. Afterwards the store drops its cached entries and reads the
+// timers back from Pebble as it needs them, as after Open.
 func (s *Store) ImportCanonical(r io.Reader) (ImportStats, error) {
 	return s.ImportCanonicalMigrating(r, nil)
 }
@@ -933,40 +933,9 @@ func (s *Store) ImportCanonicalMigrating(r io.Reader, migrate Migrate) (ImportSt
 	// stale now.
 	s.cache.evictAll()
 	if timerGroups.Len() > 0 {
-		if err := s.reloadTimers(timerGroups); err != nil {
-			return st, err
-		}
+		// The imported timers are in Pebble alone; the queues read them
+		// from there.
+		s.unloadTimers()
 	}
 	return st, nil
-}
-
-// reloadTimers adds the persisted timers of the key groups in groups that
-// the timer queues do not hold yet, as loadTimers does when Open loads them.
-func (s *Store) reloadTimers(groups abi.KeyGroupRange) error {
-	it, err := s.db.NewIter(nil)
-	if err != nil {
-		return fmt.Errorf("state: load imported timers in %s: %w", s.dir, err)
-	}
-	for kg := groups.Start; kg <= groups.End; kg++ {
-		prefix := []byte{byte(kg >> 8), byte(kg), byte(KindTimer)}
-		for ok := it.SeekGE(prefix); ok && bytes.HasPrefix(it.Key(), prefix); ok = it.Next() {
-			k, err := DecodeKey(it.Key())
-			if err != nil {
-				_ = it.Close()
-				return fmt.Errorf("state: load imported timers in %s: %w", s.dir, err)
-			}
-			v, ok := s.vertices[string(k.Vertex)]
-			if !ok {
-				v = newVertexState(s, string(k.Vertex))
-				s.vertices[v.id] = v
-			}
-			if q := &v.timers[k.Domain]; q.find(it.Key()) == nil {
-				q.add(newTimer(k.Time, it.Key(), len(k.Key), len(k.Namespace)))
-			}
-		}
-	}
-	if err := it.Close(); err != nil {
-		return fmt.Errorf("state: load imported timers in %s: %w", s.dir, err)
-	}
-	return nil
 }

@@ -92,27 +92,39 @@
 //
 // # Timers
 //
-// Each vertex keeps, per time domain, a min-heap of timers in (time, key,
-// namespace) order with a set for de-duplication, so registering and
-// deleting are O(log n). Every change is mirrored into Pebble with the next
-// Flush; Open loads the timers of the owned key groups back into the heaps.
-// PopTimers hands due timers to the runtime as an abi timer batch.
+// Timers are Pebble keys like state entries (the layout above), so they are
+// in every checkpoint, savepoint, restore and rescale by key group exactly
+// as the entries are, and only a window of them is in memory
+// (timerwindow.go). Within one key group and time domain, the layout
+// orders a vertex's timers by time, then record key length, then record
+// key, then namespace: the firing order. Per vertex and domain a
+// timerQueue keeps a min-heap of timers in that order, with a set by
+// Pebble key for de-duplication. A queue with few timers holds them all,
+// as a store that started empty begins. Past 32,768 timers at a Flush, it
+// keeps the earlier half and becomes partial: it holds exactly the timers
+// before its bound B (the first timer it let go), and Pebble, which holds
+// every timer, the rest. A timer registered at or past B is written to
+// Pebble alone, blindly (registering it twice writes one key twice: still
+// one timer), and a deletion likewise; Store.outTimers records those
+// changes until the next Flush, so that an undo journal can tell whether
+// such a timer existed. When a partial queue runs empty, PopTimers and
+// NextTimer flush and read the next 32,768 timers from B on, a merge of one
+// Pebble iterator per owned key group, and B moves up; when Pebble holds
+// no more, the queue holds them all again. Open and ImportCanonical load
+// no timers: a store that did not start empty reads them as it needs
+// them, so a subtask with ten million pending timers opens at once and
+// holds 5-10 MiB of them per operator and domain.
 //
-// Every timer is held in memory (about 170 bytes each), which is why the
-// host bounds them per subtask (--max-timers-per-subtask, 200,000). The
-// next step (issue 36) keeps only a window of them in memory: per vertex
-// and domain a bound B such that the heap holds exactly the timers before
-// B in (time, key, namespace) order and Pebble, which already holds every
-// timer, the rest. A timer registered at or past B is written to Pebble
-// alone, its presence checked in a map of the changes since the last
-// Flush and then with a Pebble get; a deletion likewise. When the heap
-// passes its window, the later half leaves memory and B moves down to its
-// first timer; when the heap empties and Pebble holds more, PopTimers
-// flushes and refills the heap with the next window from a merge of one
-// iterator per owned key group (the key layout orders timers by time only
-// within a key group), and B moves up. Open then loads one window and
-// counts the rest, and the host's count quotas become a bound on the
-// timers' bytes on disk, which the state quota (--state-bytes) covers.
+// PopTimers hands due timers to the runtime as an abi timer batch, at most
+// MaxTimersPerPop a call. The deletions of fired timers wait in a buffer
+// until the next Flush, which stages them grouped by key group, each group
+// in key order, so that Pebble's memtable inserts them next to each other
+// rather than searching its skiplist for each. A registration stages them
+// first, as it may register a timer that just fired again.
+//
+// The host bounds timers as it bounds state: per call by the state bytes a
+// call writes, and for a tenant by the state quota on disk (Options.MaxBytes),
+// which counts the timer keys with the entries.
 //
 // # Snapshots, restores and rescales
 //

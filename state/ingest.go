@@ -100,9 +100,7 @@ func (s *Store) ImportStore(srcDir string, srcGroups abi.KeyGroupRange) (ImportS
 		return fail(err)
 	}
 	if timers.Len() > 0 {
-		if err := s.reloadTimers(timers); err != nil {
-			return st, err
-		}
+		s.unloadTimers() // the queues read the imported timers from Pebble
 	}
 	return st, nil
 }

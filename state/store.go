@@ -197,6 +197,19 @@ type Store struct {
 	lazy       *pebble.Options
 	early      []earlyTimer
 	earlyBytes int
+
+	// timersPartial: the store did not start empty, so the timer queues
+	// of a new VertexState start with nothing in memory and read their
+	// timers from Pebble (timerwindow.go). outTimers holds the timer
+	// changes made out of the queues' windows since the last Flush (true:
+	// registered).
+	timersPartial bool
+	outTimers     map[string]bool
+	// firedKeys holds the Pebble keys of the timers fired since the last
+	// Flush, back to back, each ending at its firedEnds entry: their
+	// deletions reach the batch together at the Flush (Store.fire).
+	firedKeys []byte
+	firedEnds []int
 }
 
 // earlyTimer is a timer write staged before Pebble was open: the timer's
@@ -241,8 +254,9 @@ func (s *Store) checkSize(committed int) error {
 	return nil
 }
 
-// Open opens (creating if needed) the Pebble directory o.Dir and loads the
-// timers of the key groups in o.KeyGroups.
+// Open opens (creating if needed) the Pebble directory o.Dir. The timers of
+// the key groups in o.KeyGroups are read from it as they are needed
+// (timerwindow.go).
 func Open(o Options) (*Store, error) {
 	if o.Dir == "" {
 		return nil, errors.New("state: Options.Dir is empty")
@@ -358,6 +372,7 @@ func Open(o Options) (*Store, error) {
 	}
 	s.setCleanBytes()
 	s.whole = isNewDir(o.Dir)
+	s.timersPartial = !s.whole
 	if o.Lazy && s.whole {
 		// A new store holds no timers to load.
 		s.lazy = po
@@ -369,11 +384,6 @@ func Open(o Options) (*Store, error) {
 		return nil, fmt.Errorf("state: open pebble in %s: %w", o.Dir, err)
 	}
 	s.db, s.batch = db, db.NewBatch()
-	if err := s.loadTimers(); err != nil {
-		_ = s.batch.Close()
-		_ = db.Close()
-		return nil, err
-	}
 	s.joinBudget()
 	return s, nil
 }
@@ -503,18 +513,18 @@ func (s *Store) Vertex(vertexID string, keyed bool) *VertexState {
 // batch: repeated writes to a hot key between flushes cost one Pebble write.
 func (s *Store) Pending() int {
 	if s.batch == nil {
-		return len(s.cache.dirty) + len(s.early)
+		return len(s.cache.dirty) + len(s.early) + len(s.firedEnds)
 	}
-	return len(s.cache.dirty) + int(s.batch.Count())
+	return len(s.cache.dirty) + int(s.batch.Count()) + len(s.firedEnds)
 }
 
 // PendingBytes bounds the value bytes written since the last Flush (a value
 // written twice counts twice), for callers that bound unflushed memory.
 func (s *Store) PendingBytes() int {
 	if s.batch == nil {
-		return s.pendingBytes + s.earlyBytes
+		return s.pendingBytes + s.earlyBytes + len(s.firedKeys)
 	}
-	return s.pendingBytes + len(s.batch.Repr())
+	return s.pendingBytes + len(s.batch.Repr()) + len(s.firedKeys)
 }
 
 // HeldBytes is the memory the store holds for its subtask outside Pebble:
@@ -546,6 +556,9 @@ func (s *Store) Flush() error {
 		return s.err
 	}
 	c := s.cache
+	if err := s.stageFired(); err != nil {
+		return err
+	}
 	if s.lazy != nil && len(c.dirty) == 0 && len(s.early) == 0 {
 		return nil // nothing to write: Pebble can stay unopened
 	}
@@ -592,6 +605,7 @@ func (s *Store) Flush() error {
 	clear(s.dirtyBases)
 	s.basesBuilt = false
 	s.pendingBytes = 0
+	s.timersFlushed()
 	return nil
 }
 
@@ -701,6 +715,7 @@ func (s *Store) Discard() error {
 	s.leaveBudget()
 	s.lazy, s.err = nil, ErrClosed
 	s.early, s.earlyBytes = nil, 0
+	s.firedKeys, s.firedEnds = nil, nil
 	if s.db == nil {
 		return nil
 	}
@@ -792,36 +807,6 @@ func (s *Store) load(pk []byte, h uint64) (int32, error) {
 		return noSlot, fmt.Errorf("state: read %x in %s: %w", pk, s.dir, err)
 	}
 	return idx, nil
-}
-
-// loadTimers fills the timer queues from the timer keys of the owned key
-// groups. Key groups outside the range (left in the directory by a
-// rescale) are not this subtask's and stay untouched.
-func (s *Store) loadTimers() error {
-	it, err := s.db.NewIter(nil)
-	if err != nil {
-		return fmt.Errorf("state: load timers from %s: %w", s.dir, err)
-	}
-	for kg := s.groups.Start; kg <= s.groups.End; kg++ {
-		prefix := []byte{byte(kg >> 8), byte(kg), byte(KindTimer)}
-		for ok := it.SeekGE(prefix); ok && bytes.HasPrefix(it.Key(), prefix); ok = it.Next() {
-			k, err := DecodeKey(it.Key())
-			if err != nil {
-				_ = it.Close()
-				return fmt.Errorf("state: load timers from %s: %w", s.dir, err)
-			}
-			v, ok := s.vertices[string(k.Vertex)]
-			if !ok {
-				v = newVertexState(s, string(k.Vertex))
-				s.vertices[v.id] = v
-			}
-			v.timers[k.Domain].add(newTimer(k.Time, it.Key(), len(k.Key), len(k.Namespace)))
-		}
-	}
-	if err := it.Close(); err != nil {
-		return fmt.Errorf("state: load timers from %s: %w", s.dir, err)
-	}
-	return nil
 }
 
 // quietLogger drops Pebble's messages: a worker must not have its output

@@ -7,46 +7,72 @@ import (
 
 // timer is one registered timer of a timerQueue.
 type timer struct {
-	ts    int64
-	pk    []byte // encoded Pebble key; never modified, so the queue's set may alias it
-	key   []byte // record key, a sub-slice of pk
-	ns    []byte // namespace, a sub-slice of pk
-	index int    // position in the heap
+	ts  int64
+	pk  []byte // encoded Pebble key; never modified, so the queue's set may alias it
+	sfx []byte // pk from the time on: its bytes sort in firing order
+	key []byte // record key, a sub-slice of pk
+	ns  []byte // namespace, a sub-slice of pk
+	// index is the position in the heap.
+	index int
 }
 
 // newTimer copies pk, the Pebble key of a timer whose record key and
 // namespace are its last keyLen+nsLen bytes, into a new timer.
 func newTimer(ts int64, pk []byte, keyLen, nsLen int) *timer {
-	own := append([]byte(nil), pk...)
-	nsAt := len(own) - nsLen
-	return &timer{
-		ts:  ts,
-		pk:  own,
-		key: own[nsAt-keyLen : nsAt : nsAt],
-		ns:  own[nsAt:],
-	}
+	t := &timer{}
+	t.set(ts, append([]byte(nil), pk...), keyLen, nsLen)
+	return t
 }
 
-// timerBefore is the firing order: time, then key, then namespace.
+// set makes t the timer of Pebble key pk, which it keeps (not a copy).
+func (t *timer) set(ts int64, pk []byte, keyLen, nsLen int) {
+	nsAt := len(pk) - nsLen
+	keyAt := nsAt - keyLen
+	t.ts = ts
+	t.pk = pk
+	t.sfx = pk[keyAt-uvarintLen(uint64(keyLen))-8:]
+	t.key = pk[keyAt:nsAt:nsAt]
+	t.ns = pk[nsAt:]
+}
+
+// timerSuffix is the part of a timer's Pebble key pk, whose record key and
+// namespace are keyLen and nsLen bytes, that orders timers: time, record
+// key length, record key, namespace.
+func timerSuffix(pk []byte, keyLen, nsLen int) []byte {
+	return pk[len(pk)-nsLen-keyLen-uvarintLen(uint64(keyLen))-8:]
+}
+
+// timerBefore is the firing order: time, then key (the shorter first, then
+// in byte order), then namespace. It is the order of the timer keys of one
+// key group and time domain in Pebble, so that the timers beyond the
+// in-memory window come back from Pebble in it (timerwindow.go).
 func timerBefore(a, b *timer) bool {
-	if a.ts != b.ts {
-		return a.ts < b.ts
-	}
-	if c := bytes.Compare(a.key, b.key); c != 0 {
-		return c < 0
-	}
-	return bytes.Compare(a.ns, b.ns) < 0
+	return bytes.Compare(a.sfx, b.sfx) < 0
 }
 
-// timerQueue is the timers of one vertex and time domain: a binary min-heap
-// in firing order plus a set by Pebble key for de-duplication and O(log n)
-// deletion. The zero value is ready to use.
+// timerQueue is the timers of one vertex and time domain that are in
+// memory: a binary min-heap in firing order plus a set by Pebble key for
+// de-duplication and O(log n) deletion. The zero value holds every timer
+// and is ready to use; once partial, the rest are in Pebble alone
+// (timerwindow.go).
 type timerQueue struct {
 	heap []*timer
+	// run holds the timers a refill read from Pebble, in firing order,
+	// from head on; a removed one leaves nil, and head moves past it. A
+	// window of timers fires from it without a sift each; timers
+	// registered later go to the heap, and peek takes the earlier of both.
+	run  []*timer
+	head int
+	runN int // timers in run
 	set  map[string]*timer
+	// partial: the heap holds exactly the timers whose suffix sorts
+	// before bound (none when bound is nil), and Pebble every timer.
+	// Otherwise it holds every timer of the vertex and domain.
+	partial bool
+	bound   []byte
 }
 
-func (q *timerQueue) len() int { return len(q.heap) }
+func (q *timerQueue) len() int { return len(q.heap) + q.runN }
 
 // find returns the timer with Pebble key pk, or nil.
 func (q *timerQueue) find(pk []byte) *timer {
@@ -56,10 +82,58 @@ func (q *timerQueue) find(pk []byte) *timer {
 
 // peek returns the earliest timer, or nil.
 func (q *timerQueue) peek() *timer {
-	if len(q.heap) == 0 {
-		return nil
+	var h *timer
+	if len(q.heap) > 0 {
+		h = q.heap[0]
 	}
-	return q.heap[0]
+	if q.runN > 0 {
+		if r := q.run[q.head]; h == nil || timerBefore(r, h) {
+			return r
+		}
+	}
+	return h
+}
+
+// addRun appends t, which must sort after every timer in the queue and
+// not be in it yet, to the run.
+func (q *timerQueue) addRun(t *timer) {
+	if q.set == nil {
+		q.set = make(map[string]*timer)
+	}
+	q.set[unsafe.String(unsafe.SliceData(t.pk), len(t.pk))] = t
+	t.index = runIndex(len(q.run))
+	q.run = append(q.run, t)
+	q.runN++
+}
+
+// runIndex is the index of a timer at position p of the run: below -1,
+// which marks a timer in no queue.
+func runIndex(p int) int { return -2 - p }
+
+// removeRun deletes t, which is in the run.
+func (q *timerQueue) removeRun(t *timer) {
+	q.run[runIndex(t.index)] = nil
+	t.index = -1
+	if q.runN--; q.runN == 0 {
+		q.run, q.head = q.run[:0], 0
+		return
+	}
+	for q.run[q.head] == nil {
+		q.head++
+	}
+}
+
+// unrun moves the run's timers into the heap.
+func (q *timerQueue) unrun() {
+	for _, t := range q.run[q.head:] {
+		if t != nil {
+			t.index = len(q.heap)
+			q.heap = append(q.heap, t)
+			q.up(t.index)
+		}
+	}
+	clear(q.run)
+	q.run, q.head, q.runN = q.run[:0], 0, 0
 }
 
 // add inserts t, whose Pebble key must not be in the queue yet.
@@ -76,6 +150,10 @@ func (q *timerQueue) add(t *timer) {
 // remove deletes t, which must be in the queue.
 func (q *timerQueue) remove(t *timer) {
 	delete(q.set, string(t.pk))
+	if t.index < -1 {
+		q.removeRun(t)
+		return
+	}
 	last := len(q.heap) - 1
 	i := t.index
 	if i != last {

@@ -17,6 +17,9 @@ func compareModel(a, b modelTimer) int {
 	if c := cmp.Compare(a.ts, b.ts); c != 0 {
 		return c
 	}
+	if c := cmp.Compare(len(a.key), len(b.key)); c != 0 {
+		return c
+	}
 	if c := cmp.Compare(a.key, b.key); c != 0 {
 		return c
 	}

@@ -114,20 +114,12 @@ func (s *Store) RollbackUndo() error {
 			e.present = r.present
 			s.pendingBytes += len(e.val)
 		case undoTimerAdded:
-			q := &r.v.timers[r.domain]
-			if t := q.find(pk); t != nil {
-				if err := s.stageTimer(pk, true); err != nil {
-					return err
-				}
-				q.remove(t)
+			if err := r.v.deleteTimer(r.domain, pk, r.ts, r.keyLen, r.nsLen); err != nil {
+				return err
 			}
 		case undoTimerDeleted:
-			q := &r.v.timers[r.domain]
-			if q.find(pk) == nil {
-				if err := s.stageTimer(pk, false); err != nil {
-					return err
-				}
-				q.add(newTimer(r.ts, pk, r.keyLen, r.nsLen))
+			if err := r.v.registerTimer(r.domain, pk, r.ts, r.keyLen, r.nsLen); err != nil {
+				return err
 			}
 		}
 	}

@@ -36,6 +36,7 @@ func newVertexState(s *Store, id string) *VertexState {
 	// appendTimerMid ends with the domain byte; keep everything before it.
 	mid := appendTimerMid(nil, id, 0)
 	v.timerMid = mid[:len(mid)-1]
+	v.timers[0].partial, v.timers[1].partial = s.timersPartial, s.timersPartial
 	return v
 }
 
@@ -344,94 +345,6 @@ func (v *VertexState) StateIter(h int32, key, prefix, after []byte, fn func(ns, 
 		return fmt.Errorf("state: vertex %q: iterate in %s: %w", v.id, s.dir, err)
 	}
 	return nil
-}
-
-// RegisterTimer registers a timer for (domain, key, ns, ts); registering one
-// that exists is a no-op.
-func (v *VertexState) RegisterTimer(domain int32, key, ns []byte, ts int64) error {
-	pk, err := v.timerKey(domain, key, ns, ts)
-	if err != nil {
-		return err
-	}
-	q := &v.timers[domain]
-	if q.find(pk) != nil {
-		return nil
-	}
-	if err := v.s.stageTimer(pk, false); err != nil {
-		return err
-	}
-	if v.s.undo.open {
-		v.s.journalNewTimer(v, domain, pk, ts, len(key), len(ns))
-	}
-	q.add(newTimer(ts, pk, len(key), len(ns)))
-	return v.s.written()
-}
-
-// DeleteTimer removes a timer; removing an absent timer is not an error.
-func (v *VertexState) DeleteTimer(domain int32, key, ns []byte, ts int64) error {
-	pk, err := v.timerKey(domain, key, ns, ts)
-	if err != nil {
-		return err
-	}
-	q := &v.timers[domain]
-	t := q.find(pk)
-	if t == nil {
-		return nil
-	}
-	if err := v.s.stageTimer(pk, true); err != nil {
-		return err
-	}
-	if v.s.undo.open {
-		v.s.journalTimer(undoTimerDeleted, v, domain, t)
-	}
-	q.remove(t)
-	return nil
-}
-
-// PopTimers removes every timer of domain with time <= upTo, in (time, key,
-// namespace) order, and appends each to b as a timer record (port = domain,
-// timestamp = time, key, value = namespace). It returns how many it
-// appended. Timers registered later with time <= upTo are found by the next
-// call, so the runtime calls it until it returns 0.
-func (v *VertexState) PopTimers(domain int32, upTo int64, b *abi.Builder) (int, error) {
-	if err := v.s.err; err != nil {
-		return 0, err
-	}
-	if domain != abi.TimeEvent && domain != abi.TimeProcessing {
-		return 0, v.badDomain(domain)
-	}
-	q := &v.timers[domain]
-	n := 0
-	// At most MaxTimersPerPop per call: the end of input fires a timer per
-	// key, and one guest call must not carry them all.
-	for t := q.peek(); t != nil && t.ts <= upTo && n < MaxTimersPerPop; t = q.peek() {
-		if err := v.s.stageTimer(t.pk, true); err != nil {
-			return n, err
-		}
-		if v.s.undo.open {
-			v.s.journalTimer(undoTimerDeleted, v, domain, t)
-		}
-		q.remove(t)
-		b.Add(uint32(domain), t.ts, t.key, t.ns)
-		n++
-	}
-	return n, nil
-}
-
-// MaxTimersPerPop bounds the timers one PopTimers call returns.
-const MaxTimersPerPop = 1024
-
-// NextTimer returns the earliest timer time of domain; ok is false when
-// there is none (or domain is not a time domain).
-func (v *VertexState) NextTimer(domain int32) (ts int64, ok bool) {
-	if domain != abi.TimeEvent && domain != abi.TimeProcessing {
-		return 0, false
-	}
-	t := v.timers[domain].peek()
-	if t == nil {
-		return 0, false
-	}
-	return t.ts, true
 }
 
 // usable checks what every state and timer call needs: an open store and a

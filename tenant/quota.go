@@ -20,7 +20,8 @@ type Quotas struct {
 	Parallelism int `json:"parallelism,omitempty"`
 	// MemoryMiB bounds the linear memory of each operator instance.
 	MemoryMiB int `json:"memory_mib,omitempty"`
-	// StateBytes bounds the keyed state of one subtask on a worker's disk.
+	// StateBytes bounds the keyed state of one subtask on a worker's disk,
+	// its pending timers included: they are state, and the bound on them.
 	StateBytes int64 `json:"state_bytes,omitempty"`
 	// StateWriteRate paces the keyed state the tenant's subtasks on one
 	// worker write to its disk, bytes per second: past it (and a burst of

@@ -1,11 +1,13 @@
 ;; timer-flood-bytes: wstream_process registers event-time timers at 5000 for
 ;; ever, each for a new 4-byte key i with a 60000-byte namespace, ignoring
-;; every status. Pending timers are held in host memory until they fire.
+;; every status. Pending timers are state, on disk.
 ;;
 ;; Attack: a timer flood by size rather than by count.
-;; Answer: the MaxTimerBytesPerSubtask quota stops the call ("… bytes of
-;; pending timer keys and namespaces in the subtask, over the quota of 16777216
-;; bytes (16 MiB) … (--max-timer-bytes-per-subtask)"), naming the operator.
+;; Answer: each registration is a state write of the call, and the
+;; MaxStateBytesPerCall quota stops it ("wrote … bytes of state in one call,
+;; over the quota of … of state writes per call
+;; (--max-state-bytes-per-call)"), naming the operator; with the MaxTimerBytesPerSubtask
+;; count quota set, that quota stops it first.
 (module
   (import "wstream" "timer_register" (func $timer_register (param i32 i32 i32 i32 i32 i64) (result i32)))
   (memory (export "memory") 2)

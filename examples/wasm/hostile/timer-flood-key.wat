@@ -1,11 +1,13 @@
 ;; timer-flood-key: wstream_process registers event-time timers at 5000 for
 ;; ever, all for key "k", each with a new 4-byte namespace i, ignoring every
-;; status. Pending timers are held in host memory until they fire.
+;; status. Pending timers are state, on disk.
 ;;
 ;; Attack: a timer flood on one key.
-;; Answer: the MaxTimersPerKey quota stops the call ("registered a timer that
-;; makes 10001 pending timers for one key, over the quota of 10000 pending
-;; timers per key (--max-timers-per-key)"), naming the operator.
+;; Answer: each registration is a state write of the call, and the
+;; MaxStateBytesPerCall quota stops it ("wrote … bytes of state in one call,
+;; over the quota of … of state writes per call
+;; (--max-state-bytes-per-call)"), naming the operator; with the MaxTimersPerKey
+;; count quota set, that quota stops it first.
 (module
   (import "wstream" "timer_register" (func $timer_register (param i32 i32 i32 i32 i32 i64) (result i32)))
   (memory (export "memory") 2)

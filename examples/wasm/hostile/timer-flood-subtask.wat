@@ -1,12 +1,13 @@
 ;; timer-flood-subtask: wstream_process registers event-time timers at 5000 for
 ;; ever, each for a new 4-byte key i, ignoring every status. Pending timers are
-;; held in host memory until they fire.
+;; state, kept on disk.
 ;;
 ;; Attack: a timer flood over many keys.
-;; Answer: the MaxTimersPerSubtask quota stops the call ("registered a timer
-;; that makes 200001 pending timers in the subtask, over the quota of 200000
-;; pending timers per subtask (--max-timers-per-subtask)"), naming the
-;; operator.
+;; Answer: each registration is a state write of the call, and the
+;; MaxStateBytesPerCall quota stops it ("wrote … bytes of state in one call,
+;; over the quota of … of state writes per call
+;; (--max-state-bytes-per-call)"), naming the operator; with the
+;; MaxTimersPerSubtask count quota set, that quota stops it first.
 (module
   (import "wstream" "timer_register" (func $timer_register (param i32 i32 i32 i32 i32 i64) (result i32)))
   (memory (export "memory") 2)

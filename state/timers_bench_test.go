@@ -1,0 +1,136 @@
+package state
+
+import (
+	"bufio"
+	"encoding/binary"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/wstream/wstream/abi"
+)
+
+// BenchmarkTimers registers n timers of distinct 8-byte keys in one
+// subtask's store on the default worker budget, flushing as the worker
+// does, and fires them all: at the end of input (every timer at
+// MaxWatermark, as the starter templates register them) or on a watermark
+// jump (times spread over 1000 milliseconds). It reports the firing rate
+// (fire-timers/s) and the registering rate, per second of wall time and of
+// the process's CPU time (Pebble's background work included; on a shared
+// machine the CPU rate is the steadier figure), and the process's peak
+// RSS.
+// WSTREAM_BENCH_TIMERS lists the sizes (default 10000,1000000); the
+// acceptance run is WSTREAM_BENCH_TIMERS=10000,10000000.
+func BenchmarkTimers(b *testing.B) {
+	sizes := []int{10_000, 1_000_000}
+	if env := os.Getenv("WSTREAM_BENCH_TIMERS"); env != "" {
+		sizes = nil
+		for _, f := range strings.Split(env, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n <= 0 {
+				b.Fatalf("WSTREAM_BENCH_TIMERS=%q: want positive numbers of timers, comma-separated", env)
+			}
+			sizes = append(sizes, n)
+		}
+	}
+	for _, mode := range []string{"end", "jump"} {
+		for _, n := range sizes {
+			b.Run(fmt.Sprintf("%s/timers=%d", mode, n), func(b *testing.B) { benchmarkTimers(b, n, mode == "end") })
+		}
+	}
+}
+
+func benchmarkTimers(b *testing.B, n int, atEnd bool) {
+	var reg, fire time.Duration
+	var regCPU, fireCPU int64
+	for range b.N {
+		budget := NewBudget(0)
+		s, err := Open(Options{Dir: b.TempDir(), KeyGroups: abi.KeyGroupRange{Start: 0, End: abi.DefaultMaxParallelism - 1}, Budget: budget})
+		if err != nil {
+			b.Fatal(err)
+		}
+		v := s.Vertex("count", true)
+		flushIf := func() {
+			if s.Pending() >= s.CacheEntries() {
+				if err := s.Flush(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+		key := make([]byte, 8)
+		start, cpu := time.Now(), processCPU()
+		for i := range n {
+			binary.BigEndian.PutUint64(key, uint64(i)*0x9E3779B97F4A7C15)
+			ts := int64(abi.MaxWatermark)
+			if !atEnd {
+				ts = int64(i % 1000)
+			}
+			if err := v.RegisterTimer(abi.TimeEvent, key, nil, ts); err != nil {
+				b.Fatal(err)
+			}
+			if i%1024 == 1023 {
+				flushIf() // the worker flushes between input batches
+			}
+		}
+		if err := s.Flush(); err != nil {
+			b.Fatal(err)
+		}
+		reg += time.Since(start)
+		regCPU += processCPU() - cpu
+
+		start, cpu = time.Now(), processCPU()
+		var tb abi.Builder
+		fired := 0
+		for {
+			flushIf()
+			tb.Reset()
+			k, err := v.PopTimers(abi.TimeEvent, abi.MaxWatermark, &tb)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if k == 0 {
+				break
+			}
+			fired += k
+		}
+		if err := s.Flush(); err != nil {
+			b.Fatal(err)
+		}
+		fire += time.Since(start)
+		fireCPU += processCPU() - cpu
+		if fired != n {
+			b.Fatalf("fired %d timers, registered %d", fired, n)
+		}
+		if err := s.Discard(); err != nil {
+			b.Fatal(err)
+		}
+		budget.Close()
+	}
+	total := float64(n) * float64(b.N)
+	b.ReportMetric(total/fire.Seconds(), "fire-timers/s")
+	b.ReportMetric(total/(float64(fireCPU)/1e9), "fire-timers/cpu-s")
+	b.ReportMetric(total/reg.Seconds(), "register-timers/s")
+	b.ReportMetric(total/(float64(regCPU)/1e9), "register-timers/cpu-s")
+	b.ReportMetric(float64(peakRSS())/(1<<20), "peak-RSS-MiB")
+}
+
+// peakRSS is the process's peak resident set (VmHWM), in bytes; 0 where
+// /proc does not tell.
+func peakRSS() int64 {
+	f, err := os.Open("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}

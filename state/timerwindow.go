@@ -1,0 +1,504 @@
+package state
+
+import (
+	"bytes"
+	"container/heap"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/wstream/wstream/abi"
+)
+
+// The timers of a vertex and time domain live in Pebble, in firing order
+// within each key group (the timer key layout in doc.go); memory holds a
+// window of the earliest of them, in a timerQueue. A queue that is not
+// partial holds them all: a store that started empty begins so, and a
+// vertex with few timers stays so, at the cost it always had. Past
+// timerWindowMax timers at a Flush, it becomes partial: the later timers leave
+// memory (they are in Pebble already) and the queue's bound moves down to
+// the first of them. A timer at or past the bound is written to Pebble
+// blindly (a second registration is the same key: still one timer) and a
+// deletion likewise. When a partial queue runs empty, the next window
+// comes from a merge of one Pebble iterator per owned key group, from the
+// bound on, after a Flush (Pebble then holds every change).
+//
+// The bound moves only in a Flush or right after one, so a timer changed
+// out of the window since the last Flush was out of it when it changed:
+// Store.outTimers records those changes, so that an undo journal can tell
+// whether a timer out of the window existed before without a Flush.
+
+// Variables for the tests, which make windows small.
+var (
+	// timerWindowMax is the timers a queue holds in memory at a Flush
+	// before its later half leaves; a queue may hold twice as many between
+	// two flushes, after which registering flushes. At about 160 bytes a
+	// timer, a queue holds 5 MiB at a Flush, 10 MiB at most between two.
+	timerWindowMax = 32768
+	// timerRefill is the timers one refill brings into memory: each
+	// refill seeks one iterator per owned key group through every level of
+	// the LSM, which a larger window shares among more timers.
+	timerRefill = 32768
+)
+
+// inWindow reports whether a timer whose key suffix (timerSuffix) is sfx
+// belongs in memory.
+func (q *timerQueue) inWindow(sfx []byte) bool {
+	return !q.partial || (q.bound != nil && bytes.Compare(sfx, q.bound) < 0)
+}
+
+// RegisterTimer registers a timer for (domain, key, ns, ts); registering one
+// that exists is a no-op.
+func (v *VertexState) RegisterTimer(domain int32, key, ns []byte, ts int64) error {
+	pk, err := v.timerKey(domain, key, ns, ts)
+	if err != nil {
+		return err
+	}
+	return v.registerTimer(domain, pk, ts, len(key), len(ns))
+}
+
+// registerTimer is RegisterTimer of the timer with Pebble key pk.
+func (v *VertexState) registerTimer(domain int32, pk []byte, ts int64, keyLen, nsLen int) error {
+	s := v.s
+	q := &v.timers[domain]
+	if !q.inWindow(timerSuffix(pk, keyLen, nsLen)) {
+		if present, ok := s.outTimers[string(pk)]; ok && present {
+			return nil // registered since the last Flush
+		}
+		if s.undo.open {
+			existed, err := s.timerExists(pk)
+			if err != nil {
+				return err
+			}
+			if !existed {
+				s.journalTimerKey(undoTimerAdded, v, domain, pk, ts, keyLen, nsLen)
+			}
+		}
+		if err := s.stageSet(pk); err != nil {
+			return err
+		}
+		s.noteOutTimer(pk, true)
+		return s.written()
+	}
+	if q.find(pk) != nil {
+		return nil
+	}
+	if err := s.stageSet(pk); err != nil {
+		return err
+	}
+	if s.undo.open {
+		s.journalNewTimer(v, domain, pk, ts, keyLen, nsLen)
+	}
+	q.add(newTimer(ts, pk, keyLen, nsLen))
+	if q.len() > 2*timerWindowMax {
+		// The Flush moves the later timers out of memory.
+		return s.Flush()
+	}
+	return s.written()
+}
+
+// DeleteTimer removes a timer; removing an absent timer is not an error.
+func (v *VertexState) DeleteTimer(domain int32, key, ns []byte, ts int64) error {
+	pk, err := v.timerKey(domain, key, ns, ts)
+	if err != nil {
+		return err
+	}
+	return v.deleteTimer(domain, pk, ts, len(key), len(ns))
+}
+
+// deleteTimer is DeleteTimer of the timer with Pebble key pk.
+func (v *VertexState) deleteTimer(domain int32, pk []byte, ts int64, keyLen, nsLen int) error {
+	s := v.s
+	q := &v.timers[domain]
+	if !q.inWindow(timerSuffix(pk, keyLen, nsLen)) {
+		if present, ok := s.outTimers[string(pk)]; ok && !present {
+			return nil // deleted since the last Flush
+		}
+		if s.undo.open {
+			existed, err := s.timerExists(pk)
+			if err != nil {
+				return err
+			}
+			if existed {
+				s.journalTimerKey(undoTimerDeleted, v, domain, pk, ts, keyLen, nsLen)
+			}
+		}
+		if err := s.stageTimer(pk, true); err != nil {
+			return err
+		}
+		s.noteOutTimer(pk, false)
+		return s.written()
+	}
+	t := q.find(pk)
+	if t == nil {
+		return nil
+	}
+	if err := s.stageTimer(pk, true); err != nil {
+		return err
+	}
+	if s.undo.open {
+		s.journalTimer(undoTimerDeleted, v, domain, t)
+	}
+	q.remove(t)
+	return nil
+}
+
+// PopTimers removes every timer of domain with time <= upTo, in firing
+// order (time, then key: shorter first, then in byte order, then
+// namespace), and appends each to b as a timer record (port = domain,
+// timestamp = time, key, value = namespace). It returns how many it
+// appended, at most MaxTimersPerPop. Timers registered later with time <=
+// upTo are found by the next call, so the runtime calls it until it
+// returns 0.
+func (v *VertexState) PopTimers(domain int32, upTo int64, b *abi.Builder) (int, error) {
+	if err := v.s.err; err != nil {
+		return 0, err
+	}
+	if domain != abi.TimeEvent && domain != abi.TimeProcessing {
+		return 0, v.badDomain(domain)
+	}
+	q := &v.timers[domain]
+	n := 0
+	// At most MaxTimersPerPop per call: the end of input fires a timer per
+	// key, and one guest call must not carry them all.
+	for n < MaxTimersPerPop {
+		t := q.peek()
+		if t == nil {
+			if !q.partial {
+				break
+			}
+			if err := v.refill(domain); err != nil {
+				return n, err
+			}
+			if q.len() == 0 {
+				break
+			}
+			continue
+		}
+		if t.ts > upTo {
+			break
+		}
+		v.s.fire(t.pk)
+		if v.s.undo.open {
+			v.s.journalTimer(undoTimerDeleted, v, domain, t)
+		}
+		q.remove(t)
+		b.Add(uint32(domain), t.ts, t.key, t.ns)
+		n++
+	}
+	return n, nil
+}
+
+// MaxTimersPerPop bounds the timers one PopTimers call returns.
+const MaxTimersPerPop = 1024
+
+// NextTimer returns the earliest timer time of domain; ok is false when
+// there is none (or domain is not a time domain). It may read the next
+// window of timers from Pebble; a failure to is the store's (sticky), and
+// reports none.
+func (v *VertexState) NextTimer(domain int32) (ts int64, ok bool) {
+	if domain != abi.TimeEvent && domain != abi.TimeProcessing {
+		return 0, false
+	}
+	q := &v.timers[domain]
+	if q.len() == 0 && q.partial && v.s.err == nil {
+		if v.refill(domain) != nil {
+			return 0, false
+		}
+	}
+	t := q.peek()
+	if t == nil {
+		return 0, false
+	}
+	return t.ts, true
+}
+
+// refill fills the empty, partial queue of domain with the next window of
+// timers from Pebble: the first timerRefill from its bound on, in firing
+// order, merged from the owned key groups. When they are all, the queue
+// holds every timer and is no longer partial.
+func (v *VertexState) refill(domain int32) error {
+	s := v.s
+	q := &v.timers[domain]
+	if err := s.Flush(); err != nil {
+		return err
+	}
+	if err := s.ready(); err != nil {
+		return err
+	}
+	if s.db == nil {
+		return ErrClosed
+	}
+	m := &timerMerge{}
+	defer m.close()
+	for kg := s.groups.Start; kg <= s.groups.End; kg++ {
+		prefix := []byte{byte(kg >> 8), byte(kg)}
+		prefix = append(append(prefix, v.timerMid...), byte(domain))
+		upper := prefixSuccessor(nil, prefix)
+		it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: upper})
+		if err != nil {
+			return s.fail("read timers", err)
+		}
+		c := &timerCursor{it: it, n: len(prefix)}
+		ok := false
+		if q.bound != nil {
+			ok = it.SeekGE(append(prefix[:len(prefix):len(prefix)], q.bound...))
+		} else {
+			ok = it.First()
+		}
+		if !ok {
+			if err := it.Close(); err != nil {
+				return s.fail("read timers", err)
+			}
+			continue
+		}
+		m.cursors = append(m.cursors, c)
+	}
+	heap.Init(m)
+	// The loaded timers come in firing order, the queue's run; they share
+	// one buffer for their keys and one for themselves.
+	ts := make([]timer, 0, timerRefill)
+	var keys []byte
+	for len(m.cursors) > 0 && len(ts) < timerRefill {
+		c := m.cursors[0]
+		k := c.it.Key()
+		t, keyLen, nsLen, ok := parseTimerSuffix(k[c.n:])
+		if !ok {
+			return s.fail("read timers", fmt.Errorf("%w: timer time or key truncated (%x)", ErrMalformedKey, k))
+		}
+		if len(keys)+len(k) > cap(keys) {
+			keys = make([]byte, 0, max(64<<10, len(k)))
+		}
+		at := len(keys)
+		keys = append(keys, k...)
+		ts = append(ts, timer{})
+		ts[len(ts)-1].set(t, keys[at:len(keys):len(keys)], keyLen, nsLen)
+		if c.it.Next() {
+			heap.Fix(m, 0)
+		} else {
+			if err := c.it.Error(); err != nil {
+				return s.fail("read timers", err)
+			}
+			heap.Pop(m)
+		}
+	}
+	if q.set == nil {
+		q.set = make(map[string]*timer, len(ts))
+	}
+	for i := range ts {
+		q.addRun(&ts[i])
+	}
+	if len(m.cursors) == 0 {
+		q.partial, q.bound = false, nil
+		return nil
+	}
+	q.bound = append(q.bound[:0], m.cursors[0].it.Key()[m.cursors[0].n:]...)
+	return nil
+}
+
+// parseTimerSuffix decodes a timer key's suffix (timerSuffix): the time,
+// and the lengths of the record key and the namespace that follow.
+func parseTimerSuffix(sfx []byte) (ts int64, keyLen, nsLen int, ok bool) {
+	if len(sfx) < 9 {
+		return 0, 0, 0, false
+	}
+	ts = int64(binary.BigEndian.Uint64(sfx) ^ timeBias)
+	n, w := binary.Uvarint(sfx[8:])
+	rest := len(sfx) - 8 - w
+	if w <= 0 || n > uint64(rest) {
+		return 0, 0, 0, false
+	}
+	return ts, int(n), rest - int(n), true
+}
+
+// timerCursor is one key group's iterator over the timers of a vertex and
+// domain; n is the length of their common prefix.
+type timerCursor struct {
+	it *pebble.Iterator
+	n  int
+}
+
+// timerMerge is a min-heap of cursors by their current timer's suffix.
+type timerMerge struct{ cursors []*timerCursor }
+
+func (m *timerMerge) Len() int { return len(m.cursors) }
+func (m *timerMerge) Less(i, j int) bool {
+	a, b := m.cursors[i], m.cursors[j]
+	return bytes.Compare(a.it.Key()[a.n:], b.it.Key()[b.n:]) < 0
+}
+func (m *timerMerge) Swap(i, j int) { m.cursors[i], m.cursors[j] = m.cursors[j], m.cursors[i] }
+func (m *timerMerge) Push(x any)    { m.cursors = append(m.cursors, x.(*timerCursor)) }
+func (m *timerMerge) Pop() any {
+	c := m.cursors[len(m.cursors)-1]
+	m.cursors = m.cursors[:len(m.cursors)-1]
+	_ = c.it.Close()
+	return c
+}
+
+func (m *timerMerge) close() {
+	for _, c := range m.cursors {
+		_ = c.it.Close()
+	}
+	m.cursors = nil
+}
+
+// timerExists reports whether the timer with Pebble key pk, which is out
+// of its queue's window, is registered.
+func (s *Store) timerExists(pk []byte) (bool, error) {
+	if present, ok := s.outTimers[string(pk)]; ok {
+		return present, nil
+	}
+	// Every other change of pk is in Pebble: it was made out of the window
+	// before the last Flush, or in it, and the window moved at a Flush.
+	if err := s.ready(); err != nil {
+		return false, err
+	}
+	_, closer, err := s.db.Get(pk)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, s.fail("read timer", err)
+	}
+	return true, closer.Close()
+}
+
+// noteOutTimer records a change of a timer out of its queue's window.
+func (s *Store) noteOutTimer(pk []byte, present bool) {
+	if s.outTimers == nil {
+		s.outTimers = make(map[string]bool)
+	}
+	s.outTimers[string(pk)] = present
+}
+
+// timersFlushed runs at the end of every Flush: the changes out of the
+// windows are in Pebble now, and a queue holding more than timerWindowMax
+// timers keeps its earlier half.
+func (s *Store) timersFlushed() {
+	clear(s.outTimers)
+	if len(s.outTimers) == 0 && s.outTimers != nil {
+		s.outTimers = nil // let a large map go
+	}
+	for _, v := range s.vertices {
+		for d := range v.timers {
+			if q := &v.timers[d]; q.len() > timerWindowMax {
+				q.shrink(timerWindowMax / 2)
+			}
+		}
+	}
+}
+
+// shrink keeps the earliest keep timers in memory and makes the queue
+// partial, with its bound at the first timer it lets go.
+func (q *timerQueue) shrink(keep int) {
+	q.unrun()
+	slices.SortFunc(q.heap, func(a, b *timer) int { return bytes.Compare(a.sfx, b.sfx) })
+	// A sorted slice is a valid heap.
+	gone := q.heap[keep:]
+	q.bound = append([]byte(nil), gone[0].sfx...)
+	q.partial = true
+	for _, t := range gone {
+		delete(q.set, string(t.pk))
+		t.index = -1
+	}
+	clear(gone)
+	q.heap = q.heap[:keep]
+	for i, t := range q.heap {
+		t.index = i
+	}
+}
+
+// unloadTimers makes every queue partial with nothing in memory, after
+// timers reached Pebble past the queues (an import): the next pop or
+// NextTimer reads them from Pebble. The caller flushed: Pebble holds every
+// timer the queues held.
+func (s *Store) unloadTimers() {
+	s.timersPartial = true
+	for _, v := range s.vertices {
+		for d := range v.timers {
+			v.timers[d] = timerQueue{partial: true}
+		}
+	}
+}
+
+// fire records the deletion of a fired timer, whose Pebble key is pk, for
+// the next Flush. The deletions of a window's timers then reach the batch
+// together, grouped by key group, each group in firing order, which is its
+// key order: Pebble's memtable inserts each next to the one before (its
+// splice hint) instead of searching its skiplist from the top, which cost
+// fired timers most of their time.
+func (s *Store) fire(pk []byte) {
+	s.firedKeys = append(s.firedKeys, pk...)
+	s.firedEnds = append(s.firedEnds, len(s.firedKeys))
+}
+
+// stageSet stages the registration of timer key pk. The deletions of fired
+// timers go first: one of them may be pk's, fired and now registered again.
+func (s *Store) stageSet(pk []byte) error {
+	if len(s.firedEnds) > 0 {
+		if err := s.stageFired(); err != nil {
+			return err
+		}
+	}
+	return s.stageTimer(pk, false)
+}
+
+// stageFired stages the deletions of the timers fired since the last
+// Flush, grouped by key group (a stable counting sort).
+func (s *Store) stageFired() error {
+	ends := s.firedEnds
+	if len(ends) == 0 {
+		return nil
+	}
+	keys := s.firedKeys
+	start := func(i int) int {
+		if i == 0 {
+			return 0
+		}
+		return ends[i-1]
+	}
+	kgOf := func(i int) int {
+		k := keys[start(i):]
+		return int(binary.BigEndian.Uint16(k)) - s.groups.Start
+	}
+	counts := make([]int, s.groups.End-s.groups.Start+2)
+	for i := range ends {
+		counts[kgOf(i)+1]++
+	}
+	for g := 1; g < len(counts); g++ {
+		counts[g] += counts[g-1]
+	}
+	order := make([]int32, len(ends))
+	for i := range ends {
+		g := kgOf(i)
+		order[counts[g]] = int32(i)
+		counts[g]++
+	}
+	for _, i := range order {
+		if err := s.stageTimer(keys[start(int(i)):ends[i]], true); err != nil {
+			return err
+		}
+	}
+	s.firedKeys, s.firedEnds = s.firedKeys[:0], s.firedEnds[:0]
+	if cap(s.firedKeys) > maxKeptFired {
+		s.firedKeys, s.firedEnds = nil, nil
+	}
+	return nil
+}
+
+// maxKeptFired bounds the buffer of fired timers' keys kept between
+// flushes.
+const maxKeptFired = 4 << 20
+
+// journalTimerKey records a timer change, of kind undoTimerAdded or
+// undoTimerDeleted, of the timer with Pebble key pk, in the open journal.
+func (s *Store) journalTimerKey(kind undoKind, v *VertexState, domain int32, pk []byte, ts int64, keyLen, nsLen int) {
+	j := &s.undo
+	r := undoRecord{kind: kind, v: v, domain: domain, ts: ts, keyLen: keyLen, nsLen: nsLen}
+	r.pk[0] = len(j.buf)
+	j.buf = append(j.buf, pk...)
+	r.pk[1] = len(j.buf)
+	j.recs = append(j.recs, r)
+}

@@ -1,0 +1,232 @@
+package state
+
+import (
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/wstream/wstream/abi"
+)
+
+// smallTimerWindow makes the timer windows small for one test, so that a
+// few hundred timers go through every path: shrink, blind writes past the
+// bound, refills from Pebble.
+func smallTimerWindow(t *testing.T, max, refill int) {
+	t.Helper()
+	oldMax, oldRefill := timerWindowMax, timerRefill
+	timerWindowMax, timerRefill = max, refill
+	t.Cleanup(func() { timerWindowMax, timerRefill = oldMax, oldRefill })
+}
+
+// firingOrder renders a model timer as pop does, sorting in firing order.
+func firingOrder(ms []modelTimer) []string {
+	slices.SortFunc(ms, compareModel)
+	out := make([]string, len(ms))
+	for i, m := range ms {
+		out[i] = fmt.Sprintf("%d:%s/%s", m.ts, m.key, m.ns)
+	}
+	return out
+}
+
+// TestTimerWindowAgainstModel drives one vertex's event-time timers with
+// random registrations, deletions, pops, flushes, reopens and undone
+// calls, with a window of a few timers, and checks every pop and
+// NextTimer against a set of the timers that should be pending.
+func TestTimerWindowAgainstModel(t *testing.T) {
+	smallTimerWindow(t, 16, 8)
+	for seed := range uint64(4) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			r := rand.New(rand.NewPCG(seed, 11))
+			dir := t.TempDir()
+			s := openStore(t, dir, fullRange)
+			defer func() { closeStore(t, s) }()
+			v := s.Vertex("w", true)
+			model := map[modelTimer]bool{}
+			var undone map[modelTimer]bool // the model when the journal opened
+			randTimer := func() modelTimer {
+				// Keys of different lengths in many key groups; a few
+				// times, so that same-time timers cross the bound.
+				return modelTimer{
+					ts:  int64(r.IntN(40)),
+					key: fmt.Sprintf("%0*d", 1+r.IntN(3), r.IntN(60)),
+					ns:  string(rune('x' + r.IntN(3))),
+				}
+			}
+			wm := int64(-1)
+			sawBound := 0 // steps that ended with timers out of memory
+			for step := range 6000 {
+				switch op := r.IntN(100); {
+				case op < 50:
+					m := randTimer()
+					m.ts += wm + 1
+					mustTimer(t, v, abi.TimeEvent, m.key, m.ns, m.ts)
+					model[m] = true
+				case op < 65:
+					m := randTimer()
+					m.ts += wm + 1
+					if r.IntN(2) == 0 {
+						// Mostly an existing one.
+						for k := range model {
+							m = k
+							break
+						}
+					}
+					if err := v.DeleteTimer(abi.TimeEvent, []byte(m.key), []byte(m.ns), m.ts); err != nil {
+						t.Fatalf("step %d: DeleteTimer: %v", step, err)
+					}
+					delete(model, m)
+				case op < 75:
+					// The watermark moves; everything up to it fires, in
+					// order, a batch of MaxTimersPerPop at most at a time.
+					wm += int64(r.IntN(12))
+					var due []modelTimer
+					for m := range model {
+						if m.ts <= wm {
+							due = append(due, m)
+							delete(model, m)
+						}
+					}
+					var got []string
+					for {
+						b := pop(t, v, abi.TimeEvent, wm)
+						if len(b) == 0 {
+							break
+						}
+						got = append(got, b...)
+					}
+					expectTimers(t, got, firingOrder(due)...)
+				case op < 82:
+					var want int64
+					found := false
+					for m := range model {
+						if !found || m.ts < want {
+							want, found = m.ts, true
+						}
+					}
+					ts, ok := v.NextTimer(abi.TimeEvent)
+					if ok != found || ok && ts != want {
+						t.Fatalf("step %d: NextTimer = %d, %t; want %d, %t", step, ts, ok, want, found)
+					}
+				case op < 88:
+					flush(t, s)
+				case op < 90:
+					if undone != nil {
+						continue
+					}
+					closeStore(t, s)
+					s = openStore(t, dir, fullRange)
+					v = s.Vertex("w", true)
+				case op < 95:
+					if undone == nil {
+						s.BeginUndo()
+						undone = maps.Clone(model)
+					}
+				default:
+					if undone == nil {
+						continue
+					}
+					if r.IntN(2) == 0 {
+						s.CommitUndo()
+					} else {
+						if err := s.RollbackUndo(); err != nil {
+							t.Fatalf("step %d: RollbackUndo: %v", step, err)
+						}
+						model = undone
+					}
+					undone = nil
+				}
+				if q := &v.timers[abi.TimeEvent]; q.partial && q.bound != nil {
+					sawBound++
+				}
+				if q := &v.timers[abi.TimeEvent]; q.len() > 2*timerWindowMax+1 {
+					t.Fatalf("step %d: %d timers in memory, window %d", step, q.len(), timerWindowMax)
+				}
+			}
+			if sawBound < 1000 {
+				t.Fatalf("only %d of the steps had timers out of memory", sawBound)
+			}
+			if undone != nil {
+				s.CommitUndo()
+			}
+			// Reopened, every pending timer is still there, in order.
+			closeStore(t, s)
+			s = openStore(t, dir, fullRange)
+			v = s.Vertex("w", true)
+			var all []modelTimer
+			for m := range model {
+				all = append(all, m)
+			}
+			var got []string
+			for {
+				b := pop(t, v, abi.TimeEvent, abi.MaxWatermark)
+				if len(b) == 0 {
+					break
+				}
+				got = append(got, b...)
+			}
+			expectTimers(t, got, firingOrder(all)...)
+		})
+	}
+}
+
+// A queue past its window keeps a bounded number of timers in memory, and
+// a store reopened on many timers reads none of them until it needs them.
+func TestTimerWindowBoundsMemory(t *testing.T) {
+	smallTimerWindow(t, 64, 32)
+	dir := t.TempDir()
+	s := openStore(t, dir, fullRange)
+	v := s.Vertex("w", true)
+	const n = 5000
+	for i := range n {
+		mustTimer(t, v, abi.TimeEvent, fmt.Sprintf("k%d", i), "", abi.MaxWatermark)
+		if i%100 == 99 {
+			flush(t, s)
+		}
+	}
+	flush(t, s)
+	q := &v.timers[abi.TimeEvent]
+	if q.len() > timerWindowMax || !q.partial {
+		t.Fatalf("after %d timers and a flush: %d in memory (partial %t), want at most %d", n, q.len(), q.partial, timerWindowMax)
+	}
+	closeStore(t, s)
+
+	s = openStore(t, dir, fullRange)
+	defer closeStore(t, s)
+	v = s.Vertex("w", true)
+	if q := &v.timers[abi.TimeEvent]; q.len() != 0 || !q.partial {
+		t.Fatalf("reopened: %d timers in memory (partial %t), want none yet", q.len(), q.partial)
+	}
+	if ts, ok := v.NextTimer(abi.TimeEvent); !ok || ts != abi.MaxWatermark {
+		t.Fatalf("NextTimer = %d, %t", ts, ok)
+	}
+	if q := &v.timers[abi.TimeEvent]; q.len() != timerRefill {
+		t.Fatalf("NextTimer read %d timers, want one window of %d", q.len(), timerRefill)
+	}
+	seen := map[string]bool{}
+	last := ""
+	for {
+		got := pop(t, v, abi.TimeEvent, abi.MaxWatermark)
+		if len(got) == 0 {
+			break
+		}
+		for _, g := range got {
+			if seen[g] {
+				t.Fatalf("timer %s fired twice", g)
+			}
+			seen[g] = true
+			// Same time: shorter keys first, then byte order.
+			if last != "" && (len(g) < len(last) || len(g) == len(last) && g < last) {
+				t.Fatalf("timer %s fired after %s", g, last)
+			}
+			last = g
+		}
+		if q := &v.timers[abi.TimeEvent]; q.len() > timerRefill {
+			t.Fatalf("%d timers in memory while firing, want at most %d", q.len(), timerRefill)
+		}
+	}
+	if len(seen) != n {
+		t.Fatalf("%d timers fired, want %d", len(seen), n)
+	}
+}
