@@ -25,23 +25,6 @@ import (
 	"github.com/wstream/wstream/transport"
 )
 
-// Record is what the coordinator keeps of a job in DATA/jobs/JOB/job.json:
-// enough to resume it after the process that ran it died.
-type Record struct {
-	JobID        string          `json:"jobId"`
-	Name         string          `json:"name"`
-	Plan         json.RawMessage `json:"plan"`
-	ModuleDigest string          `json:"moduleDigest,omitempty"`
-	ModuleName   string          `json:"moduleName,omitempty"`
-	State        string          `json:"state"`
-	Attempt      int             `json:"attempt"`
-	Updated      time.Time       `json:"updated"`
-	// Restarts says why each restart of the job happened, oldest first.
-	Restarts []RestartEntry `json:"restarts,omitempty"`
-	// Tenant owns the job ("" without tenants).
-	Tenant string `json:"tenant,omitempty"`
-}
-
 // JobDir is a job's directory under a data directory.
 func JobDir(dataDir, id string) string { return filepath.Join(dataDir, "jobs", id) }
 
@@ -50,8 +33,9 @@ func CheckpointRoot(dataDir, id string) string {
 	return filepath.Join(JobDir(dataDir, id), "checkpoints")
 }
 
-// ReadRecord reads a job's record.
-func ReadRecord(dataDir, id string) (*Record, error) {
+// ReadRecord reads a job's record (its spec, as the coordinator last wrote
+// it to DATA/jobs/JOB/job.json).
+func ReadRecord(dataDir, id string) (*JobSpec, error) {
 	b, err := os.ReadFile(filepath.Join(JobDir(dataDir, id), "job.json"))
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
@@ -59,7 +43,7 @@ func ReadRecord(dataDir, id string) (*Record, error) {
 		}
 		return nil, err
 	}
-	var r Record
+	var r JobSpec
 	if err := json.Unmarshal(b, &r); err != nil {
 		return nil, fmt.Errorf("job record %s: %w", filepath.Join(JobDir(dataDir, id), "job.json"), err)
 	}
@@ -68,7 +52,7 @@ func ReadRecord(dataDir, id string) (*Record, error) {
 
 // ListRecords returns the records of every job in a data directory, most
 // recently updated last.
-func ListRecords(dataDir string) ([]*Record, error) {
+func ListRecords(dataDir string) ([]*JobSpec, error) {
 	entries, err := os.ReadDir(filepath.Join(dataDir, "jobs"))
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
@@ -76,7 +60,7 @@ func ListRecords(dataDir string) ([]*Record, error) {
 		}
 		return nil, err
 	}
-	var out []*Record
+	var out []*JobSpec
 	for _, e := range entries {
 		if !e.IsDir() {
 			continue
@@ -89,7 +73,7 @@ func ListRecords(dataDir string) ([]*Record, error) {
 	return out, nil
 }
 
-func (c *Coordinator) readRecord(id string) (*Record, error) {
+func (c *Coordinator) readRecord(id string) (*JobSpec, error) {
 	if c.cfg.DataDir == "" {
 		return nil, errors.New("this coordinator keeps no job records (no data directory)")
 	}
@@ -106,12 +90,12 @@ func (c *Coordinator) writeRecord(j *jobState) error {
 	defer j.recordMu.Unlock()
 	c.mu.Lock()
 	state := j.info.State
-	r := Record{JobID: j.info.JobID, Name: j.info.Name, Plan: j.plan.JSON(), ModuleDigest: j.digest,
-		ModuleName: j.module, State: state, Attempt: j.attempt, Updated: c.now(),
-		Restarts: slices.Clone(j.restartLog), Tenant: j.info.Tenant}
+	r := c.specLocked(j, state)
 	c.mu.Unlock()
 	// The spec after the file: a client may take a job's result from
-	// the spec, and find the file up to date then.
+	// the spec, and find the file up to date then. The bucket gets the
+	// job as it is then, not r: a checkpoint may have completed
+	// meanwhile, and its spec must not be replaced by an older view.
 	defer c.storeSpec(j, state)
 	if c.cfg.DataDir == "" {
 		return nil

@@ -690,7 +690,7 @@ func (c *Coordinator) submit(req transport.SubmitRequest, who caller) (string, e
 		name = plan.Name
 	}
 	id := req.Resume
-	var rec *Record
+	var rec *JobSpec
 	if id != "" {
 		// A resumed job continues from its latest checkpoint; its sinks
 		// recover as after any restart.
@@ -724,14 +724,17 @@ func (c *Coordinator) submit(req transport.SubmitRequest, who caller) (string, e
 		req.FromSavepoint = root
 	}
 	if rec != nil {
-		// The record file does not carry the restore point; the spec does.
+		// The restore point is the bucket's: the record is not
+		// rewritten at each checkpoint.
 		if req.FromSavepoint, spID, err = c.resumePoint(id); err != nil {
 			return "", err
 		}
 	}
 	lc := newLifecycle(plan, req.FromSavepoint != "")
 	if rec != nil {
-		if err := lc.Recover(rec.Attempt, 0, lifecycleLog(rec.Restarts)); err != nil {
+		// A resume by hand starts the restart strategy's count afresh;
+		// the log keeps the causes.
+		if err := lc.Recover(rec.Attempt, 0, lifecycleLog(rec.RestartLog)); err != nil {
 			return "", err
 		}
 	}

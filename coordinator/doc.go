@@ -79,7 +79,8 @@
 // epoch, which workers refuse when they have seen a higher one. A leader
 // that finds its lease taken stops acting and calls Config.Deposed.
 //
-// A new job's record (DATA/jobs/JOB/job.json) and spec are written once
+// A new job's record (DATA/jobs/JOB/job.json: the same JobSpec, on disk)
+// and spec are written once
 // its first attempt is deployed, which keeps the record's syncs off the
 // path to the job's first record, and the submission is answered only
 // after them: an accepted job is one a restarted coordinator finds. A job
