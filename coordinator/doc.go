@@ -130,14 +130,15 @@
 // Each call acts for a Caller, who sees its own jobs only; savepoint, stop
 // and cancel go through the same paths as the NATS control plane.
 //
-// Locks. Coordinator.mu may be held while ckptDriver.mu is taken (a driver is
-// stopped under Coordinator.mu, when the lifecycle asks for it, and waits for
-// its persist goroutine), never the reverse: under ckptDriver.mu the driver
-// touches the job only through atomic fields (jobState.stopped, set through
-// stopSavepointEnded) or from a new goroutine (failJob, checkpointCompleted,
-// stopSavepointEnded's event). The lifecycle is only touched under
-// Coordinator.mu; actions that wait on workers, NATS or files are carried
-// out after it is released. A job's checkpoint statistics and exceptions
-// have locks of their own, taken last (under Coordinator.mu or
-// ckptDriver.mu, never holding another).
+// Locks and loops. Each attempt's checkpoint driver is a loop (one
+// goroutine owning the checkpoint state machine: ckptDriver): acks, ticks,
+// savepoint requests and the outcomes of its I/O are messages to it, and it
+// never waits for Coordinator.mu, so c.mu may be held while sending it one
+// (a driver is stopped under c.mu, when the lifecycle asks for it, and waits
+// for its I/O). The driver touches the job only through atomic fields
+// (jobState.stopped, set through stopSavepointEnded; jobState.confirmed) or
+// from a new goroutine (failJob, checkpointCompleted, stopSavepointEnded's
+// event). The lifecycle is only touched under c.mu; actions that wait on
+// workers, NATS or files are carried out after it is released. A job's
+// checkpoint statistics and exceptions have locks of their own, taken last.
 package coordinator

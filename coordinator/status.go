@@ -555,13 +555,12 @@ func (c *Coordinator) Checkpoints(who Caller, id string) (*CheckpointOverview, e
 		out.Latest.Restored = &r
 	}
 	if d := j.ckpt; d != nil {
-		// Lock order: c.mu, then the driver's.
-		d.mu.Lock()
-		for cid, trig := range d.pending {
-			out.InProgress = append(out.InProgress, CheckpointStats{ID: cid, Kind: d.kinds[cid].String(), Status: CheckpointInProgress,
-				Attempt: d.attempt, TriggerTime: trig, DurationMillis: max(0, time.Now().UnixMilli()-trig)})
-		}
-		d.mu.Unlock()
+		d.do(func() {
+			for cid, trig := range d.pending {
+				out.InProgress = append(out.InProgress, CheckpointStats{ID: cid, Kind: d.kinds[cid].String(), Status: CheckpointInProgress,
+					Attempt: d.attempt, TriggerTime: trig, DurationMillis: max(0, time.Now().UnixMilli()-trig)})
+			}
+		})
 	}
 	c.mu.Unlock()
 	sort.Slice(out.InProgress, func(i, k int) bool { return out.InProgress[i].ID < out.InProgress[k].ID })

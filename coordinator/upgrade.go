@@ -303,28 +303,30 @@ func (c *Coordinator) checkModuleStored(j *jobState, who caller, digest, name st
 // upgradeSavepoint triggers the upgrade's barrier: a stop with savepoint
 // whose outcome goes to the lifecycle (StopCompleted, StopFailed).
 func (d *ckptDriver) upgradeSavepoint(parent string, op *upgradeOp) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
 	refuse := func(why string) { d.c.stopSavepointEnded(d.j, d.attempt, 0, errors.New(why)) }
-	if d.stopped {
+	if !d.do(func() {
+		if d.stopped {
+			refuse("the job is restarting: try again")
+			return
+		}
+		now := time.Now().UnixMilli()
+		id, err := d.sm.TriggerSavepoint(now)
+		if err != nil {
+			refuse(err.Error())
+			return
+		}
+		op.mu.Lock()
+		op.trigger = now
+		op.mu.Unlock()
+		// The upgrade answers its client when the new module runs (or the
+		// old one is back), not when its barrier completes: the barrier's
+		// own reply has no one to tell.
+		d.savepoints[id] = &pendingSavepoint{dir: savepointDir(parent, d.j.info.JobID, id), stop: true, upgrade: op,
+			reply: func(transport.SavepointReply) {}}
+		d.run()
+	}) {
 		refuse("the job is restarting: try again")
-		return
 	}
-	now := time.Now().UnixMilli()
-	id, err := d.sm.TriggerSavepoint(now)
-	if err != nil {
-		refuse(err.Error())
-		return
-	}
-	op.mu.Lock()
-	op.trigger = now
-	op.mu.Unlock()
-	// The upgrade answers its client when the new module runs (or the old
-	// one is back), not when its barrier completes: the barrier's own
-	// reply has no one to tell.
-	d.savepoints[id] = &pendingSavepoint{dir: savepointDir(parent, d.j.info.JobID, id), stop: true, upgrade: op,
-		reply: func(transport.SavepointReply) {}}
-	d.run()
 }
 
 // switchLocked makes the job run module m of its upgrade from the next
