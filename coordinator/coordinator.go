@@ -108,8 +108,11 @@ type Config struct {
 type Coordinator struct {
 	cfg Config
 	// minted are the attempts' credentials given out (tenants.go).
-	minted  mintedAttempts
-	mu      sync.Mutex
+	minted mintedAttempts
+	// mu guards the workers and jobs; its release publishes the readers'
+	// view of them (view).
+	mu      stateMu
+	view    atomic.Pointer[view]
 	workers map[string]*workerState
 	jobs    map[string]*jobState
 	subs    []*nats.Subscription
@@ -211,6 +214,10 @@ type jobState struct {
 	// takes its view of the job under it, so that an older view never
 	// replaces a newer one.
 	recordMu sync.Mutex
+	// chains names the chains of chainsOf, the plan the job runs, for the
+	// readers' view (built again only when the plan changes).
+	chains   []string
+	chainsOf *job.Plan
 	// savepoint the first attempt restores from
 	fromSavepoint string
 	savepointID   int64
@@ -280,8 +287,10 @@ func New(cfg Config) (*Coordinator, error) {
 	if cfg.CheckpointHistory <= 0 {
 		cfg.CheckpointHistory = DefaultCheckpointHistory
 	}
-	return &Coordinator{cfg: cfg, workers: map[string]*workerState{}, jobs: map[string]*jobState{}, now: time.Now, gone: map[string]string{},
-		cancelled: map[string]time.Time{}, tconns: map[string]*nats.Conn{}}, nil
+	c := &Coordinator{cfg: cfg, workers: map[string]*workerState{}, jobs: map[string]*jobState{}, now: time.Now, gone: map[string]string{},
+		cancelled: map[string]time.Time{}, tconns: map[string]*nats.Conn{}}
+	c.mu.publish = c.publishLocked
+	return c, nil
 }
 
 // Start opens the job bucket and takes the lease: a coordinator that leads
@@ -291,7 +300,9 @@ func New(cfg Config) (*Coordinator, error) {
 // and takes over (as activate) once the lease lapses.
 func (c *Coordinator) Start() error {
 	nc := c.cfg.NATS
+	c.mu.Lock()
 	c.startedAt = c.now()
+	c.mu.Unlock()
 	c.reconnects = nc.Stats().Reconnects
 	if err := transport.CheckReplicas(nc, c.replicas()); err != nil {
 		return fmt.Errorf("coordinator: %w", err)
@@ -352,7 +363,9 @@ func (c *Coordinator) unsubscribe() {
 // the bucket (Config.ResumeJobs) and, with a lease, renews it.
 func (c *Coordinator) activate(ctx context.Context) error {
 	nc := c.cfg.NATS
+	c.mu.Lock()
 	c.startedAt = c.now()
+	c.mu.Unlock()
 	var resume []*jobState
 	var err error
 	if c.cfg.ResumeJobs {
@@ -591,15 +604,12 @@ func (c *Coordinator) onHeartbeat(m *nats.Msg) {
 
 // Workers lists the registered workers that are alive.
 func (c *Coordinator) Workers() []transport.WorkerInfo {
-	c.mu.Lock()
-	defer c.mu.Unlock()
 	var out []transport.WorkerInfo
-	for _, w := range c.workers {
-		if c.now().Sub(w.lastSeen) <= c.cfg.WorkerTimeout {
+	for _, w := range c.readView().workers {
+		if c.live(w) {
 			out = append(out, w.info)
 		}
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out
 }
 
@@ -1048,19 +1058,14 @@ func (c *Coordinator) cancel(id string, who caller) error {
 // onList answers with a row per job: its state by Flink's names, its
 // attempt, and the cause of its latest restart.
 func (c *Coordinator) onList(m *nats.Msg, who caller) {
-	c.mu.Lock()
 	out := transport.ListReply{Jobs: []transport.JobInfo{}, Leader: c.serverID()}
-	for _, j := range c.jobs {
-		if !visibleLocked(j, who) {
-			continue
+	for _, jv := range c.readView().jobs {
+		if jv.visible(who) {
+			row := jv.row
+			row.Cause = c.tenantText(who, row.Cause)
+			out.Jobs = append(out.Jobs, row)
 		}
-		row := j.info
-		row.State = j.lc.State().String()
-		row.Attempt, row.Restarts, row.Cause = j.lc.Attempt(), j.lc.Restarts(), c.tenantText(who, j.lc.Cause())
-		out.Jobs = append(out.Jobs, row)
 	}
-	c.mu.Unlock()
-	sort.Slice(out.Jobs, func(i, k int) bool { return out.Jobs[i].Started.Before(out.Jobs[k].Started) })
 	respond(m, out)
 }
 
@@ -1072,13 +1077,10 @@ func (c *Coordinator) onWorkers(m *nats.Msg, who caller) {
 		respond(m, transport.WorkersReply{Error: err.Error()})
 		return
 	}
-	c.mu.Lock()
 	out := transport.WorkersReply{Workers: []transport.WorkerRow{}, Leader: c.serverID()}
-	for _, w := range c.workers {
-		out.Workers = append(out.Workers, c.workerRowLocked(w))
+	for _, w := range c.readView().workers {
+		out.Workers = append(out.Workers, c.workerRow(w))
 	}
-	c.mu.Unlock()
-	sort.Slice(out.Workers, func(i, k int) bool { return out.Workers[i].ID < out.Workers[k].ID })
 	respond(m, out)
 }
 

@@ -119,6 +119,12 @@
 // trigger goes out (idCounter): storage cannot serve, it deletes the
 // checkpoints that never completed and the savepoints it exported.
 //
+// Readers that list (`wstream list`, `wstream workers`, the REST API's
+// overview, jobs and workers, the metrics endpoint) read an immutable view
+// of the jobs and workers (view.go), which every release of Coordinator.mu
+// publishes first: they never wait for the lock, and see every change whose
+// lock was released before they read.
+//
 // The query side (status.go) serves the REST API (package api): the
 // cluster overview, workers, jobs with their vertices and the subtasks'
 // latest metrics samples (SubtaskMetrics; busy and backpressure ratios
