@@ -21,7 +21,6 @@ import (
 	"github.com/wstream/wstream/internal/durable"
 	"github.com/wstream/wstream/internal/logging"
 	"github.com/wstream/wstream/job"
-	"github.com/wstream/wstream/lifecycle"
 	"github.com/wstream/wstream/transport"
 )
 
@@ -787,12 +786,9 @@ func (d *ckptDriver) carryOut(acts []checkpoint.CoordinatorAction) {
 			if a.Kind == checkpoint.KindCheckpoint {
 				d.reg.completedCheckpoint(a.ID)
 				d.releaseOutside()
-				if d.j.probation.Load() == int64(d.attempt)+1 {
-					// Before the sinks commit on it: the upgrade can no
-					// longer roll back.
-					d.j.confirmed.Store(int64(d.attempt) + 1)
-					go d.c.step(d.j, func(*lifecycle.Job, int64) error { return nil })
-				}
+				// Before the sinks commit on it: an upgrade on probation
+				// can no longer roll back.
+				d.c.report(d.j, checkpointConfirmed{attempt: d.attempt})
 			} else {
 				d.reg.release(a.ID) // savepoints reference no shared files
 			}
@@ -840,8 +836,7 @@ func (d *ckptDriver) carryOut(acts []checkpoint.CoordinatorAction) {
 				d.sweep()
 			}
 		case checkpoint.FailJob:
-			attempt := d.attempt
-			go d.c.failJob(d.j, attempt, a.Reason)
+			d.c.report(d.j, attemptFailed{attempt: d.attempt, reason: a.Reason})
 		}
 	}
 }
@@ -1013,9 +1008,7 @@ func (d *ckptDriver) persist(cp checkpoint.Completed) {
 			}
 		}
 		if err == nil && cp.Kind == checkpoint.KindCheckpoint {
-			// Not here: whoever stops the driver holds c.mu and waits for
-			// this goroutine.
-			go d.c.checkpointCompleted(d.j, cp.ID)
+			d.c.report(d.j, checkpointWritten{id: cp.ID})
 		}
 		d.do(func() {
 			if err != nil {
@@ -1056,18 +1049,6 @@ func (d *ckptDriver) restoreFrom(id int64, dir string) error {
 		return fmt.Errorf("savepoint %d could not be recorded as the job's restore point in bucket %s within %s", id, transport.JobsBucket, kvTimeout)
 	}
 	return nil
-}
-
-// checkpointCompleted notes a job's latest completed checkpoint in its spec.
-func (c *Coordinator) checkpointCompleted(j *jobState, id int64) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if id > j.latestCheckpoint && !j.done {
-		j.latestCheckpoint = id
-		if c.store != nil {
-			c.store.put(c.specLocked(j, j.info.State))
-		}
-	}
 }
 
 // sweep deletes shared files that nothing references: uploads of

@@ -204,12 +204,9 @@ type jobState struct {
 	// for the old attempt to stop, until it closes.
 	resuming <-chan struct{}
 	ckpt     *ckptDriver
-	// stopped: the checkpoint driver completed a stop with savepoint.
-	// Atomic because the driver sets it under its own mutex, where it must
-	// not take c.mu (lock order: c.mu, then ckptDriver.mu, never the
-	// reverse); onTaskStatus hands it to the lifecycle before it counts a
-	// subtask's end.
-	stopped atomic.Bool
+	// inbox holds what the checkpoint driver reported for the lifecycle,
+	// until it is handed over (drainLocked).
+	inbox inbox
 	// recordMu orders the writes of the job's record and spec: each
 	// takes its view of the job under it, so that an older view never
 	// replaces a newer one.
@@ -242,11 +239,9 @@ type jobState struct {
 	// that was done (its new module's first record may come after).
 	upgrade, lastUpgrade *upgradeOp
 	// probation is 1 + the attempt of an upgrade's new module until it
-	// completes a checkpoint (0: none); the checkpoint driver then sets
-	// confirmed to it, under its own lock and before any sink commits, and
-	// the coordinator hands it to the lifecycle before any other event
-	// (confirmLocked).
-	probation, confirmed atomic.Int64
+	// completes a checkpoint (0: none): the driver's report of that
+	// checkpoint (checkpointConfirmed) confirms the upgrade.
+	probation int
 }
 
 // newLifecycle makes the lifecycle of a job that runs plan.

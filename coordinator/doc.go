@@ -136,15 +136,16 @@
 // Each call acts for a Caller, who sees its own jobs only; savepoint, stop
 // and cancel go through the same paths as the NATS control plane.
 //
-// Locks and loops. Each attempt's checkpoint driver is a loop (one
-// goroutine owning the checkpoint state machine: ckptDriver): acks, ticks,
-// savepoint requests and the outcomes of its I/O are messages to it, and it
-// never waits for Coordinator.mu, so c.mu may be held while sending it one
-// (a driver is stopped under c.mu, when the lifecycle asks for it, and waits
-// for its I/O). The driver touches the job only through atomic fields
-// (jobState.stopped, set through stopSavepointEnded; jobState.confirmed) or
-// from a new goroutine (failJob, checkpointCompleted, stopSavepointEnded's
-// event). The lifecycle is only touched under c.mu; actions that wait on
-// workers, NATS or files are carried out after it is released. A job's
-// checkpoint statistics and exceptions have locks of their own, taken last.
+// Locks and loops. Coordinator.mu guards the workers and the jobs, their
+// lifecycles included; actions that wait on workers, NATS or files are
+// carried out after it is released. Each attempt's checkpoint driver is a
+// loop (one goroutine owning the checkpoint state machine: ckptDriver):
+// acks, ticks, savepoint requests and the outcomes of its I/O are messages
+// to it, and it never waits for c.mu, so c.mu may be held while sending it
+// one (a driver is stopped under c.mu, when the lifecycle asks for it, and
+// waits for its I/O). What the driver learns for the lifecycle goes, in
+// order, into the job's inbox (inbox.go), which is handed to the lifecycle
+// under c.mu before any other event of the job. A job's checkpoint
+// statistics and exceptions, and the inbox, have locks of their own, taken
+// last.
 package coordinator

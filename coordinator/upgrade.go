@@ -35,8 +35,9 @@ import (
 //     as the new plan says; states whose layout version rose pass through
 //     the module's wstream_migrate on the workers. The new attempt's
 //     subtasks report their first record, for the downtime.
-//  4. Its first completed checkpoint confirms the upgrade (the driver sets
-//     jobState.confirmed before any sink commits on it); a failure before
+//  4. Its first completed checkpoint confirms the upgrade (the driver
+//     reports it, checkpointConfirmed, before any sink commits on it, and
+//     the lifecycle hears it before any later event); a failure before
 //     that rolls back: Deploy with ModuleOld runs the old plan and module
 //     again from the same savepoint.
 //  5. UpgradeEnded answers the client and appends a line to the job's
@@ -342,9 +343,9 @@ func (c *Coordinator) switchLocked(j *jobState, m lifecycle.Module) error {
 	if m == lifecycle.ModuleOld {
 		s = op.old
 		j.upgrade = nil
-		j.probation.Store(0)
+		j.probation = 0
 	} else {
-		j.probation.Store(int64(j.lc.Attempt()) + 1)
+		j.probation = j.lc.Attempt() + 1
 		op.newAttempt = j.lc.Attempt()
 	}
 	j.plan, j.digest, j.module, j.refs = s.plan, s.digest, s.module, s.refs
@@ -413,7 +414,7 @@ func (c *Coordinator) upgradeEnded(j *jobState, a lifecycle.UpgradeEnded) {
 	if a.Outcome != lifecycle.UpgradeRolledBack {
 		// A roll-back keeps it until the old module's Deploy switches back.
 		j.upgrade = nil
-		j.probation.Store(0)
+		j.probation = 0
 	}
 	if a.Outcome == lifecycle.UpgradeDone {
 		// Its first record may come later.
@@ -533,13 +534,4 @@ func appendJSONLine(path string, v any) error {
 	b, _ := json.Marshal(v)
 	_, werr := f.Write(append(b, '\n'))
 	return errors.Join(werr, f.Close())
-}
-
-// confirmLocked hands the lifecycle a checkpoint that the new module of an
-// upgrade completed, before any other event: a failure after it is no
-// longer a reason to roll back (its sinks committed). c.mu is held.
-func (c *Coordinator) confirmLocked(j *jobState) {
-	if n := j.confirmed.Swap(0); n > 0 {
-		_ = j.lc.UpgradeConfirmed(c.nowMillis(), int(n-1))
-	}
 }
