@@ -1029,22 +1029,18 @@ func (d *ckptDriver) persist(cp checkpoint.Completed) {
 // (Flink's FLIP-193). The spec in the job bucket says so first, for a
 // coordinator that resumes the job; a savepoint whose spec cannot be
 // stored fails, and the job goes on. Called off the loop by the persist
-// goroutine, which whoever stops the driver waits for under c.mu: it takes
-// c.mu only while the driver runs.
+// goroutine, which whoever stops the driver waits for under c.mu: the job
+// takes the restore point through its inbox (restorePoint), and the wait
+// for it ends when the driver stops.
 func (d *ckptDriver) restoreFrom(id int64, dir string) error {
 	c, j := d.c, d.j
-	for !c.mu.TryLock() {
-		select {
-		case <-d.quit:
-			return fmt.Errorf("the attempt ended before savepoint %d became the job's restore point", id)
-		case <-time.After(time.Millisecond):
-		}
+	done := make(chan struct{})
+	c.report(j, restorePoint{d: d, dir: dir, id: id, done: done})
+	select {
+	case <-done:
+	case <-d.quit:
+		return fmt.Errorf("the attempt ended before savepoint %d became the job's restore point", id)
 	}
-	j.fromSavepoint, j.savepointID = dir, id
-	if c.store != nil {
-		c.store.put(c.specLocked(j, j.info.State))
-	}
-	c.mu.Unlock()
 	if c.store != nil && !c.store.wait(j.info.JobID, kvTimeout) {
 		return fmt.Errorf("savepoint %d could not be recorded as the job's restore point in bucket %s within %s", id, transport.JobsBucket, kvTimeout)
 	}

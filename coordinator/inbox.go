@@ -6,9 +6,9 @@ import (
 	"github.com/wstream/wstream/lifecycle"
 )
 
-// What a checkpoint driver learns that the job's lifecycle must hear (a
-// stop's savepoint ended, a checkpoint completed, the attempt must fail)
-// goes into the job's inbox, in the order the driver learned it, and the
+// What a checkpoint driver learns that the job must hear (a stop's
+// savepoint ended or is the restore point now, a checkpoint completed, the
+// attempt must fail) goes into the job's inbox, in the order the driver learned it, and the
 // coordinator hands the inbox to the lifecycle under c.mu before any other
 // event of the job (drainLocked): a stop's savepoint that completed before
 // the stop went out to the subtasks is heard before any of their ends, and
@@ -62,6 +62,28 @@ func (r checkpointWritten) apply(c *Coordinator, j *jobState, _ int64) {
 			c.store.put(c.specLocked(j, j.info.State))
 		}
 	}
+}
+
+// restorePoint: the savepoint id in dir, of a stop or an upgrade, is what
+// the job restores from; done closes once the job's spec says so (queued
+// for the bucket). A driver stopped meanwhile (d is no longer the job's)
+// changes nothing: its savepoint did not complete.
+type restorePoint struct {
+	d    *ckptDriver
+	dir  string
+	id   int64
+	done chan struct{}
+}
+
+func (r restorePoint) apply(c *Coordinator, j *jobState, _ int64) {
+	if j.ckpt != r.d {
+		return
+	}
+	j.fromSavepoint, j.savepointID = r.dir, r.id
+	if c.store != nil {
+		c.store.put(c.specLocked(j, j.info.State))
+	}
+	close(r.done)
 }
 
 // attemptFailed: the attempt fails for a reason of the coordinator's own
