@@ -21,11 +21,12 @@ import (
 )
 
 // The coordinator drives each job's lifecycle (package lifecycle): NATS
-// callbacks, the liveness monitor and timers feed it events under c.mu;
-// applyLocked carries out at once, still under c.mu, the actions that touch
-// only the coordinator's memory or stop a checkpoint driver (which the lock
-// order allows), and carryOut the others, which wait on workers, NATS or
-// files, after c.mu is released, in the order the lifecycle gave them.
+// callbacks, the liveness monitor, timers and the checkpoint driver's
+// reports (inbox.go) feed it events under c.mu; applyLocked carries out at
+// once, still under c.mu, the actions that touch only the coordinator's
+// memory or stop a checkpoint driver (whose loop never waits for c.mu), and
+// carryOut the others, which wait on workers, NATS or files, after c.mu is
+// released, in the order the lifecycle gave them.
 
 // jobStep is what one event asked of a job, to carry out once c.mu is
 // released.
