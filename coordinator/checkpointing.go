@@ -799,10 +799,7 @@ func (d *ckptDriver) carryOut(acts []checkpoint.CoordinatorAction) {
 			if sp != nil {
 				delete(d.savepoints, a.ID)
 				if op := sp.upgrade; op != nil {
-					op.mu.Lock()
-					op.savepoint, op.dir = a.ID, sp.dir
-					op.mu.Unlock()
-					go d.c.preResolve(d.j, op)
+					d.c.report(d.j, upgradeBarrierDone{op: op, id: a.ID, dir: sp.dir})
 				}
 				if sp.stop {
 					// After the completion on the same subject, so that
