@@ -21,26 +21,8 @@ import (
 	"github.com/wstream/wstream/internal/durable"
 	"github.com/wstream/wstream/internal/logging"
 	"github.com/wstream/wstream/job"
-	"github.com/wstream/wstream/lifecycle"
 	"github.com/wstream/wstream/transport"
 )
-
-// Record is what the coordinator keeps of a job in DATA/jobs/JOB/job.json:
-// enough to resume it after the process that ran it died.
-type Record struct {
-	JobID        string          `json:"jobId"`
-	Name         string          `json:"name"`
-	Plan         json.RawMessage `json:"plan"`
-	ModuleDigest string          `json:"moduleDigest,omitempty"`
-	ModuleName   string          `json:"moduleName,omitempty"`
-	State        string          `json:"state"`
-	Attempt      int             `json:"attempt"`
-	Updated      time.Time       `json:"updated"`
-	// Restarts says why each restart of the job happened, oldest first.
-	Restarts []RestartEntry `json:"restarts,omitempty"`
-	// Tenant owns the job ("" without tenants).
-	Tenant string `json:"tenant,omitempty"`
-}
 
 // JobDir is a job's directory under a data directory.
 func JobDir(dataDir, id string) string { return filepath.Join(dataDir, "jobs", id) }
@@ -50,8 +32,9 @@ func CheckpointRoot(dataDir, id string) string {
 	return filepath.Join(JobDir(dataDir, id), "checkpoints")
 }
 
-// ReadRecord reads a job's record.
-func ReadRecord(dataDir, id string) (*Record, error) {
+// ReadRecord reads a job's record (its spec, as the coordinator last wrote
+// it to DATA/jobs/JOB/job.json).
+func ReadRecord(dataDir, id string) (*JobSpec, error) {
 	b, err := os.ReadFile(filepath.Join(JobDir(dataDir, id), "job.json"))
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
@@ -59,7 +42,7 @@ func ReadRecord(dataDir, id string) (*Record, error) {
 		}
 		return nil, err
 	}
-	var r Record
+	var r JobSpec
 	if err := json.Unmarshal(b, &r); err != nil {
 		return nil, fmt.Errorf("job record %s: %w", filepath.Join(JobDir(dataDir, id), "job.json"), err)
 	}
@@ -68,7 +51,7 @@ func ReadRecord(dataDir, id string) (*Record, error) {
 
 // ListRecords returns the records of every job in a data directory, most
 // recently updated last.
-func ListRecords(dataDir string) ([]*Record, error) {
+func ListRecords(dataDir string) ([]*JobSpec, error) {
 	entries, err := os.ReadDir(filepath.Join(dataDir, "jobs"))
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
@@ -76,7 +59,7 @@ func ListRecords(dataDir string) ([]*Record, error) {
 		}
 		return nil, err
 	}
-	var out []*Record
+	var out []*JobSpec
 	for _, e := range entries {
 		if !e.IsDir() {
 			continue
@@ -89,7 +72,7 @@ func ListRecords(dataDir string) ([]*Record, error) {
 	return out, nil
 }
 
-func (c *Coordinator) readRecord(id string) (*Record, error) {
+func (c *Coordinator) readRecord(id string) (*JobSpec, error) {
 	if c.cfg.DataDir == "" {
 		return nil, errors.New("this coordinator keeps no job records (no data directory)")
 	}
@@ -106,13 +89,13 @@ func (c *Coordinator) writeRecord(j *jobState) error {
 	defer j.recordMu.Unlock()
 	c.mu.Lock()
 	state := j.info.State
-	r := Record{JobID: j.info.JobID, Name: j.info.Name, Plan: j.plan.JSON(), ModuleDigest: j.digest,
-		ModuleName: j.module, State: state, Attempt: j.attempt, Updated: c.now(),
-		Restarts: slices.Clone(j.restartLog), Tenant: j.info.Tenant}
-	sp, spID := j.fromSavepoint, j.savepointID
+	r := c.specLocked(j, state)
+	sp, spID := r.FromSavepoint, r.SavepointID
 	c.mu.Unlock()
 	// The spec after the file: a client may take a job's result from
-	// the spec, and find the file up to date then.
+	// the spec, and find the file up to date then. The bucket gets the
+	// job as it is then, not r: a checkpoint may have completed
+	// meanwhile, and its spec must not be replaced by an older view.
 	defer c.storeSpec(j, state)
 	if c.cfg.DataDir == "" {
 		return nil
@@ -253,16 +236,35 @@ func readJSONLines[T any](path string) ([]T, error) {
 	return out, nil
 }
 
-// ckptDriver runs the checkpoint coordinator of one attempt of a job: it
-// feeds the pure state machine ticks, acks and declines, and carries out its
-// actions (triggers, metadata writes, notifications, discards).
+// ckptDriver runs the checkpoint coordinator of one attempt of a job: one
+// goroutine (loop) owns the pure state machine and everything below in, and
+// steps it, on its own clock (ticks), with the inputs that come to it as
+// messages (in: acks and declines, subtasks' ends, savepoint requests,
+// holds, aborts, queries, and the outcomes of its I/O); it carries out the
+// machine's actions, and starts the slow I/O (reserving an id in the
+// counter, writing a checkpoint's metadata, exporting a savepoint) in
+// goroutines of its own, which report back to it as messages. Nothing of it
+// is guarded by a lock: whoever wants something of the driver sends the
+// loop a message and waits until it has run (do). The loop never waits for
+// c.mu, so c.mu may be held while sending it one. Once stopped, the loop
+// runs only the outcomes of the I/O still under way, and ends with it.
 type ckptDriver struct {
 	c       *Coordinator
 	j       *jobState
 	attempt int
 	// workers run the attempt's subtasks; set before start.
 	workers []string
-	mu      sync.Mutex
+	// What the attempt runs, for its checkpoints' metadata.
+	plan           json.RawMessage
+	digest         string
+	maxParallelism int
+	// in carries the loop's messages; loopDone closes when the loop has
+	// ended (stopped, and its I/O over), after which no message runs.
+	in       chan func()
+	loopDone chan struct{}
+	// ticker gives the state machine the time once start has run.
+	ticker *time.Ticker
+
 	sm      *checkpoint.Coordinator
 	storage *checkpoint.Storage
 	sources []checkpoint.TaskID
@@ -281,12 +283,14 @@ type ckptDriver struct {
 	savepoints map[int64]*pendingSavepoint
 	reg        *registry
 	// toReserve holds, in id order, the triggered ids whose reservation in
-	// the id counter (KV I/O, off d.mu) has not been made; unsent has them
-	// and the one being reserved: their triggers wait for it. reserving
-	// says the goroutine that makes them runs.
+	// the id counter (KV I/O, off the loop) has not been made; unsent has
+	// them and the one being reserved: their triggers wait for it.
+	// reserving says a reservation is under way.
 	toReserve []int64
 	unsent    map[int64]bool
 	reserving bool
+	// held: the job left RUNNING (hold); no trigger goes out any more.
+	held bool
 	// ctx ends the driver's I/O when it stops.
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -556,7 +560,9 @@ func (c *Coordinator) newCkptDriver(j *jobState) (*ckptDriver, int64, error) {
 	d := &ckptDriver{c: c, j: j, attempt: j.attempt, sm: sm, storage: st, sources: sources,
 		done: map[checkpoint.TaskID]bool{}, ended: map[checkpoint.TaskID]bool{}, pending: map[int64]int64{},
 		kinds: map[int64]checkpoint.Kind{}, quit: make(chan struct{}), history: hist,
-		savepoints: map[int64]*pendingSavepoint{}, reg: newRegistry(), unsent: map[int64]bool{}}
+		savepoints: map[int64]*pendingSavepoint{}, reg: newRegistry(), unsent: map[int64]bool{},
+		in: make(chan func()), loopDone: make(chan struct{}),
+		plan: j.plan.JSON(), digest: j.digest, maxParallelism: j.plan.MaxParallelism}
 	d.ctx, d.cancel = context.WithCancel(context.Background())
 	for _, cp := range slices.Concat(retained, outside) {
 		for _, t := range cp.Tasks {
@@ -576,72 +582,115 @@ func (c *Coordinator) newCkptDriver(j *jobState) (*ckptDriver, int64, error) {
 		return nil, 0, err
 	}
 	d.sub = sub
+	go d.loop()
 	return d, restore, nil
 }
 
 // tick is how often the driver gives the state machine the time.
 const tick = 10 * time.Millisecond
 
-func (d *ckptDriver) start() {
-	d.wg.Add(1)
-	go func() {
-		defer d.wg.Done()
-		t := time.NewTicker(tick)
-		defer t.Stop()
-		for {
-			select {
-			case <-d.quit:
-				return
-			case <-t.C:
-				d.mu.Lock()
-				if !d.stopped {
-					d.sm.Tick(time.Now().UnixMilli())
-					d.run()
-				}
-				d.mu.Unlock()
-			}
+// loop runs the driver's messages and ticks, one at a time, until stop;
+// then the messages of the I/O still under way, until it is over.
+func (d *ckptDriver) loop() {
+	defer close(d.loopDone)
+	for !d.stopped {
+		var tickC <-chan time.Time
+		if d.ticker != nil {
+			tickC = d.ticker.C
 		}
+		select {
+		case f := <-d.in:
+			f()
+		case <-tickC:
+			d.sm.Tick(time.Now().UnixMilli())
+			d.run()
+		}
+	}
+	if d.ticker != nil {
+		d.ticker.Stop()
+	}
+	// No I/O starts once stopped.
+	ioDone := make(chan struct{})
+	go func() {
+		d.wg.Wait()
+		close(ioDone)
 	}()
+	for {
+		select {
+		case f := <-d.in:
+			f()
+		case <-ioDone:
+			return
+		}
+	}
+}
+
+// do runs f on the loop and returns once it has run; false when the loop
+// has ended (the driver stopped), and f did not run.
+func (d *ckptDriver) do(f func()) bool {
+	ran := make(chan struct{})
+	select {
+	case d.in <- func() { f(); close(ran) }:
+	case <-d.loopDone:
+		return false
+	}
+	// The loop took f: it runs it before anything else.
+	<-ran
+	return true
+}
+
+// start gives the state machine the time from now on: it triggers.
+func (d *ckptDriver) start() {
+	d.do(func() {
+		if d.ticker == nil {
+			d.ticker = time.NewTicker(tick)
+		}
+	})
 }
 
 // stop ends the driver: pending checkpoints are aborted and forgotten (the
-// attempt is over; its subtasks are gone).
+// attempt is over; its subtasks are gone). The first call returns once the
+// driver's I/O is over.
 func (d *ckptDriver) stop() {
-	d.mu.Lock()
-	if d.stopped {
-		d.mu.Unlock()
+	first := false
+	d.do(func() {
+		if d.stopped {
+			return
+		}
+		first = true
+		d.stopped = true
+		d.sm.Stop()
+		d.run()
+	})
+	if !first {
 		return
 	}
-	d.stopped = true
-	d.sm.Stop()
-	d.run()
-	d.mu.Unlock()
 	close(d.quit)
 	d.cancel()
 	_ = d.sub.Unsubscribe()
-	d.wg.Wait()
+	<-d.loopDone
 	d.history.Close()
 }
 
 // hold ends triggering once the attempt is doomed (the job left RUNNING):
-// pending checkpoints may still complete. It takes d.mu, which may be
-// taken under c.mu.
+// pending checkpoints may still complete.
 func (d *ckptDriver) hold() {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if !d.stopped {
-		d.sm.HoldTriggers()
-	}
+	d.do(func() {
+		if !d.stopped {
+			d.held = true
+			d.sm.HoldTriggers()
+		}
+	})
 }
 
 func (d *ckptDriver) taskFinished(t checkpoint.TaskID) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	d.done[t] = true
-	if !d.stopped {
-		d.sm.TaskFinished(t)
-		d.run()
-	}
+	d.do(func() {
+		d.done[t] = true
+		if !d.stopped {
+			d.sm.TaskFinished(t)
+			d.run()
+		}
+	})
 }
 
 func (d *ckptDriver) onAck(m *nats.Msg) {
@@ -650,11 +699,18 @@ func (d *ckptDriver) onAck(m *nats.Msg) {
 		d.c.cfg.Log.Warn("bad checkpoint acknowledgement", "err", err)
 		return
 	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.stopped || a.Attempt != d.attempt {
+	if a.Attempt != d.attempt {
 		return
 	}
+	d.do(func() {
+		if !d.stopped {
+			d.acked(a)
+		}
+	})
+}
+
+// acked steps the state machine with an acknowledgement; on the loop.
+func (d *ckptDriver) acked(a transport.CheckpointAck) {
 	now := time.Now().UnixMilli()
 	var err error
 	if a.EndOfInput {
@@ -679,7 +735,7 @@ func (d *ckptDriver) onAck(m *nats.Msg) {
 	d.run()
 }
 
-// endedInput records that task's input ended; d.mu is held. The triggers of
+// endedInput records that task's input ended; on the loop. The triggers of
 // the checkpoints still pending go to it directly: their barriers cannot
 // reach it any more (a subtask ignores a trigger of a checkpoint it took its
 // part of already).
@@ -707,7 +763,7 @@ func (d *ckptDriver) triggerFor(id int64, tasks []checkpoint.TaskID) transport.C
 }
 
 // run carries out the state machine's actions, and those that carrying
-// them out produces; d.mu is held.
+// them out produces; on the loop.
 func (d *ckptDriver) run() {
 	for acts := d.sm.Ready(); len(acts) > 0; acts = d.sm.Ready() {
 		d.carryOut(acts)
@@ -725,15 +781,13 @@ func (d *ckptDriver) carryOut(acts []checkpoint.CoordinatorAction) {
 				d.sendTrigger(a.ID)
 				continue
 			}
-			// The id goes to the counter first, off d.mu: KV I/O under
-			// the lock would stall acks, REST and the coordinator's
-			// other paths while the bucket is slow.
+			// The id goes to the counter first, off the loop: KV I/O on
+			// it would stall acks, REST and the coordinator's other
+			// paths while the bucket is slow.
 			d.unsent[a.ID] = true
 			d.toReserve = append(d.toReserve, a.ID)
 			if !d.reserving {
-				d.reserving = true
-				d.wg.Add(1)
-				go d.reserveTriggers()
+				d.reserveNext()
 			}
 		case checkpoint.Persist:
 			d.persist(a.Checkpoint)
@@ -743,12 +797,9 @@ func (d *ckptDriver) carryOut(acts []checkpoint.CoordinatorAction) {
 			if a.Kind == checkpoint.KindCheckpoint {
 				d.reg.completedCheckpoint(a.ID)
 				d.releaseOutside()
-				if d.j.probation.Load() == int64(d.attempt)+1 {
-					// Before the sinks commit on it: the upgrade can no
-					// longer roll back.
-					d.j.confirmed.Store(int64(d.attempt) + 1)
-					go d.c.step(d.j, func(*lifecycle.Job, int64) error { return nil })
-				}
+				// Before the sinks commit on it: an upgrade on probation
+				// can no longer roll back.
+				d.c.report(d.j, checkpointConfirmed{attempt: d.attempt})
 			} else {
 				d.reg.release(a.ID) // savepoints reference no shared files
 			}
@@ -759,10 +810,7 @@ func (d *ckptDriver) carryOut(acts []checkpoint.CoordinatorAction) {
 			if sp != nil {
 				delete(d.savepoints, a.ID)
 				if op := sp.upgrade; op != nil {
-					op.mu.Lock()
-					op.savepoint, op.dir = a.ID, sp.dir
-					op.mu.Unlock()
-					go d.c.preResolve(d.j, op)
+					d.c.report(d.j, upgradeBarrierDone{op: op, id: a.ID, dir: sp.dir})
 				}
 				if sp.stop {
 					// After the completion on the same subject, so that
@@ -796,15 +844,14 @@ func (d *ckptDriver) carryOut(acts []checkpoint.CoordinatorAction) {
 				d.sweep()
 			}
 		case checkpoint.FailJob:
-			attempt := d.attempt
-			go d.c.failJob(d.j, attempt, a.Reason)
+			d.c.report(d.j, attemptFailed{attempt: d.attempt, reason: a.Reason})
 		}
 	}
 }
 
 // releaseOutside lets go of the checkpoints that were neither restored nor
 // retained, once a checkpoint of this attempt completed: a resume restores
-// that one now. d.mu is held.
+// that one now. On the loop.
 func (d *ckptDriver) releaseOutside() {
 	for _, id := range d.outside {
 		d.discard(id)
@@ -813,7 +860,7 @@ func (d *ckptDriver) releaseOutside() {
 }
 
 // discard deletes checkpoint id and the shared files only it referenced,
-// unless a checkpoint is pending (registry.deletable); d.mu is held.
+// unless a checkpoint is pending (registry.deletable); on the loop.
 func (d *ckptDriver) discard(id int64) {
 	free := d.reg.release(id)
 	if err := d.storage.Discard(id); err != nil {
@@ -827,8 +874,8 @@ func (d *ckptDriver) discard(id int64) {
 }
 
 // sendTrigger sends the trigger of pending checkpoint id to the sources,
-// and to the subtasks whose input ended (no barrier reaches them); d.mu is
-// held.
+// and to the subtasks whose input ended (no barrier reaches them); on the
+// loop.
 func (d *ckptDriver) sendTrigger(id int64) {
 	var roots []checkpoint.TaskID
 	for _, s := range d.sources {
@@ -844,48 +891,58 @@ func (d *ckptDriver) sendTrigger(id int64) {
 	d.send(d.triggerFor(id, roots))
 }
 
-// reserveTriggers reserves the ids of toReserve in the id counter, one at a
-// time and in order (the counter only moves up), each off d.mu, and then
-// sends its trigger; a reservation that fails (the bucket is unreachable)
-// aborts its checkpoint, which no subtask saw, without counting as a
-// failed checkpoint. It runs until toReserve is empty or the driver stops.
-func (d *ckptDriver) reserveTriggers() {
-	defer d.wg.Done()
-	for {
-		d.mu.Lock()
-		if d.stopped || len(d.toReserve) == 0 {
-			d.reserving = false
-			d.toReserve = nil
-			d.mu.Unlock()
-			return
-		}
-		id := d.toReserve[0]
-		d.toReserve = d.toReserve[1:]
-		d.mu.Unlock()
+// reserveNext reserves the first id of toReserve in the id counter, off
+// the loop, which hears the outcome (reserved) and reserves the next: one at
+// a time and in order (the counter only moves up). On the loop.
+func (d *ckptDriver) reserveNext() {
+	id := d.toReserve[0]
+	d.toReserve = d.toReserve[1:]
+	d.reserving = true
+	d.wg.Add(1)
+	go func() {
+		defer d.wg.Done()
 		err := d.reserve(id)
 		if errors.Is(err, errDeposed) {
 			// A later leader wrote the counter.
 			d.c.depose(err)
 		}
-		d.mu.Lock()
-		delete(d.unsent, id)
-		// Aborted meanwhile (a timeout, a reconnection): nothing to send.
-		if _, pending := d.pending[id]; pending && !d.stopped {
-			if err != nil {
-				d.c.cfg.Log.Warn("checkpoint not triggered", logging.Job, d.j.info.JobID, logging.Checkpoint, id, "err", err)
-				d.sm.TriggerFailed(time.Now().UnixMilli(), id, err.Error())
-			} else {
-				d.sendTrigger(id)
-			}
-			d.run()
+		d.do(func() { d.reserved(id, err) })
+	}()
+}
+
+// reserved sends the trigger of checkpoint id once its id is reserved; a
+// reservation that failed (the bucket is unreachable) aborts its
+// checkpoint, which no subtask saw, without counting as a failed
+// checkpoint. On the loop.
+func (d *ckptDriver) reserved(id int64, err error) {
+	delete(d.unsent, id)
+	d.reserving = false
+	if d.stopped {
+		d.toReserve = nil
+		return
+	}
+	if err == nil && d.held {
+		// No subtask saw it, and none may once the job left RUNNING.
+		err = errors.New("the job left RUNNING before its trigger went out")
+	}
+	// Aborted meanwhile (a timeout, a reconnection): nothing to send.
+	if _, pending := d.pending[id]; pending {
+		if err != nil {
+			d.c.cfg.Log.Warn("checkpoint not triggered", logging.Job, d.j.info.JobID, logging.Checkpoint, id, "err", err)
+			d.sm.TriggerFailed(time.Now().UnixMilli(), id, err.Error())
+		} else {
+			d.sendTrigger(id)
 		}
-		d.mu.Unlock()
+		d.run()
+	}
+	if len(d.toReserve) > 0 {
+		d.reserveNext()
 	}
 }
 
 // reserve records id as used in the job's id counter before its trigger
 // goes out, so that no later attempt, coordinator or savepoint reuses it.
-// d.mu is not held.
+// Off the loop.
 func (d *ckptDriver) reserve(id int64) error {
 	if d.c.ids == nil {
 		return nil
@@ -917,12 +974,12 @@ func (d *ckptDriver) send(ctl transport.CheckpointControl) {
 	}
 }
 
-// persist writes a completed checkpoint's metadata off the driver's lock,
-// then reports the outcome to the state machine.
+// persist writes a completed checkpoint's metadata off the loop, which
+// then hears the outcome and reports it to the state machine. On the loop.
 func (d *ckptDriver) persist(cp checkpoint.Completed) {
 	meta := &checkpoint.Metadata{
 		JobID: d.j.info.JobID, ID: cp.ID, Kind: cp.Kind, Trigger: cp.Trigger, Done: cp.Done,
-		Plan: d.j.plan.JSON(), ModuleDigest: d.j.digest, MaxParallelism: d.j.plan.MaxParallelism,
+		Plan: d.plan, ModuleDigest: d.digest, MaxParallelism: d.maxParallelism,
 		Tasks: slices.Clone(cp.Tasks), Metrics: map[string]checkpoint.Metrics{},
 	}
 	e := HistoryEntry{ID: cp.ID, Kind: cp.Kind, Status: "completed", Trigger: cp.Trigger, Done: cp.Done,
@@ -945,6 +1002,7 @@ func (d *ckptDriver) persist(cp checkpoint.Completed) {
 		e.Async = max(e.Async, m.Async)
 		e.Unaligned = e.Unaligned || m.Unaligned
 	}
+	sp := d.savepoints[cp.ID]
 	d.wg.Add(1)
 	go func() {
 		defer d.wg.Done()
@@ -955,9 +1013,6 @@ func (d *ckptDriver) persist(cp checkpoint.Completed) {
 			err = d.storage.WriteMetadata(meta)
 		}
 		if err == nil && cp.Kind == checkpoint.KindSavepoint {
-			d.mu.Lock()
-			sp := d.savepoints[cp.ID]
-			d.mu.Unlock()
 			if sp != nil {
 				err = d.exportSavepoint(cp.ID, sp.dir)
 			}
@@ -971,19 +1026,17 @@ func (d *ckptDriver) persist(cp checkpoint.Completed) {
 			}
 		}
 		if err == nil && cp.Kind == checkpoint.KindCheckpoint {
-			// Not here: whoever stops the driver holds c.mu and waits for
-			// this goroutine.
-			go d.c.checkpointCompleted(d.j, cp.ID)
+			d.c.report(d.j, checkpointWritten{id: cp.ID})
 		}
-		d.mu.Lock()
-		defer d.mu.Unlock()
-		if err != nil {
-			d.c.cfg.Log.Error("writing a checkpoint", logging.Job, d.j.info.JobID, logging.Checkpoint, cp.ID, "err", err)
-		} else {
-			d.record(e, cp.Metrics)
-		}
-		d.sm.Persisted(cp.ID, err)
-		d.run()
+		d.do(func() {
+			if err != nil {
+				d.c.cfg.Log.Error("writing a checkpoint", logging.Job, d.j.info.JobID, logging.Checkpoint, cp.ID, "err", err)
+			} else {
+				d.record(e, cp.Metrics)
+			}
+			d.sm.Persisted(cp.ID, err)
+			d.run()
+		})
 	}()
 }
 
@@ -993,40 +1046,24 @@ func (d *ckptDriver) persist(cp checkpoint.Completed) {
 // of the coordinator) must restore it and not the checkpoint before it
 // (Flink's FLIP-193). The spec in the job bucket says so first, for a
 // coordinator that resumes the job; a savepoint whose spec cannot be
-// stored fails, and the job goes on. Called off d.mu by the persist
-// goroutine, which whoever stops the driver waits for under c.mu: it takes
-// c.mu only while the driver runs.
+// stored fails, and the job goes on. Called off the loop by the persist
+// goroutine, which whoever stops the driver waits for under c.mu: the job
+// takes the restore point through its inbox (restorePoint), and the wait
+// for it ends when the driver stops.
 func (d *ckptDriver) restoreFrom(id int64, dir string) error {
 	c, j := d.c, d.j
-	for !c.mu.TryLock() {
-		select {
-		case <-d.quit:
-			return fmt.Errorf("the attempt ended before savepoint %d became the job's restore point", id)
-		case <-time.After(time.Millisecond):
-		}
+	done := make(chan struct{})
+	c.report(j, restorePoint{d: d, dir: dir, id: id, done: done})
+	select {
+	case <-done:
+	case <-d.quit:
+		return fmt.Errorf("the attempt ended before savepoint %d became the job's restore point", id)
 	}
-	j.fromSavepoint, j.savepointID = dir, id
-	if c.store != nil {
-		c.store.put(c.specLocked(j, j.info.State))
-	}
-	c.mu.Unlock()
 	if c.store != nil && !c.store.wait(j.info.JobID, kvTimeout) {
 		return fmt.Errorf("savepoint %d could not be recorded as the job's restore point in bucket %s within %s", id, transport.JobsBucket, kvTimeout)
 	}
 	c.writeRestorePoint(j.info.JobID, dir, id)
 	return nil
-}
-
-// checkpointCompleted notes a job's latest completed checkpoint in its spec.
-func (c *Coordinator) checkpointCompleted(j *jobState, id int64) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if id > j.latestCheckpoint && !j.done {
-		j.latestCheckpoint = id
-		if c.store != nil {
-			c.store.put(c.specLocked(j, j.info.State))
-		}
-	}
 }
 
 // sweep deletes shared files that nothing references: uploads of
@@ -1049,8 +1086,8 @@ func (d *ckptDriver) sweep() {
 }
 
 // record appends a history line, and adds the checkpoint to the job's
-// statistics with its subtasks' figures (nil for an aborted one); d.mu is
-// held.
+// statistics with its subtasks' figures (nil for an aborted one); on the
+// loop.
 func (d *ckptDriver) record(e HistoryEntry, tasks map[checkpoint.TaskID]checkpoint.Metrics) {
 	e.Attempt = d.attempt
 	if e.Status == "completed" {

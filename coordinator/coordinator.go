@@ -108,8 +108,11 @@ type Config struct {
 type Coordinator struct {
 	cfg Config
 	// minted are the attempts' credentials given out (tenants.go).
-	minted  mintedAttempts
-	mu      sync.Mutex
+	minted mintedAttempts
+	// mu guards the workers and jobs; its release publishes the readers'
+	// view of them (view).
+	mu      stateMu
+	view    atomic.Pointer[view]
 	workers map[string]*workerState
 	jobs    map[string]*jobState
 	subs    []*nats.Subscription
@@ -206,16 +209,17 @@ type jobState struct {
 	adopt    *adoption
 	adopting bool
 	ckpt     *ckptDriver
-	// stopped: the checkpoint driver completed a stop with savepoint.
-	// Atomic because the driver sets it under its own mutex, where it must
-	// not take c.mu (lock order: c.mu, then ckptDriver.mu, never the
-	// reverse); onTaskStatus hands it to the lifecycle before it counts a
-	// subtask's end.
-	stopped atomic.Bool
+	// inbox holds what the checkpoint driver reported for the lifecycle,
+	// until it is handed over (drainLocked).
+	inbox inbox
 	// recordMu orders the writes of the job's record and spec: each
 	// takes its view of the job under it, so that an older view never
 	// replaces a newer one.
 	recordMu sync.Mutex
+	// chains names the chains of chainsOf, the plan the job runs, for the
+	// readers' view (built again only when the plan changes).
+	chains   []string
+	chainsOf *job.Plan
 	// savepoint the first attempt restores from
 	fromSavepoint string
 	savepointID   int64
@@ -240,11 +244,9 @@ type jobState struct {
 	// that was done (its new module's first record may come after).
 	upgrade, lastUpgrade *upgradeOp
 	// probation is 1 + the attempt of an upgrade's new module until it
-	// completes a checkpoint (0: none); the checkpoint driver then sets
-	// confirmed to it, under its own lock and before any sink commits, and
-	// the coordinator hands it to the lifecycle before any other event
-	// (confirmLocked).
-	probation, confirmed atomic.Int64
+	// completes a checkpoint (0: none): the driver's report of that
+	// checkpoint (checkpointConfirmed) confirms the upgrade.
+	probation int
 }
 
 // newLifecycle makes the lifecycle of a job that runs plan.
@@ -285,8 +287,10 @@ func New(cfg Config) (*Coordinator, error) {
 	if cfg.CheckpointHistory <= 0 {
 		cfg.CheckpointHistory = DefaultCheckpointHistory
 	}
-	return &Coordinator{cfg: cfg, workers: map[string]*workerState{}, jobs: map[string]*jobState{}, now: time.Now, gone: map[string]string{},
-		cancelled: map[string]time.Time{}, tconns: map[string]*nats.Conn{}}, nil
+	c := &Coordinator{cfg: cfg, workers: map[string]*workerState{}, jobs: map[string]*jobState{}, now: time.Now, gone: map[string]string{},
+		cancelled: map[string]time.Time{}, tconns: map[string]*nats.Conn{}}
+	c.mu.publish = c.publishLocked
+	return c, nil
 }
 
 // Start opens the job bucket and takes the lease: a coordinator that leads
@@ -296,7 +300,9 @@ func New(cfg Config) (*Coordinator, error) {
 // and takes over (as activate) once the lease lapses.
 func (c *Coordinator) Start() error {
 	nc := c.cfg.NATS
+	c.mu.Lock()
 	c.startedAt = c.now()
+	c.mu.Unlock()
 	c.reconnects = nc.Stats().Reconnects
 	if err := transport.CheckReplicas(nc, c.replicas()); err != nil {
 		return fmt.Errorf("coordinator: %w", err)
@@ -357,7 +363,9 @@ func (c *Coordinator) unsubscribe() {
 // the bucket (Config.ResumeJobs) and, with a lease, renews it.
 func (c *Coordinator) activate(ctx context.Context) error {
 	nc := c.cfg.NATS
+	c.mu.Lock()
 	c.startedAt = c.now()
+	c.mu.Unlock()
 	var resume []*jobState
 	var err error
 	if c.cfg.ResumeJobs {
@@ -596,15 +604,12 @@ func (c *Coordinator) onHeartbeat(m *nats.Msg) {
 
 // Workers lists the registered workers that are alive.
 func (c *Coordinator) Workers() []transport.WorkerInfo {
-	c.mu.Lock()
-	defer c.mu.Unlock()
 	var out []transport.WorkerInfo
-	for _, w := range c.workers {
-		if c.now().Sub(w.lastSeen) <= c.cfg.WorkerTimeout {
+	for _, w := range c.readView().workers {
+		if c.live(w) {
 			out = append(out, w.info)
 		}
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out
 }
 
@@ -695,7 +700,7 @@ func (c *Coordinator) submit(req transport.SubmitRequest, who caller) (string, e
 		name = plan.Name
 	}
 	id := req.Resume
-	var rec *Record
+	var rec *JobSpec
 	if id != "" {
 		// A resumed job continues from its latest checkpoint; its sinks
 		// recover as after any restart.
@@ -729,14 +734,17 @@ func (c *Coordinator) submit(req transport.SubmitRequest, who caller) (string, e
 		req.FromSavepoint = root
 	}
 	if rec != nil {
-		// The record file does not carry the restore point; the spec does.
+		// The restore point is the bucket's: the record is not
+		// rewritten at each checkpoint.
 		if req.FromSavepoint, spID, err = c.resumePoint(id); err != nil {
 			return "", err
 		}
 	}
 	lc := newLifecycle(plan, req.FromSavepoint != "")
 	if rec != nil {
-		if err := lc.Recover(rec.Attempt, 0, lifecycleLog(rec.Restarts)); err != nil {
+		// A resume by hand starts the restart strategy's count afresh;
+		// the log keeps the causes.
+		if err := lc.Recover(rec.Attempt, 0, lifecycleLog(rec.RestartLog)); err != nil {
 			return "", err
 		}
 	}
@@ -1050,19 +1058,14 @@ func (c *Coordinator) cancel(id string, who caller) error {
 // onList answers with a row per job: its state by Flink's names, its
 // attempt, and the cause of its latest restart.
 func (c *Coordinator) onList(m *nats.Msg, who caller) {
-	c.mu.Lock()
 	out := transport.ListReply{Jobs: []transport.JobInfo{}, Leader: c.serverID()}
-	for _, j := range c.jobs {
-		if !visibleLocked(j, who) {
-			continue
+	for _, jv := range c.readView().jobs {
+		if jv.visible(who) {
+			row := jv.row
+			row.Cause = c.tenantText(who, row.Cause)
+			out.Jobs = append(out.Jobs, row)
 		}
-		row := j.info
-		row.State = j.lc.State().String()
-		row.Attempt, row.Restarts, row.Cause = j.lc.Attempt(), j.lc.Restarts(), c.tenantText(who, j.lc.Cause())
-		out.Jobs = append(out.Jobs, row)
 	}
-	c.mu.Unlock()
-	sort.Slice(out.Jobs, func(i, k int) bool { return out.Jobs[i].Started.Before(out.Jobs[k].Started) })
 	respond(m, out)
 }
 
@@ -1074,13 +1077,10 @@ func (c *Coordinator) onWorkers(m *nats.Msg, who caller) {
 		respond(m, transport.WorkersReply{Error: err.Error()})
 		return
 	}
-	c.mu.Lock()
 	out := transport.WorkersReply{Workers: []transport.WorkerRow{}, Leader: c.serverID()}
-	for _, w := range c.workers {
-		out.Workers = append(out.Workers, c.workerRowLocked(w))
+	for _, w := range c.readView().workers {
+		out.Workers = append(out.Workers, c.workerRow(w))
 	}
-	c.mu.Unlock()
-	sort.Slice(out.Workers, func(i, k int) bool { return out.Workers[i].ID < out.Workers[k].ID })
 	respond(m, out)
 }
 

@@ -84,7 +84,8 @@
 // higher one. A leader
 // that finds its lease taken stops acting and calls Config.Deposed.
 //
-// A new job's record (DATA/jobs/JOB/job.json) and spec are written once
+// A new job's record (DATA/jobs/JOB/job.json: the same JobSpec, on disk)
+// and spec are written once
 // its first attempt is deployed, which keeps the record's syncs off the
 // path to the job's first record, and the submission is answered only
 // after them: an accepted job is one a restarted coordinator finds. A job
@@ -123,6 +124,12 @@
 // trigger goes out (idCounter): storage cannot serve, it deletes the
 // checkpoints that never completed and the savepoints it exported.
 //
+// Readers that list (`wstream list`, `wstream workers`, the REST API's
+// overview, jobs and workers, the metrics endpoint) read an immutable view
+// of the jobs and workers (view.go), which every release of Coordinator.mu
+// publishes first: they never wait for the lock, and see every change whose
+// lock was released before they read.
+//
 // The query side (status.go) serves the REST API (package api): the
 // cluster overview, workers, jobs with their vertices and the subtasks'
 // latest metrics samples (SubtaskMetrics; busy and backpressure ratios
@@ -134,14 +141,16 @@
 // Each call acts for a Caller, who sees its own jobs only; savepoint, stop
 // and cancel go through the same paths as the NATS control plane.
 //
-// Locks. Coordinator.mu may be held while ckptDriver.mu is taken (a driver is
-// stopped under Coordinator.mu, when the lifecycle asks for it, and waits for
-// its persist goroutine), never the reverse: under ckptDriver.mu the driver
-// touches the job only through atomic fields (jobState.stopped, set through
-// stopSavepointEnded) or from a new goroutine (failJob, checkpointCompleted,
-// stopSavepointEnded's event). The lifecycle is only touched under
-// Coordinator.mu; actions that wait on workers, NATS or files are carried
-// out after it is released. A job's checkpoint statistics and exceptions
-// have locks of their own, taken last (under Coordinator.mu or
-// ckptDriver.mu, never holding another).
+// Locks and loops. Coordinator.mu guards the workers and the jobs, their
+// lifecycles included; actions that wait on workers, NATS or files are
+// carried out after it is released. Each attempt's checkpoint driver is a
+// loop (one goroutine owning the checkpoint state machine: ckptDriver):
+// acks, ticks, savepoint requests and the outcomes of its I/O are messages
+// to it, and it never waits for c.mu, so c.mu may be held while sending it
+// one (a driver is stopped under c.mu, when the lifecycle asks for it, and
+// waits for its I/O). What the driver learns for the lifecycle goes, in
+// order, into the job's inbox (inbox.go), which is handed to the lifecycle
+// under c.mu before any other event of the job. A job's checkpoint
+// statistics and exceptions, and the inbox, have locks of their own, taken
+// last.
 package coordinator

@@ -68,7 +68,7 @@ func (c *Coordinator) checkWorkers() {
 			// still being deployed (once it is).
 			for _, j := range c.jobs {
 				if _, ok := j.placement[id]; ok {
-					c.confirmLocked(j)
+					c.drainLocked(j)
 					j.lc.WorkerLost(now.UnixMilli(), id, reason)
 					// Its slots went with it: nothing to release.
 					delete(j.placement, id)

@@ -15,6 +15,13 @@ import (
 // in-process NATS server and returns a client connection.
 func startTestCoordinator(t *testing.T) (*Coordinator, *nats.Conn) {
 	t.Helper()
+	return startTestCoordinatorWith(t, nil)
+}
+
+// startTestCoordinatorWith is startTestCoordinator with a configuration
+// that set changes.
+func startTestCoordinatorWith(t *testing.T, set func(*Config)) (*Coordinator, *nats.Conn) {
+	t.Helper()
 	srv, err := transport.StartEmbedded(transport.EmbeddedOptions{StoreDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
@@ -25,7 +32,11 @@ func startTestCoordinator(t *testing.T) (*Coordinator, *nats.Conn) {
 		t.Fatal(err)
 	}
 	t.Cleanup(nc.Close)
-	c, err := New(Config{NATS: nc, DataDir: t.TempDir(), HeartbeatInterval: 20 * time.Millisecond, WorkerTimeout: 200 * time.Millisecond})
+	cfg := Config{NATS: nc, DataDir: t.TempDir(), HeartbeatInterval: 20 * time.Millisecond, WorkerTimeout: 200 * time.Millisecond}
+	if set != nil {
+		set(&cfg)
+	}
+	c, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -18,14 +19,19 @@ import (
 	"github.com/wstream/wstream/transport"
 )
 
-// JobSpec is what the coordinator keeps of a job in the JetStream key-value
-// bucket transport.JobsBucket, under the job's id: everything a coordinator
+// JobSpec is what the coordinator keeps of a job: everything a coordinator
 // needs to run the job again (plan, module in the object store, savepoint
 // it started from, attempt counter, restarts), its state, the latest
-// completed checkpoint and, once the job has ended, its result. It is
-// written when the job starts, when each attempt starts, when a checkpoint
-// completes and when the job ends; a coordinator that starts with
-// Config.ResumeJobs resumes every job whose spec says it is running.
+// completed checkpoint and, once the job has ended, its result. It is kept
+// in two places. The JetStream key-value bucket transport.JobsBucket holds
+// it under the job's id, written when the job starts, when each attempt
+// starts, when a checkpoint completes and when the job ends; a coordinator
+// that starts with Config.ResumeJobs resumes every job whose spec there
+// says it is running. The job's record, DATA/jobs/JOB/job.json
+// (ReadRecord), holds it as of the start of the latest attempt or the
+// job's end, synced to disk: `wstream deploy --resume` and `wstream list`
+// read it without NATS. The bucket is the one to restore from: the record
+// is not rewritten at each checkpoint.
 type JobSpec struct {
 	JobID        string          `json:"jobId"`
 	Name         string          `json:"name"`
@@ -57,6 +63,30 @@ type JobSpec struct {
 	// Epoch is the leadership epoch of the coordinator that wrote the
 	// spec: a coordinator of a lower epoch (deposed) writes it no more.
 	Epoch uint64 `json:"epoch,omitempty"`
+}
+
+// UnmarshalJSON reads a spec, and also a record written when the record
+// was a type of its own: its "restarts" was the restart log.
+func (s *JobSpec) UnmarshalJSON(b []byte) error {
+	type plain JobSpec
+	v := struct {
+		*plain
+		Restarts json.RawMessage `json:"restarts"`
+	}{plain: (*plain)(s)}
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	s.Restarts = 0
+	switch r := bytes.TrimSpace(v.Restarts); {
+	case len(r) == 0 || string(r) == "null":
+	case r[0] == '[':
+		if s.RestartLog == nil {
+			return json.Unmarshal(r, &s.RestartLog)
+		}
+	default:
+		return json.Unmarshal(r, &s.Restarts)
+	}
+	return nil
 }
 
 // kvTimeout bounds one call to the key-value bucket.

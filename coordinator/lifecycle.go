@@ -21,11 +21,12 @@ import (
 )
 
 // The coordinator drives each job's lifecycle (package lifecycle): NATS
-// callbacks, the liveness monitor and timers feed it events under c.mu;
-// applyLocked carries out at once, still under c.mu, the actions that touch
-// only the coordinator's memory or stop a checkpoint driver (which the lock
-// order allows), and carryOut the others, which wait on workers, NATS or
-// files, after c.mu is released, in the order the lifecycle gave them.
+// callbacks, the liveness monitor, timers and the checkpoint driver's
+// reports (inbox.go) feed it events under c.mu; applyLocked carries out at
+// once, still under c.mu, the actions that touch only the coordinator's
+// memory or stop a checkpoint driver (whose loop never waits for c.mu), and
+// carryOut the others, which wait on workers, NATS or files, after c.mu is
+// released, in the order the lifecycle gave them.
 
 // jobStep is what one event asked of a job, to carry out once c.mu is
 // released.
@@ -41,7 +42,7 @@ func (c *Coordinator) nowMillis() int64 { return c.now().UnixMilli() }
 // event's error, and the error of a deployment it carried out.
 func (c *Coordinator) step(j *jobState, event func(lc *lifecycle.Job, now int64) error) error {
 	c.mu.Lock()
-	c.confirmLocked(j)
+	c.drainLocked(j)
 	err := event(j.lc, c.nowMillis())
 	acts := c.applyLocked(j)
 	c.mu.Unlock()
@@ -266,8 +267,6 @@ func (c *Coordinator) deploy(j *jobState, a lifecycle.Deploy) error {
 	// and reports, the whole of pl.
 	j.placement = maps.Clone(pl)
 	j.metrics = map[string]*transport.VertexMetrics{}
-	// A stop with savepoint belongs to the attempt it completed in.
-	j.stopped.Store(false)
 	c.syncLocked(j)
 	c.mu.Unlock()
 
@@ -524,13 +523,10 @@ func (c *Coordinator) onTaskStatus(m *nats.Msg) {
 		c.mu.Unlock()
 		return
 	}
+	// A stop's savepoint that completed before the stop went out to the
+	// subtasks is heard before any of their ends.
+	c.drainLocked(j)
 	now := c.nowMillis()
-	c.confirmLocked(j)
-	if j.stopped.Swap(false) {
-		// The stop's savepoint completed before the stop went out to the
-		// subtasks: the lifecycle hears of it before any of their ends.
-		_ = j.lc.StopCompleted(now, j.lc.Attempt(), 0)
-	}
 	// Stale reports (an older attempt, a lost worker's) are not counted.
 	if j.lc.TaskEnded(now, st.Attempt, st.Worker, end, st.Error) == nil {
 		if end == lifecycle.TaskFailed || end == lifecycle.TaskFailedAfterPeer {
@@ -555,17 +551,15 @@ func (c *Coordinator) onTaskStatus(m *nats.Msg) {
 	c.carryOut(j, acts)
 }
 
-// failJob fails attempt of a job for a reason of the coordinator's own
-// (too many failed checkpoints, a lost data stream). The checkpoint driver
-// calls it from a new goroutine.
+// failJob fails attempt of a job for a reason of the coordinator's own (a
+// lost data stream); c.mu must not be held.
 func (c *Coordinator) failJob(j *jobState, attempt int, reason string) {
 	_ = c.step(j, func(lc *lifecycle.Job, now int64) error { return lc.Fail(now, attempt, reason) })
 }
 
 // stopSavepointRequested asks j's lifecycle whether a stop with savepoint
 // may go out, and records it: only a RUNNING job can be stopped (a
-// restarting one is told to try again). Neither c.mu nor ckptDriver.mu may
-// be held.
+// restarting one is told to try again). c.mu must not be held.
 func (c *Coordinator) stopSavepointRequested(j *jobState) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -575,23 +569,11 @@ func (c *Coordinator) stopSavepointRequested(j *jobState) error {
 // stopSavepointEnded tells j's lifecycle how the stop-with-savepoint
 // savepoint id of attempt ended: err is nil when it completed (the job
 // then ends FINISHED, stopped, once its subtasks have stopped), the reason
-// it failed otherwise (the job goes on RUNNING). It may be called with
-// ckptDriver.mu held: it sets an atomic field and hands the rest to a new
-// goroutine. On completion call it before CheckpointStop goes out, so that
-// the lifecycle hears of the stop before any subtask's end (onTaskStatus
-// reads the field first).
+// it failed otherwise (the job goes on RUNNING). It never waits for c.mu
+// (report). On completion call it before CheckpointStop goes out, so that
+// the lifecycle hears of the stop before any subtask's end.
 func (c *Coordinator) stopSavepointEnded(j *jobState, attempt int, id int64, err error) {
-	if err == nil {
-		j.stopped.Store(true)
-	}
-	go func() {
-		_ = c.step(j, func(lc *lifecycle.Job, now int64) error {
-			if err != nil {
-				return lc.StopFailed(now, attempt, id, err.Error())
-			}
-			return lc.StopCompleted(now, attempt, id)
-		})
-	}()
+	c.report(j, stopEnded{attempt: attempt, id: id, err: err})
 }
 
 // restartEntries turns the lifecycle's restart log into the record's.

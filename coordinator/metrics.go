@@ -214,24 +214,22 @@ func (c *Coordinator) MetricsStats() Stats {
 	for st := lifecycle.Created; st <= lifecycle.Suspended; st++ {
 		out.JobsByState[st.String()] = 0
 	}
-	c.mu.Lock()
-	for _, j := range c.jobs {
-		st := j.lc.State()
-		out.JobsByState[st.String()]++
-		if st.Terminal() {
+	v := c.readView()
+	for _, jv := range v.jobs {
+		out.JobsByState[jv.state.String()]++
+		if jv.state.Terminal() {
 			continue
 		}
-		out.Jobs = append(out.Jobs, JobStats{JobID: j.info.JobID, Name: j.info.Name, Tenant: j.info.Tenant,
-			State: st.String(), Attempt: j.lc.Attempt(), Restarts: j.lc.Restarts(), Started: j.info.Started})
+		r := jv.row
+		out.Jobs = append(out.Jobs, JobStats{JobID: r.JobID, Name: r.Name, Tenant: r.Tenant,
+			State: r.State, Attempt: r.Attempt, Restarts: r.Restarts, Started: r.Started})
 	}
-	now := c.now()
-	for _, w := range c.workers {
+	for _, w := range v.workers {
 		out.Workers++
-		if now.Sub(w.lastSeen) <= c.cfg.WorkerTimeout {
+		if c.live(w) {
 			out.LiveWorkers++
 		}
 	}
-	c.mu.Unlock()
 	for k := range out.Jobs {
 		out.Jobs[k].Checkpoints = c.board.checkpointStats(out.Jobs[k].JobID)
 	}

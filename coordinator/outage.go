@@ -41,15 +41,14 @@ func (c *Coordinator) connectionRestoredLocked() {
 	}
 }
 
-// abortPending aborts the driver's pending checkpoints for reason. It takes
-// d.mu, which may be taken under c.mu.
+// abortPending aborts the driver's pending checkpoints for reason.
 func (d *ckptDriver) abortPending(reason string) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.stopped || len(d.sm.Pending()) == 0 {
-		return
-	}
-	d.c.cfg.Log.Warn("aborting checkpoints: "+reason, logging.Job, d.j.info.JobID, "checkpoints", fmt.Sprint(d.sm.Pending()))
-	d.sm.AbortPending(time.Now().UnixMilli(), reason)
-	d.run()
+	d.do(func() {
+		if d.stopped || len(d.sm.Pending()) == 0 {
+			return
+		}
+		d.c.cfg.Log.Warn("aborting checkpoints: "+reason, logging.Job, d.j.info.JobID, "checkpoints", fmt.Sprint(d.sm.Pending()))
+		d.sm.AbortPending(time.Now().UnixMilli(), reason)
+		d.run()
+	})
 }

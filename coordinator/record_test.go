@@ -32,7 +32,7 @@ func TestWriteJSONAtomicIsDurable(t *testing.T) {
 		synced = append(synced, d)
 		return old(d)
 	}
-	if err := writeJSONAtomic(dir, "job.json", Record{JobID: "j1", State: "running"}); err != nil {
+	if err := writeJSONAtomic(dir, "job.json", JobSpec{JobID: "j1", State: "running"}); err != nil {
 		t.Fatal(err)
 	}
 	want := []string{root, filepath.Join(root, "data"), filepath.Join(root, "data", "jobs"), dir}
@@ -41,7 +41,7 @@ func TestWriteJSONAtomicIsDurable(t *testing.T) {
 	}
 	// Rewritten in place: only the directory of the rename.
 	synced = nil
-	if err := writeJSONAtomic(dir, "job.json", Record{JobID: "j1", State: "finished"}); err != nil {
+	if err := writeJSONAtomic(dir, "job.json", JobSpec{JobID: "j1", State: "finished"}); err != nil {
 		t.Fatal(err)
 	}
 	if !slices.Equal(synced, []string{dir}) {
@@ -154,5 +154,50 @@ func TestSubmitFailsWithoutRecord(t *testing.T) {
 	}
 	if rec, err := ReadRecord(c.cfg.DataDir, id); err != nil || rec.State != transport.JobRunning {
 		t.Fatalf("record of the accepted job: %+v, %v", rec, err)
+	}
+}
+
+// TestRecordIsTheSpec: the record on disk is the job's spec, and a record
+// written when it was a type of its own ("restarts" the restart log) reads
+// as one.
+func TestRecordIsTheSpec(t *testing.T) {
+	data := t.TempDir()
+	want := JobSpec{JobID: "j1", Name: "n", State: transport.JobRunning, Attempt: 2, Restarts: 2,
+		RestartLog: []RestartEntry{{Attempt: 1, Reason: "boom"}, {Attempt: 2, Reason: "bang"}}, LatestCheckpoint: 7, Epoch: 3}
+	if err := writeJSONAtomic(JobDir(data, "j1"), "job.json", want); err != nil {
+		t.Fatal(err)
+	}
+	got, err := ReadRecord(data, "j1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Restarts != 2 || len(got.RestartLog) != 2 || got.RestartLog[1].Reason != "bang" || got.LatestCheckpoint != 7 || got.Epoch != 3 {
+		t.Fatalf("read back %+v, want %+v", got, want)
+	}
+	legacy := `{"jobId":"j2","name":"n","plan":{},"state":"running","attempt":1,"restarts":[{"attempt":1,"reason":"worker w1 lost"}]}`
+	if err := os.MkdirAll(JobDir(data, "j2"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(JobDir(data, "j2"), "job.json"), []byte(legacy), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	old, err := ReadRecord(data, "j2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if old.Attempt != 1 || old.Restarts != 0 || len(old.RestartLog) != 1 || old.RestartLog[0].Reason != "worker w1 lost" {
+		t.Fatalf("legacy record read as %+v", old)
+	}
+	if _, err := ReadRecord(data, "j3"); err == nil {
+		t.Fatal("a missing record read without an error")
+	}
+	if err := os.MkdirAll(JobDir(data, "j4"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(JobDir(data, "j4"), "job.json"), []byte(`{"jobId":"j4","restarts":"x"}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ReadRecord(data, "j4"); err == nil || !strings.Contains(err.Error(), "job.json") {
+		t.Fatalf("a record with a bad restarts field: %v, want an error naming the file", err)
 	}
 }

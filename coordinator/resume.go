@@ -236,7 +236,7 @@ func (c *Coordinator) reconcileLocked(worker string, running []transport.Running
 		cancels = append(cancels, r)
 	}
 	for id, j := range c.jobs {
-		c.confirmLocked(j)
+		c.drainLocked(j)
 		j.lc.Heartbeat(now.UnixMilli(), worker, listed[id])
 		if acts := c.applyLocked(j); len(acts) > 0 {
 			steps = append(steps, jobStep{j, acts})

@@ -164,26 +164,28 @@ func (c *Coordinator) savepoint(req transport.SavepointRequest, who caller, repl
 // savepoint triggers a savepoint; the client's reply comes when it
 // completes or fails.
 func (d *ckptDriver) savepoint(parent string, stop, drain bool, reply func(transport.SavepointReply)) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
 	refuse := func(why string) {
 		if stop {
 			d.c.stopSavepointEnded(d.j, d.attempt, 0, errors.New(why))
 		}
 		reply(transport.SavepointReply{Error: why})
 	}
-	if d.stopped {
+	if !d.do(func() {
+		if d.stopped {
+			refuse("the job is restarting: try again")
+			return
+		}
+		id, err := d.sm.TriggerSavepoint(time.Now().UnixMilli())
+		if err != nil {
+			refuse(err.Error())
+			return
+		}
+		dir := savepointDir(parent, d.j.info.JobID, id)
+		d.savepoints[id] = &pendingSavepoint{dir: dir, stop: stop, drain: drain, reply: reply}
+		d.run()
+	}) {
 		refuse("the job is restarting: try again")
-		return
 	}
-	id, err := d.sm.TriggerSavepoint(time.Now().UnixMilli())
-	if err != nil {
-		refuse(err.Error())
-		return
-	}
-	dir := savepointDir(parent, d.j.info.JobID, id)
-	d.savepoints[id] = &pendingSavepoint{dir: dir, stop: stop, drain: drain, reply: reply}
-	d.run()
 }
 
 // exportSavepoint copies a completed savepoint out of the job's checkpoint

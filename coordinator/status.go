@@ -76,18 +76,17 @@ type WorkerTotals struct {
 // Overview returns the cluster overview for who.
 func (c *Coordinator) Overview(who Caller) Overview {
 	w := who.internal()
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	out := Overview{Jobs: map[string]int{}, Tenants: c.cfg.Tenants != nil, Tenant: who.Tenant, StartedAt: c.startedAt, Leader: c.serverID()}
-	for _, j := range c.jobs {
-		if visibleLocked(j, w) {
-			out.Jobs[j.lc.State().String()]++
+	v := c.readView()
+	out := Overview{Jobs: map[string]int{}, Tenants: c.cfg.Tenants != nil, Tenant: who.Tenant, StartedAt: v.startedAt, Leader: c.serverID()}
+	for _, jv := range v.jobs {
+		if jv.visible(w) {
+			out.Jobs[jv.state.String()]++
 		}
 	}
 	if w.admin() {
 		t := &WorkerTotals{}
-		for _, ws := range c.workers {
-			if c.now().Sub(ws.lastSeen) > c.cfg.WorkerTimeout {
+		for _, ws := range v.workers {
+			if !c.live(ws) {
 				t.Lost++
 				continue
 			}
@@ -124,22 +123,15 @@ func (c *Coordinator) WorkerStatuses(who Caller) ([]WorkerStatus, error) {
 	if !who.internal().admin() {
 		return nil, ErrAdminOnly
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	v := c.readView()
 	byWorker := map[string][]PlacedSubtask{}
-	for _, j := range c.jobs {
-		if j.done || len(j.placement) == 0 {
-			continue
-		}
-		chains := chainNames(j.plan)
-		for w, refs := range j.placement {
-			for _, r := range refs {
-				byWorker[w] = append(byWorker[w], PlacedSubtask{JobID: j.info.JobID, Attempt: j.attempt, Chain: nameOf(chains, r.Chain), Subtask: r.Subtask})
-			}
+	for _, jv := range v.jobs {
+		for w, subs := range jv.placed {
+			byWorker[w] = append(byWorker[w], subs...)
 		}
 	}
-	out := make([]WorkerStatus, 0, len(c.workers))
-	for _, ws := range c.workers {
+	out := make([]WorkerStatus, 0, len(v.workers))
+	for _, ws := range v.workers {
 		subs := byWorker[ws.info.ID]
 		sort.Slice(subs, func(i, k int) bool {
 			a, b := subs[i], subs[k]
@@ -154,31 +146,22 @@ func (c *Coordinator) WorkerStatuses(who Caller) ([]WorkerStatus, error) {
 		if subs == nil {
 			subs = []PlacedSubtask{}
 		}
-		out = append(out, WorkerStatus{WorkerRow: c.workerRowLocked(ws), Subtasks: subs})
+		out = append(out, WorkerStatus{WorkerRow: c.workerRow(ws), Subtasks: subs})
 	}
-	sort.Slice(out, func(i, k int) bool { return out[i].ID < out[k].ID })
 	return out, nil
-}
-
-func (c *Coordinator) workerRowLocked(w *workerState) transport.WorkerRow {
-	return transport.WorkerRow{ID: w.info.ID, Slots: w.info.Slots, Used: w.used, LastSeen: w.lastSeen,
-		Live: c.now().Sub(w.lastSeen) <= c.cfg.WorkerTimeout}
 }
 
 // Jobs lists who's jobs as `wstream list` does, oldest first.
 func (c *Coordinator) Jobs(who Caller) []transport.JobInfo {
 	w := who.internal()
-	c.mu.Lock()
 	out := []transport.JobInfo{}
-	for _, j := range c.jobs {
-		if visibleLocked(j, w) {
-			row := c.jobRowLocked(j)
+	for _, jv := range c.readView().jobs {
+		if jv.visible(w) {
+			row := jv.row
 			row.Cause = c.tenantText(w, row.Cause)
 			out = append(out, row)
 		}
 	}
-	c.mu.Unlock()
-	sort.Slice(out, func(i, k int) bool { return out[i].Started.Before(out[k].Started) })
 	return out
 }
 
@@ -521,6 +504,15 @@ func checkpointSettings(j *jobState) *CheckpointSettings {
 		Incremental: cs.Incremental == nil || *cs.Incremental, Storage: storage}
 }
 
+// chainNames are the ids of the chains of the plan the job runs; c.mu is
+// held.
+func (j *jobState) chainNames() []string {
+	if j.chainsOf != j.plan {
+		j.chains, j.chainsOf = chainNames(j.plan), j.plan
+	}
+	return j.chains
+}
+
 // chainNames are the ids of a plan's chains by index.
 func chainNames(p *job.Plan) []string {
 	g, err := job.Build(p)
@@ -555,13 +547,12 @@ func (c *Coordinator) Checkpoints(who Caller, id string) (*CheckpointOverview, e
 		out.Latest.Restored = &r
 	}
 	if d := j.ckpt; d != nil {
-		// Lock order: c.mu, then the driver's.
-		d.mu.Lock()
-		for cid, trig := range d.pending {
-			out.InProgress = append(out.InProgress, CheckpointStats{ID: cid, Kind: d.kinds[cid].String(), Status: CheckpointInProgress,
-				Attempt: d.attempt, TriggerTime: trig, DurationMillis: max(0, time.Now().UnixMilli()-trig)})
-		}
-		d.mu.Unlock()
+		d.do(func() {
+			for cid, trig := range d.pending {
+				out.InProgress = append(out.InProgress, CheckpointStats{ID: cid, Kind: d.kinds[cid].String(), Status: CheckpointInProgress,
+					Attempt: d.attempt, TriggerTime: trig, DurationMillis: max(0, time.Now().UnixMilli()-trig)})
+			}
+		})
 	}
 	c.mu.Unlock()
 	sort.Slice(out.InProgress, func(i, k int) bool { return out.InProgress[i].ID < out.InProgress[k].ID })

@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -35,8 +34,9 @@ import (
 //     as the new plan says; states whose layout version rose pass through
 //     the module's wstream_migrate on the workers. The new attempt's
 //     subtasks report their first record, for the downtime.
-//  4. Its first completed checkpoint confirms the upgrade (the driver sets
-//     jobState.confirmed before any sink commits on it); a failure before
+//  4. Its first completed checkpoint confirms the upgrade (the driver
+//     reports it, checkpointConfirmed, before any sink commits on it, and
+//     the lifecycle hears it before any later event); a failure before
 //     that rolls back: Deploy with ModuleOld runs the old plan and module
 //     again from the same savepoint.
 //  5. UpgradeEnded answers the client and appends a line to the job's
@@ -50,8 +50,9 @@ type upgradeSpec struct {
 	refs   []transport.TaskRef
 }
 
-// upgradeOp is an upgrade under way. c.mu guards it, but for the fields
-// under mu, which the checkpoint driver sets under its own lock.
+// upgradeOp is an upgrade under way. c.mu guards it; the checkpoint driver
+// reports its barrier through the job's inbox (upgradeTriggered,
+// upgradeBarrierDone).
 type upgradeOp struct {
 	old, next upgradeSpec
 	reply     *nats.Msg
@@ -62,7 +63,6 @@ type upgradeOp struct {
 	// deployed).
 	fromAttempt, newAttempt int
 
-	mu sync.Mutex
 	// trigger is when the barrier's savepoint was triggered (Unix ms);
 	// savepoint its id and dir once it completed.
 	trigger   int64
@@ -84,10 +84,33 @@ type upgradeOp struct {
 	wait *time.Timer
 }
 
-func (op *upgradeOp) barrier() (trigger, id int64, dir string) {
-	op.mu.Lock()
-	defer op.mu.Unlock()
+// barrier returns when the upgrade's barrier was triggered, and its
+// savepoint's id and dir once it completed; c.mu must not be held.
+func (c *Coordinator) barrier(op *upgradeOp) (trigger, id int64, dir string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	return op.trigger, op.savepoint, op.dir
+}
+
+// upgradeTriggered: the upgrade's barrier was triggered at (Unix ms).
+type upgradeTriggered struct {
+	op *upgradeOp
+	at int64
+}
+
+func (r upgradeTriggered) apply(*Coordinator, *jobState, int64) { r.op.trigger = r.at }
+
+// upgradeBarrierDone: the upgrade's barrier, savepoint id in dir,
+// completed; it is checked against the new plan at once (preResolve).
+type upgradeBarrierDone struct {
+	op  *upgradeOp
+	id  int64
+	dir string
+}
+
+func (r upgradeBarrierDone) apply(c *Coordinator, j *jobState, _ int64) {
+	r.op.savepoint, r.op.dir = r.id, r.dir
+	go c.preResolve(j, r.op)
 }
 
 // firstRecordWait bounds how long an upgrade that completed waits for the
@@ -303,28 +326,28 @@ func (c *Coordinator) checkModuleStored(j *jobState, who caller, digest, name st
 // upgradeSavepoint triggers the upgrade's barrier: a stop with savepoint
 // whose outcome goes to the lifecycle (StopCompleted, StopFailed).
 func (d *ckptDriver) upgradeSavepoint(parent string, op *upgradeOp) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
 	refuse := func(why string) { d.c.stopSavepointEnded(d.j, d.attempt, 0, errors.New(why)) }
-	if d.stopped {
+	if !d.do(func() {
+		if d.stopped {
+			refuse("the job is restarting: try again")
+			return
+		}
+		now := time.Now().UnixMilli()
+		id, err := d.sm.TriggerSavepoint(now)
+		if err != nil {
+			refuse(err.Error())
+			return
+		}
+		d.c.report(d.j, upgradeTriggered{op: op, at: now})
+		// The upgrade answers its client when the new module runs (or the
+		// old one is back), not when its barrier completes: the barrier's
+		// own reply has no one to tell.
+		d.savepoints[id] = &pendingSavepoint{dir: savepointDir(parent, d.j.info.JobID, id), stop: true, upgrade: op,
+			reply: func(transport.SavepointReply) {}}
+		d.run()
+	}) {
 		refuse("the job is restarting: try again")
-		return
 	}
-	now := time.Now().UnixMilli()
-	id, err := d.sm.TriggerSavepoint(now)
-	if err != nil {
-		refuse(err.Error())
-		return
-	}
-	op.mu.Lock()
-	op.trigger = now
-	op.mu.Unlock()
-	// The upgrade answers its client when the new module runs (or the old
-	// one is back), not when its barrier completes: the barrier's own
-	// reply has no one to tell.
-	d.savepoints[id] = &pendingSavepoint{dir: savepointDir(parent, d.j.info.JobID, id), stop: true, upgrade: op,
-		reply: func(transport.SavepointReply) {}}
-	d.run()
 }
 
 // switchLocked makes the job run module m of its upgrade from the next
@@ -340,9 +363,9 @@ func (c *Coordinator) switchLocked(j *jobState, m lifecycle.Module) error {
 	if m == lifecycle.ModuleOld {
 		s = op.old
 		j.upgrade = nil
-		j.probation.Store(0)
+		j.probation = 0
 	} else {
-		j.probation.Store(int64(j.lc.Attempt()) + 1)
+		j.probation = j.lc.Attempt() + 1
 		op.newAttempt = j.lc.Attempt()
 	}
 	j.plan, j.digest, j.module, j.refs = s.plan, s.digest, s.module, s.refs
@@ -352,7 +375,7 @@ func (c *Coordinator) switchLocked(j *jobState, m lifecycle.Module) error {
 // checkUpgradeSavepoint checks the upgrade's savepoint against plan and
 // returns its storage root and id.
 func (c *Coordinator) checkUpgradeSavepoint(j *jobState, op *upgradeOp, plan *job.Plan) (string, int64, error) {
-	_, id, dir := op.barrier()
+	_, id, dir := c.barrier(op)
 	if id == 0 {
 		return "", 0, errors.New("the upgrade's savepoint is unknown")
 	}
@@ -372,21 +395,19 @@ func (c *Coordinator) checkUpgradeSavepoint(j *jobState, op *upgradeOp, plan *jo
 // deployment then need not.
 func (c *Coordinator) preResolve(j *jobState, op *upgradeOp) {
 	root, id, err := c.checkUpgradeSavepoint(j, op, op.next.plan)
-	op.mu.Lock()
-	defer op.mu.Unlock()
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	op.nextRoot, op.nextID, op.nextErr, op.resolved = root, id, err, true
 }
 
 // resolveUpgradeSavepoint makes the upgrade's savepoint what the job
 // restores from, checked against the plan of module m.
 func (c *Coordinator) resolveUpgradeSavepoint(j *jobState, op *upgradeOp, m lifecycle.Module) error {
-	op.mu.Lock()
+	c.mu.Lock()
 	root, id, err, ok := op.nextRoot, op.nextID, op.nextErr, op.resolved && m == lifecycle.ModuleNew
-	op.mu.Unlock()
+	plan := j.plan
+	c.mu.Unlock()
 	if !ok {
-		c.mu.Lock()
-		plan := j.plan
-		c.mu.Unlock()
 		root, id, err = c.checkUpgradeSavepoint(j, op, plan)
 	}
 	if err != nil {
@@ -411,14 +432,14 @@ func (c *Coordinator) upgradeEnded(j *jobState, a lifecycle.UpgradeEnded) {
 	if a.Outcome != lifecycle.UpgradeRolledBack {
 		// A roll-back keeps it until the old module's Deploy switches back.
 		j.upgrade = nil
-		j.probation.Store(0)
+		j.probation = 0
 	}
 	if a.Outcome == lifecycle.UpgradeDone {
 		// Its first record may come later.
 		j.lastUpgrade = op
 	}
 	c.mu.Unlock()
-	if _, id, _ := op.barrier(); a.Outcome == lifecycle.UpgradeAborted && id != 0 {
+	if _, id, _ := c.barrier(op); a.Outcome == lifecycle.UpgradeAborted && id != 0 {
 		// The old module failed after its sinks committed on the barrier:
 		// a restart must restore the barrier's savepoint, not an older
 		// checkpoint.
@@ -432,15 +453,15 @@ func (c *Coordinator) upgradeEnded(j *jobState, a lifecycle.UpgradeEnded) {
 		}
 	}
 	if a.Outcome == lifecycle.UpgradeDone {
-		op.mu.Lock()
+		c.mu.Lock()
 		if op.firstRecord == 0 {
 			done := a
 			op.done = &done
 			op.wait = time.AfterFunc(firstRecordWait, func() { c.finishUpgrade(j, op) })
-			op.mu.Unlock()
+			c.mu.Unlock()
 			return
 		}
-		op.mu.Unlock()
+		c.mu.Unlock()
 	}
 	c.answerUpgrade(j, op, a)
 }
@@ -451,32 +472,29 @@ func (c *Coordinator) firstRecordLocked(j *jobState, st transport.TaskStatus, op
 	if op == nil || op.newAttempt == 0 || op.newAttempt != st.Attempt {
 		return
 	}
-	op.mu.Lock()
 	if op.firstRecord == 0 || st.At < op.firstRecord {
 		op.firstRecord = st.At
 	}
-	waiting := op.done != nil && op.wait.Stop()
-	op.mu.Unlock()
-	if waiting {
+	if op.done != nil && op.wait.Stop() {
 		go c.finishUpgrade(j, op)
 	}
 }
 
 // finishUpgrade answers a done upgrade that waited for its first record.
 func (c *Coordinator) finishUpgrade(j *jobState, op *upgradeOp) {
-	op.mu.Lock()
+	c.mu.Lock()
 	a := op.done
 	op.done = nil
-	op.mu.Unlock()
+	c.mu.Unlock()
 	if a != nil {
 		c.answerUpgrade(j, op, *a)
 	}
 }
 
 func (c *Coordinator) answerUpgrade(j *jobState, op *upgradeOp, a lifecycle.UpgradeEnded) {
-	op.mu.Lock()
+	c.mu.Lock()
 	trigger, first, dir := op.trigger, op.firstRecord, op.dir
-	op.mu.Unlock()
+	c.mu.Unlock()
 	r := transport.UpgradeReply{Savepoint: a.Savepoint, Attempt: a.Attempt, Migrated: slices.Clone(op.migrated)}
 	if a.Savepoint != 0 {
 		r.SavepointDir = dir
@@ -531,13 +549,4 @@ func appendJSONLine(path string, v any) error {
 	b, _ := json.Marshal(v)
 	_, werr := f.Write(append(b, '\n'))
 	return errors.Join(werr, f.Close())
-}
-
-// confirmLocked hands the lifecycle a checkpoint that the new module of an
-// upgrade completed, before any other event: a failure after it is no
-// longer a reason to roll back (its sinks committed). c.mu is held.
-func (c *Coordinator) confirmLocked(j *jobState) {
-	if n := j.confirmed.Swap(0); n > 0 {
-		_ = j.lc.UpgradeConfirmed(c.nowMillis(), int(n-1))
-	}
 }

@@ -154,9 +154,9 @@ func TestLostWorkerFailover(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(rec.Restarts) == 0 || rec.Restarts[0].Attempt != 0 ||
-		!strings.HasPrefix(rec.Restarts[0].Reason, "worker w1 lost: no heartbeat for ") {
-		t.Fatalf("restarts recorded: %+v; want the first caused by worker w1 lost", rec.Restarts)
+	if len(rec.RestartLog) == 0 || rec.RestartLog[0].Attempt != 0 ||
+		!strings.HasPrefix(rec.RestartLog[0].Reason, "worker w1 lost: no heartbeat for ") {
+		t.Fatalf("restarts recorded: %+v; want the first caused by worker w1 lost", rec.RestartLog)
 	}
 	if rec.Attempt < 1 || rec.State != transport.JobFinished {
 		t.Fatalf("record: attempt %d, %s; want a later attempt finished", rec.Attempt, rec.State)

@@ -73,7 +73,7 @@ func MarkResumed(dataDir, id, as string) error {
 
 // resumable reports whether a job can be resumed: it is running (its
 // process died), or it was suspended and not resumed yet.
-func resumable(dataDir string, r *coordinator.Record) bool {
+func resumable(dataDir string, r *coordinator.JobSpec) bool {
 	if r.State == transport.JobRunning {
 		return true
 	}
@@ -86,7 +86,7 @@ func resumable(dataDir string, r *coordinator.Record) bool {
 
 // prepareSuspended prepares the continuation of suspended job r: a new job
 // of the same plan and module, from the savepoint it stopped with.
-func prepareSuspended(dataDir string, r *coordinator.Record) (*Deployment, error) {
+func prepareSuspended(dataDir string, r *coordinator.JobSpec) (*Deployment, error) {
 	s, err := readSuspension(dataDir, r.JobID)
 	if err != nil {
 		return nil, err
