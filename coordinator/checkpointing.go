@@ -863,14 +863,33 @@ func (d *ckptDriver) releaseOutside() {
 // unless a checkpoint is pending (registry.deletable); on the loop.
 func (d *ckptDriver) discard(id int64) {
 	free := d.reg.release(id)
+	if !d.mayDelete("discarding a checkpoint", id) {
+		return
+	}
 	if err := d.storage.Discard(id); err != nil {
 		d.c.cfg.Log.Warn("discarding a checkpoint", logging.Job, d.j.info.JobID, logging.Checkpoint, id, "err", err)
 	}
 	for _, p := range d.reg.deletable(free, len(d.sm.Pending())) {
+		if !d.mayDelete("removing a shared file", id) {
+			return
+		}
 		if err := d.storage.RemoveShared(p); err != nil {
 			d.c.cfg.Log.Warn("removing a shared file", logging.Job, d.j.info.JobID, "file", p, "err", err)
 		}
 	}
+}
+
+// mayDelete reports whether the driver may delete a checkpoint's files now,
+// asked before every deletion: only while its coordinator holds the lease.
+// A deposed leader's registry knows nothing of a later leader's
+// checkpoints, which may reference the same shared files (they are named
+// by their content): its deletes would leave them missing. On the loop.
+func (d *ckptDriver) mayDelete(what string, id int64) bool {
+	if _, err := d.c.fence(); err != nil {
+		d.c.cfg.Log.Warn("not deleting checkpoint files: this coordinator does not hold the lease", logging.Job, d.j.info.JobID, "doing", what, logging.Checkpoint, id, "err", err)
+		return false
+	}
+	return true
 }
 
 // sendTrigger sends the trigger of pending checkpoint id to the sources,
@@ -1071,6 +1090,9 @@ func (d *ckptDriver) restoreFrom(id int64, dir string) error {
 // runs only while no checkpoint is pending, so no upload it could race with
 // belongs to a live checkpoint.
 func (d *ckptDriver) sweep() {
+	if !d.mayDelete("sweeping shared files", 0) {
+		return
+	}
 	files, err := d.storage.SharedFiles()
 	if err != nil {
 		d.c.cfg.Log.Warn("listing shared files", logging.Job, d.j.info.JobID, "err", err)
@@ -1078,6 +1100,9 @@ func (d *ckptDriver) sweep() {
 	}
 	for p := range files {
 		if d.reg.refs[p] == 0 {
+			if !d.mayDelete("removing an unreferenced shared file", 0) {
+				return
+			}
 			if err := d.storage.RemoveShared(p); err != nil {
 				d.c.cfg.Log.Warn("removing an unreferenced shared file", logging.Job, d.j.info.JobID, "file", p, "err", err)
 			}

@@ -508,3 +508,60 @@ func TestCheckpointsBeforeSavepointKeptUntilNextCompletes(t *testing.T) {
 		return os.IsNotExist(ferr) && os.IsNotExist(derr)
 	})
 }
+
+// TestDeposedLeaderDeletesNothing: a leader that lost its lease deletes no
+// checkpoint files. Its registry knows nothing of a later leader's
+// checkpoints, which may reference the same shared files (named by their
+// content): the fault suite saw a partitioned leader delete, for half a
+// minute after it knew it was deposed, a file the new leader's latest
+// checkpoint needed.
+func TestDeposedLeaderDeletesNothing(t *testing.T) {
+	c, _, id, acks := startCkptJob(t)
+	if c.lead == nil {
+		t.Fatal("the test coordinator has no lease")
+	}
+	c.mu.Lock()
+	d := c.jobs[id].ckpt
+	c.mu.Unlock()
+	exists := func(st *checkpoint.Storage, h checkpoint.FileHandle) bool {
+		files, err := st.SharedFiles()
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, ok := files[h.Path]
+		return ok
+	}
+	// While it leads, a shared file nothing references is swept.
+	st, put := sharedFile(t, c, id, "000001.sst", "unreferenced while leading")
+	h := put()
+	if !exists(st, h) {
+		t.Fatalf("%s is not listed", h.Path)
+	}
+	waitUntil(t, "a leader never swept an unreferenced shared file", func() bool {
+		d.do(func() { d.sweep() })
+		return !exists(st, h)
+	})
+	waitUntil(t, "no checkpoint completed", func() bool { _, n := acks.count(); return n > 0 })
+	completed, err := st.Completed()
+	if err != nil || len(completed) == 0 {
+		t.Fatalf("completed checkpoints: %v %v", completed, err)
+	}
+
+	// Deposed: neither the sweep nor a discard deletes anything.
+	c.lead.mu.Lock()
+	c.lead.l.lost()
+	c.lead.mu.Unlock()
+	_, put = sharedFile(t, c, id, "000002.sst", "unreferenced once deposed")
+	h = put()
+	latest := completed[len(completed)-1]
+	d.do(func() {
+		d.sweep()
+		d.discard(latest)
+	})
+	if !exists(st, h) {
+		t.Error("a deposed leader swept a shared file")
+	}
+	if _, err := st.ReadMetadata(latest); err != nil {
+		t.Errorf("a deposed leader discarded checkpoint %d: %v", latest, err)
+	}
+}
