@@ -15,13 +15,6 @@ import (
 	"github.com/wstream/wstream/transport"
 )
 
-// Exit statuses of a deploy that a signal ended.
-const (
-	// exitSuspended: the job stopped with a savepoint and can be resumed
-	// (deploy --resume).
-	exitSuspended = 3
-)
-
 // exitSignal is the status of a command a signal ended, as shells report
 // it: 128 + the signal's number.
 func exitSignal(sig os.Signal) int {
@@ -41,6 +34,9 @@ type interrupts struct {
 	errw    io.Writer
 	cancel  context.CancelFunc
 	started chan string // the job's id, once submitted
+	// detach: the job runs in a cluster and is not this client's (deploy
+	// --nats without --attached): a signal ends the client only.
+	detach bool
 
 	pending sync.WaitGroup // a suspend in flight
 
@@ -74,6 +70,14 @@ func (ir *interrupts) watch(ctx context.Context, sigs <-chan os.Signal) {
 		signals++
 		ir.mu.Lock()
 		ir.sig = sig
+		if ir.detach {
+			ir.mu.Unlock()
+			if signals == 1 && id != "" {
+				fmt.Fprintf(ir.errw, "wstream: %s: no longer following job %s, which goes on running in the cluster\n", sig, id)
+			}
+			ir.cancel()
+			continue
+		}
 		suspend := signals == 1 && id != "" && ir.checkpoints
 		ir.mu.Unlock()
 		if !suspend {

@@ -125,6 +125,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			initCommand(),
 			buildCommand(),
 			deployCommand(),
+			followCommand(),
 			serverCommand(),
 			workerCommand(),
 			listCommand(),
@@ -148,6 +149,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 		}),
 	}
 	tidyDefaults(app.Commands)
+	usageErrors(app.Commands, "")
 	categorize(app.Commands)
 	return app
 }
@@ -311,7 +313,8 @@ func deployCommand() *cli.Command {
 		&cli.StringSliceFlag{Name: "sink", Usage: "`[ID=]CONNECTOR[:k=v,...]` replace a sink, e.g. stdout or file:path=out.txt (repeatable)"},
 		&cli.StringFlag{Name: "name", Usage: "job name (default: the plan's name)"},
 		&cli.StringFlag{Name: "tenant", Usage: "with --nats and the admin's credentials: run the job as this tenant (a tenant's own credentials run its jobs as itself)"},
-		&cli.BoolFlag{Name: "dry-run", Usage: "validate the module and plan, print the execution graph, and exit"},
+		&cli.BoolFlag{Name: "dry-run", Usage: "check everything a deploy can know beforehand (the module's operators and exports, the plan, connector settings and paths, --from-savepoint's compatibility), print the execution graph, and exit"},
+		detachFlag, attachedFlag,
 		&cli.StringFlag{Name: "from-savepoint", Aliases: []string{"from-checkpoint"}, Usage: "start from the savepoint in `DIR`, or from a retained checkpoint (a job's checkpoint directory or one chk-* directory in it), at any parallelism up to the max parallelism"},
 		&cli.BoolFlag{Name: "allow-non-restored-state", Usage: "with --from-savepoint: drop savepoint state of vertices the plan no longer has"},
 		&cli.StringFlag{Name: "resume", Usage: "continue the unfinished job `JOB` of --data from its latest checkpoint (\"-\" or \"\": the only one); no MODULE argument"},
@@ -348,11 +351,19 @@ an embedded NATS JetStream server, a coordinator and a worker in this process an
 keeps everything under --data. A bounded job runs to the end and prints a summary
 (records in and out, duration) to stderr; an unbounded one runs until Ctrl-C.
 
-Ctrl-C or SIGTERM suspends a job that checkpoints: it stops with a savepoint,
-its sinks commit, and deploy exits 3; deploy --resume JOB continues it. A job
-that does not checkpoint, or any job at a second Ctrl-C, is canceled (exit
-128 + the signal) and keeps nothing it had not committed. Exit 1 when the job
-fails, 2 for bad usage.`,
+Without --nats, the job is this process's: Ctrl-C or SIGTERM suspends a job
+that checkpoints (it stops with a savepoint, its sinks commit, and deploy exits
+3; deploy --resume JOB continues it). A job that does not checkpoint, or any job
+at a second Ctrl-C, is canceled (exit 128 + the signal) and keeps nothing it had
+not committed.
+
+With --nats, the job is the cluster's: a signal ends this client only (exit 128
++ the signal) and the job goes on running; wstream follow JOB attaches again,
+wstream stop JOB suspends it. --attached makes such a job this client's as
+above; -d submits it, prints its id on stdout and returns.
+
+Exit 0 when the job finished (or was submitted, with -d), 1 when it failed, 2
+for bad usage, 3 when it was cancelled or stopped from outside.`,
 		Flags: append(flags, hostFlags()...),
 		Action: func(c *cli.Context) error {
 			if c.IsSet("resume") {
@@ -402,7 +413,8 @@ func deploy(c *cli.Context, hc host.Config, ov job.Overrides) (err error) {
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	defer signal.Stop(sigs)
 	out, errw := c.App.Writer, c.App.ErrWriter
-	ir := &interrupts{errw: errw, cancel: cancel, started: make(chan string, 1)}
+	cluster := c.String("nats") != ""
+	ir := &interrupts{errw: errw, cancel: cancel, started: make(chan string, 1), detach: cluster && !c.Bool("attached")}
 	go ir.watch(ctx, sigs)
 	defer func() {
 		// A signal before the job ran canceled validation or start-up.
@@ -420,6 +432,19 @@ func deploy(c *cli.Context, hc host.Config, ov job.Overrides) (err error) {
 	natsOpts, err := natsOptions(c)
 	if err != nil {
 		return err
+	}
+	if cluster {
+		// The admin's credentials of a server's --data, as list finds them.
+		natsOpts = defaultAdminCreds(c, natsOpts)
+	} else {
+		for _, f := range []string{"detach", "attached"} {
+			if c.Bool(f) {
+				return usageError{fmt.Errorf("--%s goes with --nats: without it the job runs in this process and ends with it", f)}
+			}
+		}
+	}
+	if c.Bool("detach") && c.Bool("attached") {
+		return usageError{errors.New("--detach and --attached are opposites: give one")}
 	}
 	opts.NATSOptions = natsOpts
 	if c.IsSet("workers") && c.Int("workers") < 1 {
@@ -513,42 +538,89 @@ func deploy(c *cli.Context, hc host.Config, ov job.Overrides) (err error) {
 	defer stopProgress()
 	jp, stopJobProgress := startJobProgress(errw, e, d.Plan, c.Bool("quiet"))
 	defer stopJobProgress()
-	res, err := e.Run(ctx, d, func(id string) {
+	started := func(id string) {
 		ir.started <- id
 		if d.Suspended != "" {
 			if err := engine.MarkResumed(opts.DataDir, d.Suspended, id); err != nil {
 				fmt.Fprintf(errw, "wstream: %v\n", err)
 			}
 		}
+		if c.Bool("detach") {
+			// The id alone on stdout, for scripts: JOB=$(wstream deploy -d ...).
+			fmt.Fprintln(out, id)
+			fmt.Fprintf(errw, "job %s submitted (%d subtasks); follow it with: wstream follow %s%s\n", id, countSubtasks(d.Graph), id, clusterArgs(c))
+			return
+		}
 		if !c.Bool("quiet") {
 			fmt.Fprintf(errw, "job %s running (%d subtasks)\n", id, countSubtasks(d.Graph))
 		}
 		jp.started(id) // after the line above: the bar starts below it
-	})
+	}
+	var res *transport.JobResult
+	stopStatus := func() {}
+	if ir.detach {
+		var id string
+		id, res, err = runCluster(ctx, e, d, c.Bool("detach"), func(id string) {
+			started(id)
+			if !c.Bool("detach") {
+				stopStatus = watchStatus(errw, e.Conn(), id, c.Bool("quiet"))
+			}
+		})
+		stopStatus()
+		if err != nil && id != "" && ir.signal() != nil {
+			sig := ir.signal()
+			return cli.Exit(fmt.Sprintf("%s: stopped following job %s, which goes on running (wstream follow %s%s; wstream stop %s%s suspends it)", sig, id, id, clusterArgs(c), id, clusterArgs(c)), exitSignal(sig))
+		}
+	} else {
+		res, err = e.Run(ctx, d, func(id string) {
+			started(id)
+			if cluster || !isTerminal(errw) {
+				stopStatus = watchStatus(errw, e.Conn(), id, c.Bool("quiet"))
+			}
+		})
+		stopStatus()
+	}
 	stopProgress()
 	stopJobProgress()
 	if err != nil {
 		return err
 	}
+	if res == nil { // detached
+		return nil
+	}
 	if !c.Bool("quiet") {
 		printSummary(errw, d.Plan, res)
 	}
-	switch res.State {
-	case transport.JobFailed:
-		return cli.Exit(fmt.Sprintf("job %s failed: %s", res.JobID, res.Error), 1)
-	case transport.JobStopped:
+	hint := ""
+	if res.State == transport.JobStopped {
 		if sp := ir.suspendedAt(); sp != "" {
-			if err := engine.MarkSuspended(opts.DataDir, res.JobID, sp); err != nil {
+			if hint, err = recordSuspension(c, opts.DataDir, res.JobID, sp); err != nil {
 				return err
 			}
-			return cli.Exit(fmt.Sprintf("job %s suspended with a savepoint in %s; continue it with: wstream deploy --resume %s", res.JobID, sp, res.JobID), exitSuspended)
-		}
-	case transport.JobCanceled:
-		if sig := ir.signal(); sig != nil {
-			return cli.Exit(fmt.Sprintf("job %s canceled (%s); nothing it had not committed was kept", res.JobID, sig), exitSignal(sig))
 		}
 	}
-	return nil
+	return jobOutcome(res, ir, hint)
+}
+
+// recordSuspension records a job this client suspended so that deploy
+// --resume finds it, and says how to continue it. The record goes into
+// the data directory that holds the job: this process's, or, with --nats,
+// the server's when --data names it on this host; otherwise the job
+// continues from its savepoint.
+func recordSuspension(c *cli.Context, dataDir, id, sp string) (string, error) {
+	if c.String("nats") != "" {
+		if _, err := os.Stat(coordinator.JobDir(dataDir, id)); err != nil {
+			module := c.Args().First()
+			if module == "" {
+				module = "MODULE.wasm"
+			}
+			return fmt.Sprintf("continue it with: wstream deploy%s --from-savepoint %s %s", clusterArgs(c), sp, module), nil
+		}
+	}
+	if err := engine.MarkSuspended(dataDir, id, sp); err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("continue it with: wstream deploy --resume %s%s", id, clusterArgs(c)), nil
 }
 
 // reportResumePoint tells the user which checkpoint a resumed job starts
@@ -674,9 +746,21 @@ func printSummary(w io.Writer, p *job.Plan, r *transport.JobResult) {
 	fmt.Fprintln(w)
 	var in, out int64
 	for _, m := range r.Metrics {
-		v := p.Vertex(m.Vertex)
+		var v *job.Vertex
+		if p != nil {
+			v = p.Vertex(m.Vertex)
+		}
 		kind := ""
-		if v != nil {
+		if p == nil {
+			// follow: no plan, no kinds; sources emit without input,
+			// sinks take without output.
+			switch {
+			case m.RecordsIn == 0:
+				in += m.RecordsOut
+			case m.RecordsOut == 0:
+				out += m.RecordsIn
+			}
+		} else if v != nil {
 			kind = v.Kind
 			switch v.Kind {
 			case job.KindSource:
@@ -950,7 +1034,19 @@ func cancelCommand() *cli.Command {
 				return err
 			}
 			defer e.Close(context.Background())
-			return coordinator.Cancel(c.Context, e.Conn(), c.Args().First())
+			id := c.Args().First()
+			row, err := findJob(c.Context, e.Conn(), id)
+			if err != nil {
+				return err
+			}
+			if ended(row.State) {
+				return fmt.Errorf("job %s has already ended (%s): there is nothing to cancel", id, row.State)
+			}
+			if err := coordinator.Cancel(c.Context, e.Conn(), id); err != nil {
+				return err
+			}
+			fmt.Fprintf(c.App.ErrWriter, "job %s cancelling\n", id)
+			return nil
 		},
 	}
 }

@@ -146,6 +146,9 @@ func askSavepoint(c *cli.Context, jobID, dir string, stop, drain bool, asked tim
 		return fmt.Errorf("bad savepoint reply: %w", err)
 	}
 	if r.Error != "" {
+		if strings.HasPrefix(r.Error, "no job") {
+			return errors.New(r.Error)
+		}
 		if stop && !r.JobEnded {
 			return fmt.Errorf("job %s was not stopped and goes on running: %s", jobID, r.Error)
 		}
