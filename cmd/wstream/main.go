@@ -373,6 +373,11 @@ for bad usage, 3 when it was cancelled or stopped from outside.`,
 			} else if c.NArg() != 1 {
 				return usageError{fmt.Errorf("deploy: want exactly one MODULE.wasm argument, got %d", c.NArg())}
 			}
+			for _, f := range c.Command.Flags {
+				if df, ok := f.(*cli.DurationFlag); ok && c.IsSet(df.Name) && c.Duration(df.Name) < 0 {
+					return usageError{fmt.Errorf("--%s %s: must not be negative", df.Name, c.Duration(df.Name))}
+				}
+			}
 			if err := checkGuestErrorFlags(c); err != nil {
 				return usageError{err}
 			}
@@ -428,6 +433,8 @@ func deploy(c *cli.Context, hc host.Config, ov job.Overrides) (err error) {
 	if err != nil {
 		return err
 	}
+	// deploy says how its job ended itself, once.
+	log = slog.New(dropMessages{log.Handler(), "job ended"})
 	opts := engine.Options{DataDir: c.String("data"), NATSURL: c.String("nats"), Host: hc, Stdout: out, Log: log, StateMemory: int64(c.Int("state-memory")) << 20}
 	natsOpts, err := natsOptions(c)
 	if err != nil {
@@ -493,7 +500,7 @@ func deploy(c *cli.Context, hc host.Config, ov job.Overrides) (err error) {
 			Settings:   func(p *job.Plan) { applySettingFlags(c, p) },
 		})
 		if err != nil || opts.NATSURL != "" {
-			_ = rt.Close(ctx)
+			defer rt.Close(context.Background())
 		} else {
 			// The in-process worker runs the module as validation compiled
 			// it: compiled and probed once.
@@ -508,8 +515,16 @@ func deploy(c *cli.Context, hc host.Config, ov job.Overrides) (err error) {
 				if dir, err = filepath.Abs(dir); err != nil {
 					return err
 				}
+				if _, err := os.Stat(dir); err != nil {
+					return usageError{fmt.Errorf("--from-savepoint %s: no such savepoint or checkpoint directory", c.String("from-savepoint"))}
+				}
 			}
 			d.FromSavepoint, d.AllowNonRestoredState = dir, c.Bool("allow-non-restored-state")
+		}
+		if c.Bool("dry-run") {
+			if err := dryRun(ctx, rt, d, opts.NATSURL == ""); err != nil {
+				return err
+			}
 		}
 	}
 	if c.Bool("dry-run") {

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
 	"regexp"
 	"strings"
 
@@ -80,4 +82,26 @@ func hasName(f cli.Flag, name string) bool {
 		}
 	}
 	return false
+}
+
+// dropMessages is a log handler that leaves out the records with message
+// msg: what the command reports in its own words.
+type dropMessages struct {
+	slog.Handler
+	msg string
+}
+
+func (h dropMessages) Handle(ctx context.Context, r slog.Record) error {
+	if r.Message == h.msg {
+		return nil
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h dropMessages) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return dropMessages{h.Handler.WithAttrs(attrs), h.msg}
+}
+
+func (h dropMessages) WithGroup(name string) slog.Handler {
+	return dropMessages{h.Handler.WithGroup(name), h.msg}
 }
