@@ -96,7 +96,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 		EnableBashCompletion: true,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "cpuprofile", Usage: "write a Go CPU profile of the command to `FILE`"},
-			verboseFlag, logFormatFlag, logLevelFlag,
+			verboseFlag, logFormatFlag, logLevelFlag, contextFlag,
 		},
 		Before: func(c *cli.Context) error {
 			path := c.String("cpuprofile")
@@ -138,6 +138,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			inspectCommand(),
 			tenantCommand(),
 			completionCommand(),
+			contextCommand(),
 			{
 				Name:  "version",
 				Usage: "print the version and ABI version",
@@ -150,6 +151,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 	}
 	tidyDefaults(app.Commands)
 	usageErrors(app.Commands, "")
+	withContexts(app.Commands)
 	categorize(app.Commands)
 	return app
 }
@@ -1014,7 +1016,8 @@ func workerCommand() *cli.Command {
 // `wstream deploy` embeds for --data.
 func clientEngine(c *cli.Context) (*engine.Engine, error) {
 	url := c.String("nats")
-	if url == "" {
+	local := url == ""
+	if local {
 		u, err := engine.LocalURL(c.String("data"))
 		if err != nil {
 			return nil, err
@@ -1031,7 +1034,14 @@ func clientEngine(c *cli.Context) (*engine.Engine, error) {
 		return nil, err
 	}
 	natsOpts = defaultAdminCreds(c, natsOpts)
-	return engine.Start(c.Context, engine.Options{DataDir: tmp, NATSURL: url, NATSOptions: natsOpts, NoCoordinator: true})
+	e, err := engine.Start(c.Context, engine.Options{DataDir: tmp, NATSURL: url, NATSOptions: natsOpts, NoCoordinator: true})
+	if err != nil && local && errors.Is(err, nats.ErrNoServers) {
+		// A deploy or server killed (SIGKILL, a crash) leaves its URL file.
+		data := c.String("data")
+		return nil, fmt.Errorf("tried %s, the NATS server %s names, and none answers: the wstream deploy or server that wrote it is no longer running (killed?). Start it again (wstream deploy --resume JOB --data %s, or wstream server --data %s), or pass --nats URL of a running cluster",
+			url, engine.URLFile(data), data, data)
+	}
+	return e, err
 }
 
 func cancelCommand() *cli.Command {
