@@ -91,6 +91,11 @@ func TestDetachFollow(t *testing.T) {
 	}
 	clusterPoll(t, time.Minute, "the detached job does not run", func() bool { return srv.jobState(t, dir, id) == "RUNNING" })
 
+	// Shell completion offers the job's id.
+	if got := completeJobIDs(t, dir, srv); got != id {
+		t.Errorf("completing wstream stop: %q, want %q", got, id)
+	}
+
 	f := startEdge(t, dir, append([]string{"follow", id}, srv.args()...)...)
 	clusterPoll(t, time.Minute, "follow did not attach", func() bool {
 		return strings.Contains(f.stderr.String(), "following job "+id) || f.exited()

@@ -152,6 +152,8 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 	tidyDefaults(app.Commands)
 	usageErrors(app.Commands, "")
 	withContexts(app.Commands)
+	completeJobs(app.Commands)
+	app.Commands = append(app.Commands, valuesCommand(func() []*cli.Command { return app.Commands }))
 	categorize(app.Commands)
 	return app
 }
