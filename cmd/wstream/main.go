@@ -520,7 +520,7 @@ func deploy(c *cli.Context, hc host.Config, ov job.Overrides) (err error) {
 					return err
 				}
 				if _, err := os.Stat(dir); err != nil {
-					return usageError{fmt.Errorf("--from-savepoint %s: no such savepoint or checkpoint directory", c.String("from-savepoint"))}
+					return fmt.Errorf("--from-savepoint %s: no such savepoint or checkpoint directory", c.String("from-savepoint"))
 				}
 			}
 			d.FromSavepoint, d.AllowNonRestoredState = dir, c.Bool("allow-non-restored-state")
