@@ -90,7 +90,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 		// connector settings, not flag values (repeat the flag instead).
 		DisableSliceFlagSeparator: true,
 		OnUsageError: func(c *cli.Context, err error, _ bool) error {
-			return usageError{fmt.Errorf("%s: %w (see --help)", c.Command.FullName(), err)}
+			return usageError{fmt.Errorf("%s (see wstream --help)", flagMessage(&cli.Command{Flags: c.App.Flags}, err))}
 		},
 		CommandNotFound:      commandNotFound,
 		EnableBashCompletion: true,
