@@ -83,7 +83,7 @@ job ids of the cluster a command reaches (--nats, --data or the context). Load i
 			case "zsh":
 				fmt.Fprint(c.App.Writer, zshCompletion)
 			case "fish":
-				fmt.Fprint(c.App.Writer, fishCompletion)
+				_, _ = io.WriteString(c.App.Writer, fishCompletion)
 			default:
 				return usageError{fmt.Errorf("completion: want bash, zsh or fish, got %q", sh)}
 			}
@@ -114,7 +114,7 @@ func valuesCommand(app func() []*cli.Command) *cli.Command {
 		Hidden:          true,
 		SkipFlagParsing: true,
 		HideHelp:        true,
-		ArgsUsage: "FLAG",
+		ArgsUsage:       "FLAG",
 		Action: func(c *cli.Context) error {
 			name := strings.TrimLeft(c.Args().First(), "-")
 			f := findFlag(app(), name)

@@ -19,7 +19,8 @@ import (
 // directory, as nats' contexts are: one `wstream context select prod` and
 // every command reaches prod without repeating --nats and credentials.
 // Precedence: a flag given, then its environment variable, then the
-// context's value.
+// context's value; a --nats that names another cluster leaves the context
+// out altogether.
 
 // contextKeys are the settings a context keeps: flags of the commands
 // (applied where a command has the flag), and the REST API's URL and token
@@ -154,6 +155,11 @@ func applyContext(c *cli.Context) error {
 	ctx, _, err := chosenContext(c)
 	if err != nil || ctx == nil {
 		return err
+	}
+	// --nats (or $WSTREAM_NATS) naming another cluster: the context's
+	// credentials are not that cluster's.
+	if c.IsSet("nats") && c.String("nats") != ctx["nats"] {
+		return nil
 	}
 	for _, f := range c.Command.Flags {
 		name := f.Names()[0]
