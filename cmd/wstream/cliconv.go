@@ -228,7 +228,7 @@ var flagCategories = map[string][]string{
 	"Restarts":     {"restart", "restart-attempts", "restart-delay", "restart-max-delay"},
 	"Guest errors": {"on-guest-error", "max-dead-letters"},
 	"Cluster and data": {"nats", "nats-creds", "nats-nkey", "nats-user", "nats-password", "nats-token", "nats-tls-ca",
-		"nats-tls-cert", "nats-tls-key", "data", "workers", "listen", "http", "auth-dir", "tenants", "worker-timeout", "id", "slots"},
+		"nats-tls-cert", "nats-tls-key", "data", "detach", "attached", "workers", "listen", "http", "auth-dir", "tenants", "worker-timeout", "id", "slots"},
 	"Output": {"quiet", "verbose", "log-format", "log-level", "output", "cpuprofile"},
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"sync"
@@ -60,7 +61,11 @@ wstream cancel JOB.`,
 			if !c.Bool("quiet") {
 				fmt.Fprintf(errw, "following job %s (%s): Ctrl-C stops following, not the job\n", id, row.State)
 			}
-			stopStatus := watchStatus(errw, e.Conn(), id, c.Bool("quiet"))
+			log, err := newLogger(c, slog.LevelWarn)
+			if err != nil {
+				return err
+			}
+			stopStatus := watchStatus(errw, log, e.Conn(), id, c.Bool("quiet"))
 			res, err := w.Wait(ctx, id)
 			stopStatus()
 			if err != nil {
@@ -191,14 +196,16 @@ func runCluster(ctx context.Context, e *engine.Engine, d *engine.Deployment, det
 }
 
 // watchStatus reports job id's state while a client waits for its end:
-// on a terminal a line rewritten in place, off one a line whenever the
-// state or attempt changes and once a minute besides (a log that shows a
-// job restarting over and over). quiet shows nothing.
-func watchStatus(w io.Writer, nc *nats.Conn, id string, quiet bool) (stop func()) {
+// on a terminal a line rewritten in place; off one, log gets a line at
+// info level whenever the state or attempt changes and once a minute
+// besides, at warn level when the job is failing or restarting (a log
+// then shows a job that restarts over and over without --log-level info).
+// quiet shows nothing.
+func watchStatus(w io.Writer, log *slog.Logger, nc *nats.Conn, id string, quiet bool) (stop func()) {
 	if quiet {
 		return func() {}
 	}
-	return pollStatus(w, isTerminal(w), 2*time.Second, 10*time.Second, time.Minute, func() (transport.JobInfo, bool) {
+	return pollStatus(w, isTerminal(w), log, 2*time.Second, time.Minute, func() (transport.JobInfo, bool) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		row, err := findJob(ctx, nc, id)
@@ -207,9 +214,7 @@ func watchStatus(w io.Writer, nc *nats.Conn, id string, quiet bool) (stop func()
 }
 
 // pollStatus runs watchStatus's display with its clock and source given.
-// Off a terminal, nothing is written for the first quiet: a short job
-// needs no more than its summary.
-func pollStatus(w io.Writer, terminal bool, every, quiet, heartbeat time.Duration, get func() (transport.JobInfo, bool)) (stop func()) {
+func pollStatus(w io.Writer, terminal bool, log *slog.Logger, every, heartbeat time.Duration, get func() (transport.JobInfo, bool)) (stop func()) {
 	done, finished := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(finished)
@@ -232,26 +237,28 @@ func pollStatus(w io.Writer, terminal bool, every, quiet, heartbeat time.Duratio
 				continue
 			}
 			line := statusLine(row, time.Since(start))
+			changed := row.State != last.State || row.Attempt != last.Attempt
 			switch {
 			case terminal:
 				fmt.Fprintf(w, "\r\033[K%s", line)
 				lastLine = time.Now()
-			case time.Since(start) < quiet:
-				continue // last stays: the first line reports any change
-			case row.State != last.State || row.Attempt != last.Attempt || time.Since(lastLine) >= heartbeat:
-				fmt.Fprintln(w, line)
+			case changed || time.Since(lastLine) >= heartbeat:
+				level := slog.LevelInfo
+				if changed && (row.State == "RESTARTING" || row.State == "FAILING") {
+					level = slog.LevelWarn
+				}
+				log.Log(context.Background(), level, line)
 				lastLine = time.Now()
 			}
 			last = row
 		}
 	}()
-	var stopped bool
+	var once sync.Once
 	return func() {
-		if !stopped {
-			stopped = true
+		once.Do(func() {
 			close(done)
 			<-finished
-		}
+		})
 	}
 }
 

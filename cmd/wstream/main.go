@@ -496,6 +496,7 @@ func deploy(c *cli.Context, hc host.Config, ov job.Overrides) (err error) {
 		if err != nil {
 			return err
 		}
+		stopBusy := busy(errw, log, "compiling "+filepath.Base(c.Args().First()))
 		d, err = engine.Prepare(ctx, rt, engine.PrepareOptions{
 			ModulePath: c.Args().First(),
 			PlanPath:   c.String("plan"),
@@ -503,6 +504,7 @@ func deploy(c *cli.Context, hc host.Config, ov job.Overrides) (err error) {
 			Name:       c.String("name"),
 			Settings:   func(p *job.Plan) { applySettingFlags(c, p) },
 		})
+		stopBusy()
 		if err != nil || opts.NATSURL != "" {
 			defer rt.Close(context.Background())
 		} else {
@@ -582,7 +584,7 @@ func deploy(c *cli.Context, hc host.Config, ov job.Overrides) (err error) {
 		id, res, err = runCluster(ctx, e, d, c.Bool("detach"), func(id string) {
 			started(id)
 			if !c.Bool("detach") {
-				stopStatus = watchStatus(errw, e.Conn(), id, c.Bool("quiet"))
+				stopStatus = watchStatus(errw, log, e.Conn(), id, c.Bool("quiet"))
 			}
 		})
 		stopStatus()
@@ -594,7 +596,7 @@ func deploy(c *cli.Context, hc host.Config, ov job.Overrides) (err error) {
 		res, err = e.Run(ctx, d, func(id string) {
 			started(id)
 			if cluster || !isTerminal(errw) {
-				stopStatus = watchStatus(errw, e.Conn(), id, c.Bool("quiet"))
+				stopStatus = watchStatus(errw, log, e.Conn(), id, c.Bool("quiet"))
 			}
 		})
 		stopStatus()
