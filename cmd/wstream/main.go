@@ -437,8 +437,11 @@ func deploy(c *cli.Context, hc host.Config, ov job.Overrides) (err error) {
 	if err != nil {
 		return err
 	}
-	// deploy says how its job ended itself, once.
-	log = slog.New(dropMessages{log.Handler(), "job ended"})
+	// deploy says how its job ended itself, once; a log level asked for
+	// gets every line.
+	if !verbose(c) && lineageString(c, "log-level") == "" {
+		log = slog.New(dropMessages{log.Handler(), "job ended"})
+	}
 	opts := engine.Options{DataDir: c.String("data"), NATSURL: c.String("nats"), Host: hc, Stdout: out, Log: log, StateMemory: int64(c.Int("state-memory")) << 20}
 	natsOpts, err := natsOptions(c)
 	if err != nil {
@@ -1064,11 +1067,8 @@ func cancelCommand() *cli.Command {
 			}
 			defer e.Close(context.Background())
 			id := c.Args().First()
-			row, err := findJob(c.Context, e.Conn(), id)
-			if err != nil {
-				return err
-			}
-			if ended(row.State) {
+			// An unknown job is the coordinator's to answer (and audit).
+			if row, err := findJob(c.Context, e.Conn(), id); err == nil && ended(row.State) {
 				return fmt.Errorf("job %s has already ended (%s): there is nothing to cancel", id, row.State)
 			}
 			if err := coordinator.Cancel(c.Context, e.Conn(), id); err != nil {
