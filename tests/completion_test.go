@@ -71,7 +71,7 @@ func completeJobIDs(t *testing.T, dir string, srv *testServer) string {
 	t.Helper()
 	bin := wstreamBin(t)
 	script := `source <(wstream completion bash)
-COMP_WORDS=(wstream stop --nats ` + srv.url + ` --data ` + srv.data + ` ""); COMP_CWORD=5; _wstream_complete; echo "${COMPREPLY[*]}"`
+COMP_WORDS=(wstream stop --nats ` + srv.url + ` --data ` + srv.data + ` ""); COMP_CWORD=6; _wstream_complete; echo "${COMPREPLY[*]}"`
 	cmd := exec.Command("bash", "-c", script)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "PATH="+filepath.Dir(bin)+string(os.PathListSeparator)+os.Getenv("PATH"), "WSTREAM_CONFIG="+filepath.Join(dir, "none.json"))
