@@ -163,3 +163,51 @@ func TestClusterDeploySignal(t *testing.T) {
 		t.Fatalf("a cluster deploy made a data directory of its own")
 	}
 }
+
+// TestAttachedDeploySuspends: deploy --attached --nats keeps a local
+// deploy's behaviour: SIGTERM suspends the cluster's job with a savepoint
+// (exit 3), the suspension is recorded in the server's data directory
+// given with --data, and the hint continues it there.
+func TestAttachedDeploySuspends(t *testing.T) {
+	mod := module(t, "mapfilter")
+	dir := t.TempDir()
+	srv := startTestServer(t, dir)
+	writePlan(t, dir, endlessPlan)
+	d := startEdge(t, dir, append([]string{"deploy", "--attached", "--plan", "plan.json", mod}, srv.args()...)...)
+	var id string
+	running := regexp.MustCompile(`job (\S+) running`)
+	clusterPoll(t, time.Minute, "deploy did not start the job", func() bool {
+		if m := running.FindStringSubmatch(d.stderr.String()); m != nil {
+			id = m[1]
+			return true
+		}
+		return d.exited()
+	})
+	if id == "" {
+		t.Fatalf("deploy exited: %s", d.stderr.String())
+	}
+	clusterPoll(t, time.Minute, "no checkpoint", func() bool {
+		ids, _ := filepath.Glob(filepath.Join(srv.data, "jobs", id, "checkpoints", "chk-*"))
+		return len(ids) > 0
+	})
+	if err := d.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	code := d.wait(t, 2*time.Minute)
+	if code != 3 || !strings.Contains(d.stderr.String(), "suspended with a savepoint") || !strings.Contains(d.stderr.String(), "wstream deploy --resume "+id+" --nats "+srv.url+" --data "+srv.data) {
+		t.Fatalf("deploy --attached after SIGTERM: exit %d, want 3 and a resume hint\n%s", code, d.stderr.String())
+	}
+	if _, err := os.Stat(filepath.Join(srv.data, "jobs", id, "suspended.json")); err != nil {
+		t.Fatalf("the suspension was not recorded: %v", err)
+	}
+	if st := srv.jobState(t, dir, id); st == "RUNNING" {
+		t.Fatalf("the attached job still runs after its client's SIGTERM")
+	}
+	// The hint works: the job continues, detached this time.
+	r := runCLI(t, dir, append([]string{"deploy", "-d", "--resume", id}, srv.args()...)...)
+	if r.code != 0 || !strings.Contains(r.stderr, "resuming job "+id+" from the savepoint") {
+		t.Fatalf("deploy -d --resume: exit %d\n%s", r.code, r.stderr)
+	}
+	next := strings.TrimSpace(r.stdout)
+	clusterPoll(t, time.Minute, "the resumed job does not run", func() bool { return srv.jobState(t, dir, next) == "RUNNING" })
+}
