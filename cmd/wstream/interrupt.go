@@ -71,10 +71,8 @@ func (ir *interrupts) watch(ctx context.Context, sigs <-chan os.Signal) {
 		ir.mu.Lock()
 		ir.sig = sig
 		if ir.detach {
+			// deploy says, once, that the job goes on and how to follow it.
 			ir.mu.Unlock()
-			if signals == 1 && id != "" {
-				fmt.Fprintf(ir.errw, "wstream: %s: no longer following job %s, which goes on running in the cluster\n", sig, id)
-			}
 			ir.cancel()
 			continue
 		}
