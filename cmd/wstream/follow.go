@@ -66,8 +66,21 @@ wstream cancel JOB.`,
 				return err
 			}
 			stopStatus := watchStatus(errw, log, e.Conn(), id, c.Bool("quiet"))
-			res, err := w.Wait(ctx, id)
+			wctx := ctx
+			if ended(row.State) {
+				// Its result is in the job's record, read within a poll or
+				// two; a record without one leaves the state list showed.
+				var cancel context.CancelFunc
+				wctx, cancel = context.WithTimeout(ctx, 15*time.Second)
+				defer cancel()
+			}
+			res, err := w.Wait(wctx, id)
 			stopStatus()
+			if err != nil && ended(row.State) && sigOf() == nil {
+				res, err = &transport.JobResult{JobID: id, Error: row.Error, State: map[string]string{
+					"FINISHED": transport.JobFinished, "FAILED": transport.JobFailed, "CANCELED": transport.JobCanceled, "SUSPENDED": transport.JobStopped,
+				}[row.State]}, nil
+			}
 			if err != nil {
 				if sig := sigOf(); sig != nil {
 					return cli.Exit(fmt.Sprintf("%s: stopped following job %s, which goes on running (wstream follow %s%s)", sig, id, id, clusterArgs(c)), exitSignal(sig))
