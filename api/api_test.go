@@ -153,6 +153,8 @@ func TestRESTEndpoints(t *testing.T) {
 	id2 := submit(t, e, strings.Replace(endlessPlan, `"name":"endless"`, `"name":"other"`, 1))
 	call(t, http.MethodPost, u+"/v1/jobs/"+id2+"/cancel", "", "", http.StatusAccepted)
 	waitFor(t, time.Minute, "the second job to be canceled", func() bool { return str(get(t, u+"/v1/jobs/"+id2), "state") == "CANCELED" })
+	// Cancelling it again: it has ended (docs/rest.md: 409).
+	call(t, http.MethodPost, u+"/v1/jobs/"+id2+"/cancel", "", "", http.StatusConflict)
 
 	// Stop with a savepoint: the job finishes.
 	stop := call(t, http.MethodPost, job+"/stop", "", `{"drain":false}`, http.StatusAccepted)

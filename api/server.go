@@ -356,6 +356,14 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("POST /v1/jobs/{id}/stop", s.authed(s.postSavepoint(true)))
 	mux.HandleFunc("POST /v1/jobs/{id}/cancel", s.authed(func(w http.ResponseWriter, r *http.Request, who coordinator.Caller) {
 		id := r.PathValue("id")
+		// A job that has ended has nothing to cancel: 409, as the NATS
+		// client's cancel refuses it.
+		for _, j := range c.Jobs(who) {
+			if j.JobID == id && (j.State == "FINISHED" || j.State == "FAILED" || j.State == "CANCELED" || j.State == "SUSPENDED") {
+				writeError(w, http.StatusConflict, fmt.Sprintf("job %s has already ended (%s): there is nothing to cancel", id, j.State))
+				return
+			}
+		}
 		if err := c.Cancel(who, id); err != nil {
 			writeErr(w, err)
 			return

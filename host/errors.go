@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // Sentinel errors, wrapped by the errors this package returns.
@@ -47,7 +48,9 @@ func (e *GuestError) Error() string {
 	if e.Subtask >= 0 {
 		where = fmt.Sprintf("%s subtask %d", e.Operator, e.Subtask)
 	}
-	if e.Call != "" {
+	// A guest that names the call itself (the SDKs' "wstream_open: …")
+	// is not prefixed with it twice.
+	if e.Call != "" && !strings.HasPrefix(e.Message, e.Call+":") {
 		where += ": " + e.Call
 	}
 	return "host: operator " + where + ": " + e.Message

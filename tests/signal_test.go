@@ -183,3 +183,48 @@ func TestInterruptSuspends(t *testing.T) {
 		t.Fatalf("a second --resume ran:\n%s", r.stderr)
 	}
 }
+
+// TestResumeHintAndStaleURL: the resume command a suspended deploy prints
+// keeps its --data; and after a deploy was killed (SIGKILL, its nats.url
+// left behind) list says what it tried and what to do.
+func TestResumeHintAndStaleURL(t *testing.T) {
+	mod := module(t, "mapfilter")
+	dir := t.TempDir()
+	writePlan(t, dir, endlessPlan)
+	started := func(p *edgeProc) string {
+		var id string
+		re := regexp.MustCompile(`job (\S+) running`)
+		clusterPoll(t, time.Minute, "deploy did not start its job", func() bool {
+			if m := re.FindStringSubmatch(p.stderr.String()); m != nil {
+				id = m[1]
+				return true
+			}
+			return p.exited()
+		})
+		if id == "" {
+			t.Fatalf("deploy exited: %s", p.stderr.String())
+		}
+		return id
+	}
+	p := startEdge(t, dir, "deploy", "--data", "d2", "--plan", "plan.json", mod)
+	id := started(p)
+	// A checkpoint first: the suspension is a savepoint after one.
+	clusterPoll(t, time.Minute, "no checkpoint", func() bool {
+		ids, _ := filepath.Glob(filepath.Join(dir, "d2", "jobs", id, "checkpoints", "chk-*"))
+		return len(ids) > 0
+	})
+	if err := p.cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.wait(t, time.Minute); code != 3 || !strings.Contains(p.stderr.String(), "wstream deploy --resume "+id+" --data d2") {
+		t.Fatalf("deploy after Ctrl-C: exit %d, want 3 and a resume hint with --data d2\n%s", code, p.stderr.String())
+	}
+
+	p = startEdge(t, dir, "deploy", "--data", "d3", "--plan", "plan.json", mod)
+	started(p)
+	p.kill(t)
+	r := runCLI(t, dir, "list", "--data", "d3")
+	if r.code != 1 || !strings.Contains(r.stderr, "tried nats://127.0.0.1:") || !strings.Contains(r.stderr, "no longer running") || !strings.Contains(r.stderr, "--nats URL") {
+		t.Fatalf("list on a killed deploy's data: exit %d\n%s", r.code, r.stderr)
+	}
+}

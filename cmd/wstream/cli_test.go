@@ -46,6 +46,9 @@ func TestOneDefaultPerFlag(t *testing.T) {
 	two := regexp.MustCompile(`\(default.*\(default`)
 	app := newApp(&bytes.Buffer{}, &bytes.Buffer{})
 	for _, cmd := range app.Commands {
+		if cmd.Hidden {
+			continue
+		}
 		code, out, errw := runArgs(cmd.Name, "--help")
 		if code != 0 {
 			t.Fatalf("%s --help: exit %d\n%s", cmd.Name, code, errw)

@@ -45,9 +45,14 @@ func tidyDefaults(cmds []*cli.Command) {
 // commandNotFound answers a command that does not exist with the closest
 // one, as a usage error (exit 2).
 func commandNotFound(c *cli.Context, name string) {
-	msg := fmt.Sprintf("%q is not a wstream command", name)
+	// Within a command with subcommands (wstream tenant ls), its own.
+	parent, cmds := "wstream", c.App.Commands
+	if c.Command != nil && c.Command.Name != c.App.Name && len(c.Command.Subcommands) > 0 {
+		parent, cmds = "wstream "+c.Command.Name, c.Command.Subcommands
+	}
+	msg := fmt.Sprintf("%q is not a %s command", name, parent)
 	best, dist := "", 3 // suggest only what is at most two edits away
-	for _, cmd := range c.App.Commands {
+	for _, cmd := range cmds {
 		for _, n := range cmd.Names() {
 			if d := editDistance(name, n); d < dist || (d == dist && strings.HasPrefix(n, name)) {
 				best, dist = n, d
@@ -60,7 +65,7 @@ func commandNotFound(c *cli.Context, name string) {
 	if best != "" {
 		msg += fmt.Sprintf("; did you mean %q?", best)
 	}
-	notFound = usageError{fmt.Errorf("%s (see wstream --help)", msg)}
+	notFound = usageError{fmt.Errorf("%s (see %s --help)", msg, parent)}
 }
 
 // editDistance is the Levenshtein distance of a and b, counting a swap of
@@ -223,7 +228,7 @@ var flagCategories = map[string][]string{
 	"Restarts":     {"restart", "restart-attempts", "restart-delay", "restart-max-delay"},
 	"Guest errors": {"on-guest-error", "max-dead-letters"},
 	"Cluster and data": {"nats", "nats-creds", "nats-nkey", "nats-user", "nats-password", "nats-token", "nats-tls-ca",
-		"nats-tls-cert", "nats-tls-key", "data", "workers", "listen", "http", "auth-dir", "tenants", "worker-timeout", "id", "slots"},
+		"nats-tls-cert", "nats-tls-key", "data", "detach", "attached", "workers", "listen", "http", "auth-dir", "tenants", "worker-timeout", "id", "slots"},
 	"Output": {"quiet", "verbose", "log-format", "log-level", "output", "cpuprofile"},
 }
 

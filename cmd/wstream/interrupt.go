@@ -15,13 +15,6 @@ import (
 	"github.com/wstream/wstream/transport"
 )
 
-// Exit statuses of a deploy that a signal ended.
-const (
-	// exitSuspended: the job stopped with a savepoint and can be resumed
-	// (deploy --resume).
-	exitSuspended = 3
-)
-
 // exitSignal is the status of a command a signal ended, as shells report
 // it: 128 + the signal's number.
 func exitSignal(sig os.Signal) int {
@@ -41,6 +34,9 @@ type interrupts struct {
 	errw    io.Writer
 	cancel  context.CancelFunc
 	started chan string // the job's id, once submitted
+	// detach: the job runs in a cluster and is not this client's (deploy
+	// --nats without --attached): a signal ends the client only.
+	detach bool
 
 	pending sync.WaitGroup // a suspend in flight
 
@@ -74,6 +70,12 @@ func (ir *interrupts) watch(ctx context.Context, sigs <-chan os.Signal) {
 		signals++
 		ir.mu.Lock()
 		ir.sig = sig
+		if ir.detach {
+			// deploy says, once, that the job goes on and how to follow it.
+			ir.mu.Unlock()
+			ir.cancel()
+			continue
+		}
 		suspend := signals == 1 && id != "" && ir.checkpoints
 		ir.mu.Unlock()
 		if !suspend {

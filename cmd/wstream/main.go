@@ -90,13 +90,13 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 		// connector settings, not flag values (repeat the flag instead).
 		DisableSliceFlagSeparator: true,
 		OnUsageError: func(c *cli.Context, err error, _ bool) error {
-			return usageError{fmt.Errorf("%s: %w (see --help)", c.Command.FullName(), err)}
+			return usageError{fmt.Errorf("%s (see wstream --help)", flagMessage(&cli.Command{Flags: c.App.Flags}, err))}
 		},
 		CommandNotFound:      commandNotFound,
 		EnableBashCompletion: true,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "cpuprofile", Usage: "write a Go CPU profile of the command to `FILE`"},
-			verboseFlag, logFormatFlag, logLevelFlag,
+			verboseFlag, logFormatFlag, logLevelFlag, contextFlag,
 		},
 		Before: func(c *cli.Context) error {
 			path := c.String("cpuprofile")
@@ -125,6 +125,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			initCommand(),
 			buildCommand(),
 			deployCommand(),
+			followCommand(),
 			serverCommand(),
 			workerCommand(),
 			listCommand(),
@@ -137,6 +138,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			inspectCommand(),
 			tenantCommand(),
 			completionCommand(),
+			contextCommand(),
 			{
 				Name:  "version",
 				Usage: "print the version and ABI version",
@@ -148,6 +150,10 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 		}),
 	}
 	tidyDefaults(app.Commands)
+	usageErrors(app.Commands, "")
+	withContexts(app.Commands)
+	completeJobs(app.Commands)
+	app.Commands = append(app.Commands, valuesCommand(func() []*cli.Command { return app.Commands }))
 	categorize(app.Commands)
 	return app
 }
@@ -311,7 +317,8 @@ func deployCommand() *cli.Command {
 		&cli.StringSliceFlag{Name: "sink", Usage: "`[ID=]CONNECTOR[:k=v,...]` replace a sink, e.g. stdout or file:path=out.txt (repeatable)"},
 		&cli.StringFlag{Name: "name", Usage: "job name (default: the plan's name)"},
 		&cli.StringFlag{Name: "tenant", Usage: "with --nats and the admin's credentials: run the job as this tenant (a tenant's own credentials run its jobs as itself)"},
-		&cli.BoolFlag{Name: "dry-run", Usage: "validate the module and plan, print the execution graph, and exit"},
+		&cli.BoolFlag{Name: "dry-run", Usage: "check everything a deploy can know beforehand (the module's operators and exports, the plan, connector settings and paths, --from-savepoint's compatibility), print the execution graph, and exit"},
+		detachFlag, attachedFlag,
 		&cli.StringFlag{Name: "from-savepoint", Aliases: []string{"from-checkpoint"}, Usage: "start from the savepoint in `DIR`, or from a retained checkpoint (a job's checkpoint directory or one chk-* directory in it), at any parallelism up to the max parallelism"},
 		&cli.BoolFlag{Name: "allow-non-restored-state", Usage: "with --from-savepoint: drop savepoint state of vertices the plan no longer has"},
 		&cli.StringFlag{Name: "resume", Usage: "continue the unfinished job `JOB` of --data from its latest checkpoint (\"-\" or \"\": the only one); no MODULE argument"},
@@ -348,11 +355,19 @@ an embedded NATS JetStream server, a coordinator and a worker in this process an
 keeps everything under --data. A bounded job runs to the end and prints a summary
 (records in and out, duration) to stderr; an unbounded one runs until Ctrl-C.
 
-Ctrl-C or SIGTERM suspends a job that checkpoints: it stops with a savepoint,
-its sinks commit, and deploy exits 3; deploy --resume JOB continues it. A job
-that does not checkpoint, or any job at a second Ctrl-C, is canceled (exit
-128 + the signal) and keeps nothing it had not committed. Exit 1 when the job
-fails, 2 for bad usage.`,
+Without --nats, the job is this process's: Ctrl-C or SIGTERM suspends a job
+that checkpoints (it stops with a savepoint, its sinks commit, and deploy exits
+3; deploy --resume JOB continues it). A job that does not checkpoint, or any job
+at a second Ctrl-C, is canceled (exit 128 + the signal) and keeps nothing it had
+not committed.
+
+With --nats, the job is the cluster's: a signal ends this client only (exit 128
++ the signal) and the job goes on running; wstream follow JOB attaches again,
+wstream stop JOB suspends it. --attached makes such a job this client's as
+above; -d submits it, prints its id on stdout and returns.
+
+Exit 0 when the job finished (or was submitted, with -d), 1 when it failed, 2
+for bad usage, 3 when it was cancelled or stopped from outside.`,
 		Flags: append(flags, hostFlags()...),
 		Action: func(c *cli.Context) error {
 			if c.IsSet("resume") {
@@ -361,6 +376,11 @@ fails, 2 for bad usage.`,
 				}
 			} else if c.NArg() != 1 {
 				return usageError{fmt.Errorf("deploy: want exactly one MODULE.wasm argument, got %d", c.NArg())}
+			}
+			for _, f := range c.Command.Flags {
+				if df, ok := f.(*cli.DurationFlag); ok && c.IsSet(df.Name) && c.Duration(df.Name) < 0 {
+					return usageError{fmt.Errorf("--%s %s: must not be negative", df.Name, c.Duration(df.Name))}
+				}
 			}
 			if err := checkGuestErrorFlags(c); err != nil {
 				return usageError{err}
@@ -402,7 +422,8 @@ func deploy(c *cli.Context, hc host.Config, ov job.Overrides) (err error) {
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	defer signal.Stop(sigs)
 	out, errw := c.App.Writer, c.App.ErrWriter
-	ir := &interrupts{errw: errw, cancel: cancel, started: make(chan string, 1)}
+	cluster := c.String("nats") != ""
+	ir := &interrupts{errw: errw, cancel: cancel, started: make(chan string, 1), detach: cluster && !c.Bool("attached")}
 	go ir.watch(ctx, sigs)
 	defer func() {
 		// A signal before the job ran canceled validation or start-up.
@@ -416,10 +437,28 @@ func deploy(c *cli.Context, hc host.Config, ov job.Overrides) (err error) {
 	if err != nil {
 		return err
 	}
+	// deploy says how its job ended itself, once; a log level asked for
+	// gets every line.
+	if !verbose(c) && lineageString(c, "log-level") == "" {
+		log = slog.New(dropMessages{log.Handler(), "job ended"})
+	}
 	opts := engine.Options{DataDir: c.String("data"), NATSURL: c.String("nats"), Host: hc, Stdout: out, Log: log, StateMemory: int64(c.Int("state-memory")) << 20}
 	natsOpts, err := natsOptions(c)
 	if err != nil {
 		return err
+	}
+	if cluster {
+		// The admin's credentials of a server's --data, as list finds them.
+		natsOpts = defaultAdminCreds(c, natsOpts)
+	} else {
+		for _, f := range []string{"detach", "attached"} {
+			if c.Bool(f) {
+				return usageError{fmt.Errorf("--%s goes with --nats: without it the job runs in this process and ends with it", f)}
+			}
+		}
+	}
+	if c.Bool("detach") && c.Bool("attached") {
+		return usageError{errors.New("--detach and --attached are opposites: give one")}
 	}
 	opts.NATSOptions = natsOpts
 	if c.IsSet("workers") && c.Int("workers") < 1 {
@@ -460,6 +499,7 @@ func deploy(c *cli.Context, hc host.Config, ov job.Overrides) (err error) {
 		if err != nil {
 			return err
 		}
+		stopBusy := busy(errw, log, "compiling "+filepath.Base(c.Args().First()))
 		d, err = engine.Prepare(ctx, rt, engine.PrepareOptions{
 			ModulePath: c.Args().First(),
 			PlanPath:   c.String("plan"),
@@ -467,8 +507,9 @@ func deploy(c *cli.Context, hc host.Config, ov job.Overrides) (err error) {
 			Name:       c.String("name"),
 			Settings:   func(p *job.Plan) { applySettingFlags(c, p) },
 		})
+		stopBusy()
 		if err != nil || opts.NATSURL != "" {
-			_ = rt.Close(ctx)
+			defer rt.Close(context.Background())
 		} else {
 			// The in-process worker runs the module as validation compiled
 			// it: compiled and probed once.
@@ -483,8 +524,16 @@ func deploy(c *cli.Context, hc host.Config, ov job.Overrides) (err error) {
 				if dir, err = filepath.Abs(dir); err != nil {
 					return err
 				}
+				if _, err := os.Stat(dir); err != nil {
+					return fmt.Errorf("--from-savepoint %s: no such savepoint or checkpoint directory", c.String("from-savepoint"))
+				}
 			}
 			d.FromSavepoint, d.AllowNonRestoredState = dir, c.Bool("allow-non-restored-state")
+		}
+		if c.Bool("dry-run") {
+			if err := dryRun(ctx, rt, d, opts.NATSURL == ""); err != nil {
+				return err
+			}
 		}
 	}
 	if c.Bool("dry-run") {
@@ -513,42 +562,89 @@ func deploy(c *cli.Context, hc host.Config, ov job.Overrides) (err error) {
 	defer stopProgress()
 	jp, stopJobProgress := startJobProgress(errw, e, d.Plan, c.Bool("quiet"))
 	defer stopJobProgress()
-	res, err := e.Run(ctx, d, func(id string) {
+	started := func(id string) {
 		ir.started <- id
 		if d.Suspended != "" {
 			if err := engine.MarkResumed(opts.DataDir, d.Suspended, id); err != nil {
 				fmt.Fprintf(errw, "wstream: %v\n", err)
 			}
 		}
+		if c.Bool("detach") {
+			// The id alone on stdout, for scripts: JOB=$(wstream deploy -d ...).
+			fmt.Fprintln(out, id)
+			fmt.Fprintf(errw, "job %s submitted (%d subtasks); follow it with: wstream follow %s%s\n", id, countSubtasks(d.Graph), id, clusterArgs(c))
+			return
+		}
 		if !c.Bool("quiet") {
 			fmt.Fprintf(errw, "job %s running (%d subtasks)\n", id, countSubtasks(d.Graph))
 		}
 		jp.started(id) // after the line above: the bar starts below it
-	})
+	}
+	var res *transport.JobResult
+	stopStatus := func() {}
+	if ir.detach {
+		var id string
+		id, res, err = runCluster(ctx, e, d, c.Bool("detach"), func(id string) {
+			started(id)
+			if !c.Bool("detach") {
+				stopStatus = watchStatus(errw, log, e.Conn(), id, c.Bool("quiet"))
+			}
+		})
+		stopStatus()
+		if err != nil && id != "" && ir.signal() != nil {
+			sig := ir.signal()
+			return cli.Exit(fmt.Sprintf("%s: stopped following job %s, which goes on running (wstream follow %s%s; wstream stop %s%s suspends it)", sig, id, id, clusterArgs(c), id, clusterArgs(c)), exitSignal(sig))
+		}
+	} else {
+		res, err = e.Run(ctx, d, func(id string) {
+			started(id)
+			if cluster || !isTerminal(errw) {
+				stopStatus = watchStatus(errw, log, e.Conn(), id, c.Bool("quiet"))
+			}
+		})
+		stopStatus()
+	}
 	stopProgress()
 	stopJobProgress()
 	if err != nil {
 		return err
 	}
+	if res == nil { // detached
+		return nil
+	}
 	if !c.Bool("quiet") {
 		printSummary(errw, d.Plan, res)
 	}
-	switch res.State {
-	case transport.JobFailed:
-		return cli.Exit(fmt.Sprintf("job %s failed: %s", res.JobID, res.Error), 1)
-	case transport.JobStopped:
+	hint := ""
+	if res.State == transport.JobStopped {
 		if sp := ir.suspendedAt(); sp != "" {
-			if err := engine.MarkSuspended(opts.DataDir, res.JobID, sp); err != nil {
+			if hint, err = recordSuspension(c, opts.DataDir, res.JobID, sp); err != nil {
 				return err
 			}
-			return cli.Exit(fmt.Sprintf("job %s suspended with a savepoint in %s; continue it with: wstream deploy --resume %s", res.JobID, sp, res.JobID), exitSuspended)
-		}
-	case transport.JobCanceled:
-		if sig := ir.signal(); sig != nil {
-			return cli.Exit(fmt.Sprintf("job %s canceled (%s); nothing it had not committed was kept", res.JobID, sig), exitSignal(sig))
 		}
 	}
-	return nil
+	return jobOutcome(res, ir, hint)
+}
+
+// recordSuspension records a job this client suspended so that deploy
+// --resume finds it, and says how to continue it. The record goes into
+// the data directory that holds the job: this process's, or, with --nats,
+// the server's when --data names it on this host; otherwise the job
+// continues from its savepoint.
+func recordSuspension(c *cli.Context, dataDir, id, sp string) (string, error) {
+	if c.String("nats") != "" {
+		if _, err := os.Stat(coordinator.JobDir(dataDir, id)); err != nil {
+			module := c.Args().First()
+			if module == "" {
+				module = "MODULE.wasm"
+			}
+			return fmt.Sprintf("continue it with: wstream deploy%s --from-savepoint %s %s", clusterArgs(c), sp, module), nil
+		}
+	}
+	if err := engine.MarkSuspended(dataDir, id, sp); err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("continue it with: wstream deploy --resume %s%s", id, clusterArgs(c)), nil
 }
 
 // reportResumePoint tells the user which checkpoint a resumed job starts
@@ -680,9 +776,21 @@ func printSummary(w io.Writer, p *job.Plan, r *transport.JobResult) {
 	fmt.Fprintln(w)
 	var in, out int64
 	for _, m := range r.Metrics {
-		v := p.Vertex(m.Vertex)
+		var v *job.Vertex
+		if p != nil {
+			v = p.Vertex(m.Vertex)
+		}
 		kind := ""
-		if v != nil {
+		if p == nil {
+			// follow: no plan, no kinds; sources emit without input,
+			// sinks take without output.
+			switch {
+			case m.RecordsIn == 0:
+				in += m.RecordsOut
+			case m.RecordsOut == 0:
+				out += m.RecordsIn
+			}
+		} else if v != nil {
 			kind = v.Kind
 			switch v.Kind {
 			case job.KindSource:
@@ -921,7 +1029,8 @@ func workerCommand() *cli.Command {
 // `wstream deploy` embeds for --data.
 func clientEngine(c *cli.Context) (*engine.Engine, error) {
 	url := c.String("nats")
-	if url == "" {
+	local := url == ""
+	if local {
 		u, err := engine.LocalURL(c.String("data"))
 		if err != nil {
 			return nil, err
@@ -938,7 +1047,14 @@ func clientEngine(c *cli.Context) (*engine.Engine, error) {
 		return nil, err
 	}
 	natsOpts = defaultAdminCreds(c, natsOpts)
-	return engine.Start(c.Context, engine.Options{DataDir: tmp, NATSURL: url, NATSOptions: natsOpts, NoCoordinator: true})
+	e, err := engine.Start(c.Context, engine.Options{DataDir: tmp, NATSURL: url, NATSOptions: natsOpts, NoCoordinator: true})
+	if err != nil && local && errors.Is(err, nats.ErrNoServers) {
+		// A deploy or server killed (SIGKILL, a crash) leaves its URL file.
+		data := c.String("data")
+		return nil, fmt.Errorf("tried %s, the NATS server %s names, and none answers: the wstream deploy or server that wrote it is no longer running (killed?). Start it again (wstream deploy --resume JOB --data %s, or wstream server --data %s), or pass --nats URL of a running cluster",
+			url, engine.URLFile(data), data, data)
+	}
+	return e, err
 }
 
 func cancelCommand() *cli.Command {
@@ -956,7 +1072,16 @@ func cancelCommand() *cli.Command {
 				return err
 			}
 			defer e.Close(context.Background())
-			return coordinator.Cancel(c.Context, e.Conn(), c.Args().First())
+			id := c.Args().First()
+			// An unknown job is the coordinator's to answer (and audit).
+			if row, err := findJob(c.Context, e.Conn(), id); err == nil && ended(row.State) {
+				return fmt.Errorf("job %s has already ended (%s): there is nothing to cancel", id, row.State)
+			}
+			if err := coordinator.Cancel(c.Context, e.Conn(), id); err != nil {
+				return err
+			}
+			fmt.Fprintf(c.App.ErrWriter, "job %s cancelling\n", id)
+			return nil
 		},
 	}
 }

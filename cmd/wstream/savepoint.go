@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"sort"
@@ -102,10 +103,21 @@ func askSavepoint(c *cli.Context, jobID, dir string, stop, drain bool, asked tim
 	b, _ := json.Marshal(transport.SavepointRequest{JobID: jobID, Dir: dir, Stop: stop, Drain: drain})
 	ctx, cancel := context.WithTimeout(c.Context, c.Duration("timeout"))
 	defer cancel()
-	stopProgress := func() {}
+	var stopProgress func()
 	if isTerminal(c.App.ErrWriter) && c.String("nats") == "" {
 		// The job runs in a local deploy: its files are on this machine.
 		stopProgress = showProgress(c.App.ErrWriter, coordinator.CheckpointRoot(c.String("data"), jobID))
+	} else {
+		// A cluster's: its files are the workers'.
+		what := "savepoint of job " + jobID
+		if stop {
+			what = "stopping job " + jobID + " with a savepoint"
+		}
+		log, err := newLogger(c, slog.LevelWarn)
+		if err != nil {
+			return err
+		}
+		stopProgress = busy(c.App.ErrWriter, log, what)
 	}
 	type answer struct {
 		msg *nats.Msg
@@ -146,6 +158,9 @@ func askSavepoint(c *cli.Context, jobID, dir string, stop, drain bool, asked tim
 		return fmt.Errorf("bad savepoint reply: %w", err)
 	}
 	if r.Error != "" {
+		if strings.HasPrefix(r.Error, "no job") {
+			return errors.New(r.Error)
+		}
 		if stop && !r.JobEnded {
 			return fmt.Errorf("job %s was not stopped and goes on running: %s", jobID, r.Error)
 		}

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -69,7 +71,13 @@ func upgrade(c *cli.Context, jobID, module string, ov job.Overrides) error {
 		return err
 	}
 	defer rt.Close(context.Background())
+	log, err := newLogger(c, slog.LevelWarn)
+	if err != nil {
+		return err
+	}
+	stopBusy := busy(c.App.ErrWriter, log, "compiling "+filepath.Base(module))
 	d, err := engine.Prepare(ctx, rt, engine.PrepareOptions{ModulePath: module, PlanPath: c.String("plan"), Overrides: ov})
+	stopBusy()
 	if err != nil {
 		return err
 	}
@@ -87,7 +95,9 @@ func upgrade(c *cli.Context, jobID, module string, ov job.Overrides) error {
 	wctx, gone := context.WithCancelCause(ctx)
 	defer gone(nil)
 	go watchOwner(wctx, gone, c, jobID, e.Conn())
+	stopBusy = busy(c.App.ErrWriter, log, "upgrading job "+jobID+" (savepoint, then the new module)")
 	r, err := e.Upgrade(wctx, jobID, d)
+	stopBusy()
 	if err != nil {
 		if cause := context.Cause(wctx); errors.As(cause, new(ownerGone)) {
 			return cause
