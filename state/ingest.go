@@ -201,7 +201,7 @@ func (w *ingestWriter) ingest() error {
 	if err := s.db.Ingest(context.Background(), w.paths); err != nil {
 		return fmt.Errorf("ingest: %w", err)
 	}
-	s.whole = false // entries reached Pebble past the cache
+	s.whole = false    // entries reached Pebble past the cache
 	s.cache.evictAll() // cached entries of the ingested key groups may be stale now
 	return nil
 }

@@ -681,7 +681,7 @@ func umRun(t *testing.T, j *umJob) (*transport.JobResult, []coordinator.RestartE
 	parts := j.sinkParts(t)
 	j.checkOutput(t, parts)
 	st := j.checkCheckpoints(t, c, id, parts)
-	return r, rec.Restarts, st
+	return r, rec.RestartLog, st
 }
 
 // TestUnalignedRandomized runs randomized jobs (parallelism 1–4 on each
