@@ -444,6 +444,11 @@ func (c *Coordinator) newCkptDriver(j *jobState) (*ckptDriver, int64, error) {
 			restore, restoreMeta = m.ID, m
 		case errors.Is(err, checkpoint.ErrNoCheckpoint) && floor != 0:
 			c.cfg.Log.Info("no usable checkpoint since the savepoint; restoring the savepoint", logging.Job, j.info.JobID, logging.Checkpoint, floor)
+		case errors.Is(err, checkpoint.ErrNoCheckpoint) && len(skipped) > 0:
+			// Checkpoints completed, so sinks committed on them: empty
+			// state would publish again what they committed, and a file
+			// sink's recovery would delete it. A person decides.
+			return nil, 0, fmt.Errorf("not restoring: every completed checkpoint is unusable, and starting from empty state would repeat the output the sinks committed on them (restore a savepoint, or deploy the job anew to start over): %w", err)
 		case errors.Is(err, checkpoint.ErrNoCheckpoint) && !j.adopting:
 			c.cfg.Log.Warn("no usable checkpoint; restarting from the beginning", logging.Job, j.info.JobID)
 		case errors.Is(err, checkpoint.ErrNoCheckpoint):

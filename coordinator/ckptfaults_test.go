@@ -565,3 +565,60 @@ func TestDeposedLeaderDeletesNothing(t *testing.T) {
 		t.Errorf("a deposed leader discarded checkpoint %d: %v", latest, err)
 	}
 }
+
+// TestUnusableCheckpointsNoEmptyRestart: when every completed checkpoint
+// is damaged, a restart does not start from empty state (the sinks
+// committed on those checkpoints: they would publish again, and a file
+// sink would delete what it committed); the deployment fails, and once the
+// restart strategy gives up the job fails saying why.
+func TestUnusableCheckpointsNoEmptyRestart(t *testing.T) {
+	// One restart, late enough to damage the storage before it.
+	plan := strings.Replace(ckptPlan, `"attempts":3,"delay":0`, `"attempts":1,"delay":3000`, 1)
+	c, w, _, id := startOne(t, plan)
+	acks := ackCheckpoints(t, w.nc, w.id)
+	c.mu.Lock()
+	c.jobs[id].ckpt.abortPending("the test's worker subscribed")
+	c.mu.Unlock()
+	waitUntil(t, "no checkpoint completed", func() bool { _, n := acks.count(); return n >= 2 })
+	w.report(t, id, 0, transport.TaskFailed)
+	// Once the failed attempt's driver has stopped, no checkpoint
+	// completes before the restart.
+	waitUntil(t, "the failed attempt's driver never stopped", func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		j := c.jobs[id]
+		return j.lc.Attempt() >= 1 && j.ckpt == nil
+	})
+	st, err := checkpoint.OpenStorage(CheckpointRoot(c.cfg.DataDir, id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids, err := st.Completed()
+	if err != nil || len(ids) == 0 {
+		t.Fatalf("completed checkpoints %v, %v", ids, err)
+	}
+	for _, cid := range ids {
+		if err := os.WriteFile(filepath.Join(st.Dir(cid), checkpoint.MetadataName), []byte("not metadata"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitUntil(t, "the job never failed", func() bool {
+		state, _, _ := jobLifecycle(c, id)
+		return state == "FAILED"
+	})
+	for {
+		select {
+		case d := <-w.deploys:
+			if d.Attempt > 0 && d.RestoreID == 0 {
+				t.Fatalf("attempt %d deployed from empty state although checkpoints %v completed", d.Attempt, ids)
+			}
+			continue
+		default:
+		}
+		break
+	}
+	info := listed(t, c, id)
+	if !strings.Contains(info.Error, "every completed checkpoint is unusable") {
+		t.Fatalf("the job's error does not say why: %q", info.Error)
+	}
+}
