@@ -160,7 +160,7 @@ func TestMetricsDuringJob(t *testing.T) {
 		t.Fatal(err)
 	}
 	job := func(extra map[string]string) map[string]string {
-		m := map[string]string{"job": id}
+		m := map[string]string{"job_id": id}
 		for k, v := range extra {
 			m[k] = v
 		}
