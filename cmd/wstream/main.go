@@ -188,7 +188,7 @@ func commit() string {
 
 var natsFlag = &cli.StringFlag{
 	Name:    "nats",
-	Usage:   "NATS server `URL` of a wstream cluster, else $WSTREAM_NATS, $NATS_URL or the selected context's (wstream context). Without any: deploy and server embed a NATS server in --data; worker refuses; the other commands reach the deploy or server running on --data through the URL it wrote to DATA/nats.url",
+	Usage:   "NATS server `URL` of a wstream cluster (else the variables in brackets, then the selected context's: wstream context). Without one, deploy and server embed a NATS server in --data, worker refuses, and the other commands reach the deploy or server running on --data (the URL in DATA/nats.url)",
 	EnvVars: []string{"WSTREAM_NATS", "NATS_URL"},
 }
 
