@@ -24,7 +24,8 @@ import (
 //
 //   - every `wstream …` line of a fenced code block in README.md and
 //     docs/*.md (the `$ ` lines only, in a block that has a prompt; blocks
-//     that are run, below, aside) must
+//     that are run, below, aside), and every `wstream …` code span of
+//     their text, must
 //     name an existing command (and subcommand) and only flags that
 //     command has, as `wstream CMD --help` lists them;
 //   - a block right after a `<!-- doc-test -->` line is run: each
@@ -40,7 +41,12 @@ type docBlock struct {
 	run   bool // preceded by <!-- doc-test -->
 }
 
-// docBlocks returns the fenced code blocks of README.md and docs/*.md.
+// inlineCommand is a command in a code span of the text: `wstream …`.
+var inlineCommand = regexp.MustCompile("`(wstream [^`]+)`")
+
+// docBlocks returns the fenced code blocks of README.md and docs/*.md,
+// and each code span of their text that holds a command line as a block
+// of its own.
 func docBlocks(t *testing.T) []docBlock {
 	t.Helper()
 	root := testmod.Root()
@@ -73,6 +79,9 @@ func docBlocks(t *testing.T) []docBlock {
 				marked = true
 			case trimmed != "":
 				marked = false
+				for _, m := range inlineCommand.FindAllStringSubmatch(l, -1) {
+					out = append(out, docBlock{file: rel, line: i, lines: []string{m[1]}})
+				}
 			}
 		}
 		if cur != nil {
@@ -260,9 +269,17 @@ func (h *helpCache) checkCommand(args []string) string {
 		if len(cur.commands) == 0 {
 			continue // an argument
 		}
-		if !slices.Contains(cur.commands, a) {
-			return fmt.Sprintf("%s has no command %q", strings.Join(append([]string{"wstream"}, path...), " "), a)
+		if regexp.MustCompile(`^[A-Z]+$`).MatchString(a) {
+			return "" // a placeholder: wstream CMD --help
 		}
+		// add|update: each is a command; the first goes on.
+		alts := strings.Split(strings.ReplaceAll(a, `\|`, "|"), "|")
+		for _, alt := range alts {
+			if !slices.Contains(cur.commands, alt) {
+				return fmt.Sprintf("%s has no command %q", strings.Join(append([]string{"wstream"}, path...), " "), alt)
+			}
+		}
+		a = alts[0]
 		if a == "help" || a == "h" {
 			return ""
 		}
@@ -301,10 +318,10 @@ func TestDocsCommandLines(t *testing.T) {
 			}
 		}
 	}
-	// The docs show about ninety; far fewer means the extraction broke,
-	// not that the docs are right.
-	if n < 60 {
-		t.Errorf("found %d wstream command lines in README.md and docs/, want at least 60", n)
+	// The docs show over two hundred; far fewer means the extraction
+	// broke, not that the docs are right.
+	if n < 150 {
+		t.Errorf("found %d wstream command lines in README.md and docs/, want at least 150", n)
 	}
 	t.Logf("%d command lines checked", n)
 }
@@ -320,6 +337,9 @@ func TestDocsCommandLinesCheck(t *testing.T) {
 		{"wstream -v deploy job.wasm -v --log-level=debug", true},
 		{`wstream context add prod --nats nats://10.0.0.5:4222 --token "$(cat admin.token)"`, true},
 		{"wstream tenant add acme", true},
+		{"wstream tenant add|update acme", true},
+		{"wstream CMD --help", true},
+		{"wstream tenant add|frob acme", false},
 		{"wstream deploy --no-such-flag job.wasm", false},
 		{"wstream deploi job.wasm", false},
 		{"wstream context frobnicate", false},
