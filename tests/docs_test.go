@@ -31,15 +31,23 @@ import (
 //   - a block right after a `<!-- doc-test -->` line is run: each
 //     `$ wstream …` line in a fresh directory, its stdout and stderr
 //     compared with the lines that follow it (`…` stands for any text
-//     within a line), and `$ echo $?` with the exit status.
+//     within a line), and `$ echo $?` with the exit status. With
+//     `<!-- doc-test wordcount.wasm -->` the directory holds the word
+//     count module first: the wat project of `wstream init`, built.
 
 // docBlock is one fenced code block of a document.
 type docBlock struct {
 	file  string
 	line  int // of the opening fence
 	lines []string
-	run   bool // preceded by <!-- doc-test -->
+	run   bool   // preceded by <!-- doc-test -->
+	setup string // <!-- doc-test wordcount.wasm -->: the module it needs
 }
+
+// docTestMark marks a block to run, optionally with the word count module
+// (the wat project wstream init writes, built) as wordcount.wasm in its
+// directory.
+var docTestMark = regexp.MustCompile(`^<!-- doc-test( wordcount\.wasm)? -->$`)
 
 // inlineCommand is a command in a code span of the text: `wstream …`.
 var inlineCommand = regexp.MustCompile("`(wstream [^`]+)`")
@@ -63,22 +71,22 @@ func docBlocks(t *testing.T) []docBlock {
 		}
 		rel, _ := filepath.Rel(root, f)
 		var cur *docBlock
-		marked := false
+		marked, setup := false, ""
 		for i, l := range strings.Split(string(b), "\n") {
 			trimmed := strings.TrimSpace(l)
 			switch {
 			case cur == nil && strings.HasPrefix(trimmed, "```"):
-				cur = &docBlock{file: rel, line: i + 1, run: marked}
-				marked = false
+				cur = &docBlock{file: rel, line: i + 1, run: marked, setup: setup}
+				marked, setup = false, ""
 			case cur != nil && trimmed == "```":
 				out = append(out, *cur)
 				cur = nil
 			case cur != nil:
 				cur.lines = append(cur.lines, l)
-			case trimmed == "<!-- doc-test -->":
-				marked = true
+			case docTestMark.MatchString(trimmed):
+				marked, setup = true, strings.TrimSpace(docTestMark.FindStringSubmatch(trimmed)[1])
 			case trimmed != "":
-				marked = false
+				marked, setup = false, ""
 				for _, m := range inlineCommand.FindAllStringSubmatch(l, -1) {
 					out = append(out, docBlock{file: rel, line: i, lines: []string{m[1]}})
 				}
@@ -379,6 +387,21 @@ func TestDocsOutputs(t *testing.T) {
 func runDocBlock(t *testing.T, bin string, b docBlock) {
 	dir := t.TempDir()
 	env := append(os.Environ(), "WSTREAM_CONFIG="+filepath.Join(dir, "contexts.json"), "HOME="+dir, "XDG_CONFIG_HOME="+dir)
+	if b.setup == "wordcount.wasm" {
+		proj := t.TempDir()
+		for _, args := range [][]string{{"init", "--lang", "wat", "--dir", proj, "wordcount"}, {"build", proj}} {
+			if r := runWith(t, dir, env, time.Minute, args...); r.code != 0 {
+				t.Fatalf("wstream %s: exit %d\n%s", strings.Join(args, " "), r.code, r.stderr)
+			}
+		}
+		wasm, err := os.ReadFile(filepath.Join(proj, "build", "wordcount.wasm"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "wordcount.wasm"), wasm, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
 	lastCode := -1
 	for i := 0; i < len(b.lines); {
 		l := strings.TrimSpace(b.lines[i])
