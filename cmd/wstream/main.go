@@ -188,7 +188,7 @@ func commit() string {
 
 var natsFlag = &cli.StringFlag{
 	Name:    "nats",
-	Usage:   "NATS server URL of a wstream cluster; without it deploy runs on an embedded server",
+	Usage:   "NATS server `URL` of a wstream cluster (else the variables in brackets, then the selected context's: wstream context). Without one, deploy and server embed a NATS server in --data, worker refuses, and the other commands reach the deploy or server running on --data (the URL in DATA/nats.url)",
 	EnvVars: []string{"WSTREAM_NATS", "NATS_URL"},
 }
 
@@ -819,7 +819,7 @@ func serverCommand() *cli.Command {
 		Usage: "run a coordinator, with an embedded NATS server that listens unless --nats names one",
 		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "listen", Usage: "address of the embedded NATS server", Value: "127.0.0.1:4222"},
-			&cli.IntFlag{Name: "workers", Usage: "in-process workers to start as well (default none: guest code runs in `wstream worker` processes); they take the host flags, with `wstream worker`'s defaults", Value: 0},
+			&cli.IntFlag{Name: "workers", Usage: "`N` in-process workers to start as well (0: none, guest code runs in separate wstream worker processes); they take the host flags, with the defaults of wstream worker", Value: 0},
 			&cli.DurationFlag{Name: "worker-timeout", Usage: "declare a worker lost (and fail its jobs over) after it has been silent this long (default 10s)"},
 			&cli.BoolFlag{Name: "tenants", Usage: "multi-tenant: NATS runs with accounts (the embedded server, or --nats configured by 'wstream tenant init'), each tenant sees and reaches only its own jobs and data; --tenants=false runs an open single-user server", DefaultText: "on with the embedded NATS server, off with --nats"},
 			httpFlag,
