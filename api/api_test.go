@@ -173,7 +173,7 @@ func TestRESTEndpoints(t *testing.T) {
 
 	// Every request that acted went to the audit log.
 	audit := readAudit(t, data)
-	for _, want := range []string{"savepoint " + id, "cancel " + id2, "stop with savepoint " + id} {
+	for _, want := range []string{"savepoint " + id, "cancel " + id2, "stop with savepoint " + id, "has already ended (CANCELED): there is nothing to cancel"} {
 		if !strings.Contains(audit, want) {
 			t.Errorf("the audit log lacks %q:\n%s", want, audit)
 		}

@@ -360,7 +360,8 @@ func (s *Server) routes() http.Handler {
 		// client's cancel refuses it.
 		for _, j := range c.Jobs(who) {
 			if j.JobID == id && (j.State == "FINISHED" || j.State == "FAILED" || j.State == "CANCELED" || j.State == "SUSPENDED") {
-				writeError(w, http.StatusConflict, fmt.Sprintf("job %s has already ended (%s): there is nothing to cancel", id, j.State))
+				err := fmt.Errorf("job %s has already ended (%s): there is nothing to cancel", id, j.State)
+				writeError(w, http.StatusConflict, c.Audit(who, "rest POST "+r.URL.Path, id, err).Error())
 				return
 			}
 		}

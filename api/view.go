@@ -92,7 +92,7 @@ type Job struct {
 	Upgrades   []coordinator.UpgradeEntry `json:"upgrades"`
 }
 
-// Restart is one restart of a job: Attempt is the attempt it started.
+// Restart is one restart of a job: Attempt is the attempt that ended (the first restart ends attempt 0 and starts attempt 1).
 type Restart struct {
 	Attempt int    `json:"attempt"`
 	Reason  string `json:"reason"`
