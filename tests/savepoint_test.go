@@ -3,6 +3,7 @@ package tests
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -74,8 +75,9 @@ func deployAndStopWhen(t *testing.T, dir, spDir string, ready func(job string) b
 	}
 	select {
 	case err := <-done:
-		if err != nil {
-			t.Fatalf("the stopped job exited with %v\n%s", err, stderr.String())
+		// Stopped from outside: exit 3 (docs/cli.md).
+		if code := exitCodeOf(err); code != 3 {
+			t.Fatalf("the stopped job exited with %v, want exit 3\n%s", err, stderr.String())
 		}
 	case <-time.After(time.Minute):
 		_ = cmd.Process.Kill()
@@ -214,4 +216,17 @@ func TestRestoreRetainedCheckpointRescaled(t *testing.T) {
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Fatalf("output after 2→3 from a checkpoint differs: %d lines vs %d; %s", len(got), len(want), firstDiff(got, want))
 	}
+}
+
+// exitCodeOf is the exit status of a command that Wait returned err for (0
+// for nil, -1 when it did not exit).
+func exitCodeOf(err error) int {
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &ee):
+		return ee.ExitCode()
+	}
+	return -1
 }

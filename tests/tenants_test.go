@@ -85,7 +85,7 @@ func TestTenantsAreIsolated(t *testing.T) {
 		labels, _, err := scrapeSeries(metricsURL, "wstream_subtask_records_in_total")
 		n := 0
 		for _, l := range labels {
-			if l["job"] == job {
+			if l["job_id"] == job {
 				if l["tenant"] != "acme" {
 					t.Fatalf("a series of acme's job labelled tenant %q: %v", l["tenant"], l)
 				}
