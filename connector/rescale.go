@@ -68,6 +68,31 @@ type layout struct {
 	gaps                 []int64 // period/parallelism gaps
 }
 
+// offsetLayout checks the layout part of an offset (gen's and the
+// jetstream source's) and returns what its subtask has handled: without
+// Period and Gaps, next must be of the subtask's class; with them, they
+// must make a layout (check) whose smallest gap is next. noun names what
+// next counts ("record"), index what is taken modulo the parallelism.
+func offsetLayout(h offsetHeader, next, period int64, gaps []int64, noun, index string) (layout, error) {
+	s, p := int64(h.Subtask), int64(h.Parallelism)
+	if period == 0 && gaps == nil {
+		if next < s || (next-s)%p != 0 {
+			return layout{}, fmt.Errorf("next %s %d is not one of subtask %d of parallelism %d (%s mod %d must be %d)",
+				noun, next, s, p, index, p, s)
+		}
+		l := layout{subtask: s, parallelism: p, period: p, gaps: []int64{next}}
+		return l, l.check()
+	}
+	l := layout{subtask: s, parallelism: p, period: period, gaps: gaps}
+	if err := l.check(); err != nil {
+		return layout{}, err
+	}
+	if m := l.minGap(); next != m {
+		return layout{}, fmt.Errorf("next %s %d is not the smallest gap %d", noun, next, m)
+	}
+	return l, nil
+}
+
 // residue is the residue of period whose gap is gaps[k].
 func (l *layout) residue(k int) int64 { return l.subtask + int64(k)*l.parallelism }
 
