@@ -878,7 +878,7 @@ func (w *Worker) checkpointEnv(j *jobRun, d transport.Deployment) (*ckptEnv, err
 	}
 	mode := checkpoint.ExactlyOnce
 	if cs.Mode != "" {
-		if mode, err = checkpoint.ParseMode(cs.Mode); err != nil {
+		if mode, err = checkpoint.ParseMode(string(cs.Mode)); err != nil {
 			return nil, err
 		}
 	}
