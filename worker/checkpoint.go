@@ -115,7 +115,7 @@ var errStopped = errors.New("stopped with a savepoint")
 // control is a checkpoint message for one subtask, queued by the worker and
 // handled by the subtask's goroutine.
 type control struct {
-	action    string
+	action    transport.ControlAction
 	id        int64
 	kind      checkpoint.Kind
 	timestamp int64

@@ -1641,7 +1641,7 @@ func (w *Worker) onCheckpoint(m *nats.Msg) {
 		w.log.Warn("bad checkpoint message", "err", err)
 		return
 	}
-	if !w.admit(c.Epoch, "checkpoint "+c.Action) {
+	if !w.admit(c.Epoch, "checkpoint "+string(c.Action)) {
 		return
 	}
 	w.mu.Lock()
