@@ -447,12 +447,9 @@ func (s *jsSource) Close() error {
 // the largest end of the old offsets, so a bounded source still ends.
 func rescaleJSOffsets(old [][]byte, newSubtask, newParallelism int) ([]byte, error) {
 	const what = "connector jetstream: rescale"
-	if newParallelism < 1 || newSubtask < 0 || newSubtask >= newParallelism {
-		return nil, fmt.Errorf("%s: subtask %d of parallelism %d is out of range", what, newSubtask, newParallelism)
-	}
 	p := len(old)
-	if p == 0 {
-		return nil, fmt.Errorf("%s: no offsets: give one per subtask of the old parallelism", what)
+	if err := checkRescaleTarget(what, p, newSubtask, newParallelism); err != nil {
+		return nil, err
 	}
 	layouts := make([]layout, p)
 	maxTs := int64(abi.MinWatermark)
@@ -461,25 +458,8 @@ func rescaleJSOffsets(old [][]byte, newSubtask, newParallelism int) ([]byte, err
 		end    *int64
 	)
 	for s, raw := range old {
-		if raw == nil {
-			return nil, fmt.Errorf("%s: the offset of subtask %d of %d is missing (a finished subtask has one too: take it before Close)", what, s, p)
-		}
-		var h offsetHeader
-		if err := json.Unmarshal(raw, &h); err != nil {
-			return nil, fmt.Errorf("%s: offset of subtask %d %q is not a source offset: %v", what, s, truncate(raw), err)
-		}
-		if h.Version != offsetVersion {
-			return nil, fmt.Errorf("%s: offset of subtask %d: version %d is not supported (this build reads version %d)", what, s, h.Version, offsetVersion)
-		}
-		if h.Kind != "jetstream" {
-			return nil, fmt.Errorf("%s: the offset of subtask %d belongs to a %q source, not a \"jetstream\" source", what, s, h.Kind)
-		}
-		if h.Parallelism != p {
-			return nil, fmt.Errorf("%s: the offset of subtask %d was taken at parallelism %d, but %d offsets were given (one per old subtask, all of the same checkpoint)",
-				what, s, h.Parallelism, p)
-		}
-		if h.Subtask != s {
-			return nil, fmt.Errorf("%s: offset %d of %d belongs to subtask %d: give subtask s's offset at position s, each once", what, s, p, h.Subtask)
+		if err := checkOldOffset(what, "jetstream", raw, s, p); err != nil {
+			return nil, err
 		}
 		var o jsOffset
 		dec := json.NewDecoder(bytes.NewReader(raw))
