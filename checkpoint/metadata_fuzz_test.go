@@ -105,7 +105,7 @@ func newMetadataFixture(tb testing.TB) *metadataFixture {
 func (fx *metadataFixture) materialize(tb testing.TB, dir string, meta []byte) string {
 	tb.Helper()
 	root := filepath.Join(dir, "root")
-	files := map[string][]byte{checkpointDirName(fuzzID) + "/" + MetadataName: meta}
+	files := map[string][]byte{DirName(fuzzID) + "/" + MetadataName: meta}
 	for p, b := range fx.files {
 		files[p] = b
 	}
@@ -528,8 +528,8 @@ func FuzzLocation(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		if id, ok := parseCheckpointDirName(s); ok {
-			if id < 1 || checkpointDirName(id) != s {
+		if id, ok := ParseDirName(s); ok {
+			if id < 1 || DirName(id) != s {
 				t.Fatalf("%q parsed as id %d", s, id)
 			}
 		}

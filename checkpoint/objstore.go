@@ -286,14 +286,14 @@ func (b *objectBackend) list(under string) (map[string]*jetstream.ObjectInfo, er
 // checkpoints returns the checkpoints with at least one object, by
 // ascending id.
 func (b *objectBackend) checkpoints() ([]dirState, error) {
-	objs, err := b.list("chk-")
+	objs, err := b.list(DirPrefix)
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint: list %s%s: %w", ObjectScheme, b.bucket+"/"+b.prefix, err)
 	}
 	byID := map[int64]bool{}
 	for rel := range objs {
 		dir, file, ok := strings.Cut(rel, "/")
-		id, valid := parseCheckpointDirName(dir)
+		id, valid := ParseDirName(dir)
 		if !ok || !valid {
 			continue
 		}
@@ -321,7 +321,7 @@ func (b *objectBackend) remove(rel string) error {
 // removeCheckpoint deletes the objects of checkpoint id: its _metadata
 // first, so that an interrupted removal never leaves it looking complete.
 func (b *objectBackend) removeCheckpoint(id int64) error {
-	dir := checkpointDirName(id) + "/"
+	dir := DirName(id) + "/"
 	if err := b.remove(dir + MetadataName); err != nil {
 		return err
 	}

@@ -68,7 +68,7 @@ func OpenRestorePointAt(location string, nc *nats.Conn) (*Storage, *Metadata, er
 	} else if fi, err := os.Stat(location); err != nil || !fi.IsDir() {
 		return nil, nil, fmt.Errorf("no savepoint or checkpoint at %s: not a directory", location)
 	}
-	if id, ok := parseCheckpointDirName(base); ok && parent+"/" != ObjectScheme {
+	if id, ok := ParseDirName(base); ok && parent+"/" != ObjectScheme {
 		st, err := OpenStorageAt(parent, nc)
 		if err != nil {
 			return nil, nil, err

@@ -15,7 +15,6 @@ import (
 	"path"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -193,25 +192,9 @@ func (s *Storage) Root() string { return s.root }
 // object names begin with.
 func (s *Storage) Dir(id int64) string {
 	if s.obj != nil {
-		return s.root + "/" + checkpointDirName(id)
+		return s.root + "/" + DirName(id)
 	}
-	return filepath.Join(s.root, checkpointDirName(id))
-}
-
-func checkpointDirName(id int64) string { return fmt.Sprintf("chk-%010d", id) }
-
-// parseCheckpointDirName returns the id of a directory named by
-// checkpointDirName, and false for any other name.
-func parseCheckpointDirName(name string) (int64, bool) {
-	digits, ok := strings.CutPrefix(name, "chk-")
-	if !ok {
-		return 0, false
-	}
-	id, err := strconv.ParseInt(digits, 10, 64)
-	if err != nil || id < 1 || checkpointDirName(id) != name {
-		return 0, false
-	}
-	return id, true
+	return filepath.Join(s.root, DirName(id))
 }
 
 // TaskDir is the directory of task t's files relative to a checkpoint's
@@ -407,7 +390,7 @@ func cleanRel(rel string) (string, error) {
 // relToRoot is rel (relative to checkpoint id's directory) relative to the
 // storage root, as error messages name files.
 func (s *Storage) relToRoot(id int64, rel string) string {
-	return checkpointDirName(id) + "/" + rel
+	return DirName(id) + "/" + rel
 }
 
 // writeAtomic creates the file rel of checkpoint id with the bytes fill
@@ -1018,7 +1001,7 @@ func (s *Storage) list() ([]dirState, error) {
 	}
 	var dirs []dirState
 	for _, e := range entries {
-		id, ok := parseCheckpointDirName(e.Name())
+		id, ok := ParseDirName(e.Name())
 		if !ok || !e.IsDir() {
 			continue
 		}

@@ -269,23 +269,7 @@ type genOffset struct {
 
 // layout checks the offset and returns what its subtask has emitted.
 func (o *genOffset) layout() (layout, error) {
-	s, p := int64(o.Subtask), int64(o.Parallelism)
-	if o.Period == 0 && o.Gaps == nil {
-		if o.Next < s || (o.Next-s)%p != 0 {
-			return layout{}, fmt.Errorf("next record %d is not one of subtask %d of parallelism %d (index mod %d must be %d)",
-				o.Next, s, p, p, s)
-		}
-		l := layout{subtask: s, parallelism: p, period: p, gaps: []int64{o.Next}}
-		return l, l.check()
-	}
-	l := layout{subtask: s, parallelism: p, period: o.Period, gaps: o.Gaps}
-	if err := l.check(); err != nil {
-		return layout{}, err
-	}
-	if m := l.minGap(); o.Next != m {
-		return layout{}, fmt.Errorf("next record %d is not the smallest gap %d", o.Next, m)
-	}
-	return l, nil
+	return offsetLayout(o.offsetHeader, o.Next, o.Period, o.Gaps, "record", "index")
 }
 
 // Offset returns the index of the next record this subtask would produce

@@ -45,34 +45,42 @@ type Dialed interface{ SetDialer(Dialer) }
 // SetReplicas after SetDialer.
 type Replicated interface{ SetReplicas(int) }
 
-// jsAuth is what both connectors take to reach the server.
-type jsAuth struct {
-	url, creds, nkey, user, password, token, tlsCA, tlsCert, tlsKey string
-	// dial reaches the cluster's server when url is empty.
-	dial Dialer
+// jsConn is the connection configuration both connectors embed, so that
+// both take the same fields under the same JSON names (which Reach and the
+// exact-name decoding of a configuration check).
+type jsConn struct {
+	URL      string `json:"url"` // "" = the cluster's own server, as the job's owner
+	Creds    string `json:"creds"`
+	NKey     string `json:"nkey"`
+	User     string `json:"user"`
+	Password string `json:"password"`
+	Token    string `json:"token"`
+	TLSCA    string `json:"tlsCA"`
+	TLSCert  string `json:"tlsCert"`
+	TLSKey   string `json:"tlsKey"`
 }
 
 // reach lists the connection fields set: each reaches beyond the cluster's
 // own server as the job's owner.
-func (a *jsAuth) reach() []Reach {
-	out := reachOf(ReachServer, [2]string{"url", a.url})
-	out = append(out, reachOf(ReachHostFile, [2]string{"creds", a.creds}, [2]string{"nkey", a.nkey},
-		[2]string{"tlsCA", a.tlsCA}, [2]string{"tlsCert", a.tlsCert}, [2]string{"tlsKey", a.tlsKey})...)
-	return append(out, reachOf(ReachCredential, [2]string{"user", a.user}, [2]string{"password", a.password}, [2]string{"token", a.token})...)
+func (a *jsConn) reach() []Reach {
+	out := reachOf(ReachServer, [2]string{"url", a.URL})
+	out = append(out, reachOf(ReachHostFile, [2]string{"creds", a.Creds}, [2]string{"nkey", a.NKey},
+		[2]string{"tlsCA", a.TLSCA}, [2]string{"tlsCert", a.TLSCert}, [2]string{"tlsKey", a.TLSKey})...)
+	return append(out, reachOf(ReachCredential, [2]string{"user", a.User}, [2]string{"password", a.Password}, [2]string{"token", a.Token})...)
 }
 
 // check validates the connection fields of connector's configuration.
-func (a *jsAuth) check(connector string) error {
-	if a.url != "" && strings.TrimSpace(a.url) == "" {
+func (a *jsConn) check(connector string) error {
+	if a.URL != "" && strings.TrimSpace(a.URL) == "" {
 		// connect would hand it to nats.Connect, which dials its default
 		// address for a blank one.
 		return &ConfigError{Connector: connector, Field: "url", Message: "blank: leave it out to use the cluster's own NATS server"}
 	}
-	if a.url == "" {
+	if a.URL == "" {
 		// The cluster's own server, as the job's owner: credentials and
 		// TLS files belong to another server.
-		for _, f := range []struct{ name, v string }{{"creds", a.creds}, {"nkey", a.nkey}, {"user", a.user}, {"password", a.password},
-			{"token", a.token}, {"tlsCA", a.tlsCA}, {"tlsCert", a.tlsCert}, {"tlsKey", a.tlsKey}} {
+		for _, f := range []struct{ name, v string }{{"creds", a.Creds}, {"nkey", a.NKey}, {"user", a.User}, {"password", a.Password},
+			{"token", a.Token}, {"tlsCA", a.TLSCA}, {"tlsCert", a.TLSCert}, {"tlsKey", a.TLSKey}} {
 			if f.v != "" {
 				return &ConfigError{Connector: connector, Field: f.name, Message: "needs url: without one the connector uses the cluster's own NATS server and the job's credentials"}
 			}
@@ -80,38 +88,39 @@ func (a *jsAuth) check(connector string) error {
 		return nil
 	}
 	methods := []string{}
-	if a.creds != "" {
+	if a.Creds != "" {
 		methods = append(methods, "creds")
 	}
-	if a.nkey != "" {
+	if a.NKey != "" {
 		methods = append(methods, "nkey")
 	}
-	if a.user != "" || a.password != "" {
+	if a.User != "" || a.Password != "" {
 		methods = append(methods, "user/password")
 	}
-	if a.token != "" {
+	if a.Token != "" {
 		methods = append(methods, "token")
 	}
 	if len(methods) > 1 {
 		return &ConfigError{Connector: connector, Message: "give at most one way to authenticate, not " + strings.Join(methods, " and ")}
 	}
-	if a.password != "" && a.user == "" {
+	if a.Password != "" && a.User == "" {
 		return &ConfigError{Connector: connector, Field: "user", Message: "missing: a password needs a user"}
 	}
-	if (a.tlsCert == "") != (a.tlsKey == "") {
+	if (a.TLSCert == "") != (a.TLSKey == "") {
 		return &ConfigError{Connector: connector, Field: "tlsCert", Message: "tlsCert and tlsKey go together: give both or neither"}
 	}
 	return nil
 }
 
 // connect opens a connection for what ("connector jetstream: source S"),
-// named name in the server's monitoring.
-func (a *jsAuth) connect(what, name string, jsOpts ...jetstream.JetStreamOpt) (*nats.Conn, jetstream.JetStream, error) {
-	if a.url == "" {
-		if a.dial == nil {
+// named name in the server's monitoring; dial reaches the cluster's server
+// when URL is empty.
+func (a *jsConn) connect(dial Dialer, what, name string, jsOpts ...jetstream.JetStreamOpt) (*nats.Conn, jetstream.JetStream, error) {
+	if a.URL == "" {
+		if dial == nil {
 			return nil, nil, fmt.Errorf("%s: no url, and the runtime offers no connection to the cluster's NATS server", what)
 		}
-		nc, err := a.dial(name)
+		nc, err := dial(name)
 		if err != nil {
 			return nil, nil, fmt.Errorf("%s: connecting to the cluster's NATS server: %w", what, err)
 		}
@@ -124,28 +133,28 @@ func (a *jsAuth) connect(what, name string, jsOpts ...jetstream.JetStreamOpt) (*
 	}
 	opts := []nats.Option{nats.Name(name), nats.Timeout(jsConnectTimeout), nats.MaxReconnects(-1)}
 	switch {
-	case a.creds != "":
-		opts = append(opts, nats.UserCredentials(a.creds))
-	case a.nkey != "":
-		o, err := nats.NkeyOptionFromSeed(a.nkey)
+	case a.Creds != "":
+		opts = append(opts, nats.UserCredentials(a.Creds))
+	case a.NKey != "":
+		o, err := nats.NkeyOptionFromSeed(a.NKey)
 		if err != nil {
-			return nil, nil, fmt.Errorf("%s: nkey seed file %s: %w", what, a.nkey, err)
+			return nil, nil, fmt.Errorf("%s: nkey seed file %s: %w", what, a.NKey, err)
 		}
 		opts = append(opts, o)
-	case a.user != "":
-		opts = append(opts, nats.UserInfo(a.user, a.password))
-	case a.token != "":
-		opts = append(opts, nats.Token(a.token))
+	case a.User != "":
+		opts = append(opts, nats.UserInfo(a.User, a.Password))
+	case a.Token != "":
+		opts = append(opts, nats.Token(a.Token))
 	}
-	if a.tlsCA != "" {
-		opts = append(opts, nats.RootCAs(a.tlsCA))
+	if a.TLSCA != "" {
+		opts = append(opts, nats.RootCAs(a.TLSCA))
 	}
-	if a.tlsCert != "" {
-		opts = append(opts, nats.ClientCert(a.tlsCert, a.tlsKey))
+	if a.TLSCert != "" {
+		opts = append(opts, nats.ClientCert(a.TLSCert, a.TLSKey))
 	}
-	nc, err := nats.Connect(a.url, opts...)
+	nc, err := nats.Connect(a.URL, opts...)
 	if err != nil {
-		return nil, nil, fmt.Errorf("%s: connect to %s: %w", what, a.url, err)
+		return nil, nil, fmt.Errorf("%s: connect to %s: %w", what, a.URL, err)
 	}
 	js, err := jetstream.New(nc, jsOpts...)
 	if err != nil {

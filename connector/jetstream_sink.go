@@ -23,7 +23,7 @@ import (
 
 // jsSinkConfig is the configuration of the "jetstream" sink.
 type jsSinkConfig struct {
-	URL                 string `json:"url"`             // required
+	jsConn
 	Stream              string `json:"stream"`          // required
 	Subject             string `json:"subject"`         // required; "{key}" is replaced by the record's key
 	KeyHeader           string `json:"keyHeader"`       // default Wstream-Key; "" = none
@@ -32,19 +32,6 @@ type jsSinkConfig struct {
 	DuplicateWindow     int64  `json:"duplicateWindow"` // ms, for a created stream; default 120000
 	Staging             string `json:"staging"`         // object store bucket of pre-committed transactions
 	MaxTransactionBytes int64  `json:"maxTransactionBytes"`
-	Creds               string `json:"creds"`
-	NKey                string `json:"nkey"`
-	User                string `json:"user"`
-	Password            string `json:"password"`
-	Token               string `json:"token"`
-	TLSCA               string `json:"tlsCA"`
-	TLSCert             string `json:"tlsCert"`
-	TLSKey              string `json:"tlsKey"`
-}
-
-func (c *jsSinkConfig) auth() jsAuth {
-	return jsAuth{url: c.URL, creds: c.Creds, nkey: c.NKey, user: c.User, password: c.Password, token: c.Token,
-		tlsCA: c.TLSCA, tlsCert: c.TLSCert, tlsKey: c.TLSKey}
 }
 
 // Defaults and bounds of the sink.
@@ -68,8 +55,7 @@ func parseJSSinkConfig(raw json.RawMessage) (jsSinkConfig, error) {
 	if err := decodeConfig(name, raw, &c); err != nil {
 		return c, err
 	}
-	a := c.auth()
-	if err := a.check(name); err != nil {
+	if err := c.jsConn.check(name); err != nil {
 		return c, err
 	}
 	if err := checkStreamName(name, "stream", c.Stream); err != nil {
@@ -180,7 +166,7 @@ var (
 func (c jsSinkConfig) Connector() string { return "jetstream" }
 
 // Reach lists the connection fields set: a server and its credentials.
-func (c jsSinkConfig) Reach() []Reach { a := c.auth(); return a.reach() }
+func (c jsSinkConfig) Reach() []Reach { return c.jsConn.reach() }
 
 func (c jsSinkConfig) sink(io.Writer) (Sink, error) {
 	return &jsSink{cfg: c, what: "connector jetstream: sink " + c.Stream}, nil
@@ -216,9 +202,7 @@ func (s *jsSink) Open(ctx context.Context, subtask, parallelism int) error {
 		return fmt.Errorf("%s: open: already open", s.what)
 	}
 	s.what = fmt.Sprintf("connector jetstream: sink %s (subtask %d)", s.cfg.Stream, subtask)
-	a := s.cfg.auth()
-	a.dial = s.dial
-	nc, js, err := a.connect(s.what, fmt.Sprintf("wstream jetstream sink %s %d/%d", s.cfg.Stream, subtask, parallelism),
+	nc, js, err := s.cfg.jsConn.connect(s.dial, s.what, fmt.Sprintf("wstream jetstream sink %s %d/%d", s.cfg.Stream, subtask, parallelism),
 		jetstream.WithPublishAsyncMaxPending(2*jsPublishWindow))
 	if err != nil {
 		return err

@@ -18,7 +18,7 @@ import (
 
 // jsSourceConfig is the configuration of the "jetstream" source.
 type jsSourceConfig struct {
-	URL             string `json:"url"`             // required
+	jsConn
 	Stream          string `json:"stream"`          // required
 	Subject         string `json:"subject"`         // filter subject; "" = the whole stream
 	Key             string `json:"key"`             // "header" (default), "subject" or "none"
@@ -27,19 +27,6 @@ type jsSourceConfig struct {
 	TimestampHeader string `json:"timestampHeader"` // default Wstream-Timestamp
 	WatermarkDelay  int64  `json:"watermarkDelay"`
 	Bounded         bool   `json:"bounded"` // stop at the last matching message at open
-	Creds           string `json:"creds"`
-	NKey            string `json:"nkey"`
-	User            string `json:"user"`
-	Password        string `json:"password"`
-	Token           string `json:"token"`
-	TLSCA           string `json:"tlsCA"`
-	TLSCert         string `json:"tlsCert"`
-	TLSKey          string `json:"tlsKey"`
-}
-
-func (c *jsSourceConfig) auth() jsAuth {
-	return jsAuth{url: c.URL, creds: c.Creds, nkey: c.NKey, user: c.User, password: c.Password, token: c.Token,
-		tlsCA: c.TLSCA, tlsCert: c.TLSCert, tlsKey: c.TLSKey}
 }
 
 // Timing of Next: it waits at most jsPollWait for the first message of a
@@ -56,8 +43,7 @@ func parseJSSourceConfig(raw json.RawMessage) (jsSourceConfig, error) {
 	if err := decodeConfig(name, raw, &c); err != nil {
 		return c, err
 	}
-	a := c.auth()
-	if err := a.check(name); err != nil {
+	if err := c.jsConn.check(name); err != nil {
 		return c, err
 	}
 	if err := checkStreamName(name, "stream", c.Stream); err != nil {
@@ -125,7 +111,7 @@ var _ Rewindable = (*jsSource)(nil)
 func (c jsSourceConfig) Connector() string { return "jetstream" }
 
 // Reach lists the connection fields set: a server and its credentials.
-func (c jsSourceConfig) Reach() []Reach { a := c.auth(); return a.reach() }
+func (c jsSourceConfig) Reach() []Reach { return c.jsConn.reach() }
 
 func (c jsSourceConfig) source() (Source, error) {
 	return &jsSource{cfg: c, what: "connector jetstream: source " + c.Stream}, nil
@@ -138,9 +124,7 @@ func (s *jsSource) Open(ctx context.Context, subtask, parallelism int) error {
 	if s.open {
 		return fmt.Errorf("%s: open: already open", s.what)
 	}
-	a := s.cfg.auth()
-	a.dial = s.dial
-	nc, js, err := a.connect(s.what, fmt.Sprintf("wstream jetstream source %s %d/%d", s.cfg.Stream, subtask, parallelism))
+	nc, js, err := s.cfg.jsConn.connect(s.dial, s.what, fmt.Sprintf("wstream jetstream source %s %d/%d", s.cfg.Stream, subtask, parallelism))
 	if err != nil {
 		return err
 	}
@@ -382,26 +366,10 @@ type jsOffset struct {
 
 // layout checks the offset and returns what its subtask has handled.
 func (o *jsOffset) layout() (layout, error) {
-	s, p := int64(o.Subtask), int64(o.Parallelism)
 	if o.End != nil && *o.End < 0 {
 		return layout{}, fmt.Errorf("end sequence %d is negative", *o.End)
 	}
-	if o.Period == 0 && o.Gaps == nil {
-		if o.Next < s || (o.Next-s)%p != 0 {
-			return layout{}, fmt.Errorf("next sequence %d is not one of subtask %d of parallelism %d (sequence mod %d must be %d)",
-				o.Next, s, p, p, s)
-		}
-		l := layout{subtask: s, parallelism: p, period: p, gaps: []int64{o.Next}}
-		return l, l.check()
-	}
-	l := layout{subtask: s, parallelism: p, period: o.Period, gaps: o.Gaps}
-	if err := l.check(); err != nil {
-		return layout{}, err
-	}
-	if m := l.minGap(); o.Next != m {
-		return layout{}, fmt.Errorf("next sequence %d is not the smallest gap %d", o.Next, m)
-	}
-	return l, nil
+	return offsetLayout(o.offsetHeader, o.Next, o.Period, o.Gaps, "sequence", "sequence")
 }
 
 // Offset returns the subtask's position: what it has handled of its class,
@@ -479,12 +447,9 @@ func (s *jsSource) Close() error {
 // the largest end of the old offsets, so a bounded source still ends.
 func rescaleJSOffsets(old [][]byte, newSubtask, newParallelism int) ([]byte, error) {
 	const what = "connector jetstream: rescale"
-	if newParallelism < 1 || newSubtask < 0 || newSubtask >= newParallelism {
-		return nil, fmt.Errorf("%s: subtask %d of parallelism %d is out of range", what, newSubtask, newParallelism)
-	}
 	p := len(old)
-	if p == 0 {
-		return nil, fmt.Errorf("%s: no offsets: give one per subtask of the old parallelism", what)
+	if err := checkRescaleTarget(what, p, newSubtask, newParallelism); err != nil {
+		return nil, err
 	}
 	layouts := make([]layout, p)
 	maxTs := int64(abi.MinWatermark)
@@ -493,25 +458,8 @@ func rescaleJSOffsets(old [][]byte, newSubtask, newParallelism int) ([]byte, err
 		end    *int64
 	)
 	for s, raw := range old {
-		if raw == nil {
-			return nil, fmt.Errorf("%s: the offset of subtask %d of %d is missing (a finished subtask has one too: take it before Close)", what, s, p)
-		}
-		var h offsetHeader
-		if err := json.Unmarshal(raw, &h); err != nil {
-			return nil, fmt.Errorf("%s: offset of subtask %d %q is not a source offset: %v", what, s, truncate(raw), err)
-		}
-		if h.Version != offsetVersion {
-			return nil, fmt.Errorf("%s: offset of subtask %d: version %d is not supported (this build reads version %d)", what, s, h.Version, offsetVersion)
-		}
-		if h.Kind != "jetstream" {
-			return nil, fmt.Errorf("%s: the offset of subtask %d belongs to a %q source, not a \"jetstream\" source", what, s, h.Kind)
-		}
-		if h.Parallelism != p {
-			return nil, fmt.Errorf("%s: the offset of subtask %d was taken at parallelism %d, but %d offsets were given (one per old subtask, all of the same checkpoint)",
-				what, s, h.Parallelism, p)
-		}
-		if h.Subtask != s {
-			return nil, fmt.Errorf("%s: offset %d of %d belongs to subtask %d: give subtask s's offset at position s, each once", what, s, p, h.Subtask)
+		if err := checkOldOffset(what, "jetstream", raw, s, p); err != nil {
+			return nil, err
 		}
 		var o jsOffset
 		dec := json.NewDecoder(bytes.NewReader(raw))

@@ -68,6 +68,31 @@ type layout struct {
 	gaps                 []int64 // period/parallelism gaps
 }
 
+// offsetLayout checks the layout part of an offset (gen's and the
+// jetstream source's) and returns what its subtask has handled: without
+// Period and Gaps, next must be of the subtask's class; with them, they
+// must make a layout (check) whose smallest gap is next. noun names what
+// next counts ("record"), index what is taken modulo the parallelism.
+func offsetLayout(h offsetHeader, next, period int64, gaps []int64, noun, index string) (layout, error) {
+	s, p := int64(h.Subtask), int64(h.Parallelism)
+	if period == 0 && gaps == nil {
+		if next < s || (next-s)%p != 0 {
+			return layout{}, fmt.Errorf("next %s %d is not one of subtask %d of parallelism %d (%s mod %d must be %d)",
+				noun, next, s, p, index, p, s)
+		}
+		l := layout{subtask: s, parallelism: p, period: p, gaps: []int64{next}}
+		return l, l.check()
+	}
+	l := layout{subtask: s, parallelism: p, period: period, gaps: gaps}
+	if err := l.check(); err != nil {
+		return layout{}, err
+	}
+	if m := l.minGap(); next != m {
+		return layout{}, fmt.Errorf("next %s %d is not the smallest gap %d", noun, next, m)
+	}
+	return l, nil
+}
+
 // residue is the residue of period whose gap is gaps[k].
 func (l *layout) residue(k int) int64 { return l.subtask + int64(k)*l.parallelism }
 
@@ -204,6 +229,44 @@ func combine(old []layout, newSubtask, newParallelism int64) (layout, error) {
 	return l.reduce(), nil
 }
 
+// checkRescaleTarget checks the arguments of a rescale of p old offsets
+// to subtask newSubtask of newParallelism (every source's).
+func checkRescaleTarget(what string, p, newSubtask, newParallelism int) error {
+	if newParallelism < 1 || newSubtask < 0 || newSubtask >= newParallelism {
+		return fmt.Errorf("%s: subtask %d of parallelism %d is out of range", what, newSubtask, newParallelism)
+	}
+	if p == 0 {
+		return fmt.Errorf("%s: no offsets: give one per subtask of the old parallelism", what)
+	}
+	return nil
+}
+
+// checkOldOffset checks the header of raw, the offset at position s of p
+// old offsets of a kind source (every source's).
+func checkOldOffset(what, kind string, raw []byte, s, p int) error {
+	if raw == nil {
+		return fmt.Errorf("%s: the offset of subtask %d of %d is missing (a finished subtask has one too: take it before Close)", what, s, p)
+	}
+	var h offsetHeader
+	if err := json.Unmarshal(raw, &h); err != nil {
+		return fmt.Errorf("%s: offset of subtask %d %q is not a source offset: %v", what, s, truncate(raw), err)
+	}
+	if h.Version != offsetVersion {
+		return fmt.Errorf("%s: offset of subtask %d: version %d is not supported (this build reads version %d)", what, s, h.Version, offsetVersion)
+	}
+	if h.Kind != kind {
+		return fmt.Errorf("%s: the offset of subtask %d belongs to a %q source, not a %q source", what, s, h.Kind, kind)
+	}
+	if h.Parallelism != p {
+		return fmt.Errorf("%s: the offset of subtask %d was taken at parallelism %d, but %d offsets were given (one per old subtask, all of the same checkpoint)",
+			what, s, h.Parallelism, p)
+	}
+	if h.Subtask != s {
+		return fmt.Errorf("%s: offset %d of %d belongs to subtask %d: give subtask s's offset at position s, each once", what, s, p, h.Subtask)
+	}
+	return nil
+}
+
 // RescaleOffsets combines the offsets of every subtask of a source taken at
 // parallelism len(old) — old[s] is subtask s's offset, as its Offset
 // returned it — into the offset for subtask newSubtask of newParallelism,
@@ -230,12 +293,9 @@ func RescaleOffsets(connector string, old [][]byte, newSubtask, newParallelism i
 	if connector != "gen" && connector != "file" {
 		return nil, fmt.Errorf("connector: rescale: source %q has no rescalable offsets (known: file, gen, jetstream)", connector)
 	}
-	if newParallelism < 1 || newSubtask < 0 || newSubtask >= newParallelism {
-		return nil, fmt.Errorf("%s: subtask %d of parallelism %d is out of range", what, newSubtask, newParallelism)
-	}
 	p := len(old)
-	if p == 0 {
-		return nil, fmt.Errorf("%s: no offsets: give one per subtask of the old parallelism", what)
+	if err := checkRescaleTarget(what, p, newSubtask, newParallelism); err != nil {
+		return nil, err
 	}
 	layouts := make([]layout, p)
 	maxTs := int64(abi.MinWatermark)
@@ -244,25 +304,8 @@ func RescaleOffsets(connector string, old [][]byte, newSubtask, newParallelism i
 		path  string
 	)
 	for s, raw := range old {
-		if raw == nil {
-			return nil, fmt.Errorf("%s: the offset of subtask %d of %d is missing (a finished subtask has one too: take it before Close)", what, s, p)
-		}
-		var h offsetHeader
-		if err := json.Unmarshal(raw, &h); err != nil {
-			return nil, fmt.Errorf("%s: offset of subtask %d %q is not a source offset: %v", what, s, truncate(raw), err)
-		}
-		if h.Version != offsetVersion {
-			return nil, fmt.Errorf("%s: offset of subtask %d: version %d is not supported (this build reads version %d)", what, s, h.Version, offsetVersion)
-		}
-		if h.Kind != connector {
-			return nil, fmt.Errorf("%s: the offset of subtask %d belongs to a %q source, not a %q source", what, s, h.Kind, connector)
-		}
-		if h.Parallelism != p {
-			return nil, fmt.Errorf("%s: the offset of subtask %d was taken at parallelism %d, but %d offsets were given (one per old subtask, all of the same checkpoint)",
-				what, s, h.Parallelism, p)
-		}
-		if h.Subtask != s {
-			return nil, fmt.Errorf("%s: offset %d of %d belongs to subtask %d: give subtask s's offset at position s, each once", what, s, p, h.Subtask)
+		if err := checkOldOffset(what, connector, raw, s, p); err != nil {
+			return nil, err
 		}
 		var (
 			l   layout

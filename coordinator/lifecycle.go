@@ -457,6 +457,43 @@ func (c *Coordinator) restartAfter(j *jobState, a lifecycle.ScheduleRestart) {
 	}
 }
 
+// The job's state has two vocabularies: lifecycle.State inside the
+// coordinator (and its status rows, by name), and transport's Job* in the
+// job's result and record. These two functions are the one mapping.
+
+// ResultState is the transport.Job* state that announces a job's ended
+// lifecycle.
+func ResultState(res lifecycle.Result) string {
+	switch {
+	case res.State == lifecycle.Failed:
+		return transport.JobFailed
+	case res.State == lifecycle.Finished && res.Stopped:
+		return transport.JobStopped
+	case res.State == lifecycle.Finished:
+		return transport.JobFinished
+	default:
+		return transport.JobCanceled
+	}
+}
+
+// StatusResultState is the transport.Job* state of a job whose status row
+// shows the lifecycle state named name (State.String), "" for a job
+// that has not ended. SUSPENDED counts as stopped: the job ended for
+// this coordinator, not for good.
+func StatusResultState(name string) string {
+	switch name {
+	case lifecycle.Finished.String():
+		return transport.JobFinished
+	case lifecycle.Failed.String():
+		return transport.JobFailed
+	case lifecycle.Canceled.String():
+		return transport.JobCanceled
+	case lifecycle.Suspended.String():
+		return transport.JobStopped
+	}
+	return ""
+}
+
 // endLocked records a job's end; c.mu is held.
 func (c *Coordinator) endLocked(j *jobState, res lifecycle.Result) {
 	if j.sub != nil {
@@ -464,15 +501,9 @@ func (c *Coordinator) endLocked(j *jobState, res lifecycle.Result) {
 		j.sub = nil
 	}
 	r := &transport.JobResult{JobID: j.info.JobID, Name: j.info.Name, Duration: c.now().Sub(j.started), Restarts: res.Restarts}
-	switch {
-	case res.State == lifecycle.Failed:
-		r.State, r.Error = transport.JobFailed, res.Error
-	case res.State == lifecycle.Finished && res.Stopped:
-		r.State = transport.JobStopped
-	case res.State == lifecycle.Finished:
-		r.State = transport.JobFinished
-	default:
-		r.State = transport.JobCanceled
+	r.State = ResultState(res)
+	if res.State == lifecycle.Failed {
+		r.Error = res.Error
 	}
 	for _, v := range j.plan.Vertices {
 		if m, ok := j.metrics[v.ID]; ok {

@@ -479,9 +479,9 @@ func checkpointSettings(j *jobState) *CheckpointSettings {
 	if !cs.Enabled() {
 		return nil
 	}
-	mode := cs.Mode
+	mode := string(cs.Mode)
 	if mode == "" {
-		mode = "aligned"
+		mode = string(job.ModeAligned)
 	}
 	storage := cs.Storage
 	if storage == "" {

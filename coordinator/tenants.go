@@ -635,7 +635,7 @@ func (c *Coordinator) onTenant(m *nats.Msg, who caller) {
 	default:
 		reply, err = c.tenantOp(req)
 	}
-	c.audit(who, "tenant "+req.Op+" "+req.Name, "", err)
+	c.audit(who, "tenant "+string(req.Op)+" "+req.Name, "", err)
 	if err != nil {
 		reply = transport.TenantReply{Error: err.Error()}
 	}
@@ -643,6 +643,9 @@ func (c *Coordinator) onTenant(m *nats.Msg, who caller) {
 }
 
 func (c *Coordinator) tenantOp(req transport.TenantRequest) (transport.TenantReply, error) {
+	if _, err := transport.ParseTenantOp(string(req.Op)); err != nil {
+		return transport.TenantReply{}, err
+	}
 	a := c.cfg.Tenants
 	var q tenant.Quotas
 	if len(req.Quotas) > 0 {
@@ -656,18 +659,18 @@ func (c *Coordinator) tenantOp(req transport.TenantRequest) (transport.TenantRep
 		err error
 	)
 	switch req.Op {
-	case "list":
+	case transport.TenantList:
 		var out transport.TenantReply
 		for _, t := range a.Tenants() {
 			b, _ := json.Marshal(t)
 			out.Tenants = append(out.Tenants, b)
 		}
 		return out, nil
-	case "add":
+	case transport.TenantAdd:
 		t, jwt, err = a.Add(req.Name, q)
-	case "update":
+	case transport.TenantUpdate:
 		t, jwt, err = a.Update(req.Name, q)
-	case "remove":
+	case transport.TenantRemove:
 		c.mu.Lock()
 		for _, j := range c.jobs {
 			if !j.done && j.info.Tenant == req.Name {
@@ -677,9 +680,9 @@ func (c *Coordinator) tenantOp(req transport.TenantRequest) (transport.TenantRep
 		}
 		c.mu.Unlock()
 		t, jwt, err = a.Remove(req.Name)
-	case "creds":
+	case transport.TenantCreds:
 		t, _ = a.Get(req.Name)
-	case "worker-revoke":
+	case transport.TenantWorkerRevoke:
 		j, err := a.RevokeWorker(req.Name)
 		if err != nil {
 			return transport.TenantReply{}, err
@@ -691,7 +694,7 @@ func (c *Coordinator) tenantOp(req transport.TenantRequest) (transport.TenantRep
 			return transport.TenantReply{}, err
 		}
 		return transport.TenantReply{}, nil
-	case "worker-creds":
+	case transport.TenantWorkerCreds:
 		// A worker's own user: it acts as the worker called req.Name.
 		cr, err := a.WorkerUser(req.Name)
 		if err != nil {
@@ -703,7 +706,8 @@ func (c *Coordinator) tenantOp(req transport.TenantRequest) (transport.TenantRep
 		}
 		return transport.TenantReply{Creds: string(f)}, nil
 	default:
-		return transport.TenantReply{}, fmt.Errorf("unknown tenant operation %q (add, update, remove, list, creds, worker-creds, worker-revoke)", req.Op)
+		// ParseTenantOp above admits only the operations handled here.
+		return transport.TenantReply{}, fmt.Errorf("tenant operation %q not handled", req.Op)
 	}
 	if err != nil {
 		return transport.TenantReply{}, err
@@ -716,7 +720,7 @@ func (c *Coordinator) tenantOp(req transport.TenantRequest) (transport.TenantRep
 			return transport.TenantReply{}, err
 		}
 	}
-	if req.Op == "remove" {
+	if req.Op == transport.TenantRemove {
 		if err := a.RevokeAPIToken(req.Name); err != nil {
 			return transport.TenantReply{}, err
 		}
@@ -729,7 +733,7 @@ func (c *Coordinator) tenantOp(req transport.TenantRequest) (transport.TenantRep
 	}
 	b, _ := json.Marshal(t)
 	out := transport.TenantReply{Tenants: []json.RawMessage{b}}
-	if req.Op == "add" || req.Op == "creds" {
+	if req.Op == transport.TenantAdd || req.Op == transport.TenantCreds {
 		cr, err := a.TenantUser(req.Name, req.Name+"-client")
 		if err != nil {
 			return transport.TenantReply{}, err

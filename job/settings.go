@@ -13,7 +13,7 @@ type CheckpointSettings struct {
 	Interval int64 `json:"interval"`
 	// Mode: "aligned" (exactly-once, the default), "unaligned" or
 	// "at-least-once".
-	Mode string `json:"mode,omitempty"`
+	Mode Mode `json:"mode,omitempty"`
 	// AlignedTimeout > 0 switches an aligned checkpoint whose alignment
 	// lasts longer to unaligned.
 	AlignedTimeout int64 `json:"alignedTimeout,omitempty"`
@@ -66,12 +66,28 @@ const (
 	SavepointNative    = "native"
 )
 
+// Mode is a job's checkpointing mode (plan field checkpoint.mode); ""
+// means ModeAligned.
+type Mode string
+
 // Checkpoint modes.
 const (
-	ModeAligned     = "aligned"
-	ModeUnaligned   = "unaligned"
-	ModeAtLeastOnce = "at-least-once"
+	ModeAligned     Mode = "aligned"
+	ModeUnaligned   Mode = "unaligned"
+	ModeAtLeastOnce Mode = "at-least-once"
 )
+
+func (m Mode) valid() bool { _, err := ParseMode(string(m)); return err == nil }
+
+// ParseMode returns the mode s names, and an error naming the modes for
+// any other string ("" included: it is a plan's default, not a mode).
+func ParseMode(s string) (Mode, error) {
+	switch m := Mode(s); m {
+	case ModeAligned, ModeUnaligned, ModeAtLeastOnce:
+		return m, nil
+	}
+	return "", fmt.Errorf("checkpoint mode %q must be %q, %q or %q", s, ModeAligned, ModeUnaligned, ModeAtLeastOnce)
+}
 
 // RestartSettings say how a failed job restarts (plan field "restart").
 type RestartSettings struct {
@@ -105,7 +121,7 @@ func (c *CheckpointSettings) validate() error {
 	switch {
 	case c.Interval < 0:
 		return errorf("checkpoint.interval", "%d must be ≥ 0 (0 disables checkpoints)", c.Interval)
-	case c.Mode != "" && c.Mode != ModeAligned && c.Mode != ModeUnaligned && c.Mode != ModeAtLeastOnce:
+	case c.Mode != "" && !c.Mode.valid():
 		return errorf("checkpoint.mode", "%q must be %q, %q or %q", c.Mode, ModeAligned, ModeUnaligned, ModeAtLeastOnce)
 	case c.AlignedTimeout < 0:
 		return errorf("checkpoint.alignedTimeout", "%d must be ≥ 0", c.AlignedTimeout)

@@ -691,7 +691,7 @@ func (a *Authority) Update(name string, q Quotas) (Tenant, string, error) {
 		return Tenant{}, "", fmt.Errorf("no tenant %q", name)
 	}
 	n := *r
-	n.Quotas = merge(r.Quotas, q)
+	n.Quotas = r.Quotas.Merge(q)
 	n.Updated = time.Now().UTC()
 	j, err := a.accountJWT(&n)
 	if err != nil {
@@ -702,44 +702,6 @@ func (a *Authority) Update(name string, q Quotas) (Tenant, string, error) {
 	}
 	a.tenants[name] = &n
 	return n.Tenant, j, nil
-}
-
-// merge overrides the fields of q that o sets.
-func merge(q, o Quotas) Quotas {
-	if o.Jobs != 0 {
-		q.Jobs = o.Jobs
-	}
-	if o.Subtasks != 0 {
-		q.Subtasks = o.Subtasks
-	}
-	if o.Parallelism != 0 {
-		q.Parallelism = o.Parallelism
-	}
-	if o.MemoryMiB != 0 {
-		q.MemoryMiB = o.MemoryMiB
-	}
-	if o.StateBytes != 0 {
-		q.StateBytes = o.StateBytes
-	}
-	if o.StateWriteRate != 0 {
-		q.StateWriteRate = o.StateWriteRate
-	}
-	if o.StorageBytes != 0 {
-		q.StorageBytes = o.StorageBytes
-	}
-	if o.MemoryStorageBytes != 0 {
-		q.MemoryStorageBytes = o.MemoryStorageBytes
-	}
-	if o.Streams != 0 {
-		q.Streams = o.Streams
-	}
-	if o.ModuleBytes != 0 {
-		q.ModuleBytes = o.ModuleBytes
-	}
-	if o.Weight != 0 {
-		q.Weight = o.Weight
-	}
-	return q
 }
 
 // Remove revokes every user of the tenant and turns its JetStream off; it

@@ -64,42 +64,31 @@ var DefaultQuotas = Quotas{
 }
 
 // WithDefaults fills the zero fields of q from DefaultQuotas.
-func (q Quotas) WithDefaults() Quotas {
-	d := DefaultQuotas
-	if q.Jobs == 0 {
-		q.Jobs = d.Jobs
-	}
-	if q.Subtasks == 0 {
-		q.Subtasks = d.Subtasks
-	}
-	if q.Parallelism == 0 {
-		q.Parallelism = d.Parallelism
-	}
-	if q.MemoryMiB == 0 {
-		q.MemoryMiB = d.MemoryMiB
-	}
-	if q.StateBytes == 0 {
-		q.StateBytes = d.StateBytes
-	}
-	if q.StateWriteRate == 0 {
-		q.StateWriteRate = d.StateWriteRate
-	}
-	if q.StorageBytes == 0 {
-		q.StorageBytes = d.StorageBytes
-	}
-	if q.MemoryStorageBytes == 0 {
-		q.MemoryStorageBytes = d.MemoryStorageBytes
-	}
-	if q.Streams == 0 {
-		q.Streams = d.Streams
-	}
-	if q.ModuleBytes == 0 {
-		q.ModuleBytes = d.ModuleBytes
-	}
-	if q.Weight == 0 {
-		q.Weight = d.Weight
-	}
+func (q Quotas) WithDefaults() Quotas { return DefaultQuotas.Merge(q) }
+
+// Merge returns q with every non-zero field of o in place of q's: o's
+// zero fields leave q's alone. It is the one merge of quotas, defaults
+// and updates alike.
+func (q Quotas) Merge(o Quotas) Quotas {
+	override(&q.Jobs, o.Jobs)
+	override(&q.Subtasks, o.Subtasks)
+	override(&q.Parallelism, o.Parallelism)
+	override(&q.MemoryMiB, o.MemoryMiB)
+	override(&q.StateBytes, o.StateBytes)
+	override(&q.StateWriteRate, o.StateWriteRate)
+	override(&q.StorageBytes, o.StorageBytes)
+	override(&q.MemoryStorageBytes, o.MemoryStorageBytes)
+	override(&q.Streams, o.Streams)
+	override(&q.ModuleBytes, o.ModuleBytes)
+	override(&q.Weight, o.Weight)
 	return q
+}
+
+// override sets *dst to v unless v is zero (unset).
+func override[T int | int64](dst *T, v T) {
+	if v != 0 {
+		*dst = v
+	}
 }
 
 // Check refuses negative quotas and a memory bound beyond WebAssembly's.

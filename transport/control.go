@@ -2,6 +2,7 @@ package transport
 
 import (
 	"encoding/json"
+	"fmt"
 	"strconv"
 	"time"
 
@@ -337,9 +338,33 @@ type Deployment struct {
 	Replicas int `json:"replicas,omitempty"`
 }
 
-// TenantRequest manages tenants: Op is add, update, remove or list.
+// TenantOp is what a TenantRequest asks of the coordinator.
+type TenantOp string
+
+// Tenant operations.
+const (
+	TenantAdd          TenantOp = "add"
+	TenantUpdate       TenantOp = "update"
+	TenantRemove       TenantOp = "remove"
+	TenantList         TenantOp = "list"
+	TenantCreds        TenantOp = "creds"        // a new client user of the tenant
+	TenantWorkerCreds  TenantOp = "worker-creds" // a worker's own user
+	TenantWorkerRevoke TenantOp = "worker-revoke"
+)
+
+// ParseTenantOp returns the operation s names, and an error listing the
+// operations for any other string.
+func ParseTenantOp(s string) (TenantOp, error) {
+	switch op := TenantOp(s); op {
+	case TenantAdd, TenantUpdate, TenantRemove, TenantList, TenantCreds, TenantWorkerCreds, TenantWorkerRevoke:
+		return op, nil
+	}
+	return "", fmt.Errorf("unknown tenant operation %q (add, update, remove, list, creds, worker-creds, worker-revoke)", s)
+}
+
+// TenantRequest manages tenants: Op says how.
 type TenantRequest struct {
-	Op     string          `json:"op"`
+	Op     TenantOp        `json:"op"`
 	Name   string          `json:"name,omitempty"`
 	Quotas json.RawMessage `json:"quotas,omitempty"`
 }
@@ -354,21 +379,51 @@ type TenantReply struct {
 	Error    string `json:"error,omitempty"`
 }
 
+// ControlAction is what a CheckpointControl asks of the subtasks.
+type ControlAction string
+
 // Checkpoint control actions.
 const (
-	CheckpointTrigger  = "trigger"
-	CheckpointComplete = "complete"
-	CheckpointAbort    = "abort"
+	CheckpointTrigger  ControlAction = "trigger"
+	CheckpointComplete ControlAction = "complete"
+	CheckpointAbort    ControlAction = "abort"
 	// CheckpointStop stops every subtask after a stop-with-savepoint.
-	CheckpointStop = "stop"
+	CheckpointStop ControlAction = "stop"
 )
+
+// ParseControlAction returns the action s names, and an error for any
+// other string.
+func ParseControlAction(s string) (ControlAction, error) {
+	switch a := ControlAction(s); a {
+	case CheckpointTrigger, CheckpointComplete, CheckpointAbort, CheckpointStop:
+		return a, nil
+	}
+	return "", fmt.Errorf("checkpoint control action %q must be %q, %q, %q or %q",
+		s, CheckpointTrigger, CheckpointComplete, CheckpointAbort, CheckpointStop)
+}
+
+// UnmarshalJSON parses the action where a message arrives, so that a
+// message with an unknown one fails to decode rather than reaching the
+// subtasks.
+func (a *ControlAction) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return err
+	}
+	v, err := ParseControlAction(s)
+	if err != nil {
+		return err
+	}
+	*a = v
+	return nil
+}
 
 // CheckpointControl carries a checkpoint trigger (to the listed subtasks) or
 // a notification (to every subtask of the attempt on the worker).
 type CheckpointControl struct {
 	JobID     string              `json:"jobId"`
 	Attempt   int                 `json:"attempt"`
-	Action    string              `json:"action"`
+	Action    ControlAction       `json:"action"`
 	ID        int64               `json:"id"`
 	Kind      checkpoint.Kind     `json:"kind,omitempty"`
 	Timestamp int64               `json:"timestamp,omitempty"`

@@ -115,7 +115,7 @@ var errStopped = errors.New("stopped with a savepoint")
 // control is a checkpoint message for one subtask, queued by the worker and
 // handled by the subtask's goroutine.
 type control struct {
-	action    string
+	action    transport.ControlAction
 	id        int64
 	kind      checkpoint.Kind
 	timestamp int64
@@ -549,7 +549,7 @@ func (t *task) snapshot(ctx context.Context, id int64, kind checkpoint.Kind, tri
 		return nil
 	}
 	if t.store != nil {
-		snap.stateDir = filepath.Join(t.ckpt.tmpDir, fmt.Sprintf("chk-%d-%d-%d", id, t.id.Chain, t.id.Subtask))
+		snap.stateDir = filepath.Join(t.ckpt.tmpDir, checkpoint.SnapshotTempName(id, t.id))
 		_ = os.RemoveAll(snap.stateDir)
 		if err := t.store.Checkpoint(snap.stateDir); err != nil {
 			return decline(fmt.Errorf("subtask %s: checkpoint %d: %w", t.label, id, err))

@@ -10,7 +10,6 @@ import (
 	"path"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/wstream/wstream/checkpoint"
@@ -45,22 +44,6 @@ func localTaskDir(root string, t checkpoint.TaskID) string {
 	return filepath.Join(root, fmt.Sprintf("%d-%d", t.Chain, t.Subtask))
 }
 
-func localSnapshotName(id int64) string { return "chk-" + strconv.FormatInt(id, 10) }
-
-// parseLocalSnapshotName returns the id of a directory named by
-// localSnapshotName.
-func parseLocalSnapshotName(name string) (int64, bool) {
-	digits, ok := strings.CutPrefix(name, "chk-")
-	if !ok {
-		return 0, false
-	}
-	id, err := strconv.ParseInt(digits, 10, 64)
-	if err != nil || id < 1 || localSnapshotName(id) != name {
-		return 0, false
-	}
-	return id, true
-}
-
 // localDir is the directory of the subtask's local snapshots, "" when
 // local recovery is off.
 func (t *task) localDir() string {
@@ -81,7 +64,7 @@ func (t *task) keepLocal(snap *snapshotInProgress) error {
 	if t.localAborted[snap.id] {
 		return os.RemoveAll(snap.stateDir)
 	}
-	target := filepath.Join(dir, localSnapshotName(snap.id))
+	target := filepath.Join(dir, checkpoint.LocalSnapshotName(snap.id))
 	err := func() error {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return err
@@ -171,7 +154,7 @@ func (t *task) dropLocal(drop func(id int64) bool) {
 		return
 	}
 	for _, e := range entries {
-		id, ok := parseLocalSnapshotName(e.Name())
+		id, ok := checkpoint.ParseLocalSnapshotName(e.Name())
 		if !ok || drop(id) {
 			_ = os.RemoveAll(filepath.Join(dir, e.Name()))
 		}
@@ -206,7 +189,7 @@ func (t *task) localAbortedID(id int64) {
 		t.localAborted = map[int64]bool{}
 	}
 	t.localAborted[id] = true
-	_ = os.RemoveAll(filepath.Join(t.localDir(), localSnapshotName(id)))
+	_ = os.RemoveAll(filepath.Join(t.localDir(), checkpoint.LocalSnapshotName(id)))
 }
 
 // stateFileName returns the path of a keyed-state file in the subtask's
@@ -338,7 +321,7 @@ type keyedRestore struct {
 func restoreKeyedState(storage *checkpoint.Storage, m *checkpoint.Metadata, st *checkpoint.SubtaskState,
 	localDir, dst string, log *slog.Logger) (keyedRestore, error) {
 	if localDir != "" {
-		src := filepath.Join(localDir, localSnapshotName(m.ID))
+		src := filepath.Join(localDir, checkpoint.LocalSnapshotName(m.ID))
 		if _, err := os.Stat(src); err != nil {
 			log.Info("no local snapshot; restoring from checkpoint storage", "subtask", st.Task.String(), logging.Checkpoint, m.ID)
 		} else {

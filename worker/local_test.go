@@ -105,7 +105,7 @@ func TestLocalRestoreVerifies(t *testing.T) {
 	checkRestored(t, dst, files)
 
 	// One byte flipped, size unchanged.
-	p := filepath.Join(local, localSnapshotName(1), "MANIFEST-000001")
+	p := filepath.Join(local, checkpoint.LocalSnapshotName(1), "MANIFEST-000001")
 	b, _ := os.ReadFile(p)
 	b[0] ^= 1
 	if err := os.Remove(p); err != nil { // not through a hard link
@@ -114,7 +114,7 @@ func TestLocalRestoreVerifies(t *testing.T) {
 	if err := os.WriteFile(p, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := verifyLocal(filepath.Join(local, localSnapshotName(1)), 1, &m.Tasks[0], st.TaskDir(1, m.Tasks[0].Task)+"/state/"); err == nil || !strings.Contains(err.Error(), "SHA-256") {
+	if _, _, err := verifyLocal(filepath.Join(local, checkpoint.LocalSnapshotName(1)), 1, &m.Tasks[0], st.TaskDir(1, m.Tasks[0].Task)+"/state/"); err == nil || !strings.Contains(err.Error(), "SHA-256") {
 		t.Fatalf("verifying a corrupt local snapshot: %v, want a SHA-256 mismatch", err)
 	}
 	dst = filepath.Join(t.TempDir(), "state")
@@ -135,7 +135,7 @@ func TestLocalRestoreVerifies(t *testing.T) {
 // match the checkpoint: another file list, a missing manifest.
 func TestLocalRestoreRejectsMismatch(t *testing.T) {
 	st, m, tk, _ := localFixture(t)
-	dir := filepath.Join(tk.localDir(), localSnapshotName(1))
+	dir := filepath.Join(tk.localDir(), checkpoint.LocalSnapshotName(1))
 	prefix := st.TaskDir(1, m.Tasks[0].Task) + "/state/"
 	if _, _, err := verifyLocal(dir, 1, &m.Tasks[0], prefix); err != nil {
 		t.Fatalf("intact snapshot rejected: %v", err)
@@ -162,7 +162,7 @@ func TestLocalSnapshotsPruned(t *testing.T) {
 	_, _, tk, _ := localFixture(t)
 	dir := tk.localDir()
 	for _, id := range []int64{2, 3} {
-		if err := os.MkdirAll(filepath.Join(dir, localSnapshotName(id)), 0o755); err != nil {
+		if err := os.MkdirAll(filepath.Join(dir, checkpoint.LocalSnapshotName(id)), 0o755); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -172,7 +172,7 @@ func TestLocalSnapshotsPruned(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(entries) != 1 || entries[0].Name() != localSnapshotName(2) {
+	if len(entries) != 1 || entries[0].Name() != checkpoint.LocalSnapshotName(2) {
 		t.Fatalf("local snapshots left: %v, want only chk-2", entries)
 	}
 	// A snapshot of the aborted checkpoint persisted late is not kept.
@@ -183,7 +183,7 @@ func TestLocalSnapshotsPruned(t *testing.T) {
 	if err := tk.keepLocal(&snapshotInProgress{id: 3, stateDir: late}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(filepath.Join(dir, localSnapshotName(3))); !os.IsNotExist(err) {
+	if _, err := os.Stat(filepath.Join(dir, checkpoint.LocalSnapshotName(3))); !os.IsNotExist(err) {
 		t.Fatal("a late snapshot of an aborted checkpoint was kept")
 	}
 }

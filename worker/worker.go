@@ -878,7 +878,7 @@ func (w *Worker) checkpointEnv(j *jobRun, d transport.Deployment) (*ckptEnv, err
 	}
 	mode := checkpoint.ExactlyOnce
 	if cs.Mode != "" {
-		if mode, err = checkpoint.ParseMode(cs.Mode); err != nil {
+		if mode, err = checkpoint.ParseMode(string(cs.Mode)); err != nil {
 			return nil, err
 		}
 	}
@@ -1641,7 +1641,7 @@ func (w *Worker) onCheckpoint(m *nats.Msg) {
 		w.log.Warn("bad checkpoint message", "err", err)
 		return
 	}
-	if !w.admit(c.Epoch, "checkpoint "+c.Action) {
+	if !w.admit(c.Epoch, "checkpoint "+string(c.Action)) {
 		return
 	}
 	w.mu.Lock()

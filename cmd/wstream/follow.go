@@ -77,9 +77,7 @@ wstream cancel JOB.`,
 			res, err := w.Wait(wctx, id)
 			stopStatus()
 			if err != nil && ended(row.State) && sigOf() == nil {
-				res, err = &transport.JobResult{JobID: id, Error: row.Error, State: map[string]string{
-					"FINISHED": transport.JobFinished, "FAILED": transport.JobFailed, "CANCELED": transport.JobCanceled, "SUSPENDED": transport.JobStopped,
-				}[row.State]}, nil
+				res, err = &transport.JobResult{JobID: id, Error: row.Error, State: coordinator.StatusResultState(row.State)}, nil
 			}
 			if err != nil {
 				if sig := sigOf(); sig != nil {

@@ -699,7 +699,7 @@ func applySettingFlags(c *cli.Context, p *job.Plan) {
 		get().Interval = ms("checkpoint-interval")
 	}
 	if c.IsSet("checkpoint-mode") {
-		get().Mode = c.String("checkpoint-mode")
+		get().Mode = job.Mode(c.String("checkpoint-mode"))
 	}
 	if c.IsSet("aligned-timeout") {
 		get().AlignedTimeout = ms("aligned-timeout")

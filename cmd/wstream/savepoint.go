@@ -225,7 +225,7 @@ func mb(n int64) string { return fmt.Sprintf("%.1f MB", float64(n)/(1<<20)) }
 // inProgressBytes sums the files of the checkpoint directories under root
 // that have no metadata yet (the savepoint being written).
 func inProgressBytes(root string) int64 {
-	dirs, _ := filepath.Glob(filepath.Join(root, "chk-*"))
+	dirs, _ := filepath.Glob(filepath.Join(root, checkpoint.DirGlob))
 	var n int64
 	for _, d := range dirs {
 		if _, err := os.Stat(filepath.Join(d, checkpoint.MetadataName)); err == nil {
@@ -316,9 +316,10 @@ func openSnapshotDir(dir string, nc *nats.Conn) (*checkpoint.Storage, *checkpoin
 		root, base = trimmed[:i], trimmed[i+1:]
 	}
 	id := int64(0)
-	if len(base) > 4 && base[:4] == "chk-" {
-		if _, err := fmt.Sscanf(base, "chk-%d", &id); err != nil {
-			return nil, nil, fmt.Errorf("%s: not a checkpoint directory name", dir)
+	if strings.HasPrefix(base, checkpoint.DirPrefix) {
+		var ok bool
+		if id, ok = checkpoint.ParseDirName(base); !ok {
+			return nil, nil, fmt.Errorf("%s: not a checkpoint directory name (%s)", dir, checkpoint.DirName(1))
 		}
 	} else {
 		root = dir

@@ -269,7 +269,7 @@ func tenantCommand() *cli.Command {
 					if err != nil {
 						return err
 					}
-					r, err := tenantRequest(c, transport.TenantRequest{Op: "add", Name: name, Quotas: q})
+					r, err := tenantRequest(c, transport.TenantRequest{Op: transport.TenantAdd, Name: name, Quotas: q})
 					if err != nil {
 						return err
 					}
@@ -286,7 +286,7 @@ func tenantCommand() *cli.Command {
 					if err != nil {
 						return err
 					}
-					r, err := tenantRequest(c, transport.TenantRequest{Op: "creds", Name: name})
+					r, err := tenantRequest(c, transport.TenantRequest{Op: transport.TenantCreds, Name: name})
 					if err != nil {
 						return err
 					}
@@ -306,7 +306,7 @@ func tenantCommand() *cli.Command {
 					if err := tenant.CheckWorkerName(name); err != nil {
 						return usageError{err}
 					}
-					r, err := tenantRequest(c, transport.TenantRequest{Op: "worker-creds", Name: name})
+					r, err := tenantRequest(c, transport.TenantRequest{Op: transport.TenantWorkerCreds, Name: name})
 					if err != nil {
 						return err
 					}
@@ -330,7 +330,7 @@ func tenantCommand() *cli.Command {
 					if c.NArg() != 1 {
 						return usageError{errors.New("tenant worker-revoke takes one argument, the worker's id")}
 					}
-					_, err := tenantRequest(c, transport.TenantRequest{Op: "worker-revoke", Name: c.Args().First()})
+					_, err := tenantRequest(c, transport.TenantRequest{Op: transport.TenantWorkerRevoke, Name: c.Args().First()})
 					return err
 				},
 			},
@@ -348,7 +348,7 @@ func tenantCommand() *cli.Command {
 					if err != nil {
 						return err
 					}
-					r, err := tenantRequest(c, transport.TenantRequest{Op: "update", Name: name, Quotas: q})
+					r, err := tenantRequest(c, transport.TenantRequest{Op: transport.TenantUpdate, Name: name, Quotas: q})
 					if err != nil {
 						return err
 					}
@@ -365,7 +365,7 @@ func tenantCommand() *cli.Command {
 					if err != nil {
 						return err
 					}
-					_, err = tenantRequest(c, transport.TenantRequest{Op: "remove", Name: name})
+					_, err = tenantRequest(c, transport.TenantRequest{Op: transport.TenantRemove, Name: name})
 					return err
 				},
 			},
@@ -381,7 +381,7 @@ func tenantCommand() *cli.Command {
 					if err != nil {
 						return err
 					}
-					r, err := tenantRequest(c, transport.TenantRequest{Op: "list"})
+					r, err := tenantRequest(c, transport.TenantRequest{Op: transport.TenantList})
 					if err != nil {
 						return err
 					}
