@@ -6,7 +6,10 @@
 // assigned subtask on its own goroutine: a chain of vertices (a source or an
 // input gate, operators in wazero sandboxes or native Go, then a sink or
 // output channels). A deployment builds its subtasks (module instances,
-// keyed state stores) in parallel.
+// keyed state stores) in parallel, each in three steps (newtask.go): open
+// (channels, and the keyed store on the restored checkpoint's files),
+// restore (a savepoint's keyed state, rescaled or migrated, and source
+// positions), wire (sources, sinks, operators, fair share, dead letters).
 //
 // A subtask's loop, per input message:
 //

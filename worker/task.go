@@ -537,19 +537,13 @@ func (t *task) runSource(ctx context.Context) error {
 	}
 }
 
+// runGate runs a subtask with inputs: it takes turns between due
+// processing-time timers and the input gate (data, watermarks, barriers,
+// ends of input, control messages) until every input has ended.
 func (t *task) runGate(ctx context.Context) error {
-	t.chanWM = make([]int64, t.gate.Len())
-	t.chanBatches = make([]int64, t.gate.Len())
-	t.curChan = -1
-	for i := range t.chanWM {
-		t.chanWM[i] = abi.MinWatermark
-	}
-	var timer *time.Timer
-	defer func() {
-		if timer != nil {
-			timer.Stop()
-		}
-	}()
+	t.startGate()
+	var wake wakeTimer
+	defer wake.stop()
 	// fired: due timers fired since the gate was last polled. Due timers
 	// and the gate take turns, so timers that a guest keeps due never
 	// starve the input, the checkpoint control messages or cancellation,
@@ -560,38 +554,23 @@ func (t *task) runGate(ctx context.Context) error {
 			return err
 		}
 		var tc <-chan time.Time
-		armed := false
 		if next, ok := t.nextWake(); ok {
 			d := time.Until(time.UnixMilli(next))
-			switch {
-			case d <= 0 && !fired:
+			if d <= 0 && !fired {
 				if err := t.wakeUp(ctx); err != nil {
 					return err
 				}
 				fired = true
 				continue
-			case d <= 0:
-				// Still due: take what the gate has waiting first.
-				tc = due
-			case timer == nil:
-				timer = time.NewTimer(d)
-				tc, armed = timer.C, true
-			default:
-				timer.Reset(d)
-				tc, armed = timer.C, true
 			}
+			tc = wake.arm(d)
 		}
 		t.split.to(timeIdle)
 		t.turn.yield()
 		ch, m, err := t.gate.Next(ctx, tc)
 		t.split.to(timeBusy)
 		fired = false
-		if armed && !timer.Stop() {
-			select {
-			case <-timer.C:
-			default:
-			}
-		}
+		wake.disarm()
 		if err == nil || transport.IsTimer(err) || errors.Is(err, transport.ErrInterrupted) {
 			// What the subtask does now, and the output it causes, is its
 			// tenant's work.
@@ -599,79 +578,143 @@ func (t *task) runGate(ctx context.Context) error {
 				return err
 			}
 		}
-		if err != nil {
-			switch {
-			case transport.IsTimer(err):
-				if err := t.wakeUp(ctx); err != nil {
-					return err
-				}
-				fired = true
-				continue
-			case errors.Is(err, transport.ErrInterrupted):
-				if err := t.handleControl(ctx); err != nil {
-					return err
-				}
-				continue
-			}
-			return err
-		}
-		switch m.Kind {
-		case transport.KindData:
-			if t.handler != nil {
-				t.capture(ch, m.Data)
-				t.handler.Data(ch, len(m.Data))
-			}
-			t.curChan = ch
-			t.chanBatches[ch]++
-			// Upstream wrote this subtask's input index into every record.
-			err := t.deliver(ctx, 0, m.Data)
-			t.curChan = -1
-			if err != nil {
-				return err
-			}
-			if t.recycle != nil && t.recycle[ch] {
-				recycleBatch(m.Data)
-			}
-		case transport.KindWatermark:
-			if m.Watermark > t.chanWM[ch] {
-				t.chanWM[ch] = m.Watermark
-			}
-			if err := t.advanceWatermark(ctx, t.minWatermark()); err != nil {
-				return err
-			}
-		case transport.KindBarrier, transport.KindCancel:
-			if t.handler == nil {
-				return fmt.Errorf("subtask %s: a checkpoint %s arrived but the job does not checkpoint", t.label, m.Kind)
-			}
-			if err := t.onBarrier(ctx, ch, m); err != nil {
-				return err
-			}
-		case transport.KindEnd:
-			t.chanWM[ch] = abi.MaxWatermark
-			if t.handler != nil {
-				t.handler.End(time.Now().UnixMilli(), ch)
-				if err := t.runHandler(ctx); err != nil {
-					return err
-				}
-			}
-			if t.gate.Open() > 0 {
-				if err := t.advanceWatermark(ctx, t.minWatermark()); err != nil {
-					return err
-				}
-			}
-		}
-		// An alignment that outlived its timeout switches to unaligned even
-		// while input keeps arriving on the other channels.
-		if at, aligning := t.alignDeadline(); aligning && time.Now().UnixMilli() >= at {
+		switch {
+		case transport.IsTimer(err):
 			if err := t.wakeUp(ctx); err != nil {
 				return err
 			}
-		}
-		if err := t.flush(ctx); err != nil {
+			fired = true
+		case errors.Is(err, transport.ErrInterrupted):
+			if err := t.handleControl(ctx); err != nil {
+				return err
+			}
+		case err != nil:
 			return err
+		default:
+			if err := t.onMessage(ctx, ch, m); err != nil {
+				return err
+			}
 		}
 	}
 	return t.finish(ctx)
+}
+
+// startGate resets the per-channel records of the input gate's channels.
+func (t *task) startGate() {
+	t.chanWM = make([]int64, t.gate.Len())
+	t.chanBatches = make([]int64, t.gate.Len())
+	t.curChan = -1
+	for i := range t.chanWM {
+		t.chanWM[i] = abi.MinWatermark
+	}
+}
+
+// wakeTimer is the timer that ends runGate's wait on the input gate when
+// the subtask must wake without input; one timer, reset for each wait.
+type wakeTimer struct {
+	timer *time.Timer
+	armed bool
+}
+
+// arm returns the channel that fires in d: due when d has passed (the
+// gate's waiting input is taken first).
+func (w *wakeTimer) arm(d time.Duration) <-chan time.Time {
+	switch {
+	case d <= 0:
+		return due
+	case w.timer == nil:
+		w.timer = time.NewTimer(d)
+	default:
+		w.timer.Reset(d)
+	}
+	w.armed = true
+	return w.timer.C
+}
+
+// disarm stops the timer armed for the last wait and drains a fire it
+// missed, so that the next wait's Reset starts clean.
+func (w *wakeTimer) disarm() {
+	if w.armed && !w.timer.Stop() {
+		select {
+		case <-w.timer.C:
+		default:
+		}
+	}
+	w.armed = false
+}
+
+func (w *wakeTimer) stop() {
+	if w.timer != nil {
+		w.timer.Stop()
+	}
+}
+
+// onMessage handles message m from gate channel ch, then a pending
+// alignment that outlived its timeout, then flushes the output.
+func (t *task) onMessage(ctx context.Context, ch int, m transport.Message) error {
+	var err error
+	switch m.Kind {
+	case transport.KindData:
+		err = t.onData(ctx, ch, m.Data)
+	case transport.KindWatermark:
+		if m.Watermark > t.chanWM[ch] {
+			t.chanWM[ch] = m.Watermark
+		}
+		err = t.advanceWatermark(ctx, t.minWatermark())
+	case transport.KindBarrier, transport.KindCancel:
+		if t.handler == nil {
+			return fmt.Errorf("subtask %s: a checkpoint %s arrived but the job does not checkpoint", t.label, m.Kind)
+		}
+		err = t.onBarrier(ctx, ch, m)
+	case transport.KindEnd:
+		err = t.onEnd(ctx, ch)
+	}
+	if err != nil {
+		return err
+	}
+	// An alignment that outlived its timeout switches to unaligned even
+	// while input keeps arriving on the other channels.
+	if at, aligning := t.alignDeadline(); aligning && time.Now().UnixMilli() >= at {
+		if err := t.wakeUp(ctx); err != nil {
+			return err
+		}
+	}
+	return t.flush(ctx)
+}
+
+// onData delivers a data batch from gate channel ch.
+func (t *task) onData(ctx context.Context, ch int, data []byte) error {
+	if t.handler != nil {
+		t.capture(ch, data)
+		t.handler.Data(ch, len(data))
+	}
+	t.curChan = ch
+	t.chanBatches[ch]++
+	// Upstream wrote this subtask's input index into every record.
+	err := t.deliver(ctx, 0, data)
+	t.curChan = -1
+	if err != nil {
+		return err
+	}
+	if t.recycle != nil && t.recycle[ch] {
+		recycleBatch(data)
+	}
+	return nil
+}
+
+// onEnd handles the end of gate channel ch's input.
+func (t *task) onEnd(ctx context.Context, ch int) error {
+	t.chanWM[ch] = abi.MaxWatermark
+	if t.handler != nil {
+		t.handler.End(time.Now().UnixMilli(), ch)
+		if err := t.runHandler(ctx); err != nil {
+			return err
+		}
+	}
+	if t.gate.Open() > 0 {
+		return t.advanceWatermark(ctx, t.minWatermark())
+	}
+	return nil
 }
 
 // nextWake is the earliest time the loop must wake without input: the next
