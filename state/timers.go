@@ -70,6 +70,13 @@ type timerQueue struct {
 	// Otherwise it holds every timer of the vertex and domain.
 	partial bool
 	bound   []byte
+	// firedMax is the largest suffix fired since the last Flush (valid
+	// when firedN > 0); stageFired deletes the fired timers with range
+	// deletions when every timer left in the queue sorts after it.
+	firedMax []byte
+	firedN   int
+	pfxLen   int  // timer key bytes before the suffix, set by PopTimers
+	rangeOK  bool // stageFired's verdict for this queue
 }
 
 func (q *timerQueue) len() int { return len(q.heap) + q.runN }

@@ -160,6 +160,7 @@ func (v *VertexState) PopTimers(domain int32, upTo int64, b *abi.Builder) (int, 
 		return 0, v.badDomain(domain)
 	}
 	q := &v.timers[domain]
+	q.pfxLen = 3 + len(v.timerMid)
 	n := 0
 	// At most MaxTimersPerPop per call: the end of input fires a timer per
 	// key, and one guest call must not carry them all.
@@ -180,7 +181,7 @@ func (v *VertexState) PopTimers(domain int32, upTo int64, b *abi.Builder) (int, 
 		if t.ts > upTo {
 			break
 		}
-		v.s.fire(t.pk)
+		v.s.fire(q, t)
 		if v.s.undo.open {
 			v.s.journalTimer(undoTimerDeleted, v, domain, t)
 		}
@@ -423,16 +424,26 @@ func (s *Store) unloadTimers() {
 	}
 }
 
-// fire records the deletion of a fired timer, whose Pebble key is pk, for
-// the next Flush. The deletions of a window's timers then reach the batch
-// together, grouped by key group, each group in firing order, which is its
-// key order: Pebble's memtable inserts each next to the one before (its
-// splice hint) instead of searching its skiplist from the top, which cost
-// fired timers most of their time.
-func (s *Store) fire(pk []byte) {
-	s.firedKeys = append(s.firedKeys, pk...)
+// fire records the deletion of fired timer t, of queue q, for the next
+// Flush. The deletions of a window's timers then reach the batch together,
+// grouped by key group, each group in firing order, which is its key
+// order: as one range deletion per key group when nothing else of the
+// queue lies in the range (stageFired), else as point deletions, which
+// Pebble's memtable inserts each next to the one before (its splice hint)
+// instead of searching its skiplist from the top.
+func (s *Store) fire(q *timerQueue, t *timer) {
+	s.firedKeys = append(s.firedKeys, t.pk...)
 	s.firedEnds = append(s.firedEnds, len(s.firedKeys))
+	s.firedQ = append(s.firedQ, q)
+	if q.firedN == 0 || bytes.Compare(t.sfx, q.firedMax) > 0 {
+		q.firedMax = append(q.firedMax[:0], t.sfx...)
+	}
+	q.firedN++
 }
+
+// timerRangeDeletes lets stageFired delete fired timers by range; the
+// benchmark turns it off to compare with point deletions.
+var timerRangeDeletes = true
 
 // stageSet stages the registration of timer key pk. The deletions of fired
 // timers go first: one of them may be pk's, fired and now registered again.
@@ -447,6 +458,17 @@ func (s *Store) stageSet(pk []byte) error {
 
 // stageFired stages the deletions of the timers fired since the last
 // Flush, grouped by key group (a stable counting sort).
+//
+// The fired timers of a queue in one key group are deleted with one range
+// deletion, from the first of them to just past the last, when every timer
+// the queue still holds sorts after every timer it fired since the last
+// Flush: the range then holds no live timer. Every timer of the queue
+// before its bound is in memory, and every one at or past it sorts after
+// every fired timer, which came from memory. A timer registered since at
+// or before the fired ones (a time at or before the watermark, or an undo
+// of a fire) and not fired yet breaks the condition, and the queue's
+// timers are deleted one by one; one registered and fired again is in the
+// range, deleted, and its registration, staged after, wins.
 func (s *Store) stageFired() error {
 	ends := s.firedEnds
 	if len(ends) == 0 {
@@ -463,6 +485,13 @@ func (s *Store) stageFired() error {
 		k := keys[start(i):]
 		return int(binary.BigEndian.Uint16(k)) - s.groups.Start
 	}
+	ranges := timerRangeDeletes && s.lazy == nil
+	for _, q := range s.firedQ {
+		if q.firedN > 0 {
+			q.rangeOK = ranges && (q.len() == 0 || bytes.Compare(q.firedMax, q.peek().sfx) < 0)
+			q.firedN, q.firedMax = 0, q.firedMax[:0]
+		}
+	}
 	counts := make([]int, s.groups.End-s.groups.Start+2)
 	for i := range ends {
 		counts[kgOf(i)+1]++
@@ -476,14 +505,69 @@ func (s *Store) stageFired() error {
 		order[counts[g]] = int32(i)
 		counts[g]++
 	}
+	// spans are the fired timers of one key group to delete by range, one
+	// per queue: the indexes of the first and last by key.
+	type span struct {
+		q      *timerQueue
+		lo, hi int32
+	}
+	var spans []span
+	key := func(i int32) []byte { return keys[start(int(i)):ends[i]] }
+	flushSpans := func() error {
+		for _, sp := range spans {
+			if sp.lo == sp.hi {
+				if err := s.stageTimer(key(sp.lo), true); err != nil {
+					return err
+				}
+				continue
+			}
+			s.spanEnd = append(append(s.spanEnd[:0], key(sp.hi)...), 0)
+			if err := s.batch.DeleteRange(key(sp.lo), s.spanEnd, nil); err != nil {
+				return s.fail("stage fired timers' deletion", err)
+			}
+			s.firedRanges++
+		}
+		spans = spans[:0]
+		return nil
+	}
+	kg := -1
 	for _, i := range order {
-		if err := s.stageTimer(keys[start(int(i)):ends[i]], true); err != nil {
-			return err
+		if g := kgOf(int(i)); g != kg {
+			if err := flushSpans(); err != nil {
+				return err
+			}
+			kg = g
+		}
+		q := s.firedQ[i]
+		if !q.rangeOK {
+			if err := s.stageTimer(key(i), true); err != nil {
+				return err
+			}
+			s.firedPoints++
+			continue
+		}
+		j := 0
+		for j < len(spans) && spans[j].q != q {
+			j++
+		}
+		if j == len(spans) {
+			spans = append(spans, span{q, i, i})
+			continue
+		}
+		sfx := key(i)[q.pfxLen:]
+		if bytes.Compare(sfx, key(spans[j].lo)[q.pfxLen:]) < 0 {
+			spans[j].lo = i
+		} else if bytes.Compare(sfx, key(spans[j].hi)[q.pfxLen:]) > 0 {
+			spans[j].hi = i
 		}
 	}
-	s.firedKeys, s.firedEnds = s.firedKeys[:0], s.firedEnds[:0]
+	if err := flushSpans(); err != nil {
+		return err
+	}
+	clear(s.firedQ)
+	s.firedKeys, s.firedEnds, s.firedQ = s.firedKeys[:0], s.firedEnds[:0], s.firedQ[:0]
 	if cap(s.firedKeys) > maxKeptFired {
-		s.firedKeys, s.firedEnds = nil, nil
+		s.firedKeys, s.firedEnds, s.firedQ = nil, nil, nil
 	}
 	return nil
 }
