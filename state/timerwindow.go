@@ -255,6 +255,7 @@ func (v *VertexState) refill(domain int32) error {
 			}
 			continue
 		}
+		c.sfx = it.Key()[c.n:]
 		m.cursors = append(m.cursors, c)
 	}
 	heap.Init(m)
@@ -265,7 +266,7 @@ func (v *VertexState) refill(domain int32) error {
 	for len(m.cursors) > 0 && len(ts) < timerRefill {
 		c := m.cursors[0]
 		k := c.it.Key()
-		t, keyLen, nsLen, ok := parseTimerSuffix(k[c.n:])
+		t, keyLen, nsLen, ok := parseTimerSuffix(c.sfx)
 		if !ok {
 			return s.fail("read timers", fmt.Errorf("%w: timer time or key truncated (%x)", ErrMalformedKey, k))
 		}
@@ -277,6 +278,7 @@ func (v *VertexState) refill(domain int32) error {
 		ts = append(ts, timer{})
 		ts[len(ts)-1].set(t, keys[at:len(keys):len(keys)], keyLen, nsLen)
 		if c.it.Next() {
+			c.sfx = c.it.Key()[c.n:]
 			heap.Fix(m, 0)
 		} else {
 			if err := c.it.Error(); err != nil {
@@ -285,9 +287,6 @@ func (v *VertexState) refill(domain int32) error {
 			heap.Pop(m)
 		}
 	}
-	if q.set == nil {
-		q.set = make(map[string]*timer, len(ts))
-	}
 	for i := range ts {
 		q.addRun(&ts[i])
 	}
@@ -295,7 +294,7 @@ func (v *VertexState) refill(domain int32) error {
 		q.partial, q.bound = false, nil
 		return nil
 	}
-	q.bound = append(q.bound[:0], m.cursors[0].it.Key()[m.cursors[0].n:]...)
+	q.bound = append(q.bound[:0], m.cursors[0].sfx...)
 	return nil
 }
 
@@ -317,8 +316,9 @@ func parseTimerSuffix(sfx []byte) (ts int64, keyLen, nsLen int, ok bool) {
 // timerCursor is one key group's iterator over the timers of a vertex and
 // domain; n is the length of their common prefix.
 type timerCursor struct {
-	it *pebble.Iterator
-	n  int
+	it  *pebble.Iterator
+	n   int
+	sfx []byte // the current timer's suffix
 }
 
 // timerMerge is a min-heap of cursors by their current timer's suffix.
@@ -326,8 +326,7 @@ type timerMerge struct{ cursors []*timerCursor }
 
 func (m *timerMerge) Len() int { return len(m.cursors) }
 func (m *timerMerge) Less(i, j int) bool {
-	a, b := m.cursors[i], m.cursors[j]
-	return bytes.Compare(a.it.Key()[a.n:], b.it.Key()[b.n:]) < 0
+	return bytes.Compare(m.cursors[i].sfx, m.cursors[j].sfx) < 0
 }
 func (m *timerMerge) Swap(i, j int) { m.cursors[i], m.cursors[j] = m.cursors[j], m.cursors[i] }
 func (m *timerMerge) Push(x any)    { m.cursors = append(m.cursors, x.(*timerCursor)) }
