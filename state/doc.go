@@ -98,8 +98,9 @@
 // (timerwindow.go). Within one key group and time domain, the layout
 // orders a vertex's timers by time, then record key length, then record
 // key, then namespace: the firing order. Per vertex and domain a
-// timerQueue keeps a min-heap of timers in that order, with a set by
-// Pebble key for de-duplication. A queue with few timers holds them all,
+// timerQueue keeps the timers registered one by one in a min-heap in that
+// order, with a set by Pebble key for de-duplication, and a window read
+// from Pebble in a sorted run (found by binary search). A queue with few timers holds them all,
 // as a store that started empty begins. Past 32,768 timers at a Flush, it
 // keeps the earlier half and becomes partial: it holds exactly the timers
 // before its bound B (the first timer it let go), and Pebble, which holds
@@ -117,10 +118,16 @@
 //
 // PopTimers hands due timers to the runtime as an abi timer batch, at most
 // MaxTimersPerPop a call. The deletions of fired timers wait in a buffer
-// until the next Flush, which stages them grouped by key group, each group
-// in key order, so that Pebble's memtable inserts them next to each other
-// rather than searching its skiplist for each. A registration stages them
-// first, as it may register a timer that just fired again.
+// until the next Flush, which stages them grouped by key group: per key
+// group and queue one range deletion, from the first fired timer to just
+// past the last, when every timer the queue still holds sorts after every
+// timer it fired (Pebble holds no other timer before the bound, so the
+// range holds only fired timers); otherwise one point deletion a timer,
+// in key order, which Pebble's memtable inserts next to each other. A
+// registration stages them first, as it may register a timer that just
+// fired again (its write then follows the deletion); as a timer is only
+// fired from the front of its queue, this also keeps the condition true
+// for every registration, and the point deletions are a guard.
 //
 // The host bounds timers as it bounds state: per call by the state bytes a
 // call writes, and for a tenant by the state quota on disk (Options.MaxBytes),

@@ -210,6 +210,11 @@ type Store struct {
 	// deletions reach the batch together at the Flush (Store.fire).
 	firedKeys []byte
 	firedEnds []int
+	firedQ    []*timerQueue // each fired timer's queue
+	spanEnd   []byte        // stageFired's range deletion end key
+	// firedRanges and firedPoints count the range deletions of fired
+	// timers and the fired timers deleted one by one, for the tests.
+	firedRanges, firedPoints int
 }
 
 // earlyTimer is a timer write staged before Pebble was open: the timer's
@@ -715,7 +720,7 @@ func (s *Store) Discard() error {
 	s.leaveBudget()
 	s.lazy, s.err = nil, ErrClosed
 	s.early, s.earlyBytes = nil, 0
-	s.firedKeys, s.firedEnds = nil, nil
+	s.firedKeys, s.firedEnds, s.firedQ = nil, nil, nil
 	if s.db == nil {
 		return nil
 	}

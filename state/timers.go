@@ -2,6 +2,7 @@ package state
 
 import (
 	"bytes"
+	"slices"
 	"unsafe"
 )
 
@@ -58,18 +59,28 @@ func timerBefore(a, b *timer) bool {
 type timerQueue struct {
 	heap []*timer
 	// run holds the timers a refill read from Pebble, in firing order,
-	// from head on; a removed one leaves nil, and head moves past it. A
-	// window of timers fires from it without a sift each; timers
-	// registered later go to the heap, and peek takes the earlier of both.
+	// from head on; a removed one stays, with index -1, and head moves
+	// past it. A window of timers fires from it without a sift each;
+	// timers registered later go to the heap, and peek takes the earlier
+	// of both. find looks a run's timers up by binary search, so that
+	// filling and firing a window costs no map insert or delete a timer.
 	run  []*timer
 	head int
 	runN int // timers in run
-	set  map[string]*timer
+	// set holds the heap's timers by Pebble key.
+	set map[string]*timer
 	// partial: the heap holds exactly the timers whose suffix sorts
 	// before bound (none when bound is nil), and Pebble every timer.
 	// Otherwise it holds every timer of the vertex and domain.
 	partial bool
 	bound   []byte
+	// firedMax is the largest suffix fired since the last Flush (valid
+	// when firedN > 0); stageFired deletes the fired timers with range
+	// deletions when every timer left in the queue sorts after it.
+	firedMax []byte
+	firedN   int
+	pfxLen   int  // timer key bytes before the suffix, set by PopTimers
+	rangeOK  bool // stageFired's verdict for this queue
 }
 
 func (q *timerQueue) len() int { return len(q.heap) + q.runN }
@@ -77,7 +88,21 @@ func (q *timerQueue) len() int { return len(q.heap) + q.runN }
 // find returns the timer with Pebble key pk, or nil.
 func (q *timerQueue) find(pk []byte) *timer {
 	// The conversion in a map index expression does not allocate.
-	return q.set[string(pk)]
+	if t := q.set[string(pk)]; t != nil {
+		return t
+	}
+	if q.runN == 0 {
+		return nil
+	}
+	// Every timer of the queue has the same key bytes before its suffix.
+	r := q.run[q.head]
+	sfx := pk[min(len(pk), len(r.pk)-len(r.sfx)):]
+	live := q.run[q.head:]
+	i, _ := slices.BinarySearchFunc(live, sfx, func(t *timer, sfx []byte) int { return bytes.Compare(t.sfx, sfx) })
+	if i < len(live) && live[i].index != -1 && bytes.Equal(live[i].pk, pk) {
+		return live[i]
+	}
+	return nil
 }
 
 // peek returns the earliest timer, or nil.
@@ -97,10 +122,6 @@ func (q *timerQueue) peek() *timer {
 // addRun appends t, which must sort after every timer in the queue and
 // not be in it yet, to the run.
 func (q *timerQueue) addRun(t *timer) {
-	if q.set == nil {
-		q.set = make(map[string]*timer)
-	}
-	q.set[unsafe.String(unsafe.SliceData(t.pk), len(t.pk))] = t
 	t.index = runIndex(len(q.run))
 	q.run = append(q.run, t)
 	q.runN++
@@ -112,13 +133,13 @@ func runIndex(p int) int { return -2 - p }
 
 // removeRun deletes t, which is in the run.
 func (q *timerQueue) removeRun(t *timer) {
-	q.run[runIndex(t.index)] = nil
 	t.index = -1
 	if q.runN--; q.runN == 0 {
+		clear(q.run)
 		q.run, q.head = q.run[:0], 0
 		return
 	}
-	for q.run[q.head] == nil {
+	for q.run[q.head].index == -1 {
 		q.head++
 	}
 }
@@ -126,7 +147,11 @@ func (q *timerQueue) removeRun(t *timer) {
 // unrun moves the run's timers into the heap.
 func (q *timerQueue) unrun() {
 	for _, t := range q.run[q.head:] {
-		if t != nil {
+		if t.index != -1 {
+			if q.set == nil {
+				q.set = make(map[string]*timer)
+			}
+			q.set[unsafe.String(unsafe.SliceData(t.pk), len(t.pk))] = t
 			t.index = len(q.heap)
 			q.heap = append(q.heap, t)
 			q.up(t.index)
@@ -149,11 +174,11 @@ func (q *timerQueue) add(t *timer) {
 
 // remove deletes t, which must be in the queue.
 func (q *timerQueue) remove(t *timer) {
-	delete(q.set, string(t.pk))
 	if t.index < -1 {
 		q.removeRun(t)
 		return
 	}
+	delete(q.set, string(t.pk))
 	last := len(q.heap) - 1
 	i := t.index
 	if i != last {

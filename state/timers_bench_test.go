@@ -24,6 +24,8 @@ import (
 // RSS.
 // WSTREAM_BENCH_TIMERS lists the sizes (default 10000,1000000); the
 // acceptance run is WSTREAM_BENCH_TIMERS=10000,10000000.
+// WSTREAM_BENCH_TIMER_DELETES=point,range pairs the deletion of fired
+// timers one by one with their range deletions (the default, range).
 func BenchmarkTimers(b *testing.B) {
 	sizes := []int{10_000, 1_000_000}
 	if env := os.Getenv("WSTREAM_BENCH_TIMERS"); env != "" {
@@ -36,9 +38,22 @@ func BenchmarkTimers(b *testing.B) {
 			sizes = append(sizes, n)
 		}
 	}
+	deletes := []string{"range"}
+	if env := os.Getenv("WSTREAM_BENCH_TIMER_DELETES"); env != "" {
+		deletes = strings.Split(env, ",")
+	}
 	for _, mode := range []string{"end", "jump"} {
 		for _, n := range sizes {
-			b.Run(fmt.Sprintf("%s/timers=%d", mode, n), func(b *testing.B) { benchmarkTimers(b, n, mode == "end") })
+			for _, del := range deletes {
+				if del != "range" && del != "point" {
+					b.Fatalf("WSTREAM_BENCH_TIMER_DELETES=%q: want range or point, comma-separated", del)
+				}
+				b.Run(fmt.Sprintf("%s/timers=%d/deletes=%s", mode, n, del), func(b *testing.B) {
+					defer func(old bool) { timerRangeDeletes = old }(timerRangeDeletes)
+					timerRangeDeletes = del == "range"
+					benchmarkTimers(b, n, mode == "end")
+				})
+			}
 		}
 	}
 }

@@ -160,6 +160,7 @@ func (v *VertexState) PopTimers(domain int32, upTo int64, b *abi.Builder) (int, 
 		return 0, v.badDomain(domain)
 	}
 	q := &v.timers[domain]
+	q.pfxLen = 3 + len(v.timerMid)
 	n := 0
 	// At most MaxTimersPerPop per call: the end of input fires a timer per
 	// key, and one guest call must not carry them all.
@@ -180,7 +181,7 @@ func (v *VertexState) PopTimers(domain int32, upTo int64, b *abi.Builder) (int, 
 		if t.ts > upTo {
 			break
 		}
-		v.s.fire(t.pk)
+		v.s.fire(q, t)
 		if v.s.undo.open {
 			v.s.journalTimer(undoTimerDeleted, v, domain, t)
 		}
@@ -254,6 +255,7 @@ func (v *VertexState) refill(domain int32) error {
 			}
 			continue
 		}
+		c.sfx = it.Key()[c.n:]
 		m.cursors = append(m.cursors, c)
 	}
 	heap.Init(m)
@@ -264,7 +266,7 @@ func (v *VertexState) refill(domain int32) error {
 	for len(m.cursors) > 0 && len(ts) < timerRefill {
 		c := m.cursors[0]
 		k := c.it.Key()
-		t, keyLen, nsLen, ok := parseTimerSuffix(k[c.n:])
+		t, keyLen, nsLen, ok := parseTimerSuffix(c.sfx)
 		if !ok {
 			return s.fail("read timers", fmt.Errorf("%w: timer time or key truncated (%x)", ErrMalformedKey, k))
 		}
@@ -276,6 +278,7 @@ func (v *VertexState) refill(domain int32) error {
 		ts = append(ts, timer{})
 		ts[len(ts)-1].set(t, keys[at:len(keys):len(keys)], keyLen, nsLen)
 		if c.it.Next() {
+			c.sfx = c.it.Key()[c.n:]
 			heap.Fix(m, 0)
 		} else {
 			if err := c.it.Error(); err != nil {
@@ -284,9 +287,6 @@ func (v *VertexState) refill(domain int32) error {
 			heap.Pop(m)
 		}
 	}
-	if q.set == nil {
-		q.set = make(map[string]*timer, len(ts))
-	}
 	for i := range ts {
 		q.addRun(&ts[i])
 	}
@@ -294,7 +294,7 @@ func (v *VertexState) refill(domain int32) error {
 		q.partial, q.bound = false, nil
 		return nil
 	}
-	q.bound = append(q.bound[:0], m.cursors[0].it.Key()[m.cursors[0].n:]...)
+	q.bound = append(q.bound[:0], m.cursors[0].sfx...)
 	return nil
 }
 
@@ -316,8 +316,9 @@ func parseTimerSuffix(sfx []byte) (ts int64, keyLen, nsLen int, ok bool) {
 // timerCursor is one key group's iterator over the timers of a vertex and
 // domain; n is the length of their common prefix.
 type timerCursor struct {
-	it *pebble.Iterator
-	n  int
+	it  *pebble.Iterator
+	n   int
+	sfx []byte // the current timer's suffix
 }
 
 // timerMerge is a min-heap of cursors by their current timer's suffix.
@@ -325,8 +326,7 @@ type timerMerge struct{ cursors []*timerCursor }
 
 func (m *timerMerge) Len() int { return len(m.cursors) }
 func (m *timerMerge) Less(i, j int) bool {
-	a, b := m.cursors[i], m.cursors[j]
-	return bytes.Compare(a.it.Key()[a.n:], b.it.Key()[b.n:]) < 0
+	return bytes.Compare(m.cursors[i].sfx, m.cursors[j].sfx) < 0
 }
 func (m *timerMerge) Swap(i, j int) { m.cursors[i], m.cursors[j] = m.cursors[j], m.cursors[i] }
 func (m *timerMerge) Push(x any)    { m.cursors = append(m.cursors, x.(*timerCursor)) }
@@ -423,16 +423,26 @@ func (s *Store) unloadTimers() {
 	}
 }
 
-// fire records the deletion of a fired timer, whose Pebble key is pk, for
-// the next Flush. The deletions of a window's timers then reach the batch
-// together, grouped by key group, each group in firing order, which is its
-// key order: Pebble's memtable inserts each next to the one before (its
-// splice hint) instead of searching its skiplist from the top, which cost
-// fired timers most of their time.
-func (s *Store) fire(pk []byte) {
-	s.firedKeys = append(s.firedKeys, pk...)
+// fire records the deletion of fired timer t, of queue q, for the next
+// Flush. The deletions of a window's timers then reach the batch together,
+// grouped by key group, each group in firing order, which is its key
+// order: as one range deletion per key group when nothing else of the
+// queue lies in the range (stageFired), else as point deletions, which
+// Pebble's memtable inserts each next to the one before (its splice hint)
+// instead of searching its skiplist from the top.
+func (s *Store) fire(q *timerQueue, t *timer) {
+	s.firedKeys = append(s.firedKeys, t.pk...)
 	s.firedEnds = append(s.firedEnds, len(s.firedKeys))
+	s.firedQ = append(s.firedQ, q)
+	if q.firedN == 0 || bytes.Compare(t.sfx, q.firedMax) > 0 {
+		q.firedMax = append(q.firedMax[:0], t.sfx...)
+	}
+	q.firedN++
 }
+
+// timerRangeDeletes lets stageFired delete fired timers by range; the
+// benchmark turns it off to compare with point deletions.
+var timerRangeDeletes = true
 
 // stageSet stages the registration of timer key pk. The deletions of fired
 // timers go first: one of them may be pk's, fired and now registered again.
@@ -447,6 +457,17 @@ func (s *Store) stageSet(pk []byte) error {
 
 // stageFired stages the deletions of the timers fired since the last
 // Flush, grouped by key group (a stable counting sort).
+//
+// The fired timers of a queue in one key group are deleted with one range
+// deletion, from the first of them to just past the last, when every timer
+// the queue still holds sorts after every timer it fired since the last
+// Flush: the range then holds no live timer. Every timer of the queue
+// before its bound is in memory, and every one at or past it sorts after
+// every fired timer, which came from memory. A timer registered since at
+// or before the fired ones (a time at or before the watermark, or an undo
+// of a fire) and not fired yet breaks the condition, and the queue's
+// timers are deleted one by one; one registered and fired again is in the
+// range, deleted, and its registration, staged after, wins.
 func (s *Store) stageFired() error {
 	ends := s.firedEnds
 	if len(ends) == 0 {
@@ -463,6 +484,13 @@ func (s *Store) stageFired() error {
 		k := keys[start(i):]
 		return int(binary.BigEndian.Uint16(k)) - s.groups.Start
 	}
+	ranges := timerRangeDeletes && s.lazy == nil
+	for _, q := range s.firedQ {
+		if q.firedN > 0 {
+			q.rangeOK = ranges && (q.len() == 0 || bytes.Compare(q.firedMax, q.peek().sfx) < 0)
+			q.firedN, q.firedMax = 0, q.firedMax[:0]
+		}
+	}
 	counts := make([]int, s.groups.End-s.groups.Start+2)
 	for i := range ends {
 		counts[kgOf(i)+1]++
@@ -476,14 +504,69 @@ func (s *Store) stageFired() error {
 		order[counts[g]] = int32(i)
 		counts[g]++
 	}
+	// spans are the fired timers of one key group to delete by range, one
+	// per queue: the indexes of the first and last by key.
+	type span struct {
+		q      *timerQueue
+		lo, hi int32
+	}
+	var spans []span
+	key := func(i int32) []byte { return keys[start(int(i)):ends[i]] }
+	flushSpans := func() error {
+		for _, sp := range spans {
+			if sp.lo == sp.hi {
+				if err := s.stageTimer(key(sp.lo), true); err != nil {
+					return err
+				}
+				continue
+			}
+			s.spanEnd = append(append(s.spanEnd[:0], key(sp.hi)...), 0)
+			if err := s.batch.DeleteRange(key(sp.lo), s.spanEnd, nil); err != nil {
+				return s.fail("stage fired timers' deletion", err)
+			}
+			s.firedRanges++
+		}
+		spans = spans[:0]
+		return nil
+	}
+	kg := -1
 	for _, i := range order {
-		if err := s.stageTimer(keys[start(int(i)):ends[i]], true); err != nil {
-			return err
+		if g := kgOf(int(i)); g != kg {
+			if err := flushSpans(); err != nil {
+				return err
+			}
+			kg = g
+		}
+		q := s.firedQ[i]
+		if !q.rangeOK {
+			if err := s.stageTimer(key(i), true); err != nil {
+				return err
+			}
+			s.firedPoints++
+			continue
+		}
+		j := 0
+		for j < len(spans) && spans[j].q != q {
+			j++
+		}
+		if j == len(spans) {
+			spans = append(spans, span{q, i, i})
+			continue
+		}
+		sfx := key(i)[q.pfxLen:]
+		if bytes.Compare(sfx, key(spans[j].lo)[q.pfxLen:]) < 0 {
+			spans[j].lo = i
+		} else if bytes.Compare(sfx, key(spans[j].hi)[q.pfxLen:]) > 0 {
+			spans[j].hi = i
 		}
 	}
-	s.firedKeys, s.firedEnds = s.firedKeys[:0], s.firedEnds[:0]
+	if err := flushSpans(); err != nil {
+		return err
+	}
+	clear(s.firedQ)
+	s.firedKeys, s.firedEnds, s.firedQ = s.firedKeys[:0], s.firedEnds[:0], s.firedQ[:0]
 	if cap(s.firedKeys) > maxKeptFired {
-		s.firedKeys, s.firedEnds = nil, nil
+		s.firedKeys, s.firedEnds, s.firedQ = nil, nil, nil
 	}
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"maps"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/wstream/wstream/abi"
@@ -229,4 +230,174 @@ func TestTimerWindowBoundsMemory(t *testing.T) {
 	if len(seen) != n {
 		t.Fatalf("%d timers fired, want %d", len(seen), n)
 	}
+}
+
+// TestFiredTimerRangeDeletesAgainstModel drives the timers of two vertices
+// in both time domains with registrations at, behind and ahead of the
+// watermark, pops up to times behind the latest, deletions, flushes,
+// reopens and undone calls, and checks every pop, and the timers left at
+// the end, against a model: a timer registered between fired ones and not
+// fired yet, deleted by a fired timers' range deletion, would be missing.
+// It also checks that both ways of deleting fired timers were taken.
+func TestFiredTimerRangeDeletesAgainstModel(t *testing.T) {
+	smallTimerWindow(t, 16, 8)
+	type queue struct {
+		vertex string
+		domain int32
+	}
+	queues := []queue{{"w", abi.TimeEvent}, {"w", abi.TimeProcessing}, {"w2", abi.TimeEvent}, {"w2", abi.TimeProcessing}}
+	ranges, points := 0, 0
+	for seed := range uint64(4) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			r := rand.New(rand.NewPCG(seed, 36))
+			dir := t.TempDir()
+			s := openStore(t, dir, fullRange)
+			defer func() { closeStore(t, s) }()
+			models := make([]map[modelTimer]bool, len(queues))
+			for i := range models {
+				models[i] = map[modelTimer]bool{}
+			}
+			var undone []map[modelTimer]bool
+			wm := int64(0)
+			// A few keys and namespaces: many timers share a key group.
+			randTimer := func() modelTimer {
+				return modelTimer{
+					ts:  wm - 10 + int64(r.IntN(40)),
+					key: fmt.Sprint(r.IntN(8)),
+					ns:  string(rune('a' + r.IntN(5))),
+				}
+			}
+			popAll := func(step int, qi int, upTo int64) {
+				qu := queues[qi]
+				v := s.Vertex(qu.vertex, true)
+				var due []modelTimer
+				for m := range models[qi] {
+					if m.ts <= upTo {
+						due = append(due, m)
+						delete(models[qi], m)
+					}
+				}
+				var got []string
+				for {
+					b := pop(t, v, qu.domain, upTo)
+					if len(b) == 0 {
+						break
+					}
+					got = append(got, b...)
+				}
+				if want := firingOrder(due); strings.Join(got, " ") != strings.Join(want, " ") {
+					t.Fatalf("step %d: %s domain %d up to %d: timers = %q, want %q", step, qu.vertex, qu.domain, upTo, got, want)
+				}
+			}
+			for step := range 8000 {
+				qi := r.IntN(len(queues))
+				qu := queues[qi]
+				v := s.Vertex(qu.vertex, true)
+				switch op := r.IntN(100); {
+				case op < 50:
+					m := randTimer()
+					mustTimer(t, v, qu.domain, m.key, m.ns, m.ts)
+					models[qi][m] = true
+				case op < 60:
+					m := randTimer()
+					for k := range models[qi] {
+						if r.IntN(2) == 0 {
+							m = k
+						}
+						break
+					}
+					if err := v.DeleteTimer(qu.domain, []byte(m.key), []byte(m.ns), m.ts); err != nil {
+						t.Fatalf("step %d: DeleteTimer: %v", step, err)
+					}
+					delete(models[qi], m)
+				case op < 78:
+					// Up to the watermark or to a time behind it: what
+					// is due and registered later stays, between fired
+					// timers, until a later pop.
+					wm += int64(r.IntN(8))
+					popAll(step, qi, wm-int64(r.IntN(12)))
+				case op < 88:
+					flush(t, s)
+				case op < 90:
+					if undone != nil {
+						continue
+					}
+					flush(t, s)
+					ranges, points = ranges+s.firedRanges, points+s.firedPoints
+					closeStore(t, s)
+					s = openStore(t, dir, fullRange)
+				case op < 95:
+					if undone == nil {
+						s.BeginUndo()
+						undone = make([]map[modelTimer]bool, len(models))
+						for i := range models {
+							undone[i] = maps.Clone(models[i])
+						}
+					}
+				default:
+					if undone == nil {
+						continue
+					}
+					if r.IntN(2) == 0 {
+						s.CommitUndo()
+					} else {
+						if err := s.RollbackUndo(); err != nil {
+							t.Fatalf("step %d: RollbackUndo: %v", step, err)
+						}
+						models = undone
+					}
+					undone = nil
+				}
+			}
+			if undone != nil {
+				s.CommitUndo()
+			}
+			flush(t, s)
+			ranges, points = ranges+s.firedRanges, points+s.firedPoints
+			closeStore(t, s)
+			s = openStore(t, dir, fullRange)
+			for qi := range queues {
+				popAll(-1, qi, abi.MaxWatermark)
+			}
+		})
+	}
+	if ranges == 0 {
+		t.Fatalf("fired timers deleted by %d ranges and %d one by one; want ranges", ranges, points)
+	}
+}
+
+// A timer in the queue that sorts before a timer fired since the last
+// Flush keeps the fired timers of its queue from being deleted by range.
+// Registering cannot make one (stageSet stages the fired deletions
+// first), so the test puts it in the queue as a registration that did not
+// would.
+func TestFiredTimerBehindRangeIsKept(t *testing.T) {
+	dir := t.TempDir()
+	s := openStore(t, dir, fullRange)
+	v := s.Vertex("w", true)
+	for i := range 20 {
+		mustTimer(t, v, abi.TimeEvent, "k", fmt.Sprint(i%4), int64(10+i))
+	}
+	flush(t, s)
+	got := pop(t, v, abi.TimeEvent, 25)
+	if len(got) != 16 {
+		t.Fatalf("popped %q, want the 16 timers up to 25", got)
+	}
+	pk, err := v.timerKey(abi.TimeEvent, []byte("k"), []byte("x"), 12)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v.timers[abi.TimeEvent].add(newTimer(12, pk, 1, 1))
+	if err := s.stageTimer(pk, false); err != nil {
+		t.Fatal(err)
+	}
+	flush(t, s)
+	if s.firedRanges != 0 || s.firedPoints != 16 {
+		t.Fatalf("fired timers deleted by %d ranges and %d one by one, want 0 and 16", s.firedRanges, s.firedPoints)
+	}
+	closeStore(t, s)
+	s = openStore(t, dir, fullRange)
+	defer closeStore(t, s)
+	v = s.Vertex("w", true)
+	expectTimers(t, pop(t, v, abi.TimeEvent, abi.MaxWatermark), "12:k/x", "26:k/0", "27:k/1", "28:k/2", "29:k/3")
 }
