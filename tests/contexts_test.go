@@ -44,8 +44,12 @@ func TestContexts(t *testing.T) {
 	}
 	id := strings.TrimSpace(r.stdout)
 	listed := func(r result) bool {
-		var jobs []struct{ JobID string }
-		return r.code == 0 && json.Unmarshal([]byte(r.stdout), &jobs) == nil && len(jobs) == 1 && jobs[0].JobID == id
+		var list struct {
+			Jobs []struct {
+				JobID string `json:"jobId"`
+			} `json:"jobs"`
+		}
+		return r.code == 0 && json.Unmarshal([]byte(r.stdout), &list) == nil && len(list.Jobs) == 1 && list.Jobs[0].JobID == id
 	}
 	if r := run("list", "-o", "json"); !listed(r) {
 		t.Fatalf("list with the context: exit %d\n%s%s", r.code, r.stdout, r.stderr)

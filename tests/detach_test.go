@@ -50,13 +50,16 @@ func (s *testServer) jobState(t *testing.T, dir, id string) string {
 	if r.code != 0 {
 		t.Fatalf("list: exit %d\n%s", r.code, r.stderr)
 	}
-	var jobs []struct {
-		JobID, State string
+	var list struct {
+		Jobs []struct {
+			JobID string `json:"jobId"`
+			State string `json:"state"`
+		} `json:"jobs"`
 	}
-	if err := json.Unmarshal([]byte(r.stdout), &jobs); err != nil {
+	if err := json.Unmarshal([]byte(r.stdout), &list); err != nil {
 		t.Fatalf("list -o json: %v\n%s", err, r.stdout)
 	}
-	for _, j := range jobs {
+	for _, j := range list.Jobs {
 		if j.JobID == id {
 			return j.State
 		}

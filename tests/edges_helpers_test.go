@@ -101,6 +101,15 @@ func (p *edgeProc) mustExit0(t *testing.T, d time.Duration) {
 	}
 }
 
+// mustExitStopped waits for a deploy whose job another command stopped
+// with a savepoint: it exits 3, stopped from outside (docs/cli.md).
+func (p *edgeProc) mustExitStopped(t *testing.T, d time.Duration) {
+	t.Helper()
+	if code := p.wait(t, d); code != 3 {
+		t.Fatalf("wstream %v: exit %d, want 3 (stopped from outside)\n%s%s", p.args, code, p.stdout.String(), p.stderr.String())
+	}
+}
+
 // hangReport makes a hung process print every goroutine's stack (SIGQUIT,
 // Go's default handler) and returns where its stderr, dump included, was
 // saved, with the dump's beginning.

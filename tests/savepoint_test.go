@@ -168,7 +168,7 @@ func TestSavepointErrors(t *testing.T) {
 	}{
 		{[]string{"--plan", "plan.json", "--max-parallelism", "64", "--from-savepoint", sp}, "max parallelism"},
 		{[]string{"--plan", "other.json", "--from-savepoint", sp}, `vertex "count"`},
-		{[]string{"--plan", "plan.json", "--from-savepoint", filepath.Join(dir, "nope")}, "no savepoint"},
+		{[]string{"--plan", "plan.json", "--from-savepoint", filepath.Join(dir, "nope")}, "no such savepoint"},
 	}
 	for _, c := range cases {
 		r := runCLI(t, dir, append(append([]string{"deploy"}, c.args...), mod)...)
