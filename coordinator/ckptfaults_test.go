@@ -572,8 +572,9 @@ func TestDeposedLeaderDeletesNothing(t *testing.T) {
 // sink would delete what it committed); the deployment fails, and once the
 // restart strategy gives up the job fails saying why.
 func TestUnusableCheckpointsNoEmptyRestart(t *testing.T) {
-	// One restart, late enough to damage the storage before it.
-	plan := strings.Replace(ckptPlan, `"attempts":3,"delay":0`, `"attempts":1,"delay":3000`, 1)
+	// One restart, late enough (10 s, for a busy machine) to damage the
+	// storage before it.
+	plan := strings.Replace(ckptPlan, `"attempts":3,"delay":0`, `"attempts":1,"delay":10000`, 1)
 	c, w, _, id := startOne(t, plan)
 	acks := ackCheckpoints(t, w.nc, w.id)
 	c.mu.Lock()
