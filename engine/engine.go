@@ -168,8 +168,58 @@ func LocalURL(dataDir string) (string, error) {
 	return strings.TrimSpace(string(b)), nil
 }
 
-// Start starts an engine.
+// Start starts an engine: the NATS connection (an embedded server unless
+// Options.NATSURL names one), the runtime, the coordinator, the workers and
+// the HTTP listener, in that order. On an error it closes what it started.
 func Start(ctx context.Context, o Options) (e *Engine, err error) {
+	unlock, err := prepareDataDir(&o)
+	if err != nil {
+		return nil, err
+	}
+	e = &Engine{opts: o, unlock: unlock}
+	// The error returns below say "return nil, err", which clears e before
+	// this runs: close what was started through a copy.
+	started := e
+	defer func() {
+		if err != nil {
+			_ = started.Close(context.Background())
+			e = nil
+		}
+	}()
+	d, err := newDialer(e, &o)
+	if err != nil {
+		return nil, err
+	}
+	if err := e.connect(&o, d); err != nil {
+		return nil, err
+	}
+	tenantConnect, err := e.connectSystem(o, d)
+	if err != nil {
+		return nil, err
+	}
+	if err := e.startRuntime(ctx, o); err != nil {
+		return nil, err
+	}
+	if err := e.startCoordinator(o, tenantConnect); err != nil {
+		return nil, err
+	}
+	if err := e.startWorkers(ctx, o, d); err != nil {
+		return nil, err
+	}
+	if err := e.registerMetrics(); err != nil {
+		return nil, err
+	}
+	// Last: the listener serves the metrics of everything above.
+	if e.coord != nil && o.HTTP != "" {
+		if err := e.startAPI(o); err != nil {
+			return nil, err
+		}
+	}
+	return e, nil
+}
+
+// prepareDataDir fills in the defaults, makes the data directory and takes it.
+func prepareDataDir(o *Options) (unlock func(), err error) {
 	if o.DataDir == "" {
 		o.DataDir = "wstream-data"
 	}
@@ -183,27 +233,25 @@ func Start(ctx context.Context, o Options) (e *Engine, err error) {
 	// The directory is the engine's own when it holds a NATS store, job
 	// records or state: a client of a cluster (deploy --nats) keeps only
 	// the compilation cache there, which many may share.
-	var unlock func()
 	if o.NATSURL == "" || !o.NoCoordinator || (o.Workers > 0 && !o.NoWorkers) {
 		if unlock, err = lockDataDir(o.DataDir); err != nil {
 			return nil, err
 		}
 	}
-	o.Host = HostConfig(o)
-	e = &Engine{opts: o, unlock: unlock}
-	// The error returns below say "return nil, err", which clears e before
-	// this runs: close what was started through a copy.
-	started := e
-	defer func() {
-		if err != nil {
-			_ = started.Close(context.Background())
-			e = nil
-		}
-	}()
-	// dial connects to the server as the engine's processes do: in
-	// process or by URL, as a user of the service account when there are
-	// tenants; opts (a tenant user's credentials) come last.
-	var base []nats.Option
+	o.Host = HostConfig(*o)
+	return unlock, nil
+}
+
+// dialer connects to the server as the engine's processes do: in process or
+// by URL, as a user of the service account when there are tenants.
+type dialer struct {
+	e    *Engine
+	o    *Options
+	base []nats.Option
+}
+
+func newDialer(e *Engine, o *Options) (*dialer, error) {
+	d := &dialer{e: e, o: o}
 	if o.Tenants != nil {
 		// The in-process workers share the coordinator's user: they run
 		// in the process that holds the authority.
@@ -211,129 +259,153 @@ func Start(ctx context.Context, o Options) (e *Engine, err error) {
 		if err != nil {
 			return nil, err
 		}
-		base = append(base, cr.Option())
+		d.base = append(d.base, cr.Option())
 	}
 	if o.NATSURL != "" && o.NoCoordinator {
-		if err := workerIdentity(&o); err != nil {
+		if err := workerIdentity(o); err != nil {
 			return nil, err
 		}
 	}
-	dial := func(name string, opts ...nats.Option) (*nats.Conn, error) {
-		all := append(slices.Clone(base), opts...)
-		if e.srv != nil {
-			return transport.ConnectInProcess(e.srv, name, all...)
-		}
-		nc, err := nats.Connect(o.NATSURL, append(connectOptions(name, o), all...)...)
-		if err != nil {
-			return nil, fmt.Errorf("connecting to NATS at %s: %w", o.NATSURL, err)
-		}
-		return nc, nil
+	return d, nil
+}
+
+// dial connects; opts (a tenant user's credentials) come last.
+func (d *dialer) dial(name string, opts ...nats.Option) (*nats.Conn, error) {
+	all := append(slices.Clone(d.base), opts...)
+	if d.e.srv != nil {
+		return transport.ConnectInProcess(d.e.srv, name, all...)
 	}
-	if o.NATSURL == "" {
-		if o.Replicas > 1 {
-			return nil, fmt.Errorf("--replicas %d: the embedded NATS server is not clustered (1 node); run a NATS cluster and pass it with --nats (docs/cluster.md)", o.Replicas)
+	nc, err := nats.Connect(d.o.NATSURL, append(connectOptions(name, *d.o), all...)...)
+	if err != nil {
+		return nil, fmt.Errorf("connecting to NATS at %s: %w", d.o.NATSURL, err)
+	}
+	return nc, nil
+}
+
+// connect starts the embedded server when no URL is given, and makes the
+// engine's own connection.
+func (e *Engine) connect(o *Options, d *dialer) (err error) {
+	if o.NATSURL != "" {
+		if e.nc, err = d.dial("wstream"); err != nil {
+			return err
 		}
-		eo := transport.EmbeddedOptions{StoreDir: filepath.Join(o.DataDir, "nats"), Listen: o.Listen, Log: o.Log}
-		eo.Configure = func(so *server.Options) error {
-			// JetStream acknowledges a write before it reaches the disk
-			// and syncs every two minutes: a crash of the host would
-			// lose job records, checkpoint ids and checkpoint files
-			// their acknowledgement counted as written. One node has no
-			// replica to recover them from, so every write is synced.
-			so.SyncAlways = true
-			if o.Tenants != nil {
-				return o.Tenants.ConfigureServer(so)
-			}
-			return nil
-		}
-		e.srv, err = transport.StartEmbedded(eo)
-		if err != nil {
-			return nil, err
-		}
-		e.nc, err = dial("wstream")
-		if err != nil {
-			return nil, err
-		}
-		if o.Listen != "" {
-			// Commands such as `wstream savepoint` find this process's
-			// server through the data directory.
-			if err := os.WriteFile(URLFile(o.DataDir), []byte(e.srv.ClientURL()+"\n"), 0o644); err != nil {
-				return nil, err
-			}
-			e.urlFile = URLFile(o.DataDir)
-		}
-		if o.Workers <= 0 && !o.NoWorkers {
-			o.Workers = 1
-		}
-	} else {
-		e.nc, err = dial("wstream")
-		if err != nil {
-			return nil, err
-		}
+	} else if err := e.startEmbedded(o, d); err != nil {
+		return err
 	}
 	e.modules = coordinator.NewModuleStore(e.nc)
 	if o.NoWorkers {
 		o.Workers = 0
 	}
-	var tenantConnect func(string, tenant.Creds) (*nats.Conn, error)
-	if o.Tenants != nil && !o.NoCoordinator {
-		cr, err := o.Tenants.SystemUser("wstream-system")
-		if err != nil {
+	return nil
+}
+
+func (e *Engine) startEmbedded(o *Options, d *dialer) (err error) {
+	if o.Replicas > 1 {
+		return fmt.Errorf("--replicas %d: the embedded NATS server is not clustered (1 node); run a NATS cluster and pass it with --nats (docs/cluster.md)", o.Replicas)
+	}
+	eo := transport.EmbeddedOptions{StoreDir: filepath.Join(o.DataDir, "nats"), Listen: o.Listen, Log: o.Log}
+	tenants := o.Tenants
+	eo.Configure = func(so *server.Options) error {
+		// JetStream acknowledges a write before it reaches the disk
+		// and syncs every two minutes: a crash of the host would
+		// lose job records, checkpoint ids and checkpoint files
+		// their acknowledgement counted as written. One node has no
+		// replica to recover them from, so every write is synced.
+		so.SyncAlways = true
+		if tenants != nil {
+			return tenants.ConfigureServer(so)
+		}
+		return nil
+	}
+	if e.srv, err = transport.StartEmbedded(eo); err != nil {
+		return err
+	}
+	if e.nc, err = d.dial("wstream"); err != nil {
+		return err
+	}
+	if o.Listen != "" {
+		// Commands such as `wstream savepoint` find this process's
+		// server through the data directory.
+		if err := os.WriteFile(URLFile(o.DataDir), []byte(e.srv.ClientURL()+"\n"), 0o644); err != nil {
+			return err
+		}
+		e.urlFile = URLFile(o.DataDir)
+	}
+	if o.Workers <= 0 && !o.NoWorkers {
+		o.Workers = 1
+	}
+	return nil
+}
+
+// connectSystem connects to the system account when a coordinator runs
+// with tenants, and returns how the coordinator connects as a tenant.
+func (e *Engine) connectSystem(o Options, d *dialer) (func(string, tenant.Creds) (*nats.Conn, error), error) {
+	if o.Tenants == nil || o.NoCoordinator {
+		return nil, nil
+	}
+	cr, err := o.Tenants.SystemUser("wstream-system")
+	if err != nil {
+		return nil, err
+	}
+	// The system account's connection carries no service credentials.
+	if e.srv != nil {
+		e.sys, err = transport.ConnectInProcess(e.srv, "wstream-system", cr.Option())
+	} else {
+		e.sys, err = nats.Connect(o.NATSURL, append(connectOptions("wstream-system", o), cr.Option())...)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("connecting to NATS's system account: %w", err)
+	}
+	if e.srv == nil {
+		// An external server learns the tenants added while it was
+		// started from an older configuration.
+		if err := o.Tenants.PushAll(e.sys); err != nil {
 			return nil, err
 		}
-		// The system account's connection carries no service credentials.
-		if e.srv != nil {
-			e.sys, err = transport.ConnectInProcess(e.srv, "wstream-system", cr.Option())
-		} else {
-			e.sys, err = nats.Connect(o.NATSURL, append(connectOptions("wstream-system", o), cr.Option())...)
-		}
-		if err != nil {
-			return nil, fmt.Errorf("connecting to NATS's system account: %w", err)
-		}
-		if e.srv == nil {
-			// An external server learns the tenants added while it was
-			// started from an older configuration.
-			if err := o.Tenants.PushAll(e.sys); err != nil {
-				return nil, err
-			}
-		}
-		tenantConnect = func(name string, c tenant.Creds) (*nats.Conn, error) { return dial(name, c.Option()) }
 	}
+	return func(name string, c tenant.Creds) (*nats.Conn, error) { return d.dial(name, c.Option()) }, nil
+}
+
+func (e *Engine) startRuntime(ctx context.Context, o Options) (err error) {
 	if o.Runtime != nil {
 		e.rt = o.Runtime
-	} else {
-		e.rt, err = host.NewRuntime(ctx, o.Host)
-		if err != nil {
-			return nil, err
-		}
-		e.ownsRT = true
+		return nil
 	}
-	if !o.NoCoordinator {
-		e.coord, err = coordinator.New(coordinator.Config{NATS: e.nc, Log: o.Log, DataDir: o.DataDir,
-			HeartbeatInterval: o.HeartbeatInterval, WorkerTimeout: o.WorkerTimeout, ResumeJobs: o.ResumeJobs,
-			Tenants: o.Tenants, TenantConnect: tenantConnect, SystemConn: e.sys, CheckpointHistory: o.CheckpointHistory,
-			MaxModuleBytes: o.MaxModuleBytes, Lease: o.Lease, TakeLease: e.srv != nil, OnLead: o.OnLead, Deposed: o.Deposed,
-			AttemptCredsTTL: o.AttemptCredsTTL, Replicas: o.Replicas})
-		if err != nil {
-			return nil, err
-		}
-		if err = e.coord.Start(); err != nil {
-			return nil, err
-		}
+	if e.rt, err = host.NewRuntime(ctx, o.Host); err != nil {
+		return err
 	}
+	e.ownsRT = true
+	return nil
+}
+
+func (e *Engine) startCoordinator(o Options, tenantConnect func(string, tenant.Creds) (*nats.Conn, error)) (err error) {
+	if o.NoCoordinator {
+		return nil
+	}
+	e.coord, err = coordinator.New(coordinator.Config{NATS: e.nc, Log: o.Log, DataDir: o.DataDir,
+		HeartbeatInterval: o.HeartbeatInterval, WorkerTimeout: o.WorkerTimeout, ResumeJobs: o.ResumeJobs,
+		Tenants: o.Tenants, TenantConnect: tenantConnect, SystemConn: e.sys, CheckpointHistory: o.CheckpointHistory,
+		MaxModuleBytes: o.MaxModuleBytes, Lease: o.Lease, TakeLease: e.srv != nil, OnLead: o.OnLead, Deposed: o.Deposed,
+		AttemptCredsTTL: o.AttemptCredsTTL, Replicas: o.Replicas})
+	if err != nil {
+		return err
+	}
+	return e.coord.Start()
+}
+
+func (e *Engine) startWorkers(ctx context.Context, o Options, d *dialer) error {
 	for i := 0; i < o.Workers; i++ {
 		nc := e.nc
 		if o.Workers > 1 {
 			// A connection per worker, as workers on separate hosts have:
 			// the data exchange between them does not share one socket.
-			name := fmt.Sprintf("wstream-w%d", i)
-			nc, err = dial(name)
-			if err != nil {
-				return nil, err
+			var err error
+			if nc, err = d.dial(fmt.Sprintf("wstream-w%d", i)); err != nil {
+				return err
 			}
 			e.conns = append(e.conns, nc)
 		}
-		w, werr := worker.New(ctx, worker.Config{
+		w, err := worker.New(ctx, worker.Config{
 			ID:      workerID(o, i),
 			NATS:    nc,
 			DataDir: o.DataDir,
@@ -343,32 +415,23 @@ func Start(ctx context.Context, o Options) (e *Engine, err error) {
 			StateMemory: o.StateMemory,
 			Stdout:      o.Stdout,
 			Log:         o.Log,
-			Dial:        dial,
+			Dial:        d.dial,
 
 			HeartbeatInterval: o.HeartbeatInterval,
 			MaxModuleBytes:    o.MaxModuleBytes,
 		})
-		if werr != nil {
-			return nil, werr
+		if err != nil {
+			return err
 		}
 		e.workers = append(e.workers, w)
 		sctx, stop := context.WithTimeout(ctx, 30*time.Second)
-		werr = w.Start(sctx)
+		err = w.Start(sctx)
 		stop()
-		if werr != nil {
-			return nil, werr
+		if err != nil {
+			return err
 		}
 	}
-	if err := e.registerMetrics(); err != nil {
-		return nil, err
-	}
-	// Last: the listener serves the metrics of everything above.
-	if e.coord != nil && o.HTTP != "" {
-		if err := e.startAPI(o); err != nil {
-			return nil, err
-		}
-	}
-	return e, nil
+	return nil
 }
 
 // registerMetrics makes the process's metrics registry with the collectors
