@@ -344,13 +344,21 @@ func (r *Runtime) instantiate(ctx context.Context, cc code, label string, lim Li
 	i.api = mod
 	i.mem = mod.ExportedMemory(abi.ExportMemory)
 	i.fetchFunctions()
-	// The start function, then the WASI reactor's initializer, as wazero
-	// would have run them inside InstantiateModule.
+	if err := i.runStart(mod, cc.start); err != nil {
+		return nil, err
+	}
+	return i, nil
+}
+
+// runStart runs the start function, then the WASI reactor's initializer,
+// as wazero would have run them inside InstantiateModule. On an error the
+// instance is closed.
+func (i *Instance) runStart(mod api.Module, hasStart bool) error {
 	for _, start := range [...]struct{ export, call string }{
 		{instrument.StartExport, "start"},
 		{exportInitialize, exportInitialize},
 	} {
-		if start.export == instrument.StartExport && !cc.start {
+		if start.export == instrument.StartExport && !hasStart {
 			continue
 		}
 		fn := mod.ExportedFunction(start.export)
@@ -364,10 +372,10 @@ func (r *Runtime) instantiate(ctx context.Context, cc code, label string, lim Li
 			i.closed = true
 			i.cc.timer.Stop()
 			i.cc.unwatch()
-			return nil, err
+			return err
 		}
 	}
-	return i, nil
+	return nil
 }
 
 // Limits are the limits in force for this instance: Config.Limits with
