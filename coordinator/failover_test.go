@@ -62,7 +62,8 @@ func workerIDs(c *Coordinator) []string {
 
 func waitUntil(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
+	// Generous: a busy machine delays the coordinator, never the other way.
+	deadline := time.Now().Add(60 * time.Second)
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatal(what)
