@@ -89,7 +89,61 @@ type Job struct {
 	Vertices   []coordinator.VertexStatus `json:"vertices"`
 	Edges      []job.Edge                 `json:"edges"`
 	Result     *JobResult                 `json:"result"`
-	Upgrades   []coordinator.UpgradeEntry `json:"upgrades"`
+	Upgrades   []Upgrade                  `json:"upgrades"`
+}
+
+// Upgrade is one upgrade or rescale of a job, as GET /v1/jobs/{id},
+// `wstream checkpoints -o json` and `wstream upgrade -o json` show it.
+// Time is Unix ms; DowntimeMillis, from the savepoint's barrier to the
+// new module's first record, is null when no record reached the new
+// module before the upgrade was recorded.
+type Upgrade struct {
+	Time    int64  `json:"time"`
+	Outcome string `json:"outcome"` // done | rolled back | aborted
+	Cause   string `json:"cause,omitempty"`
+	// Savepoint is the id of the savepoint the new attempt started from
+	// (0: none was taken).
+	Savepoint      int64    `json:"savepoint"`
+	FromAttempt    int      `json:"fromAttempt"`
+	Attempt        int      `json:"attempt"`
+	OldModule      string   `json:"oldModule"`
+	OldDigest      string   `json:"oldDigest"`
+	NewModule      string   `json:"newModule"`
+	NewDigest      string   `json:"newDigest"`
+	OldSubtasks    int      `json:"oldSubtasks"`
+	NewSubtasks    int      `json:"newSubtasks"`
+	Migrated       []string `json:"migrated"`
+	DowntimeMillis *int64   `json:"downtimeMillis"`
+}
+
+// UpgradeOf turns a line of a job's upgrade history into the view.
+func UpgradeOf(e coordinator.UpgradeEntry) Upgrade {
+	u := Upgrade{Time: e.Time.UnixMilli(), Outcome: e.Outcome, Cause: e.Cause, Savepoint: e.Savepoint, FromAttempt: e.FromAttempt,
+		Attempt: e.Attempt, OldModule: e.OldModule, OldDigest: e.OldDigest, NewModule: e.NewModule, NewDigest: e.NewDigest,
+		OldSubtasks: e.OldSubtasks, NewSubtasks: e.NewSubtasks, Migrated: orEmpty(e.Migrated)}
+	if e.DowntimeKnown {
+		d := e.Downtime.Milliseconds()
+		u.DowntimeMillis = &d
+	}
+	return u
+}
+
+// UpgradesOf turns a job's upgrade history into the view, oldest first
+// ([] for none).
+func UpgradesOf(es []coordinator.UpgradeEntry) []Upgrade {
+	out := make([]Upgrade, 0, len(es))
+	for _, e := range es {
+		out = append(out, UpgradeOf(e))
+	}
+	return out
+}
+
+// orEmpty is s, or an empty slice for nil: JSON's [] rather than null.
+func orEmpty[T any](s []T) []T {
+	if s == nil {
+		return []T{}
+	}
+	return s
 }
 
 // Restart is one restart of a job: Attempt is the attempt that ended (the first restart ends attempt 0 and starts attempt 1).
@@ -115,7 +169,7 @@ type JobResult struct {
 func JobOf(d *coordinator.JobDetail) *Job {
 	out := &Job{JobSummary: SummaryOf(d.JobInfo, time.UnixMilli(d.Now)), Now: d.Now, Module: d.Module, ModuleDigest: d.ModuleDigest,
 		MaxParallelism: d.MaxParallelism, Checkpointing: d.Checkpointing, Vertices: d.Vertices, Edges: d.Edges,
-		Upgrades: d.Upgrades, RestartLog: []Restart{}}
+		Upgrades: UpgradesOf(d.Upgrades), RestartLog: []Restart{}}
 	if out.Vertices == nil {
 		out.Vertices = []coordinator.VertexStatus{}
 	}
@@ -210,10 +264,10 @@ func CheckpointOf(e coordinator.HistoryEntry) Checkpoint {
 // (which adds the checkpoints retained in the data directory and the
 // upgrades).
 type CheckpointList struct {
-	JobID    string                     `json:"jobId"`
-	History  []Checkpoint               `json:"history"`
-	Retained []int64                    `json:"retained,omitempty"`
-	Upgrades []coordinator.UpgradeEntry `json:"upgrades,omitempty"`
+	JobID    string       `json:"jobId"`
+	History  []Checkpoint `json:"history"`
+	Retained []int64      `json:"retained,omitempty"`
+	Upgrades []Upgrade    `json:"upgrades,omitempty"`
 }
 
 // Exception is one failure of a job; Time is Unix ms.

@@ -42,7 +42,7 @@ func jsonView(rows any) any {
 // directory as GET /v1/jobs/{id}/checkpoints/history shows it, with the
 // checkpoints retained and the upgrades.
 func checkpointsJSON(w io.Writer, id string, hist []coordinator.HistoryEntry, ids []int64, ups []coordinator.UpgradeEntry) error {
-	out := api.CheckpointList{JobID: id, History: []api.Checkpoint{}, Retained: orEmpty(ids), Upgrades: ups}
+	out := api.CheckpointList{JobID: id, History: []api.Checkpoint{}, Retained: orEmpty(ids), Upgrades: api.UpgradesOf(ups)}
 	for _, e := range hist {
 		out.History = append(out.History, api.CheckpointOf(e))
 	}
