@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/wstream/wstream/abi"
 	"github.com/wstream/wstream/coordinator"
 	"github.com/wstream/wstream/job"
 	"github.com/wstream/wstream/tenant"
@@ -163,6 +164,19 @@ type JobResult struct {
 	Metrics []transport.VertexMetrics `json:"metrics"`
 }
 
+// ResultOf turns how a job ended into the view.
+func ResultOf(r *transport.JobResult) *JobResult {
+	return &JobResult{State: r.State, Error: r.Error, DurationMillis: r.Duration.Milliseconds(), Restarts: r.Restarts,
+		Metrics: orEmpty(r.Metrics)}
+}
+
+// JobOutcome is how a job ended as `wstream deploy` and `wstream follow`
+// print it with -o json: the fields of GET /v1/jobs/{id} that say so.
+type JobOutcome struct {
+	JobID  string     `json:"jobId"`
+	Result *JobResult `json:"result"`
+}
+
 // JobOf turns the coordinator's detail into the view. A job that has
 // ended keeps its final figures: a vertex with no live sample shows the
 // counts of its result.
@@ -178,11 +192,7 @@ func JobOf(d *coordinator.JobDetail) *Job {
 		out.RestartLog = append(out.RestartLog, Restart{Attempt: r.Attempt, Reason: r.Reason, Time: r.Time.UnixMilli()})
 	}
 	if r := d.Result; r != nil {
-		out.Result = &JobResult{State: r.State, Error: r.Error, DurationMillis: r.Duration.Milliseconds(), Restarts: r.Restarts,
-			Metrics: r.Metrics}
-		if out.Result.Metrics == nil {
-			out.Result.Metrics = []transport.VertexMetrics{}
-		}
+		out.Result = ResultOf(r)
 		// In whole milliseconds, so that end − start is the duration.
 		end := out.StartTime + r.Duration.Milliseconds()
 		out.EndTime = &end
@@ -388,14 +398,28 @@ func dedupeContext(msg string) string {
 	return strings.Join(out, ": ")
 }
 
-// ConfigReply answers GET /v1/config: what the UI and clients need to
-// know of the server.
-type ConfigReply struct {
+// VersionInfo is what a binary is: the first fields of GET /v1/config,
+// and `wstream version -o json`.
+type VersionInfo struct {
 	Version string `json:"version"`
+	// ABI is the host↔guest ABI version the binary speaks (abi/ABI.md).
+	ABI int `json:"abi"`
 	// Go is the Go version the binary was built with; Commit its VCS
 	// revision when known.
 	Go     string `json:"go"`
 	Commit string `json:"commit,omitempty"`
+}
+
+// Build tells the version of this binary.
+func Build() VersionInfo {
+	goV, commit := buildInfo()
+	return VersionInfo{Version: Version, ABI: abi.Version, Go: goV, Commit: commit}
+}
+
+// ConfigReply answers GET /v1/config: what the UI and clients need to
+// know of the server.
+type ConfigReply struct {
+	VersionInfo
 	// Tenants is true on a multi-tenant cluster.
 	Tenants bool `json:"tenants"`
 	// Features lists the optional endpoints this server serves: deploy
