@@ -197,22 +197,47 @@ const (
 	RescaleFailed     = "FAILED"
 )
 
-// RescaleStatus is a rescale of a job through the REST API.
-type RescaleStatus struct {
-	JobID       string         `json:"jobId"`
-	Status      string         `json:"status"`
-	Parallelism int            `json:"parallelism"`
-	Vertices    map[string]int `json:"vertices"`
-	RequestedAt int64          `json:"requestedAt"`
-	// EndTime, Savepoint (the barrier's), Attempt (the one that runs at
-	// the new parallelism) and DowntimeMillis once it has ended; Error
-	// says why it failed (the job then runs on as it was).
+// UpgradeStatus is an upgrade of a running job asked for: what `wstream
+// upgrade -o json` prints, and the fields of a rescale through REST (GET
+// /v1/jobs/{id}/rescale), which goes the same way. Times are Unix ms.
+type UpgradeStatus struct {
+	JobID       string `json:"jobId"`
+	Status      string `json:"status"`
+	RequestedAt int64  `json:"requestedAt"`
+	// EndTime, Savepoint (the barrier's), Attempt (the one that runs
+	// afterwards) and DowntimeMillis once it has ended; Error says why it
+	// failed (the job then runs on as it was).
 	EndTime        int64  `json:"endTime,omitempty"`
 	Savepoint      int64  `json:"savepoint,omitempty"`
 	SavepointDir   string `json:"savepointDir,omitempty"`
 	Attempt        int    `json:"attempt,omitempty"`
 	DowntimeMillis int64  `json:"downtimeMillis,omitempty"`
 	Error          string `json:"error,omitempty"`
+}
+
+// Finish records the coordinator's answer to the upgrade: rep may be nil
+// when err says why none came.
+func (u *UpgradeStatus) Finish(rep *transport.UpgradeReply, err error, now time.Time) {
+	u.EndTime = now.UnixMilli()
+	if rep != nil {
+		u.Savepoint, u.SavepointDir, u.Attempt = rep.Savepoint, rep.SavepointDir, rep.Attempt
+		if rep.DowntimeKnown {
+			u.DowntimeMillis = rep.Downtime.Milliseconds()
+		}
+	}
+	if err != nil {
+		u.Status, u.Error = RescaleFailed, err.Error()
+		return
+	}
+	u.Status = RescaleCompleted
+}
+
+// RescaleStatus is a rescale of a job through the REST API: an upgrade
+// to the job's own module at the parallelism asked for.
+type RescaleStatus struct {
+	UpgradeStatus
+	Parallelism int            `json:"parallelism"`
+	Vertices    map[string]int `json:"vertices"`
 }
 
 // rescales holds each job's latest rescale; it has its own lock.
@@ -307,7 +332,8 @@ func (s *Server) postRescale(w http.ResponseWriter, r *http.Request, who coordin
 		refuse(http.StatusBadRequest, err)
 		return
 	}
-	st := RescaleStatus{JobID: id, Status: RescaleInProgress, Parallelism: body.Parallelism, Vertices: body.Vertices, RequestedAt: time.Now().UnixMilli()}
+	st := RescaleStatus{UpgradeStatus: UpgradeStatus{JobID: id, Status: RescaleInProgress, RequestedAt: time.Now().UnixMilli()},
+		Parallelism: body.Parallelism, Vertices: body.Vertices}
 	if st.Vertices == nil {
 		st.Vertices = map[string]int{}
 	}
@@ -324,28 +350,14 @@ func (s *Server) postRescale(w http.ResponseWriter, r *http.Request, who coordin
 			err = errors.New(rep.Error)
 		}
 		c.Audit(who, "rescale", id, err)
-		s.rs.finish(id, func(st *RescaleStatus) {
-			st.EndTime = time.Now().UnixMilli()
-			if rep != nil {
-				st.Savepoint, st.SavepointDir, st.Attempt = rep.Savepoint, rep.SavepointDir, rep.Attempt
-				if rep.DowntimeKnown {
-					st.DowntimeMillis = rep.Downtime.Milliseconds()
-				}
-			}
-			if err != nil {
-				st.Status, st.Error = RescaleFailed, err.Error()
-				return
-			}
-			st.Status = RescaleCompleted
-		})
+		s.rs.finish(id, func(st *RescaleStatus) { st.Finish(rep, err, time.Now()) })
 	}()
 	cur, _ := s.rs.get(id)
 	writeJSON(w, http.StatusAccepted, cur)
 }
 
 func (s *Server) config() ConfigReply {
-	goV, commit := buildInfo()
-	out := ConfigReply{Version: Version, Go: goV, Commit: commit, Tenants: s.cfg.Auth != nil, Features: []string{},
+	out := ConfigReply{VersionInfo: Build(), Tenants: s.cfg.Auth != nil, Features: []string{},
 		RefreshMillis: 1000, MaxModuleBytes: s.maxModule()}
 	if s.cfg.Deploy != nil {
 		out.Features = append(out.Features, "deploy")

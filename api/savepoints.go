@@ -18,19 +18,21 @@ const (
 )
 
 // SavepointStatus is a savepoint or stop request made through the API, as
-// GET /v1/jobs/{id}/savepoints/{request} shows it.
+// GET /v1/jobs/{id}/savepoints/{request} shows it, and what `wstream
+// savepoint|stop -o json` print (without a request id: the CLI's request
+// is its own). Times are Unix ms; EndTime is null while in progress.
 type SavepointStatus struct {
-	RequestID string `json:"requestId"`
+	RequestID string `json:"requestId,omitempty"`
 	JobID     string `json:"jobId"`
 	// Kind is "savepoint" or "stop" (stop with savepoint).
 	Kind   string `json:"kind"`
 	Status string `json:"status"`
 	// SavepointID and Location say what completed; Error why it failed.
-	SavepointID int64      `json:"savepointId,omitempty"`
-	Location    string     `json:"location,omitempty"`
-	Error       string     `json:"error,omitempty"`
-	Requested   time.Time  `json:"requested"`
-	Finished    *time.Time `json:"finished,omitempty"`
+	SavepointID int64  `json:"savepointId,omitempty"`
+	Location    string `json:"location,omitempty"`
+	Error       string `json:"error,omitempty"`
+	RequestedAt int64  `json:"requestedAt"`
+	EndTime     *int64 `json:"endTime"`
 }
 
 // savepoints holds the API's savepoint requests: those in progress, and
@@ -52,7 +54,7 @@ func (s *savepoints) start(jobID string, stop bool) *SavepointStatus {
 		kind = "stop"
 	}
 	r := &SavepointStatus{RequestID: hex.EncodeToString(b[:]), JobID: jobID, Kind: kind, Status: StatusInProgress,
-		Requested: time.Now().UTC()}
+		RequestedAt: time.Now().UnixMilli()}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.reqs = append(s.reqs, r)
@@ -77,8 +79,8 @@ func (s *savepoints) start(jobID string, stop bool) *SavepointStatus {
 func (s *savepoints) finish(r *SavepointStatus, rep transport.SavepointReply) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	now := time.Now().UTC()
-	r.Finished = &now
+	now := time.Now().UnixMilli()
+	r.EndTime = &now
 	if rep.Error != "" {
 		r.Status, r.Error = StatusFailed, rep.Error
 		return

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/wstream/wstream/abi"
 	"github.com/wstream/wstream/coordinator"
 	"github.com/wstream/wstream/job"
 	"github.com/wstream/wstream/tenant"
@@ -89,7 +90,61 @@ type Job struct {
 	Vertices   []coordinator.VertexStatus `json:"vertices"`
 	Edges      []job.Edge                 `json:"edges"`
 	Result     *JobResult                 `json:"result"`
-	Upgrades   []coordinator.UpgradeEntry `json:"upgrades"`
+	Upgrades   []Upgrade                  `json:"upgrades"`
+}
+
+// Upgrade is one upgrade or rescale of a job, as GET /v1/jobs/{id},
+// `wstream checkpoints -o json` and `wstream upgrade -o json` show it.
+// Time is Unix ms; DowntimeMillis, from the savepoint's barrier to the
+// new module's first record, is null when no record reached the new
+// module before the upgrade was recorded.
+type Upgrade struct {
+	Time    int64  `json:"time"`
+	Outcome string `json:"outcome"` // done | rolled back | aborted
+	Cause   string `json:"cause,omitempty"`
+	// Savepoint is the id of the savepoint the new attempt started from
+	// (0: none was taken).
+	Savepoint      int64    `json:"savepoint"`
+	FromAttempt    int      `json:"fromAttempt"`
+	Attempt        int      `json:"attempt"`
+	OldModule      string   `json:"oldModule"`
+	OldDigest      string   `json:"oldDigest"`
+	NewModule      string   `json:"newModule"`
+	NewDigest      string   `json:"newDigest"`
+	OldSubtasks    int      `json:"oldSubtasks"`
+	NewSubtasks    int      `json:"newSubtasks"`
+	Migrated       []string `json:"migrated"`
+	DowntimeMillis *int64   `json:"downtimeMillis"`
+}
+
+// UpgradeOf turns a line of a job's upgrade history into the view.
+func UpgradeOf(e coordinator.UpgradeEntry) Upgrade {
+	u := Upgrade{Time: e.Time.UnixMilli(), Outcome: e.Outcome, Cause: e.Cause, Savepoint: e.Savepoint, FromAttempt: e.FromAttempt,
+		Attempt: e.Attempt, OldModule: e.OldModule, OldDigest: e.OldDigest, NewModule: e.NewModule, NewDigest: e.NewDigest,
+		OldSubtasks: e.OldSubtasks, NewSubtasks: e.NewSubtasks, Migrated: orEmpty(e.Migrated)}
+	if e.DowntimeKnown {
+		d := e.Downtime.Milliseconds()
+		u.DowntimeMillis = &d
+	}
+	return u
+}
+
+// UpgradesOf turns a job's upgrade history into the view, oldest first
+// ([] for none).
+func UpgradesOf(es []coordinator.UpgradeEntry) []Upgrade {
+	out := make([]Upgrade, 0, len(es))
+	for _, e := range es {
+		out = append(out, UpgradeOf(e))
+	}
+	return out
+}
+
+// orEmpty is s, or an empty slice for nil: JSON's [] rather than null.
+func orEmpty[T any](s []T) []T {
+	if s == nil {
+		return []T{}
+	}
+	return s
 }
 
 // Restart is one restart of a job: Attempt is the attempt that ended (the first restart ends attempt 0 and starts attempt 1).
@@ -109,13 +164,26 @@ type JobResult struct {
 	Metrics []transport.VertexMetrics `json:"metrics"`
 }
 
+// ResultOf turns how a job ended into the view.
+func ResultOf(r *transport.JobResult) *JobResult {
+	return &JobResult{State: r.State, Error: r.Error, DurationMillis: r.Duration.Milliseconds(), Restarts: r.Restarts,
+		Metrics: orEmpty(r.Metrics)}
+}
+
+// JobOutcome is how a job ended as `wstream deploy` and `wstream follow`
+// print it with -o json: the fields of GET /v1/jobs/{id} that say so.
+type JobOutcome struct {
+	JobID  string     `json:"jobId"`
+	Result *JobResult `json:"result"`
+}
+
 // JobOf turns the coordinator's detail into the view. A job that has
 // ended keeps its final figures: a vertex with no live sample shows the
 // counts of its result.
 func JobOf(d *coordinator.JobDetail) *Job {
 	out := &Job{JobSummary: SummaryOf(d.JobInfo, time.UnixMilli(d.Now)), Now: d.Now, Module: d.Module, ModuleDigest: d.ModuleDigest,
 		MaxParallelism: d.MaxParallelism, Checkpointing: d.Checkpointing, Vertices: d.Vertices, Edges: d.Edges,
-		Upgrades: d.Upgrades, RestartLog: []Restart{}}
+		Upgrades: UpgradesOf(d.Upgrades), RestartLog: []Restart{}}
 	if out.Vertices == nil {
 		out.Vertices = []coordinator.VertexStatus{}
 	}
@@ -124,11 +192,7 @@ func JobOf(d *coordinator.JobDetail) *Job {
 		out.RestartLog = append(out.RestartLog, Restart{Attempt: r.Attempt, Reason: r.Reason, Time: r.Time.UnixMilli()})
 	}
 	if r := d.Result; r != nil {
-		out.Result = &JobResult{State: r.State, Error: r.Error, DurationMillis: r.Duration.Milliseconds(), Restarts: r.Restarts,
-			Metrics: r.Metrics}
-		if out.Result.Metrics == nil {
-			out.Result.Metrics = []transport.VertexMetrics{}
-		}
+		out.Result = ResultOf(r)
 		// In whole milliseconds, so that end − start is the duration.
 		end := out.StartTime + r.Duration.Milliseconds()
 		out.EndTime = &end
@@ -210,10 +274,10 @@ func CheckpointOf(e coordinator.HistoryEntry) Checkpoint {
 // (which adds the checkpoints retained in the data directory and the
 // upgrades).
 type CheckpointList struct {
-	JobID    string                     `json:"jobId"`
-	History  []Checkpoint               `json:"history"`
-	Retained []int64                    `json:"retained,omitempty"`
-	Upgrades []coordinator.UpgradeEntry `json:"upgrades,omitempty"`
+	JobID    string       `json:"jobId"`
+	History  []Checkpoint `json:"history"`
+	Retained []int64      `json:"retained,omitempty"`
+	Upgrades []Upgrade    `json:"upgrades,omitempty"`
 }
 
 // Exception is one failure of a job; Time is Unix ms.
@@ -334,14 +398,28 @@ func dedupeContext(msg string) string {
 	return strings.Join(out, ": ")
 }
 
-// ConfigReply answers GET /v1/config: what the UI and clients need to
-// know of the server.
-type ConfigReply struct {
+// VersionInfo is what a binary is: the first fields of GET /v1/config,
+// and `wstream version -o json`.
+type VersionInfo struct {
 	Version string `json:"version"`
+	// ABI is the host↔guest ABI version the binary speaks (abi/ABI.md).
+	ABI int `json:"abi"`
 	// Go is the Go version the binary was built with; Commit its VCS
 	// revision when known.
 	Go     string `json:"go"`
 	Commit string `json:"commit,omitempty"`
+}
+
+// Build tells the version of this binary.
+func Build() VersionInfo {
+	goV, commit := buildInfo()
+	return VersionInfo{Version: Version, ABI: abi.Version, Go: goV, Commit: commit}
+}
+
+// ConfigReply answers GET /v1/config: what the UI and clients need to
+// know of the server.
+type ConfigReply struct {
+	VersionInfo
 	// Tenants is true on a multi-tenant cluster.
 	Tenants bool `json:"tenants"`
 	// Features lists the optional endpoints this server serves: deploy

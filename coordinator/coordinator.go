@@ -107,6 +107,8 @@ type Config struct {
 // Coordinator is the job manager.
 type Coordinator struct {
 	cfg Config
+	// upgrades caches the jobs' upgrade histories for their details.
+	upgrades upgradeCache
 	// minted are the attempts' credentials given out (tenants.go).
 	minted mintedAttempts
 	// mu guards the workers and jobs; its release publishes the readers'

@@ -325,7 +325,7 @@ func (c *Coordinator) Job(who Caller, id string) (*JobDetail, error) {
 	}
 	d.Upgrades = []UpgradeEntry{}
 	if c.cfg.DataDir != "" {
-		ups, err := ReadUpgrades(c.cfg.DataDir, id)
+		ups, err := c.upgrades.read(UpgradesFile(c.cfg.DataDir, id))
 		if err != nil {
 			return nil, fmt.Errorf("job %s: %w", id, err)
 		}

@@ -130,13 +130,12 @@ func testSavepointRescale(t *testing.T, format string) {
 	}
 	r = runCLI(t, dir, "inspect", "--verify", "-o", "json", moved)
 	var insp struct {
-		Metadata struct {
-			JobID string `json:"jobId"`
-			Tasks []any  `json:"tasks"`
-		} `json:"metadata"`
-		Verified *bool `json:"verified"`
+		JobID    string `json:"jobId"`
+		Kind     string `json:"kind"`
+		Subtasks []any  `json:"subtasks"`
+		Verified *bool  `json:"verified"`
 	}
-	if err := json.Unmarshal([]byte(r.stdout), &insp); r.code != 0 || err != nil || insp.Metadata.JobID == "" || len(insp.Metadata.Tasks) == 0 || insp.Verified == nil || !*insp.Verified {
+	if err := json.Unmarshal([]byte(r.stdout), &insp); r.code != 0 || err != nil || insp.JobID == "" || insp.Kind != "savepoint" || len(insp.Subtasks) == 0 || insp.Verified == nil || !*insp.Verified {
 		t.Fatalf("inspect -o json: exit %d, %v\n%s%s", r.code, err, r.stdout, r.stderr)
 	}
 	r = runCLI(t, dir, "deploy", "--plan", "plan.json", "-p", "2", "--from-savepoint", moved, mod)

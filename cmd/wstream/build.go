@@ -41,6 +41,14 @@ that is missing is named, with how to install it.`,
 			if err != nil {
 				return err
 			}
+			if asJSON, _ := jsonOutput(c); asJSON {
+				return writeJSON(c.App.Writer, struct {
+					Module   string `json:"module"`
+					Language string `json:"language"`
+					Size     int64  `json:"size"`
+					Plan     bool   `json:"plan"`
+				}{res.Module, string(res.Project.Language), res.Size, res.Plan})
+			}
 			plan := "with its plan"
 			if !res.Plan {
 				plan = "without a plan (deploy it with --plan FILE)"

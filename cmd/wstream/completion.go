@@ -77,17 +77,19 @@ job ids of the cluster a command reaches (--nats, --data or the context). Load i
 			fmt.Fprintln(c.App.Writer, "bash\nzsh\nfish")
 		},
 		Action: func(c *cli.Context) error {
-			switch sh := c.Args().First(); sh {
-			case "bash":
-				fmt.Fprint(c.App.Writer, bashCompletion)
-			case "zsh":
-				fmt.Fprint(c.App.Writer, zshCompletion)
-			case "fish":
-				_, _ = io.WriteString(c.App.Writer, fishCompletion)
-			default:
+			sh := c.Args().First()
+			script, ok := map[string]string{"bash": bashCompletion, "zsh": zshCompletion, "fish": fishCompletion}[sh]
+			if !ok {
 				return usageError{fmt.Errorf("completion: want bash, zsh or fish, got %q", sh)}
 			}
-			return nil
+			if asJSON, _ := jsonOutput(c); asJSON {
+				return writeJSON(c.App.Writer, struct {
+					Shell  string `json:"shell"`
+					Script string `json:"script"`
+				}{sh, script})
+			}
+			_, err := io.WriteString(c.App.Writer, script)
+			return err
 		},
 	}
 }

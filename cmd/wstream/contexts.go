@@ -345,7 +345,10 @@ func printContexts(w io.Writer, f *contextFile, asJSON bool) error {
 		for _, n := range names {
 			rows = append(rows, row{n, n == f.Current, shown(f.Contexts[n])})
 		}
-		return writeJSON(w, rows)
+		// One object, as every -o json prints: {"contexts": [...]}.
+		return writeJSON(w, struct {
+			Contexts []row `json:"contexts"`
+		}{rows})
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "\tNAME\tSETTINGS")

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/urfave/cli/v2"
 
+	"github.com/wstream/wstream/api"
 	"github.com/wstream/wstream/coordinator"
 	"github.com/wstream/wstream/engine"
 	"github.com/wstream/wstream/transport"
@@ -85,7 +86,11 @@ wstream cancel JOB.`,
 				}
 				return err
 			}
-			if !c.Bool("quiet") {
+			if asJSON, _ := jsonOutput(c); asJSON {
+				if err := writeJSON(c.App.Writer, api.JobOutcome{JobID: res.JobID, Result: api.ResultOf(res)}); err != nil {
+					return err
+				}
+			} else if !c.Bool("quiet") {
 				printSummary(errw, nil, res)
 			}
 			return jobOutcome(res, nil, "")

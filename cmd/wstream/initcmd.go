@@ -50,6 +50,14 @@ directory must be new or empty. Then:
 				return err
 			}
 			w := c.App.Writer
+			if asJSON, _ := jsonOutput(c); asJSON {
+				return writeJSON(w, struct {
+					Name     string   `json:"name"`
+					Language string   `json:"language"`
+					Dir      string   `json:"dir"`
+					Files    []string `json:"files"`
+				}{name, string(lang), dir, orEmpty(files)})
+			}
 			fmt.Fprintf(w, "created %s project %s in %s:\n", lang, name, dir)
 			var sdk int
 			for _, f := range files {

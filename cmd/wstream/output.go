@@ -1,8 +1,13 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"io"
+	"slices"
+	"strings"
+
+	"github.com/urfave/cli/v2"
 
 	"github.com/wstream/wstream/api"
 	"github.com/wstream/wstream/coordinator"
@@ -42,7 +47,7 @@ func jsonView(rows any) any {
 // directory as GET /v1/jobs/{id}/checkpoints/history shows it, with the
 // checkpoints retained and the upgrades.
 func checkpointsJSON(w io.Writer, id string, hist []coordinator.HistoryEntry, ids []int64, ups []coordinator.UpgradeEntry) error {
-	out := api.CheckpointList{JobID: id, History: []api.Checkpoint{}, Retained: orEmpty(ids), Upgrades: ups}
+	out := api.CheckpointList{JobID: id, History: []api.Checkpoint{}, Retained: orEmpty(ids), Upgrades: api.UpgradesOf(ups)}
 	for _, e := range hist {
 		out.History = append(out.History, api.CheckpointOf(e))
 	}
@@ -63,4 +68,70 @@ func tenantsJSON(w io.Writer, r *transport.TenantReply) error {
 		out.Tenants = append(out.Tenants, api.TenantOf(t))
 	}
 	return writeJSON(w, out)
+}
+
+// ownJSON are the commands that print an object of their own with -o
+// json; REST's where it has the same object.
+var ownJSON = map[string]bool{
+	"list": true, "workers": true, "checkpoints": true, "inspect": true, "version": true,
+	"cancel": true, "savepoint": true, "stop": true, "upgrade": true, "deploy": true, "follow": true,
+	"build": true, "init": true, "completion": true, "server": true, "worker": true,
+	"tenant list": true, "context ls": true,
+}
+
+// withOutput gives every command -o (table or json). A command without an
+// object of its own prints, with -o json, what it did as
+// {"command": ..., "output": [lines]}: one JSON object whatever the
+// command, and the lines it would have printed for a person.
+func withOutput(cmds []*cli.Command, parent string) {
+	for _, cmd := range cmds {
+		name := strings.TrimSpace(parent + " " + cmd.Name)
+		if len(cmd.Subcommands) > 0 {
+			withOutput(cmd.Subcommands, name)
+			continue
+		}
+		if cmd.Action == nil || cmd.Hidden {
+			continue
+		}
+		if !slices.ContainsFunc(cmd.Flags, func(f cli.Flag) bool { return hasName(f, "output") }) {
+			cmd.Flags = append(cmd.Flags, outputFlag)
+		}
+		act, own := cmd.Action, ownJSON[name]
+		cmd.Action = func(c *cli.Context) error {
+			// A bad format is bad usage, before anything else is checked.
+			asJSON, err := jsonOutput(c)
+			if err != nil {
+				return err
+			}
+			if own || !asJSON {
+				return act(c)
+			}
+			// Both streams: some commands say what they did on stderr.
+			w, ew := c.App.Writer, c.App.ErrWriter
+			var out bytes.Buffer
+			c.App.Writer, c.App.ErrWriter = &out, &out
+			err = act(c)
+			c.App.Writer, c.App.ErrWriter = w, ew
+			if err != nil {
+				// What it said before it failed is for a person.
+				_, _ = ew.Write(out.Bytes())
+				return err
+			}
+			return writeJSON(w, commandOutput{Command: name, Output: orEmpty(lines(out.String()))})
+		}
+	}
+}
+
+// commandOutput is -o json of a command that has no object of its own.
+type commandOutput struct {
+	Command string   `json:"command"`
+	Output  []string `json:"output"`
+}
+
+func lines(s string) []string {
+	s = strings.TrimRight(s, "\n")
+	if s == "" {
+		return nil
+	}
+	return strings.Split(s, "\n")
 }

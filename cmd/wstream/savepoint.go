@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/urfave/cli/v2"
 
+	"github.com/wstream/wstream/api"
 	"github.com/wstream/wstream/checkpoint"
 	"github.com/wstream/wstream/coordinator"
 	"github.com/wstream/wstream/state"
@@ -166,11 +167,31 @@ func askSavepoint(c *cli.Context, jobID, dir string, stop, drain bool, asked tim
 		}
 		return errors.New(r.Error)
 	}
+	return savepointTaken(c, jobID, r.ID, r.Dir, stop, asked)
+}
+
+// savepointTaken reports a savepoint that completed: a line, or with -o
+// json the object GET /v1/jobs/{id}/savepoints/{request} answers for a
+// request of the REST API.
+func savepointTaken(c *cli.Context, jobID string, id int64, location string, stop bool, asked time.Time) error {
+	asJSON, err := jsonOutput(c)
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		kind := "savepoint"
+		if stop {
+			kind = "stop"
+		}
+		end := time.Now().UnixMilli()
+		return writeJSON(c.App.Writer, api.SavepointStatus{JobID: jobID, Kind: kind, Status: api.StatusCompleted, SavepointID: id,
+			Location: location, RequestedAt: asked.UnixMilli(), EndTime: &end})
+	}
 	verb := "savepoint"
 	if stop {
 		verb = "stopped with savepoint"
 	}
-	fmt.Fprintf(c.App.Writer, "%s %d of job %s: %s\n", verb, r.ID, jobID, r.Dir)
+	fmt.Fprintf(c.App.Writer, "%s %d of job %s: %s\n", verb, id, jobID, location)
 	return nil
 }
 
@@ -510,25 +531,21 @@ func localOutcome(c *cli.Context, jobID, dir string, stop bool, asked time.Time)
 		if dir == "" {
 			dir = filepath.Join(data, "savepoints")
 		}
-		verb := "savepoint"
-		if stop {
-			verb = "stopped with savepoint"
-		}
-		fmt.Fprintf(c.App.Writer, "%s %d of job %s: %s\n", verb, h.ID, jobID, checkpoint.JoinLocation(dir, fmt.Sprintf("savepoint-%s-%d", jobID, h.ID)))
-		return true, nil
+		return true, savepointTaken(c, jobID, h.ID, checkpoint.JoinLocation(dir, fmt.Sprintf("savepoint-%s-%d", jobID, h.ID)), stop, asked)
 	}
 	return true, fmt.Errorf("job %s ended (%s) before its savepoint completed: no savepoint was taken", jobID, strings.ToLower(rec.State))
 }
 
-// inspectJSON writes the checkpoint's metadata as stored and, with verify,
-// the outcome of the checks; a failed check is also the command's error.
+// inspectJSON writes what the checkpoint holds (api.Snapshot: the REST
+// API's names and units) and, with verify, the outcome of the checks; a
+// failed check is also the command's error.
 func inspectJSON(w io.Writer, st *checkpoint.Storage, m *checkpoint.Metadata, verify bool) error {
 	out := struct {
-		Metadata     *checkpoint.Metadata `json:"metadata"`
-		Verified     *bool                `json:"verified,omitempty"`
-		Missing      []string             `json:"missing,omitempty"`
-		Unreferenced []string             `json:"unreferenced,omitempty"`
-	}{Metadata: m}
+		api.Snapshot
+		Verified     *bool    `json:"verified,omitempty"`
+		Missing      []string `json:"missing,omitempty"`
+		Unreferenced []string `json:"unreferenced,omitempty"`
+	}{Snapshot: api.SnapshotOf(m)}
 	var failed error
 	if verify {
 		ok := true

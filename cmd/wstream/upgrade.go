@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/urfave/cli/v2"
 
+	"github.com/wstream/wstream/api"
 	"github.com/wstream/wstream/coordinator"
 	"github.com/wstream/wstream/engine"
 	"github.com/wstream/wstream/host"
@@ -96,6 +97,7 @@ func upgrade(c *cli.Context, jobID, module string, ov job.Overrides) error {
 	defer gone(nil)
 	go watchOwner(wctx, gone, c, jobID, e.Conn())
 	stopBusy = busy(c.App.ErrWriter, log, "upgrading job "+jobID+" (savepoint, then the new module)")
+	asked := time.Now()
 	r, err := e.Upgrade(wctx, jobID, d)
 	stopBusy()
 	if err != nil {
@@ -108,6 +110,12 @@ func upgrade(c *cli.Context, jobID, module string, ov job.Overrides) error {
 		return cli.Exit(err.Error(), 1)
 	}
 	w := c.App.Writer
+	if asJSON, _ := jsonOutput(c); asJSON {
+		st := upgradeJSON{UpgradeStatus: api.UpgradeStatus{JobID: jobID, RequestedAt: asked.UnixMilli()}, Module: d.ModuleName,
+			ModuleDigest: d.ModuleDigest, Migrated: orEmpty(r.Migrated)}
+		st.Finish(r, nil, time.Now())
+		return writeJSON(w, st)
+	}
 	fmt.Fprintf(w, "job %s upgraded to %s at savepoint %d (attempt %d)\n", jobID, d.ModuleName, r.Savepoint, r.Attempt)
 	if r.SavepointDir != "" {
 		fmt.Fprintf(w, "  savepoint: %s\n", r.SavepointDir)
@@ -121,6 +129,16 @@ func upgrade(c *cli.Context, jobID, module string, ov job.Overrides) error {
 		fmt.Fprintf(w, "  downtime: unknown (no record reached the new module yet)\n")
 	}
 	return nil
+}
+
+// upgradeJSON is what `wstream upgrade -o json` prints: the fields of a
+// rescale through REST (GET /v1/jobs/{id}/rescale), and the module the
+// job runs now with the states it migrated.
+type upgradeJSON struct {
+	api.UpgradeStatus
+	Module       string   `json:"module"`
+	ModuleDigest string   `json:"moduleDigest"`
+	Migrated     []string `json:"migrated"`
 }
 
 // ownerGone ends an upgrade's wait: the process that runs the job is gone
