@@ -26,6 +26,7 @@ import (
 	"github.com/wstream/wstream/job"
 	"github.com/wstream/wstream/operator/builtin"
 	"github.com/wstream/wstream/state"
+	"github.com/wstream/wstream/subtask"
 	"github.com/wstream/wstream/transport"
 )
 
@@ -422,11 +423,11 @@ func (t *task) onBarrier(ctx context.Context, ch int, m transport.Message) error
 func (t *task) runHandler(ctx context.Context) error {
 	for _, a := range t.handler.Ready() {
 		switch a := a.(type) {
-		case checkpoint.Block:
+		case subtask.Block:
 			t.gate.Block(a.Ch)
-		case checkpoint.Unblock:
+		case subtask.Unblock:
 			t.gate.Unblock(a.Ch)
-		case checkpoint.Snapshot:
+		case subtask.Snapshot:
 			trig := t.triggerTS[a.ID]
 			m := checkpoint.Metrics{
 				Alignment:      time.Duration(a.Alignment) * time.Millisecond,
@@ -441,7 +442,7 @@ func (t *task) runHandler(ctx context.Context) error {
 			if !a.Unaligned {
 				t.finishSnapshot()
 			}
-		case checkpoint.CaptureStart:
+		case subtask.CaptureStart:
 			if t.snap != nil && t.snap.id == a.ID {
 				in := t.inputs[a.Ch]
 				c := &capturedChannel{input: true, edge: in.edge, peer: in.peer, open: true}
@@ -452,7 +453,7 @@ func (t *task) runHandler(ctx context.Context) error {
 				}
 				t.snap.in[a.Ch] = c
 			}
-		case checkpoint.CaptureEnd:
+		case subtask.CaptureEnd:
 			// The capture is kept until ChannelStateDone; data after the
 			// barrier is not added any more.
 			if t.snap != nil && t.snap.id == a.ID {
@@ -461,11 +462,11 @@ func (t *task) runHandler(ctx context.Context) error {
 					c.endRange(a.ID)
 				}
 			}
-		case checkpoint.ChannelStateDone:
+		case subtask.ChannelStateDone:
 			if t.snap != nil && t.snap.id == a.ID {
 				t.finishSnapshot()
 			}
-		case checkpoint.ForwardCancel:
+		case subtask.ForwardCancel:
 			if err := t.dropSnapshot(ctx, a.ID, a.Reason); err != nil {
 				return err
 			}

@@ -15,6 +15,7 @@ import (
 	"github.com/wstream/wstream/job"
 	"github.com/wstream/wstream/operator"
 	"github.com/wstream/wstream/state"
+	"github.com/wstream/wstream/subtask"
 	"github.com/wstream/wstream/transport"
 )
 
@@ -291,7 +292,7 @@ type task struct {
 	// Checkpointing (nil ckpt: the job does not checkpoint).
 	ckpt      *ckptEnv
 	mbox      *mailbox
-	handler   *checkpoint.Handler
+	handler   *subtask.Handler
 	inputs    []inputRef // gate index → channel
 	triggerTS map[int64]int64
 	// alignStart holds when the first barrier of a checkpoint arrived.
