@@ -568,31 +568,30 @@ func (t *task) runGate(ctx context.Context) error {
 		}
 		t.split.to(timeIdle)
 		t.turn.yield()
-		ch, m, err := t.gate.Next(ctx, tc)
+		ev, err := t.gate.Next(ctx, tc)
 		t.split.to(timeBusy)
 		fired = false
 		wake.disarm()
-		if err == nil || transport.IsTimer(err) || errors.Is(err, transport.ErrInterrupted) {
-			// What the subtask does now, and the output it causes, is its
-			// tenant's work.
-			if err := t.turn.hold("its input"); err != nil {
-				return err
-			}
+		if err != nil {
+			return err
 		}
-		switch {
-		case transport.IsTimer(err):
+		// What the subtask does now, and the output it causes, is its
+		// tenant's work.
+		if err := t.turn.hold("its input"); err != nil {
+			return err
+		}
+		switch ev.Kind {
+		case transport.GateTimer:
 			if err := t.wakeUp(ctx); err != nil {
 				return err
 			}
 			fired = true
-		case errors.Is(err, transport.ErrInterrupted):
+		case transport.GateInterrupt:
 			if err := t.handleControl(ctx); err != nil {
 				return err
 			}
-		case err != nil:
-			return err
-		default:
-			if err := t.onMessage(ctx, ch, m); err != nil {
+		case transport.GateMessage:
+			if err := t.onMessage(ctx, ev.Ch, ev.Msg); err != nil {
 				return err
 			}
 		}
