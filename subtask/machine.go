@@ -416,12 +416,10 @@ func (m *Machine) snap(id int64) *snapState {
 	return nil
 }
 
-// dropSnap forgets the snapshot of id unless its asynchronous phase runs
-// already: that one still reports, and its ack of an aborted checkpoint is
-// one the coordinator ignores.
+// dropSnap forgets the snapshot of id, if the machine still holds it.
 func (m *Machine) dropSnap(id int64) bool {
 	for i, s := range m.snaps {
-		if s.id == id && !s.persist {
+		if s.id == id {
 			m.snaps = append(m.snaps[:i], m.snaps[i+1:]...)
 			return true
 		}
@@ -446,9 +444,15 @@ func (m *Machine) captured(id int64) {
 	}
 }
 
+// maybePersist hands the snapshot to its asynchronous phase once its
+// synchronous phase and its captures are done; the machine is done with it
+// then: the asynchronous phase reports its outcome (SnapshotDone), and an
+// abort no longer drops it (its ack of an aborted checkpoint is one the
+// coordinator ignores).
 func (m *Machine) maybePersist(s *snapState) {
 	if s.synced && s.captured && !s.persist {
 		s.persist = true
+		m.removeSnap(s.id)
 		m.emit(Persist{ID: s.id})
 	}
 }
@@ -457,37 +461,39 @@ func (m *Machine) maybePersist(s *snapState) {
 // synchronous phase declines the checkpoint (seed 003: the task declines,
 // the coordinator's failure count decides) and forwards a cancel marker,
 // so downstream stops waiting; only a sink pre-commit failure whose
-// transaction cannot be aborted fails the subtask. A failed asynchronous
-// phase declines. A snapshot dropped meanwhile is ignored.
+// transaction cannot be aborted fails the subtask. The asynchronous phase
+// ends in Ack, or in Decline when it failed. (A driver whose asynchronous
+// phase runs on a goroutine of its own, as the worker's does, acknowledges
+// from there and need not report it.) A synchronous phase of a snapshot
+// dropped meanwhile is ignored.
 func (m *Machine) SnapshotDone(id int64, phase Phase, out Outcome) error {
 	if m.finished {
 		return ErrFinished
 	}
-	s := m.snap(id)
-	if s == nil {
-		return nil
-	}
-	if out.Err != "" {
-		if out.SinkPreCommit && !m.cfg.SinkCanAbort {
-			m.finish(Finish{Err: out.Err})
-			return nil
-		}
-		m.removeSnap(id)
-		if phase == PhaseSync {
-			m.decline(id, out.Err)
-		} else {
+	if phase == PhaseAsync {
+		// The machine handed the snapshot off at Persist.
+		if out.Err != "" {
 			m.emit(Decline{ID: id, Reason: out.Err})
+		} else {
+			m.emit(Ack{ID: id})
 		}
 		return nil
 	}
-	switch phase {
-	case PhaseSync:
+	s := m.snap(id)
+	if s == nil || s.synced {
+		return nil
+	}
+	if out.Err == "" {
 		s.synced = true
 		m.maybePersist(s)
-	case PhaseAsync:
-		m.removeSnap(id)
-		m.emit(Ack{ID: id})
+		return nil
 	}
+	if out.SinkPreCommit && !m.cfg.SinkCanAbort {
+		m.finish(Finish{Err: out.Err})
+		return nil
+	}
+	m.removeSnap(id)
+	m.decline(id, out.Err)
 	return nil
 }
 
