@@ -130,10 +130,11 @@ func runChannel(b *testing.B, ncA, ncB *nats.Conn, jobID string, data []byte) ti
 	g := transport.NewInputGate([]transport.InputChannel{in})
 	n := 0
 	for g.Open() > 0 {
-		_, m, err := g.Next(ctx, nil)
+		ev, err := g.Next(ctx, nil)
 		if err != nil {
 			b.Fatal(err)
 		}
+		m := ev.Msg
 		if m.Kind == transport.KindData {
 			if len(m.Data) != len(data) {
 				b.Fatalf("batch of %d bytes, want %d", len(m.Data), len(data))

@@ -76,51 +76,9 @@
 //
 // # Barrier handlers
 //
-// A Handler runs in every subtask that has input channels, between its
-// input gate and its operator chain, one per subtask. The subtask reports
-// what it reads from the gate (Barrier, Cancel for a cancel marker, Data,
-// End), the time (Tick) and the coordinator's NotifyAborted (Abort), and
-// carries out the HandlerActions of Ready in their order. Per mode (seed
-// 000 §1.3–1.4, seed 001):
-//
-//   - ExactlyOnce (aligned): a channel that delivered barrier n is blocked;
-//     when every channel has delivered it (an ended channel counts as
-//     having delivered every barrier), Snapshot, then Unblock. With
-//     HandlerConfig.AlignedTimeout, an alignment that lasted that long when
-//     Tick looks switches to unaligned: Snapshot{Unaligned}, Unblock, then
-//     CaptureStart for the channels still without the barrier.
-//   - AtLeastOnce: nothing is blocked; Snapshot when every channel has
-//     delivered barrier n. Data read after a barrier is in the snapshot and
-//     replayed again on recovery.
-//   - Unaligned: Snapshot{Unaligned} at the first barrier of n, CaptureStart
-//     for every other open channel, CaptureEnd as each barrier arrives, then
-//     ChannelStateDone. Savepoints are aligned in this mode; they never
-//     switch to unaligned in any mode.
-//
-// The subtask's side of the contract:
-//
-//  1. Snapshot n: run the operators' pre-barrier hooks, forward barrier n on
-//     every output (an unaligned barrier goes ahead of the output still
-//     queued, which becomes output channel state), take the sync phase of
-//     the snapshot, then let the async phase run (seed 003, steps 1–4).
-//  2. The Unblocks that follow a Snapshot in one Ready come after it, so
-//     nothing read after a barrier reaches an aligned snapshot.
-//  3. Between CaptureStart{ch, n} and CaptureEnd{ch, n} every data message
-//     read from ch is processed as usual and also persisted as input channel
-//     state of n, to be replayed before new input on restore.
-//  4. Ack n to the coordinator when its async phase is done and, for an
-//     unaligned snapshot, after ChannelStateDone{n}.
-//  5. ForwardCancel n: drop whatever is in progress for n (async phase,
-//     captured channel state), forward a cancel marker for n on every
-//     output, and decline n to the coordinator unless the coordinator
-//     aborted it.
-//
-// At most one checkpoint is pending per handler, and ids only increase: a
-// barrier of a newer checkpoint drops the pending one (ForwardCancel
-// "subsumed by checkpoint m"); a cancel marker or Abort drops the pending
-// checkpoint, or, for a newer id, is remembered and forwarded so that its
-// barriers still on their way block nothing; barriers and cancels of ids
-// already done, dropped or older than the pending one are ignored.
+// The barrier handler (aligned, at-least-once, unaligned, aligned with a
+// timeout) lives in package subtask, with the rest of a subtask's
+// checkpoint behaviour; Kind and Mode here are its types.
 //
 // # Storage
 //

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/wstream/wstream/abi"
+	"github.com/wstream/wstream/subtask"
 )
 
 // TaskID names one subtask of a job: the chain's index in the physical graph
@@ -18,27 +19,17 @@ type TaskID struct {
 
 func (t TaskID) String() string { return fmt.Sprintf("%d/%d", t.Chain, t.Subtask) }
 
-// Kind says what a snapshot is for.
-type Kind uint8
+// Kind says what a snapshot is for; package subtask owns it.
+type Kind = subtask.Kind
 
 const (
 	// KindCheckpoint is a periodic checkpoint: owned by the system,
 	// retained per Config.Retain, discarded when subsumed.
-	KindCheckpoint Kind = iota + 1
+	KindCheckpoint = subtask.KindCheckpoint
 	// KindSavepoint is user-triggered: always aligned, never expires,
 	// never discarded by the system.
-	KindSavepoint
+	KindSavepoint = subtask.KindSavepoint
 )
-
-func (k Kind) String() string {
-	switch k {
-	case KindCheckpoint:
-		return "checkpoint"
-	case KindSavepoint:
-		return "savepoint"
-	}
-	return fmt.Sprintf("kind(%d)", uint8(k))
-}
 
 // FileHandle is one persisted file of a snapshot. Path is relative to the
 // checkpoint's directory, or, for a shared file, to the storage root; Size
@@ -136,17 +127,14 @@ type Metrics struct {
 	DeadLetters int64 `json:"deadLetters,omitempty"`
 }
 
-// SubsumedReason is why a subtask drops its part of a checkpoint that the
-// barrier or trigger of the newer checkpoint by overtook, and
-// SubsumedByCancelReason why it drops it for the cancel marker of a newer
-// checkpoint by. The coordinator recognises a decline whose reason ends so
-// and does not count it as a failure.
-func SubsumedReason(by int64) string { return fmt.Sprintf("subsumed by checkpoint %d", by) }
+// SubsumedReason is why a subtask drops a pending checkpoint that the
+// barrier or trigger of the newer checkpoint by overtook; package subtask
+// owns the wording, which the coordinator recognises (a decline so worded
+// is not a failure).
+func SubsumedReason(by int64) string { return subtask.SubsumedReason(by) }
 
 // SubsumedByCancelReason: see SubsumedReason.
-func SubsumedByCancelReason(by int64) string {
-	return fmt.Sprintf("subsumed by cancelled checkpoint %d", by)
-}
+func SubsumedByCancelReason(by int64) string { return subtask.SubsumedByCancelReason(by) }
 
 // subsumedBy returns the newer checkpoint a reason that ends as
 // SubsumedReason or SubsumedByCancelReason make it names.

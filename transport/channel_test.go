@@ -31,7 +31,7 @@ func TestLocalChannelBackpressure(t *testing.T) {
 		t.Fatalf("Len = %d, want 2", c.Len())
 	}
 	for _, want := range []string{"a", "b", "c"} {
-		_, m, err := g.Next(ctx, nil)
+		_, m, err := g.nextMessage(ctx)
 		if err != nil || string(m.Data) != want {
 			t.Fatalf("Next = %q, %v; want %q", m.Data, err, want)
 		}
@@ -56,78 +56,6 @@ func TestLocalChannelSendCancelAndClose(t *testing.T) {
 	}
 }
 
-func TestGateRoundRobinBlockAndEnd(t *testing.T) {
-	a, b := NewLocalChannel(8), NewLocalChannel(8)
-	g := NewInputGate([]InputChannel{a, b})
-	ctx := context.Background()
-	for _, s := range []string{"a1", "a2", "a3"} {
-		_ = a.Send(ctx, data(s))
-	}
-	for _, s := range []string{"b1", "b2"} {
-		_ = b.Send(ctx, data(s))
-	}
-	_ = b.Send(ctx, Message{Kind: KindEnd})
-	var got []string
-	for i := 0; i < 4; i++ {
-		ch, m, err := g.Next(ctx, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got = append(got, string(m.Data)+"@"+string(rune('0'+ch)))
-	}
-	want := []string{"a1@0", "b1@1", "a2@0", "b2@1"}
-	for i := range want {
-		if got[i] != want[i] {
-			t.Fatalf("order = %v, want %v (round robin)", got, want)
-		}
-	}
-	// Block channel 0: only b's end comes through.
-	g.Block(0)
-	ch, m, err := g.Next(ctx, nil)
-	if err != nil || ch != 1 || m.Kind != KindEnd {
-		t.Fatalf("Next with 0 blocked = %d %v %v", ch, m.Kind, err)
-	}
-	if g.Open() != 1 {
-		t.Fatalf("Open = %d after one end", g.Open())
-	}
-	// Nothing else is readable: a timer ends the wait.
-	tm := time.NewTimer(10 * time.Millisecond)
-	if _, _, err := g.Next(ctx, tm.C); !IsTimer(err) {
-		t.Fatalf("Next on blocked gate = %v, want timer", err)
-	}
-	g.Unblock(0)
-	ch, m, err = g.Next(ctx, nil)
-	if err != nil || ch != 0 || string(m.Data) != "a3" {
-		t.Fatalf("after Unblock: %d %q %v", ch, m.Data, err)
-	}
-	// An ended channel is never read again even if something follows.
-	_ = b.Send(ctx, data("late"))
-	cctx, cancel := context.WithCancel(ctx)
-	cancel()
-	if _, _, err := g.Next(cctx, nil); !errors.Is(err, context.Canceled) {
-		t.Fatalf("Next = %v, want ctx error (ended channel must not be read)", err)
-	}
-}
-
-func TestGateWakesOnSend(t *testing.T) {
-	a := NewLocalChannel(1)
-	g := NewInputGate([]InputChannel{a})
-	done := make(chan Message, 1)
-	go func() {
-		_, m, _ := g.Next(context.Background(), nil)
-		done <- m
-	}()
-	_ = a.Send(context.Background(), data("wake"))
-	select {
-	case m := <-done:
-		if string(m.Data) != "wake" {
-			t.Fatalf("got %q", m.Data)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("gate did not wake on Send")
-	}
-}
-
 func TestOvertakeJumpsTheQueueAndReportsOvertakenData(t *testing.T) {
 	c := NewLocalChannel(2)
 	g := NewInputGate([]InputChannel{c})
@@ -144,7 +72,7 @@ func TestOvertakeJumpsTheQueueAndReportsOvertakenData(t *testing.T) {
 	}
 	want := []Kind{KindBarrier, KindData, KindWatermark}
 	for i, k := range want {
-		_, m, err := g.Next(ctx, nil)
+		_, m, err := g.nextMessage(ctx)
 		if err != nil || m.Kind != k {
 			t.Fatalf("message %d = %v %v, want %v", i, m.Kind, err, k)
 		}
@@ -162,13 +90,13 @@ func TestOvertakeJumpsTheQueueAndReportsOvertakenData(t *testing.T) {
 		}
 	}
 	for i := 9; i >= 0; i-- {
-		_, m, _ := g.Next(ctx, nil)
+		_, m, _ := g.nextMessage(ctx)
 		if m.Kind != KindCancel || m.Checkpoint != int64(i) {
 			t.Fatalf("got %v %d, want cancel %d (last overtaker first)", m.Kind, m.Checkpoint, i)
 		}
 	}
 	for _, w := range []string{"p", "q"} {
-		_, m, _ := g.Next(ctx, nil)
+		_, m, _ := g.nextMessage(ctx)
 		if string(m.Data) != w {
 			t.Fatalf("got %q, want %q", m.Data, w)
 		}
@@ -176,30 +104,6 @@ func TestOvertakeJumpsTheQueueAndReportsOvertakenData(t *testing.T) {
 	c.Close()
 	if _, err := c.Overtake(Message{Kind: KindBarrier}); !errors.Is(err, ErrClosed) {
 		t.Fatalf("Overtake after Close = %v", err)
-	}
-}
-
-func TestGateInterrupt(t *testing.T) {
-	a := NewLocalChannel(1)
-	g := NewInputGate([]InputChannel{a})
-	done := make(chan error, 1)
-	go func() {
-		_, _, err := g.Next(context.Background(), nil)
-		done <- err
-	}()
-	g.Interrupt()
-	select {
-	case err := <-done:
-		if !errors.Is(err, ErrInterrupted) {
-			t.Fatalf("Next = %v, want ErrInterrupted", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("Interrupt did not wake Next")
-	}
-	// The interrupt is consumed: the next call reads data.
-	_ = a.Send(context.Background(), data("x"))
-	if _, m, err := g.Next(context.Background(), nil); err != nil || string(m.Data) != "x" {
-		t.Fatalf("after interrupt: %q %v", m.Data, err)
 	}
 }
 
@@ -236,7 +140,7 @@ func TestSendOrInterruptAndPriority(t *testing.T) {
 		t.Fatalf("TakePriority = %d %+v %t", ch, m, ok)
 	}
 	// The data behind it is still there.
-	if _, m, _ := g.Next(ctx, nil); string(m.Data) != "a" {
+	if _, m, _ := g.nextMessage(ctx); string(m.Data) != "a" {
 		t.Fatalf("after the barrier: %q", m.Data)
 	}
 }

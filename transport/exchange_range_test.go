@@ -82,7 +82,7 @@ func TestExchangeOvertakeRange(t *testing.T) {
 	recv := func(from, to int) {
 		t.Helper()
 		for i := from; i < to; {
-			_, m, err := g.Next(ctx, nil)
+			_, m, err := g.nextMessage(ctx)
 			if err != nil {
 				t.Fatal(err)
 			}

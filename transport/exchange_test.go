@@ -113,7 +113,7 @@ func TestExchangeOrderAndInBand(t *testing.T) {
 	g := NewInputGate([]InputChannel{in})
 	var got []Message
 	for g.Open() > 0 {
-		_, m, err := g.Next(ctx, nil)
+		_, m, err := g.nextMessage(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -225,7 +225,7 @@ func TestExchangeOvertake(t *testing.T) {
 	}
 	waitLen(t, in, 7)
 	for i := 0; i < 2; i++ {
-		if _, m, err := g.Next(ctx, nil); err != nil || !bytes.Equal(m.Data, batch(i)) {
+		if _, m, err := g.nextMessage(ctx); err != nil || !bytes.Equal(m.Data, batch(i)) {
 			t.Fatalf("message %d: %q %v", i, m.Data, err)
 		}
 	}
@@ -257,7 +257,7 @@ func TestExchangeOvertake(t *testing.T) {
 	}
 	var rest []Message
 	for len(rest) < 6 {
-		_, m, err := g.Next(ctx, nil)
+		_, m, err := g.nextMessage(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -3,6 +3,7 @@ package transport
 import (
 	"context"
 	"errors"
+	"strconv"
 	"sync/atomic"
 	"time"
 )
@@ -54,20 +55,43 @@ func (g *InputGate) Unblock(i int) {
 	}
 }
 
-// errTimer is returned by Next when the timer fired before any message.
-var errTimer = timerFired{}
+// ErrInterrupted is returned by SendOr when its interrupt channel receives
+// before the message is enqueued.
+var ErrInterrupted = errors.New("transport: send interrupted")
 
-type timerFired struct{}
+// GateEventKind says what ended a wait of Next.
+type GateEventKind uint8
 
-func (timerFired) Error() string { return "transport: timer fired" }
+const (
+	// GateMessage: a message arrived on channel Ch.
+	GateMessage GateEventKind = iota + 1
+	// GateTimer: the timer passed to Next fired before any message.
+	GateTimer
+	// GateInterrupt: Interrupt was called (control messages wait).
+	GateInterrupt
+)
 
-// IsTimer reports whether err is Next's timer signal.
-func IsTimer(err error) bool { _, ok := err.(timerFired); return ok }
+func (k GateEventKind) String() string {
+	switch k {
+	case GateMessage:
+		return "message"
+	case GateTimer:
+		return "timer"
+	case GateInterrupt:
+		return "interrupt"
+	}
+	return "gate-event(" + strconv.Itoa(int(k)) + ")"
+}
 
-// ErrInterrupted is returned by Next after Interrupt.
-var ErrInterrupted = errors.New("transport: gate interrupted")
+// GateEvent is what Next returns: a message and its channel, the timer, or
+// an interrupt. None of them is an error.
+type GateEvent struct {
+	Kind GateEventKind
+	Ch   int // GateMessage: the channel's index
+	Msg  Message
+}
 
-// Interrupt makes the current or next call of Next return ErrInterrupted,
+// Interrupt makes the current or next call of Next return a GateInterrupt,
 // so that the subtask can handle control messages (checkpoint triggers and
 // notifications) while it waits for input. Safe from any goroutine.
 func (g *InputGate) Interrupt() {
@@ -78,14 +102,15 @@ func (g *InputGate) Interrupt() {
 	}
 }
 
-// Next returns the next message and the index of its channel. It blocks
-// until a message arrives, timer (which may be nil) fires — then it returns
-// an error for which IsTimer is true — or ctx is done. KindEnd is delivered
-// once per channel; after it the channel is not read again.
-func (g *InputGate) Next(ctx context.Context, timer <-chan time.Time) (int, Message, error) {
+// Next returns the next event: a message and the index of its channel, the
+// firing of timer (which may be nil) before any message, or an interrupt.
+// It blocks until one of them happens; its error is ctx's when ctx is done
+// first. KindEnd is delivered once per channel; after it the channel is not
+// read again.
+func (g *InputGate) Next(ctx context.Context, timer <-chan time.Time) (GateEvent, error) {
 	for {
 		if g.interrupted.Load() && g.interrupted.CompareAndSwap(true, false) {
-			return -1, Message{}, ErrInterrupted
+			return GateEvent{Kind: GateInterrupt, Ch: -1}, nil
 		}
 		n := len(g.chans)
 		for k := 0; k < n; k++ {
@@ -102,15 +127,15 @@ func (g *InputGate) Next(ctx context.Context, timer <-chan time.Time) (int, Mess
 					g.ended[i] = true
 					g.open--
 				}
-				return i, m, nil
+				return GateEvent{Kind: GateMessage, Ch: i, Msg: m}, nil
 			}
 		}
 		select {
 		case <-g.wake:
 		case <-timer:
-			return -1, Message{}, errTimer
+			return GateEvent{Kind: GateTimer, Ch: -1}, nil
 		case <-ctx.Done():
-			return -1, Message{}, ctx.Err()
+			return GateEvent{}, ctx.Err()
 		}
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/wstream/wstream/checkpoint"
 	"github.com/wstream/wstream/job"
 	"github.com/wstream/wstream/operator/builtin"
+	"github.com/wstream/wstream/subtask"
 	"github.com/wstream/wstream/transport"
 )
 
@@ -184,7 +185,7 @@ func TestDeclineAtOnce(t *testing.T) {
 	a, b := transport.NewLocalChannel(4), transport.NewLocalChannel(4)
 	tk.gate = transport.NewInputGate([]transport.InputChannel{a, b})
 	tk.inputs = []inputRef{{edge: 0, peer: 0}, {edge: 0, peer: 1}}
-	h, err := checkpoint.NewHandler(checkpoint.HandlerConfig{Channels: 2, Mode: checkpoint.Unaligned})
+	h, err := subtask.NewHandler(subtask.HandlerConfig{Channels: 2, Mode: checkpoint.Unaligned})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,18 +1,12 @@
 package worker
 
 import (
-	"bytes"
 	"context"
-	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
-	"sort"
-	"strings"
 	"sync"
 	"time"
 
@@ -21,11 +15,8 @@ import (
 	"github.com/wstream/wstream/abi"
 	"github.com/wstream/wstream/checkpoint"
 	"github.com/wstream/wstream/connector"
-	"github.com/wstream/wstream/host"
-	"github.com/wstream/wstream/internal/logging"
 	"github.com/wstream/wstream/job"
-	"github.com/wstream/wstream/operator/builtin"
-	"github.com/wstream/wstream/state"
+	"github.com/wstream/wstream/subtask"
 	"github.com/wstream/wstream/transport"
 )
 
@@ -422,11 +413,11 @@ func (t *task) onBarrier(ctx context.Context, ch int, m transport.Message) error
 func (t *task) runHandler(ctx context.Context) error {
 	for _, a := range t.handler.Ready() {
 		switch a := a.(type) {
-		case checkpoint.Block:
+		case subtask.Block:
 			t.gate.Block(a.Ch)
-		case checkpoint.Unblock:
+		case subtask.Unblock:
 			t.gate.Unblock(a.Ch)
-		case checkpoint.Snapshot:
+		case subtask.Snapshot:
 			trig := t.triggerTS[a.ID]
 			m := checkpoint.Metrics{
 				Alignment:      time.Duration(a.Alignment) * time.Millisecond,
@@ -441,7 +432,7 @@ func (t *task) runHandler(ctx context.Context) error {
 			if !a.Unaligned {
 				t.finishSnapshot()
 			}
-		case checkpoint.CaptureStart:
+		case subtask.CaptureStart:
 			if t.snap != nil && t.snap.id == a.ID {
 				in := t.inputs[a.Ch]
 				c := &capturedChannel{input: true, edge: in.edge, peer: in.peer, open: true}
@@ -452,7 +443,7 @@ func (t *task) runHandler(ctx context.Context) error {
 				}
 				t.snap.in[a.Ch] = c
 			}
-		case checkpoint.CaptureEnd:
+		case subtask.CaptureEnd:
 			// The capture is kept until ChannelStateDone; data after the
 			// barrier is not added any more.
 			if t.snap != nil && t.snap.id == a.ID {
@@ -461,11 +452,11 @@ func (t *task) runHandler(ctx context.Context) error {
 					c.endRange(a.ID)
 				}
 			}
-		case checkpoint.ChannelStateDone:
+		case subtask.ChannelStateDone:
 			if t.snap != nil && t.snap.id == a.ID {
 				t.finishSnapshot()
 			}
-		case checkpoint.ForwardCancel:
+		case subtask.ForwardCancel:
 			if err := t.dropSnapshot(ctx, a.ID, a.Reason); err != nil {
 				return err
 			}
@@ -678,141 +669,6 @@ func (t *task) finishSnapshot() {
 	}()
 }
 
-// persist is the asynchronous phase: copy the state files and the channel
-// state into storage, then acknowledge (or decline on failure).
-func (t *task) persist(snap *snapshotInProgress) {
-	start := time.Now()
-	ack := transport.CheckpointAck{JobID: t.jobID, Attempt: t.attempt, Task: t.id, ID: snap.id}
-	fail := func(err error) {
-		ack.Decline = fmt.Sprintf("subtask %s: %v", t.label, err)
-		ack.State = nil
-		t.ckpt.publish(ack)
-	}
-	st := snap.state
-	s := t.ckpt.storage
-	base := s.TaskDir(snap.id, t.id)
-	if snap.stateDir != "" {
-		var files []checkpoint.FileHandle
-		var err error
-		switch {
-		case snap.kind == checkpoint.KindSavepoint && t.ckpt.nativeSavepoints:
-			// Self-contained copies of the Pebble files: never shared.
-			files, err = s.CopyDir(snap.id, base+"/state", snap.stateDir)
-		case snap.kind == checkpoint.KindSavepoint:
-			files, err = t.exportCanonical(snap, base)
-		case t.ckpt.incremental:
-			files, err = t.uploadIncremental(snap, base)
-		default:
-			files, err = s.CopyDir(snap.id, base+"/state", snap.stateDir)
-		}
-		if err != nil {
-			_ = os.RemoveAll(snap.stateDir)
-			fail(err)
-			return
-		}
-		st.State = files
-		for _, f := range files {
-			snap.metrics.StateSize += f.Size
-		}
-		if !t.ckpt.incremental || snap.kind == checkpoint.KindSavepoint {
-			snap.metrics.Uploaded = snap.metrics.StateSize
-		}
-	}
-	// The sync snapshot is removed, or kept as the local snapshot once the
-	// checkpoint is persisted.
-	keep := snap.stateDir != "" && snap.kind == checkpoint.KindCheckpoint && t.localDir() != ""
-	if snap.stateDir != "" && !keep {
-		_ = os.RemoveAll(snap.stateDir)
-	}
-	fail = func(err error) {
-		if keep {
-			_ = os.RemoveAll(snap.stateDir)
-		}
-		ack.Decline = fmt.Sprintf("subtask %s: %v", t.label, err)
-		ack.State = nil
-		t.ckpt.publish(ack)
-	}
-	chans := append(snap.out, snap.replay...)
-	for _, c := range snap.in {
-		if c != nil && (len(c.batches) > 0 || c.rng != nil) {
-			chans = append(chans, *c)
-		}
-	}
-	for _, c := range chans {
-		side := "out"
-		switch {
-		case c.replay:
-			// Its own file: the same channel may have a capture too,
-			// which is replayed after it.
-			side = "replay"
-		case c.input:
-			side = "in"
-		}
-		// A channel with a range has a file too, empty unless batches
-		// follow the range: every channel state names a file.
-		f, err := s.WriteFile(snap.id, fmt.Sprintf("%s/channels/%s-%d-%d", base, side, c.edge, c.peer), encodeChannel(c.batches))
-		if err != nil {
-			fail(err)
-			return
-		}
-		st.Channels = append(st.Channels, checkpoint.ChannelState{Input: c.input, Edge: c.edge, Peer: c.peer, File: f, Bytes: c.bytes, Range: c.rng})
-		// Only what was written counts as persisted; a range stays in the
-		// stream.
-		snap.metrics.InFlightBytes += c.bytes
-		if c.rng != nil {
-			snap.metrics.InFlightReferenced += c.rng.Bytes
-		}
-	}
-	if keep {
-		// Not keeping it only costs a restore from storage.
-		if err := t.keepLocal(snap); err != nil {
-			t.ckpt.log.Warn("keeping the local snapshot", "subtask", t.label, "err", err)
-		}
-	}
-	snap.metrics.Async = time.Since(start)
-	ack.State, ack.Metrics = st, snap.metrics
-	t.ckpt.publish(ack)
-}
-
-// encodeChannel frames batches as u32 length + bytes.
-func encodeChannel(batches [][]byte) []byte {
-	n := 0
-	for _, b := range batches {
-		n += 4 + len(b)
-	}
-	out := make([]byte, 0, n)
-	for _, b := range batches {
-		out = binary.LittleEndian.AppendUint32(out, uint32(len(b)))
-		out = append(out, b...)
-	}
-	return out
-}
-
-// decodeChannel reverses encodeChannel, validating every batch.
-func decodeChannel(r io.Reader, what string) ([][]byte, error) {
-	data, err := io.ReadAll(r)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", what, err)
-	}
-	var out [][]byte
-	for len(data) > 0 {
-		if len(data) < 4 {
-			return nil, fmt.Errorf("%s: truncated frame header", what)
-		}
-		n := int(binary.LittleEndian.Uint32(data))
-		if n > len(data)-4 {
-			return nil, fmt.Errorf("%s: frame of %d bytes overruns the file", what, n)
-		}
-		b := data[4 : 4+n]
-		if _, err := abi.Validate(b); err != nil {
-			return nil, fmt.Errorf("%s: %w", what, err)
-		}
-		out = append(out, b)
-		data = data[4+n:]
-	}
-	return out, nil
-}
-
 // decline tells the coordinator that the subtask dropped its part of
 // checkpoint id, and why: the coordinator aborts it at once.
 func (t *task) decline(id int64, reason string) {
@@ -914,81 +770,6 @@ func (t *task) notifyAborted(ctx context.Context, id int64, reason string) error
 	return nil
 }
 
-// restoreChannels replays the channel state of the checkpoint the attempt
-// starts from: captured output is sent again ahead of new output, captured
-// input is processed before the gate is read.
-func (t *task) restoreChannels(ctx context.Context, st *checkpoint.SubtaskState) error {
-	var replay []replayBatch
-	var resend []resendBatch
-	defer func() { t.replayRest, t.resendRest = nil, nil }()
-	s := t.ckpt.storage
-	for _, c := range st.Channels {
-		var batches [][]byte
-		if c.Range != nil {
-			// Overtaken data left in the data stream.
-			if t.ckpt.js == nil {
-				return fmt.Errorf("subtask %s: checkpoint %d refers to %s in stream %s, and the worker has no JetStream to read it", t.label, t.ckpt.restore.ID, c.Range.Subject, c.Range.Stream)
-			}
-			rctx, cancel := context.WithTimeout(ctx, time.Minute)
-			b, err := transport.ReadRange(rctx, t.ckpt.js, *c.Range)
-			cancel()
-			if err != nil {
-				return fmt.Errorf("subtask %s: checkpoint %d is unusable: %w", t.label, t.ckpt.restore.ID, err)
-			}
-			batches = b
-		}
-		if c.File.Path != "" {
-			r, err := s.Open(t.ckpt.restore.ID, c.File)
-			if err != nil {
-				return err
-			}
-			b, err := decodeChannel(r, c.File.Path)
-			r.Close()
-			if err != nil {
-				return err
-			}
-			batches = append(batches, b...)
-		}
-		if !c.Input {
-			out, idx := t.outChannel(c.Edge, c.Peer)
-			if out == nil {
-				return fmt.Errorf("subtask %s: channel state of edge %d names subtask %d, which this job does not have", t.label, c.Edge, c.Peer)
-			}
-			for _, b := range batches {
-				resend = append(resend, resendBatch{out: out, ch: idx, data: b})
-			}
-			continue
-		}
-		for _, b := range batches {
-			replay = append(replay, replayBatch{edge: c.Edge, peer: c.Peer, data: b})
-		}
-	}
-	// Captured output goes out again first. The sends take checkpoints
-	// while they wait for room, as any send does (a job that fails before
-	// it could resend a large channel state would otherwise never checkpoint
-	// again): such a checkpoint holds what was not resent yet as its output
-	// channel state, after what its barrier overtook.
-	for i, b := range resend {
-		t.resendRest = resend[i+1:]
-		if err := t.sendMsg(ctx, b.out, b.ch, transport.Message{Kind: transport.KindData, Data: b.data}); err != nil {
-			return err
-		}
-	}
-	t.resendRest = nil
-	// Captured input goes through the chain after the captured output went
-	// out. A checkpoint taken while a send of the replay blocks (unaligned)
-	// holds the batches not replayed yet as its input channel state: they
-	// are in no other part of it, and a restore from it replays them.
-	for i, b := range replay {
-		t.replayRest = replay[i+1:]
-		if err := t.deliver(ctx, 0, b.data); err != nil {
-			return err
-		}
-	}
-	t.replayRest = nil
-	return t.flush(ctx)
-}
-
 // resendBatch is a batch of restored output channel state, with its channel.
 type resendBatch struct {
 	out  *outEdge
@@ -1002,369 +783,9 @@ type replayBatch struct {
 	data       []byte
 }
 
-// replayState returns the restored input not replayed yet, as channel state
-// by channel, in replay order.
-func (t *task) replayState() []capturedChannel {
-	var out []capturedChannel
-	for _, b := range t.replayRest {
-		if n := len(out); n == 0 || out[n-1].edge != b.edge || out[n-1].peer != b.peer {
-			out = append(out, capturedChannel{input: true, replay: true, edge: b.edge, peer: b.peer})
-		}
-		c := &out[len(out)-1]
-		c.batches = append(c.batches, b.data)
-		c.bytes += int64(len(b.data))
-	}
-	return out
-}
-
-func (t *task) outChannel(edge, peer int) (*outEdge, int) {
-	for _, o := range t.outs {
-		if o.edge.Index != edge {
-			continue
-		}
-		for i, p := range o.peers {
-			if p == peer {
-				return o, i
-			}
-		}
-	}
-	return nil, 0
-}
-
-// operatorState returns the restored operator state of vertex, if any.
-func (t *task) operatorState(vertex string) []byte {
-	if t.restored == nil {
-		return nil
-	}
-	return t.restored.Operator[vertex]
-}
-
-// ackJSON is used by the worker to publish acks.
-func ackJSON(a transport.CheckpointAck) []byte {
-	b, _ := json.Marshal(a)
-	return b
-}
-
 // canonicalFile is the name of a subtask's keyed state in a savepoint.
 const canonicalFile = "canonical.zst"
-
-// exportCanonical writes the keyed state of a savepoint's sync snapshot in
-// the canonical, backend-independent format: it opens the snapshot's Pebble
-// checkpoint as a store of its own and exports it, so processing went on
-// meanwhile.
-func (t *task) exportCanonical(snap *snapshotInProgress, base string) ([]checkpoint.FileHandle, error) {
-	st, err := state.Open(state.Options{Dir: snap.stateDir, MaxParallelism: t.store.MaxParallelism(), KeyGroups: snap.state.KeyGroups})
-	if err != nil {
-		return nil, fmt.Errorf("opening snapshot %d for export: %w", snap.id, err)
-	}
-	// The canonical format is zstd already: the storage stores it as it
-	// is, whatever compression it applies to Pebble files.
-	h, err := t.ckpt.storage.WriteFrom(snap.id, base+"/state/"+canonicalFile, func(w io.Writer) error {
-		_, err := st.ExportCanonical(w, 0)
-		return err
-	})
-	if cerr := st.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return nil, fmt.Errorf("exporting savepoint %d: %w", snap.id, err)
-	}
-	return []checkpoint.FileHandle{h}, nil
-}
-
-// oldTasks returns the savepoint's subtask states of the chain whose head is
-// vertex, ordered by subtask, and the parallelism they ran with.
-func (e *ckptEnv) oldTasks(vertex string) ([]*checkpoint.SubtaskState, int) {
-	var chain *job.Chain
-	for _, c := range e.oldGraph.Chains {
-		if c.Vertices[0].ID == vertex {
-			chain = c
-		}
-	}
-	if chain == nil {
-		return nil, 0
-	}
-	out := make([]*checkpoint.SubtaskState, chain.Parallelism)
-	for i := range e.restore.Tasks {
-		st := &e.restore.Tasks[i]
-		if st.Task.Chain == chain.Index && st.Task.Subtask < chain.Parallelism {
-			out[st.Task.Subtask] = st
-		}
-	}
-	return out, chain.Parallelism
-}
-
-// importSavepointState fills a new subtask's store with the keyed state of
-// every old subtask of the same vertex whose key groups overlap its own:
-// the import keeps only the key groups the store owns (rescaling). It
-// returns the bytes of savepoint files it read.
-func (t *task) importSavepointState(vertex string, migrate state.Migrate) (read int64, err error) {
-	env := t.ckpt
-	olds, _ := env.oldTasks(vertex)
-	mine := t.store.KeyGroups()
-	for _, st := range olds {
-		if st == nil || len(st.State) == 0 || st.KeyGroups.End < mine.Start || st.KeyGroups.Start > mine.End {
-			continue
-		}
-		if !isCanonical(st.State) {
-			// A checkpoint's native Pebble files: restore them, then move
-			// this subtask's key groups over in the canonical form.
-			n, err := t.importNative(st, migrate)
-			read += n
-			if err != nil {
-				return read, err
-			}
-			continue
-		}
-		for _, f := range st.State {
-			r, err := env.restoreStorage.Open(env.restore.ID, f)
-			if err != nil {
-				return read, err
-			}
-			_, err = t.store.ImportCanonicalMigrating(r, migrate)
-			r.Close()
-			if err != nil {
-				return read, fmt.Errorf("savepoint file %s: %w", f.Path, err)
-			}
-			read += f.Size
-		}
-	}
-	return read, nil
-}
-
-// isCanonical reports whether a subtask's state is a canonical export.
-func isCanonical(files []checkpoint.FileHandle) bool {
-	return len(files) == 1 && !files[0].Shared && filepath.Base(files[0].Path) == canonicalFile
-}
-
-// importNative imports the key groups this subtask owns from an old
-// subtask's native snapshot: the Pebble files are restored into a scratch
-// directory, and the owned key groups' span of them is written into SST
-// files that this subtask's store ingests (state.Store.ImportStore). With
-// values to migrate, the scratch directory is opened as a store of the old
-// range instead and streamed through the canonical format, migrate
-// converting each value.
-func (t *task) importNative(old *checkpoint.SubtaskState, migrate state.Migrate) (int64, error) {
-	env := t.ckpt
-	start := time.Now()
-	tmp := filepath.Join(env.tmpDir, fmt.Sprintf("rescale-%d-%d-%d", old.Task.Chain, old.Task.Subtask, t.subtask))
-	_ = os.RemoveAll(tmp)
-	defer os.RemoveAll(tmp)
-	if err := env.restoreStorage.Restore(env.restore, old.Task, tmp); err != nil {
-		return 0, err
-	}
-	var read int64
-	for _, f := range old.State {
-		read += f.Size
-	}
-	if migrate == nil {
-		st, err := t.store.ImportStore(tmp, old.KeyGroups)
-		if err != nil {
-			return read, fmt.Errorf("moving the state of subtask %s of checkpoint %d: %w", old.Task, env.restore.ID, err)
-		}
-		env.log.Info("rescaled keyed state", "subtask", t.label, "from", old.Task.String(), logging.Checkpoint, env.restore.ID,
-			"read_bytes", read, "entries", st.Entries, "timers", st.Timers, "seconds", time.Since(start).Seconds())
-		return read, nil
-	}
-	src, err := state.Open(state.Options{Dir: tmp, MaxParallelism: t.store.MaxParallelism(), KeyGroups: old.KeyGroups})
-	if err != nil {
-		return read, fmt.Errorf("opening the state of subtask %s of checkpoint %d: %w", old.Task, env.restore.ID, err)
-	}
-	pr, pw := io.Pipe()
-	go func() {
-		_, err := src.ExportCanonical(pw, 0)
-		pw.CloseWithError(err)
-	}()
-	_, err = t.store.ImportCanonicalMigrating(pr, migrate)
-	pr.Close()
-	if cerr := src.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return read, fmt.Errorf("moving the state of subtask %s of checkpoint %d: %w", old.Task, env.restore.ID, err)
-	}
-	return read, nil
-}
-
-// savepointOffset returns the position a new source subtask starts from:
-// the old subtask's own offset when the parallelism is unchanged, else the
-// old offsets redistributed.
-func (t *task) savepointOffset(vertex, connectorName string) ([]byte, error) {
-	olds, p := t.ckpt.oldTasks(vertex)
-	if olds == nil {
-		return nil, nil
-	}
-	offs := make([][]byte, p)
-	for s, st := range olds {
-		if st != nil {
-			offs[s] = st.Operator[vertex]
-		}
-	}
-	if p == t.chain.Parallelism {
-		return offs[t.subtask], nil
-	}
-	return connector.RescaleOffsets(connectorName, offs, t.subtask, t.chain.Parallelism)
-}
-
-// uploadIncremental persists a keyed-state snapshot incrementally: Pebble's
-// SST files are immutable, so each is stored once, shared, named by its
-// content, and referenced by every later checkpoint that still has it (the
-// coordinator's registry deletes it when none does); the small mutable files
-// (MANIFEST, OPTIONS, WAL) are copied into the checkpoint itself.
-func (t *task) uploadIncremental(snap *snapshotInProgress, base string) ([]checkpoint.FileHandle, error) {
-	var paths []string
-	err := filepath.WalkDir(snap.stateDir, func(p string, de os.DirEntry, err error) error {
-		if err == nil && !de.IsDir() {
-			paths = append(paths, p)
-		}
-		return err
-	})
-	if err != nil {
-		return nil, err
-	}
-	// The files go up side by side: each is written, synced and renamed
-	// (a shared table's directory synced too), and on a local disk the
-	// syncs of several files share the filesystem's journal commits,
-	// where one after the other each waits for its own (a checkpoint's
-	// asynchronous phase was mostly that wait, and a job with checkpoints
-	// ends with one).
-	files := make([]checkpoint.FileHandle, len(paths))
-	uploaded := make([]bool, len(paths))
-	errs := make([]error, len(paths))
-	sem := make(chan struct{}, uploadConcurrency)
-	var wg sync.WaitGroup
-	for i, p := range paths {
-		sem <- struct{}{}
-		wg.Add(1)
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			files[i], uploaded[i], errs[i] = t.uploadStateFile(snap, base, p)
-		}()
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		return nil, err
-	}
-	for i, h := range files {
-		if uploaded[i] {
-			snap.metrics.Uploaded += h.Size
-		}
-	}
-	return files, nil
-}
 
 // uploadConcurrency bounds the files of one subtask's checkpoint that go
 // to storage at once.
 const uploadConcurrency = 4
-
-// uploadStateFile puts one file of the snapshot's Pebble checkpoint into
-// storage as a shared file, named by its content: it is written (and
-// synced) once, by whichever checkpoint has it first. That holds for the
-// tables, which Pebble never changes, and for most of the small files
-// too: OPTIONS, the format marker and the empty log are the same in every
-// checkpoint of the job, so only the MANIFEST and new tables cost a write
-// and a sync, where a copy of each small file cost one per checkpoint.
-// uploaded says whether its bytes were written now.
-func (t *task) uploadStateFile(snap *snapshotInProgress, base, p string) (checkpoint.FileHandle, bool, error) {
-	s := t.ckpt.storage
-	rel, err := filepath.Rel(snap.stateDir, p)
-	if err != nil {
-		return checkpoint.FileHandle{}, false, err
-	}
-	name := base + "/state/" + filepath.ToSlash(rel)
-	var sum string
-	if filepath.Ext(p) == ".sst" {
-		sum, err = t.sstDigest(p)
-	} else {
-		// Not cached: the MANIFEST keeps its name as it grows.
-		sum, err = checkpoint.FileSHA256(p)
-	}
-	if err != nil {
-		return checkpoint.FileHandle{}, false, err
-	}
-	h, uploaded, err := s.PutShared(p, sum)
-	if err != nil {
-		return checkpoint.FileHandle{}, false, err
-	}
-	h.Name = name
-	return h, uploaded, nil
-}
-
-// sstDigest returns the SHA-256 of an SST file of the subtask's store.
-// SST files never change and their numbers are not reused while the store
-// lives, so each is hashed once.
-func (t *task) sstDigest(path string) (string, error) {
-	fi, err := os.Stat(path)
-	if err != nil {
-		return "", err
-	}
-	key := fmt.Sprintf("%s/%d", filepath.Base(path), fi.Size())
-	t.digestMu.Lock()
-	sum, ok := t.digests[key]
-	t.digestMu.Unlock()
-	if ok {
-		return sum, nil
-	}
-	sum, err = checkpoint.FileSHA256(path)
-	if err != nil {
-		return "", err
-	}
-	t.digestMu.Lock()
-	if t.digests == nil {
-		t.digests = map[string]string{}
-	}
-	t.digests[key] = sum
-	t.digestMu.Unlock()
-	return sum, nil
-}
-
-// migrator returns what converts the restored values of the states of head
-// whose layout version the plan raised (nil when there are none): each goes
-// through the module's wstream_migrate, in the subtask's instance, which it
-// makes for the purpose (*inst) before any operator opens.
-func (w *Worker) migrator(j *jobRun, mod *host.Module, t *task, head *job.Vertex, inst **host.Instance) (state.Migrate, error) {
-	versions := map[string]int{}
-	for _, m := range j.ckpt.migrations {
-		if m.Vertex == head.ID {
-			versions[m.State] = m.From
-		}
-	}
-	if len(versions) == 0 {
-		return nil, nil
-	}
-	var names []string
-	for s := range versions {
-		names = append(names, s)
-	}
-	sort.Strings(names)
-	if head.Kind != job.KindOperator || strings.HasPrefix(head.Operator, builtin.Prefix) || mod == nil {
-		return nil, fmt.Errorf("the plan raises the layout version of state %s of vertex %s, whose operator is not the module's: nothing can migrate it", strings.Join(names, ", "), head.ID)
-	}
-	if !mod.CanMigrate() {
-		return nil, fmt.Errorf("the plan raises the layout version of state %s of vertex %s, and module %s does not export wstream_migrate to convert its values", strings.Join(names, ", "), head.ID, mod.Name())
-	}
-	if *inst == nil {
-		in, err := w.instance(j, mod, t.label)
-		if err != nil {
-			return nil, err
-		}
-		*inst = in
-		t.closers = append(t.closers, func() error { return in.Close(context.Background()) })
-	}
-	in := *inst
-	vertex := []byte(head.ID)
-	return func(rec *state.CanonicalRecord) ([]byte, error) {
-		if !bytes.Equal(rec.Vertex, vertex) {
-			return rec.Value, nil
-		}
-		from, ok := versions[string(rec.State)]
-		if !ok {
-			return rec.Value, nil
-		}
-		v, err := in.Migrate(head.Operator, string(rec.State), from, rec.Key, rec.Namespace, rec.Value)
-		if err != nil {
-			return nil, fmt.Errorf("migrating state %q from layout version %d: %w", rec.State, from, err)
-		}
-		return v, nil
-	}, nil
-}

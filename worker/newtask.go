@@ -18,6 +18,7 @@ import (
 	"github.com/wstream/wstream/operator"
 	"github.com/wstream/wstream/operator/builtin"
 	"github.com/wstream/wstream/state"
+	"github.com/wstream/wstream/subtask"
 	"github.com/wstream/wstream/transport"
 )
 
@@ -162,7 +163,7 @@ func (b *taskBuild) openInputs(channel channels) error {
 	if t.prio != nil {
 		t.gate.NotifyPriority(t.prio)
 	}
-	h, err := checkpoint.NewHandler(checkpoint.HandlerConfig{Channels: len(ins), Mode: j.ckpt.mode, AlignedTimeout: j.ckpt.alignedTimeout})
+	h, err := subtask.NewHandler(subtask.HandlerConfig{Channels: len(ins), Mode: j.ckpt.mode, AlignedTimeout: j.ckpt.alignedTimeout})
 	if err != nil {
 		return fmt.Errorf("subtask %s: %w", t.label, err)
 	}

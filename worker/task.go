@@ -15,6 +15,7 @@ import (
 	"github.com/wstream/wstream/job"
 	"github.com/wstream/wstream/operator"
 	"github.com/wstream/wstream/state"
+	"github.com/wstream/wstream/subtask"
 	"github.com/wstream/wstream/transport"
 )
 
@@ -80,201 +81,6 @@ type stage struct {
 	calls *host.CallStats
 }
 
-// stageCollector gathers a stage's output during one call. For a stage that
-// feeds the next stage of its chain it keeps only the chained output and
-// rewrites ports to input 0; the chain's last stage keeps every port for
-// routing.
-type stageCollector struct {
-	b abi.Builder
-	// spare is a drained batch's buffer, given back once the next stage
-	// is done with it (hasSpare), so that draining allocates nothing.
-	spare    abi.Builder
-	hasSpare bool
-	nOut     int
-	keep     int // output index kept; -1 keeps all
-	scratch  abi.Record
-	// tail, set on the chain's last stage when it feeds output edges
-	// (keep < 0), routes each record into the channel buffers as it is
-	// emitted instead of collecting it first: a guest that emits a flood
-	// of output then costs one copy of it, not three and a batch the size
-	// of the flood. routed counts the records routed since the last drain,
-	// routedBytes their encoded size.
-	tail        *task
-	routed      int
-	routedBytes int
-	// cp is the commit points of the guarded call in progress (nil
-	// outside one): dead-letter mode keeps what a guest marked done.
-	cp *commitPoints
-}
-
-var _ operator.Committer = (*stageCollector)(nil)
-
-// CommitInterval asks the guest for commit points in a guarded call only.
-func (c *stageCollector) CommitInterval() int {
-	if c.cp == nil {
-		return 0
-	}
-	return c.cp.every
-}
-
-// Commit keeps the output and state changes of the guarded call so far.
-func (c *stageCollector) Commit(n int) error {
-	if c.cp != nil {
-		c.cp.commit(c, n)
-	}
-	return nil
-}
-
-func (c *stageCollector) Emit(port uint32, ts int64, key, value []byte) error {
-	if int(port) >= c.nOut {
-		return operator.ErrBadOutput
-	}
-	switch {
-	case c.keep < 0 && c.tail != nil:
-		c.scratch = abi.Record{Port: port, Timestamp: ts, Key: key, Value: value}
-		c.tail.routeRecord(&c.scratch)
-		c.scratch = abi.Record{}
-		c.routed++
-		c.routedBytes += abi.RecordHeaderSize + len(key) + len(value)
-	case c.keep < 0:
-		c.b.Add(port, ts, key, value)
-	case int(port) == c.keep:
-		c.b.Add(0, ts, key, value)
-	}
-	return nil
-}
-
-func (c *stageCollector) EmitBatch(batch []byte) error {
-	unchanged, err := c.check(batch)
-	if err != nil {
-		return err
-	}
-	return c.emitChecked(batch, unchanged)
-}
-
-// EmitCheckedBatch takes a batch a guest emitted, which the host has
-// checked: only its largest port is left to check.
-func (c *stageCollector) EmitCheckedBatch(batch []byte, maxPort uint32) error {
-	if uint64(maxPort) >= uint64(c.nOut) {
-		return operator.ErrBadOutput
-	}
-	return c.emitChecked(batch, c.keep < 0 || (c.keep == 0 && maxPort == 0))
-}
-
-// emitChecked emits a batch that decodes and whose every port is below
-// nOut; unchanged says it can be appended as it is (check).
-func (c *stageCollector) emitChecked(batch []byte, unchanged bool) error {
-	r := &c.scratch
-	defer func() { *r = abi.Record{} }()
-	if c.keep < 0 && c.tail != nil {
-		// check found every port valid: nothing can fail from here on.
-		c.routedBytes += len(batch)
-		rd, _ := abi.NewReader(batch)
-		for {
-			ok, _ := rd.Next(r)
-			if !ok {
-				return nil
-			}
-			c.tail.routeRecord(r)
-			c.routed++
-		}
-	}
-	// Fast path: when every record keeps its port, the batch is appended
-	// with one copy instead of record by record.
-	if unchanged {
-		c.b.AppendBatch(batch)
-		return nil
-	}
-	rd, _ := abi.NewReader(batch)
-	for {
-		ok, _ := rd.Next(r)
-		if !ok {
-			return nil
-		}
-		if err := c.Emit(r.Port, r.Timestamp, r.Key, r.Value); err != nil {
-			return err
-		}
-	}
-}
-
-// check validates batch in one pass before any of it is emitted: a
-// malformed batch is ErrBadArgument, a port beyond the stage's outputs
-// ErrBadOutput. unchanged reports whether the batch can be appended as it
-// is: with keep < 0 every port is valid then; with keep == 0 every port
-// must be 0.
-func (c *stageCollector) check(batch []byte) (unchanged bool, err error) {
-	rd, err := abi.NewReader(batch)
-	if err != nil {
-		return false, fmt.Errorf("%w: %v", operator.ErrBadArgument, err)
-	}
-	r := &c.scratch
-	defer func() { *r = abi.Record{} }()
-	unchanged = c.keep <= 0
-	badPort := false
-	for {
-		ok, err := rd.Next(r)
-		if err != nil {
-			return false, fmt.Errorf("%w: %v", operator.ErrBadArgument, err)
-		}
-		if !ok {
-			break
-		}
-		if int(r.Port) >= c.nOut {
-			badPort = true
-		}
-		if c.keep == 0 && r.Port != 0 {
-			unchanged = false
-		}
-	}
-	if badPort {
-		// The batch is well-formed, so the whole of it is checked before
-		// the port is refused, as emit_batch does.
-		return false, operator.ErrBadOutput
-	}
-	return unchanged, nil
-}
-
-// take returns the collected batch and leaves the collector empty with
-// another buffer: while the batch is on its way down the chain the stage
-// may collect again (a snapshot taken during a send blocked by backpressure
-// runs PreBarrier and drains every stage), and neither must that output
-// overwrite the batch nor the batch be drained twice.
-func (c *stageCollector) take() abi.Builder {
-	out := c.b
-	c.b = abi.Builder{}
-	if c.hasSpare {
-		c.b, c.spare, c.hasSpare = c.spare, abi.Builder{}, false
-	}
-	return out
-}
-
-// give hands back a builder from take once its batch has been consumed.
-// A builder grown past maxKeptOutput is dropped instead of kept.
-func (c *stageCollector) give(b abi.Builder) {
-	if !c.hasSpare && cap(b.Bytes()) <= maxKeptOutput {
-		b.Reset()
-		c.spare, c.hasSpare = b, true
-	}
-}
-
-// outEdge routes the chain's output on one plan edge to its channels.
-type outEdge struct {
-	edge   *job.ChainEdge
-	peers  []int  // the downstream subtask of each channel
-	port   uint32 // output index of the tail vertex this edge carries
-	inPort uint32 // input index at the downstream vertex
-	chans  []transport.OutputChannel
-	bufs   []abi.Builder
-	// ready holds, per channel, batches cut from its buffer when it
-	// reached flushBytes, in order, not sent yet: a call's output however
-	// large travels in batches of tens of KiB, so that a channel's queue
-	// of a few batches holds that little memory, and the buffer never
-	// grows past one batch.
-	ready  [][][]byte
-	rr     int
-	maxPar int
-}
-
 // task runs one subtask: a chain of vertices fed by a source or an input gate.
 type task struct {
 	jobID   string
@@ -291,7 +97,7 @@ type task struct {
 	// Checkpointing (nil ckpt: the job does not checkpoint).
 	ckpt      *ckptEnv
 	mbox      *mailbox
-	handler   *checkpoint.Handler
+	handler   *subtask.Handler
 	inputs    []inputRef // gate index → channel
 	triggerTS map[int64]int64
 	// alignStart holds when the first barrier of a checkpoint arrived.
@@ -567,31 +373,30 @@ func (t *task) runGate(ctx context.Context) error {
 		}
 		t.split.to(timeIdle)
 		t.turn.yield()
-		ch, m, err := t.gate.Next(ctx, tc)
+		ev, err := t.gate.Next(ctx, tc)
 		t.split.to(timeBusy)
 		fired = false
 		wake.disarm()
-		if err == nil || transport.IsTimer(err) || errors.Is(err, transport.ErrInterrupted) {
-			// What the subtask does now, and the output it causes, is its
-			// tenant's work.
-			if err := t.turn.hold("its input"); err != nil {
-				return err
-			}
+		if err != nil {
+			return err
 		}
-		switch {
-		case transport.IsTimer(err):
+		// What the subtask does now, and the output it causes, is its
+		// tenant's work.
+		if err := t.turn.hold("its input"); err != nil {
+			return err
+		}
+		switch ev.Kind {
+		case transport.GateTimer:
 			if err := t.wakeUp(ctx); err != nil {
 				return err
 			}
 			fired = true
-		case errors.Is(err, transport.ErrInterrupted):
+		case transport.GateInterrupt:
 			if err := t.handleControl(ctx); err != nil {
 				return err
 			}
-		case err != nil:
-			return err
-		default:
-			if err := t.onMessage(ctx, ch, m); err != nil {
+		case transport.GateMessage:
+			if err := t.onMessage(ctx, ev.Ch, ev.Msg); err != nil {
 				return err
 			}
 		}
@@ -839,193 +644,6 @@ func (t *task) emitTail(ctx context.Context, batch []byte) error {
 		}
 		t.routeRecord(&r)
 	}
-}
-
-// routeRecord appends r to the buffers of the output edges of its port.
-func (t *task) routeRecord(r *abi.Record) {
-	for _, o := range t.outs {
-		if o.port == r.Port {
-			o.route(r)
-		}
-	}
-}
-
-// route appends r to the buffer of the channel its edge's partitioning
-// picks. It never sends: a batch's output is routed whole before any of it
-// is sent, so that at every point where a send can block, all not-yet-sent
-// output sits in the buffers (what an unaligned checkpoint taken while
-// blocked captures).
-func (o *outEdge) route(r *abi.Record) {
-	switch o.edge.Partition {
-	case job.PartitionKey:
-		kg := abi.KeyGroup(r.Key, o.maxPar)
-		o.appendTo(abi.SubtaskForKeyGroup(kg, len(o.chans), o.maxPar), r)
-	case job.PartitionRebalance:
-		i := o.rr
-		o.rr++
-		if o.rr == len(o.chans) {
-			o.rr = 0
-		}
-		o.appendTo(i, r)
-	case job.PartitionBroadcast:
-		for i := range o.chans {
-			o.appendTo(i, r)
-		}
-	default: // forward: one channel
-		o.appendTo(0, r)
-	}
-}
-
-// appendTo adds r to the buffer of channel i, and cuts the buffer into a
-// ready batch once it reaches flushBytes.
-func (o *outEdge) appendTo(i int, r *abi.Record) {
-	b := &o.bufs[i]
-	b.Add(o.inPort, r.Timestamp, r.Key, r.Value)
-	if b.Size() < flushBytes {
-		return
-	}
-	if o.ready == nil {
-		o.ready = make([][][]byte, len(o.bufs))
-	}
-	// The channel will own the batch: copied out of the reusable builder.
-	o.ready[i] = append(o.ready[i], append(newBatch(b.Size()), b.Bytes()...))
-	if cap(b.Bytes()) > maxKeptOutput {
-		*b = abi.Builder{}
-	} else {
-		b.Reset()
-	}
-}
-
-// hasReady reports whether channel i has batches cut and not sent.
-func (o *outEdge) hasReady(i int) bool { return o.ready != nil && len(o.ready[i]) > 0 }
-
-// sendFull sends the batches cut from the buffers (appendTo).
-func (t *task) sendFull(ctx context.Context) error {
-	if t.snapshotting {
-		return nil
-	}
-	for _, o := range t.outs {
-		for i := range o.bufs {
-			if err := t.sendReady(ctx, o, i); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
-}
-
-// sendReady sends the ready batches of channel i in order. Each leaves the
-// queue before its send, so that while a send blocks, the batch is the
-// pending one and the rest still queued (what an unaligned checkpoint
-// captures, in that order).
-func (t *task) sendReady(ctx context.Context, o *outEdge, i int) error {
-	for o.hasReady(i) {
-		q := o.ready[i]
-		data := q[0]
-		q[0] = nil
-		if len(q) == 1 {
-			o.ready[i] = q[:0]
-		} else {
-			o.ready[i] = q[1:]
-		}
-		if err := t.sendMsg(ctx, o, i, transport.Message{Kind: transport.KindData, Data: data}); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// send sends everything channel i holds: its ready batches, then its
-// buffer.
-func (t *task) send(ctx context.Context, o *outEdge, i int) error {
-	if err := t.sendReady(ctx, o, i); err != nil {
-		return err
-	}
-	b := &o.bufs[i]
-	if b.Len() == 0 {
-		return nil
-	}
-	// The channel owns what it is sent: copy out of the reusable builder.
-	data := append(newBatch(b.Size()), b.Bytes()...)
-	if cap(b.Bytes()) > maxKeptOutput {
-		*b = abi.Builder{}
-	} else {
-		b.Reset()
-	}
-	return t.sendMsg(ctx, o, i, transport.Message{Kind: transport.KindData, Data: data})
-}
-
-// sendMsg sends m on channel i of o. While the channel is full, a subtask
-// that takes unaligned checkpoints still handles checkpoint triggers and
-// barriers that overtook its input (handleBlocked), as Flink's mailbox does.
-func (t *task) sendMsg(ctx context.Context, o *outEdge, i int, m transport.Message) error {
-	for {
-		t.split.to(timeBackpressured)
-		// A full channel waits for its consumer, which may need the slot.
-		t.turn.yield()
-		err := o.chans[i].SendOr(ctx, m, t.prio)
-		t.split.to(timeBusy)
-		if !errors.Is(err, transport.ErrInterrupted) {
-			return err
-		}
-		t.pending = &pendingSend{out: o, ch: i, msg: m}
-		err = t.handleBlocked(ctx)
-		t.pending = nil
-		if err != nil {
-			return err
-		}
-	}
-}
-
-// flush ends the processing of one input message: every non-empty output
-// buffer is sent, and state changes go to Pebble in one batch once enough
-// have gathered. Until then they live in the store's write-back cache, where
-// repeated updates of a hot key cost nothing; nothing needs them in Pebble
-// sooner (snapshots flush first).
-func (t *task) flush(ctx context.Context) error {
-	if t.store != nil {
-		t.measureState(time.Now())
-	}
-	if err := t.flushState(); err != nil {
-		return err
-	}
-	for _, o := range t.outs {
-		for i := range o.bufs {
-			if err := t.send(ctx, o, i); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
-}
-
-// flushState writes the state changes to Pebble once enough have gathered.
-func (t *task) flushState() error {
-	if t.store != nil && (t.store.Pending() >= t.store.CacheEntries() || t.store.PendingBytes() >= stateFlushBytes) {
-		// The tenant's work, even after a send gave the slot back.
-		if err := t.turn.hold("writing state"); err != nil {
-			return err
-		}
-		if err := t.store.Flush(); err != nil {
-			return fmt.Errorf("subtask %s: writing state: %w", t.label, err)
-		}
-	}
-	return nil
-}
-
-// broadcast sends m on every output channel, after the data before it.
-func (t *task) broadcast(ctx context.Context, m transport.Message) error {
-	if err := t.flush(ctx); err != nil {
-		return err
-	}
-	for _, o := range t.outs {
-		for i := range o.chans {
-			if err := t.sendMsg(ctx, o, i, m); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
 }
 
 // advanceWatermark moves the subtask's event time forward: timers fire stage

@@ -20,6 +20,7 @@ import (
 	"github.com/wstream/wstream/job"
 	"github.com/wstream/wstream/operator"
 	"github.com/wstream/wstream/state"
+	"github.com/wstream/wstream/subtask"
 	"github.com/wstream/wstream/transport"
 )
 
@@ -366,7 +367,7 @@ func TestFairTurnCheckpointsUnderOneSlot(t *testing.T) {
 	cons.mbox.prio = cons.prio
 	cons.mbox.poke = cons.gate.Interrupt
 	cons.gate.NotifyPriority(cons.prio)
-	h, err := checkpoint.NewHandler(checkpoint.HandlerConfig{Channels: 1, Mode: checkpoint.Unaligned})
+	h, err := subtask.NewHandler(subtask.HandlerConfig{Channels: 1, Mode: checkpoint.Unaligned})
 	if err != nil {
 		t.Fatal(err)
 	}

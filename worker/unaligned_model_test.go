@@ -25,6 +25,7 @@ import (
 	"github.com/wstream/wstream/coordinator"
 	"github.com/wstream/wstream/job"
 	"github.com/wstream/wstream/state"
+	"github.com/wstream/wstream/subtask"
 	"github.com/wstream/wstream/transport"
 )
 
@@ -769,7 +770,7 @@ func TestUnalignedCheckpointDuringReplay(t *testing.T) {
 	tk.gate = transport.NewInputGate([]transport.InputChannel{in})
 	tk.gate.NotifyPriority(tk.prio)
 	tk.inputs = []inputRef{{edge: 0, peer: 0}}
-	h, err := checkpoint.NewHandler(checkpoint.HandlerConfig{Channels: 1, Mode: checkpoint.Unaligned})
+	h, err := subtask.NewHandler(subtask.HandlerConfig{Channels: 1, Mode: checkpoint.Unaligned})
 	if err != nil {
 		t.Fatal(err)
 	}

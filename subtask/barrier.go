@@ -1,4 +1,4 @@
-package checkpoint
+package subtask
 
 import (
 	"errors"
@@ -39,7 +39,7 @@ func (m Mode) String() string {
 }
 
 // ErrInvalidMode is wrapped by ParseMode for a name it does not know.
-var ErrInvalidMode = errors.New("checkpoint: unknown checkpointing mode")
+var ErrInvalidMode = errors.New("subtask: unknown checkpointing mode")
 
 // ParseMode reads a mode name: "exactly-once" (or "aligned"),
 // "at-least-once", or "unaligned".
@@ -69,7 +69,7 @@ type HandlerConfig struct {
 }
 
 // ErrInvalidHandlerConfig is wrapped by NewHandler for an invalid HandlerConfig.
-var ErrInvalidHandlerConfig = errors.New("checkpoint: invalid barrier handler config")
+var ErrInvalidHandlerConfig = errors.New("subtask: invalid barrier handler config")
 
 // HandlerAction is work that the Handler asks of its subtask, returned by Ready.
 // The subtask carries the actions out in the order given. The concrete types
@@ -278,13 +278,13 @@ func (h *Handler) Pending() (id int64, ok bool) {
 func (h *Handler) Barrier(now int64, ch int, id int64, kind Kind) error {
 	switch {
 	case ch < 0 || ch >= len(h.ended):
-		return fmt.Errorf("checkpoint: barrier %d on channel %d: the subtask has channels 0 to %d", id, ch, len(h.ended)-1)
+		return fmt.Errorf("subtask: barrier %d on channel %d: the subtask has channels 0 to %d", id, ch, len(h.ended)-1)
 	case h.ended[ch]:
-		return fmt.Errorf("checkpoint: barrier %d on channel %d, which has ended", id, ch)
+		return fmt.Errorf("subtask: barrier %d on channel %d, which has ended", id, ch)
 	case id <= 0:
-		return fmt.Errorf("checkpoint: barrier on channel %d has id %d: checkpoint ids start at 1", ch, id)
+		return fmt.Errorf("subtask: barrier on channel %d has id %d: checkpoint ids start at 1", ch, id)
 	case kind != KindCheckpoint && kind != KindSavepoint:
-		return fmt.Errorf("checkpoint: barrier %d on channel %d has unknown kind %s", id, ch, kind)
+		return fmt.Errorf("subtask: barrier %d on channel %d has unknown kind %s", id, ch, kind)
 	}
 	if id <= h.last || (h.phase != phaseIdle && id < h.id) {
 		// Stale: done with, dropped, or older than the pending one.
@@ -292,10 +292,10 @@ func (h *Handler) Barrier(now int64, ch int, id int64, kind Kind) error {
 	}
 	if h.phase != phaseIdle && id == h.id {
 		if h.arrived[ch] {
-			return fmt.Errorf("checkpoint: second barrier %d on channel %d", id, ch)
+			return fmt.Errorf("subtask: second barrier %d on channel %d", id, ch)
 		}
 		if kind != h.kind {
-			return fmt.Errorf("checkpoint: barrier %d on channel %d is a %s, but it was a %s on the channels before", id, ch, kind, h.kind)
+			return fmt.Errorf("subtask: barrier %d on channel %d is a %s, but it was a %s on the channels before", id, ch, kind, h.kind)
 		}
 		h.arrive(now, ch)
 		return nil
@@ -440,7 +440,7 @@ func (h *Handler) drop(reason string) {
 func (h *Handler) Data(ch int, bytes int) {
 	h.checkChannel("Data", ch)
 	if bytes < 0 {
-		panic(fmt.Sprintf("checkpoint: Data on channel %d with %d bytes", ch, bytes))
+		panic(fmt.Sprintf("subtask: Data on channel %d with %d bytes", ch, bytes))
 	}
 	if (h.phase == phaseAligning || h.phase == phaseTracking) && !h.blocked[ch] {
 		h.bytes += int64(bytes)
@@ -538,6 +538,25 @@ func (h *Handler) emit(a HandlerAction) { h.actions = append(h.actions, a) }
 
 func (h *Handler) checkChannel(op string, ch int) {
 	if ch < 0 || ch >= len(h.ended) {
-		panic(fmt.Sprintf("checkpoint: %s on channel %d: the subtask has channels 0 to %d", op, ch, len(h.ended)-1))
+		panic(fmt.Sprintf("subtask: %s on channel %d: the subtask has channels 0 to %d", op, ch, len(h.ended)-1))
 	}
+}
+
+// Capturing reports whether data read from channel ch now is channel state
+// of an unaligned checkpoint, and which.
+func (h *Handler) Capturing(ch int) (id int64, ok bool) {
+	h.checkChannel("Capturing", ch)
+	if h.phase == phaseCapturing && h.capturing[ch] {
+		return h.id, true
+	}
+	return 0, false
+}
+
+// AlignDeadline is when the pending aligned checkpoint switches to
+// unaligned (Tick), if one is aligning and the handler has a timeout.
+func (h *Handler) AlignDeadline() (at int64, ok bool) {
+	if h.phase != phaseAligning || h.kind != KindCheckpoint || h.cfg.AlignedTimeout == 0 {
+		return 0, false
+	}
+	return h.first + h.cfg.AlignedTimeout, true
 }

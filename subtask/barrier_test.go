@@ -1,4 +1,4 @@
-package checkpoint
+package subtask
 
 import (
 	"errors"
@@ -183,7 +183,7 @@ func TestHandlerPanicsOnChannelOutOfRange(t *testing.T) {
 		func() {
 			defer func() {
 				r := recover()
-				if r == nil || !strings.HasPrefix(fmt.Sprint(r), "checkpoint: ") {
+				if r == nil || !strings.HasPrefix(fmt.Sprint(r), "subtask: ") {
 					t.Errorf("%s: recovered %v; want a checkpoint panic", name, r)
 				}
 			}()
