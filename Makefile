@@ -27,7 +27,7 @@ FORCE:
 # Every guest language's wordcount, window and conformance modules, built with
 # the builders the tests use, into examples/wasm/build/LANG/NAME.wasm.
 examples-all: setup
-	$(GO) run ./internal/buildexamples
+	$(GO) run ./internal/testkit/buildexamples
 
 wordcount: setup build examples
 	./$(BIN) deploy examples/wasm/build/wordcount.wasm
@@ -83,7 +83,7 @@ test-matrix: setup
 	WSTREAM_MATRIX=full $(GO) test -count=1 -timeout 60m -run 'TestExactCounts|TestStopWithSavepointRandom' ./tests/
 
 # bench measures every performance target side by side and prints them
-# against their bounds (internal/benchreport); the raw output stays in
+# against their bounds (internal/testkit/benchreport); the raw output stays in
 # $(BENCHOUT). BENCHROUNDS rounds of every pipeline configuration; more
 # rounds, steadier medians on a busy machine (single rounds of one ratio
 # spread over ±0.15 here, and medians of 5 rounds still by ±0.05). The
@@ -96,7 +96,7 @@ bench: setup
 	@$(GO) test -run '^$$' -bench '^BenchmarkStart$$' -benchtime 3x -timeout 30m ./bench/ >> $(BENCHOUT) || { cat $(BENCHOUT); exit 1; }
 	@$(GO) test -run '^$$' -bench '^BenchmarkMemoryPerInstance$$' -benchtime 1x -timeout 30m ./bench/ >> $(BENCHOUT) || { cat $(BENCHOUT); exit 1; }
 	@$(GO) test -run '^$$' -bench '^BenchmarkPoisonRecords$$' -benchtime 6x -timeout 30m ./bench/ >> $(BENCHOUT) || { cat $(BENCHOUT); exit 1; }
-	@$(GO) run ./internal/benchreport $(BENCHOUT)
+	@$(GO) run ./internal/testkit/benchreport $(BENCHOUT)
 
 # bench-state measures a keyed count at 10K and 1M distinct keys (and 10M
 # with WSTREAM_STATE_10M=1: its fill alone takes many minutes), native and

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/wstream/wstream/internal/testmod"
+	"github.com/wstream/wstream/internal/testkit/testmod"
 )
 
 // upload posts a module and fields to POST /v1/jobs as the UI does.

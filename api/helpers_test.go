@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/wstream/wstream/engine"
-	"github.com/wstream/wstream/internal/testmod"
+	"github.com/wstream/wstream/internal/testkit/testmod"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden shapes in testdata/")

@@ -17,7 +17,7 @@ import (
 
 	"github.com/wstream/wstream/api"
 	"github.com/wstream/wstream/coordinator"
-	"github.com/wstream/wstream/internal/testmod"
+	"github.com/wstream/wstream/internal/testkit/testmod"
 )
 
 // chromium finds the browser scripts/setup.sh installs (Debian's chromium).

@@ -16,8 +16,8 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/wstream/wstream/coordinator"
-	"github.com/wstream/wstream/internal/natstest"
-	"github.com/wstream/wstream/internal/testmod"
+	"github.com/wstream/wstream/internal/testkit/natstest"
+	"github.com/wstream/wstream/internal/testkit/testmod"
 )
 
 // failoverLease is the coordinators' lease in BenchmarkLeaderFailover.

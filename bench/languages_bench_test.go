@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/wstream/wstream/host"
-	"github.com/wstream/wstream/internal/testmod"
+	"github.com/wstream/wstream/internal/testkit/testmod"
 )
 
 // wordcountLines is the input of BenchmarkWordcountLanguages: lines of four

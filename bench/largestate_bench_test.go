@@ -19,7 +19,7 @@ import (
 
 	"github.com/wstream/wstream/abi"
 	"github.com/wstream/wstream/checkpoint"
-	"github.com/wstream/wstream/internal/natstest"
+	"github.com/wstream/wstream/internal/testkit/natstest"
 	"github.com/wstream/wstream/state"
 )
 

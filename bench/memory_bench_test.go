@@ -18,7 +18,7 @@ import (
 
 	"github.com/wstream/wstream/coordinator"
 	"github.com/wstream/wstream/engine"
-	"github.com/wstream/wstream/internal/testmod"
+	"github.com/wstream/wstream/internal/testkit/testmod"
 	"github.com/wstream/wstream/job"
 	"github.com/wstream/wstream/operator/builtin"
 	"github.com/wstream/wstream/transport"

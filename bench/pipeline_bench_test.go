@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/wstream/wstream/host"
-	"github.com/wstream/wstream/internal/testmod"
+	"github.com/wstream/wstream/internal/testkit/testmod"
 )
 
 // records per job: large enough that instantiating modules is noise.

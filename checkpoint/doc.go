@@ -82,10 +82,38 @@
 //
 // # Storage
 //
-// A Storage keeps the checkpoints of one job on a filesystem. Unlike the
-// state machines above it does IO: a subtask's async phase writes its
-// files into it, and the coordinator's driver carries out Persist with
-// WriteMetadata and Discard with Discard. The layout:
+// A Storage keeps the checkpoints of one job. Unlike the state machines
+// above it does IO: a subtask's async phase writes its files into it, and
+// the coordinator's driver carries out Persist with WriteMetadata and
+// Discard with Discard.
+//
+// A Storage is logic over a Backend, a store of named objects with sizes
+// and streaming reads and writes, which knows nothing of checkpoints.
+// Everything about checkpoints is written once, above it:
+//
+//	Storage      metadata (encoded, checked, written last, removed first);
+//	   │         shared files (named by content, deduplicated, replaced when
+//	   │         damaged); Verify, Open and Restore (streamed, size and
+//	   │         SHA-256 checked as read); Discard, CleanIncomplete, Audit;
+//	   │         LatestUsable; CopyCheckpoint
+//	Backend      Put (atomic, from a writer) · Open (a reader) · Stat · List ·
+//	   │         Delete · DeleteAll · Sync · RemoveTemporaries
+//	   ├── a directory (OpenStorage): temporary file, sync, rename
+//	   └── a JetStream object store (OpenObjectStorage): chunks, then the
+//	       object's info
+//
+// The Backend's errors keep apart what recovery must keep apart: an object
+// that does not exist (fs.ErrNotExist), bytes that are not what was stored
+// (ErrCorrupt), and a store that cannot answer now (ErrUnavailable: a
+// timeout, no responders, a lost connection, a disk error). The Storage
+// turns a missing object that the metadata names into ErrCorrupt; an
+// unavailable one stays ErrUnavailable and is never taken for damage, so
+// LatestUsable stops there instead of passing the checkpoint over, and
+// nothing is deleted because it could not be read. The tests run every
+// behaviour against both backends and a third that injects faults (slow,
+// unavailable, corrupt, missing, failed puts) around them.
+//
+// The layout, in a directory or as object names:
 //
 //	ROOT/                                  one per job, e.g. DATA/jobs/JOB/checkpoints
 //	  chk-0000000007/                        Dir(7)
@@ -117,10 +145,14 @@
 // garbage, or files of a checkpoint still in progress); SharedFiles lists
 // them all. The rules that keep a checkpoint from half-landing:
 //
-//  1. Every file is written atomically: into a temporary file
-//     (.NAME.tmp-*) in the same directory, synced, renamed to its name,
-//     then the directory synced. A failed write leaves neither name behind.
-//  2. WriteMetadata syncs every directory of the checkpoint, then writes
+//  1. Every file is put atomically: it appears complete under its name, or
+//     not at all. In a directory: into a temporary file (.NAME.tmp-*) in
+//     the same directory, synced, renamed to its name, then the directory
+//     synced. In an object store: the object's info, which makes it
+//     visible, is published after its last chunk, and a put cut short (a
+//     failed fill, a wrong SHA-256, a lost connection) discards its chunks.
+//  2. WriteMetadata makes the names of the checkpoint's files durable
+//     (Backend.Sync: every directory of the checkpoint), then writes
 //     _metadata the same way. _metadata is JSON with Format
 //     MetadataFormat, Version (up to MetadataVersion) and Checksum, the SHA-256 of
 //     the metadata's compact encoding with Checksum empty. ReadMetadata
@@ -135,35 +167,32 @@
 //     its id.
 //  4. Discard removes _metadata first, durably, then the rest, so a
 //     checkpoint half removed by a crash is incomplete, not damaged.
-//  5. A shared file is written like any other, then linked to its name
-//     only if no file has it (another writer's identical file wins), and
-//     checked against the given SHA-256 first. The files of a checkpoint
-//     that references shared files are durable before its _metadata as
-//     ever; CleanIncomplete removes shared temporary files a crash left.
+//  5. A shared file is put like any other, checked against the given
+//     SHA-256 first; in a directory it is linked to its name only if no
+//     file has it (another writer's identical file wins). The files of a
+//     checkpoint that references shared files are durable before its
+//     _metadata as ever; CleanIncomplete removes shared temporary files a
+//     crash left.
 //
 // # Object store
 //
-// A Storage may keep its files in a JetStream object store instead, so
-// that workers on several hosts share checkpoints without a shared
-// filesystem: OpenObjectStorage(js, bucket, prefix, replicas), or
-// OpenStorageAt (OpenReplicatedStorageAt, which creates a missing bucket
-// with replicas copies on a NATS cluster) with a location
+// The object store backend lets workers on several hosts share checkpoints
+// without a shared filesystem: OpenObjectStorage(js, bucket, prefix,
+// replicas), or OpenStorageAt (OpenReplicatedStorageAt, which creates a
+// missing bucket with replicas copies on a NATS cluster) with a location
 // nats-obj://BUCKET/PREFIX and a NATS connection (a location that is not
-// nats-obj:// is a directory, as for OpenStorage).
-// The object of a file is named PREFIX/ and the file's path from the
-// root (PREFIX/chk-0000000042/_metadata, PREFIX/shared/<sha256>.sst), so
-// handles, metadata and error messages are those of a directory, and
-// Root is the location. The rules hold as they do on a filesystem: a put
-// publishes the object's info only after its last chunk, and a put cut
-// short (a failed fill, a wrong SHA-256, a lost connection) discards its
-// chunks and leaves no object, so there are no temporary names; _metadata
-// is put last and removed first; a shared object records the SHA-256 and
-// size of its raw bytes and its encoding in the object's metadata, so
-// PutShared learns an existing one without reading it. The object store
-// checks each object's own digest when it is read, and the handles' sizes
-// and SHA-256 are checked as for files. Writers of the same shared object
-// on several hosts both upload it, and the last put wins; the bytes are
-// the same, since a job's workers compress at the plan's level and zstd's
+// nats-obj:// is a directory, as for OpenStorage). The object of a file is
+// named PREFIX/ and the file's path from the root
+// (PREFIX/chk-0000000042/_metadata, PREFIX/shared/<sha256>.sst), so
+// handles, metadata and error messages are those of a directory, and Root
+// is the location. There are no temporary names. A shared object records
+// the SHA-256 and size of its raw bytes and its encoding in the object's
+// metadata, so PutShared learns an existing one without reading it (in a
+// directory it reads the file once per Storage). The object store checks
+// each object's own digest when it is read, and the handles' sizes and
+// SHA-256 are checked as for files. Writers of the same shared object on
+// several hosts both upload it, and the last put wins; the bytes are the
+// same, since a job's workers compress at the plan's level and zstd's
 // output for a level is deterministic.
 //
 // CopyCheckpoint copies a complete checkpoint with the shared files it

@@ -64,7 +64,7 @@ type backend struct {
 	names  func() []string
 }
 
-func fsBackend(t *testing.T) backend {
+func dirStorage(t *testing.T) backend {
 	s := testStorage(t)
 	return backend{
 		s: s,
@@ -82,7 +82,7 @@ func fsBackend(t *testing.T) backend {
 	}
 }
 
-func objBackend(t *testing.T) backend {
+func objStorage(t *testing.T) backend {
 	nc := startJetStream(t)
 	s, err := OpenStorageAt("nats-obj://ckpt/jobs/j1", nc)
 	if err != nil {
@@ -140,11 +140,22 @@ func bucketNames(t *testing.T, obs jetstream.ObjectStore, prefix string) []strin
 	return names
 }
 
+// faultStorage is dirStorage through a faultBackend with no fault set:
+// the wrapper itself must change nothing.
+func faultStorage(t *testing.T) backend {
+	b := dirStorage(t)
+	injectFaults(b.s)
+	return b
+}
+
+// forBackends runs fn against every backend: a directory, the object
+// store of a real embedded JetStream server, and the fault-injecting
+// backend over a directory.
 func forBackends(t *testing.T, fn func(t *testing.T, b backend)) {
 	for _, c := range []struct {
 		name string
 		open func(*testing.T) backend
-	}{{"fs", fsBackend}, {"obj", objBackend}} {
+	}{{"dir", dirStorage}, {"obj", objStorage}, {"fault", faultStorage}} {
 		t.Run(c.name, func(t *testing.T) { fn(t, c.open(t)) })
 	}
 }
@@ -395,7 +406,7 @@ func TestBackendsSharedReferences(t *testing.T) {
 }
 
 func TestObjectPutFailureLeavesNothing(t *testing.T) {
-	b := objBackend(t)
+	b := objStorage(t)
 	boom := errors.New("boom")
 	_, err := b.s.WriteFrom(4, "tasks/0-0/state/canonical", func(w io.Writer) error {
 		if _, err := w.Write(make([]byte, 300<<10)); err != nil { // several chunks
@@ -646,7 +657,7 @@ func BenchmarkBackendsUploadRestore(b *testing.B) {
 }
 
 func TestObjectStoreFailureReported(t *testing.T) {
-	b := objBackend(t)
+	b := objStorage(t)
 	writeTestCheckpoint(t, b.s, 1)
 	js, _ := jetstream.New(b.nc)
 	if err := js.DeleteObjectStore(context.Background(), "ckpt"); err != nil {

@@ -128,7 +128,8 @@ func (s *Storage) CopyCheckpoint(id int64, dst *Storage) (*Metadata, error) {
 	return m, nil
 }
 
-// copyStored copies file h of checkpoint id from s into dst.
+// copyStored copies file h of checkpoint id from s into dst, its stored
+// bytes as they are, checked against h.
 func (s *Storage) copyStored(id int64, h FileHandle, dst *Storage) error {
 	if h.Shared && dst.verifyFile(id, h) == nil {
 		return nil // dst holds it already
@@ -142,26 +143,31 @@ func (s *Storage) copyStored(id int64, h FileHandle, dst *Storage) error {
 		_, err := io.Copy(w, r)
 		return err
 	}
+	o := writeOpts{check: storedCheck(h)}
 	if h.Shared {
 		base, _ := sharedBase(h.Path) // open checked it
-		if dst.obj != nil {
-			return dst.obj.putStored(h.Path, h, r)
-		}
 		lock := dst.sharedLock(base)
 		lock.Lock()
 		defer lock.Unlock()
-		_, err := dst.writeAtomicAt(filepath.Join(dst.root, SharedDir, base), h.Path, writeOpts{check: storedCheck(h)}, fill)
+		_, err := dst.put(h.Path, o, PutOptions{Meta: sharedMeta(h)}, fill)
 		return err
 	}
 	rel, err := dst.checkWritable(id, h.Path)
 	if err != nil {
 		return err
 	}
-	if dst.obj != nil {
-		return dst.obj.putStored(dst.relToRoot(id, rel), h, r)
-	}
-	_, err = dst.writeAtomicAt(filepath.Join(dst.Dir(id), filepath.FromSlash(rel)), dst.relToRoot(id, rel), writeOpts{check: storedCheck(h)}, fill)
+	_, err = dst.put(dst.relToRoot(id, rel), o, PutOptions{Deferred: true}, fill)
 	return err
+}
+
+// storedCheck vets a copy of h's stored bytes.
+func storedCheck(h FileHandle) func(written) error {
+	return func(w written) error {
+		if w.size != h.Size || w.sum != h.SHA256 {
+			return &corruptError{path: h.Path, problem: fmt.Sprintf("copied %d bytes with SHA-256 %s, the metadata records %d with %s", w.size, w.sum, h.Size, h.SHA256)}
+		}
+		return nil
+	}
 }
 
 // CopyLocalFile copies the file src to dst, which must not exist, and

@@ -611,11 +611,11 @@ func TestDiscard(t *testing.T) {
 	// A Discard that fails after removing _metadata leaves an incomplete
 	// checkpoint, never a complete-looking one with files missing.
 	ffs := &faultStorageFS{failAt: 1}
-	s.fs = ffs
+	setFS(s, ffs)
 	if err := s.Discard(2); err == nil || !strings.Contains(err.Error(), "injected") {
 		t.Fatalf("Discard with a failing directory sync = %v", err)
 	}
-	s.fs = osStorageFS{}
+	setFS(s, osStorageFS{})
 	if ids, err := s.Completed(); err != nil || len(ids) != 0 {
 		t.Fatalf("Completed after a failed Discard = %v, %v; want none", ids, err)
 	}
@@ -731,7 +731,7 @@ func TestInjectedFailureNeverHalfLands(t *testing.T) {
 			t.Fatal(err)
 		}
 		ffs := &faultStorageFS{failAt: n}
-		s.fs = ffs
+		setFS(s, ffs)
 		m, err := writeCheckpointFiles(s, 1, t.TempDir())
 		if err == nil {
 			err = s.WriteMetadata(m)
@@ -822,7 +822,7 @@ func TestCopyDirParallel(t *testing.T) {
 	}
 	files["top"] = "top"
 	writeTree(t, src, files)
-	s.fs = &gateStorageFS{both: make(chan struct{})}
+	setFS(s, &gateStorageFS{both: make(chan struct{})})
 
 	hs, err := s.CopyDir(2, "tasks/1-0/state", src)
 	if err != nil {
@@ -1339,7 +1339,7 @@ func TestCheckpointDirectoriesSyncedAtCompletion(t *testing.T) {
 		t.Fatal(err)
 	}
 	log := &syncLogFS{}
-	s.fs = log
+	setFS(s, log)
 	m, err := writeCheckpointFiles(s, 1, t.TempDir())
 	if err != nil {
 		t.Fatal(err)

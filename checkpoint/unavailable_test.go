@@ -88,7 +88,7 @@ func TestLatestUsableUnavailable(t *testing.T) {
 			writeTestCheckpoint(t, s, 1)
 			writeTestCheckpoint(t, s, 2)
 			ffs := &readFaultFS{dir: tc.under(s), midway: tc.midway}
-			s.fs = ffs
+			setFS(s, ffs)
 			m, skipped, err := s.LatestUsable()
 			if !errors.Is(err, ErrUnavailable) || errors.Is(err, ErrNoCheckpoint) || errors.Is(err, ErrCorrupt) || m != nil {
 				t.Fatalf("LatestUsable with checkpoint 2 unreadable now = %v, %v; want ErrUnavailable and no checkpoint", m, err)
@@ -125,14 +125,14 @@ func TestLatestUsableCorruptStillSkipped(t *testing.T) {
 	if err != nil || m.ID != 1 || len(skipped) != 1 || !errors.Is(skipped[0], ErrCorrupt) {
 		t.Fatalf("LatestUsable with checkpoint 2 damaged = %v, %v, %v; want checkpoint 1", m, skipped, err)
 	}
-	s.fs = &readFaultFS{dir: s.Dir(1)}
+	setFS(s, &readFaultFS{dir: s.Dir(1)})
 	m, skipped, err = s.LatestUsable()
 	if !errors.Is(err, ErrUnavailable) || errors.Is(err, ErrNoCheckpoint) || m != nil || len(skipped) != 1 {
 		t.Fatalf("LatestUsable with 2 damaged and 1 unreadable now = %v, %v, %v; want ErrUnavailable", m, skipped, err)
 	}
 	// A missing metadata file (removed since it was listed) is no
 	// checkpoint: corrupt, not unavailable.
-	s.fs = osStorageFS{}
+	setFS(s, osStorageFS{})
 	if err := os.Remove(filepath.Join(s.Dir(1), MetadataName)); err != nil {
 		t.Fatal(err)
 	}

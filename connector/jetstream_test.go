@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/wstream/wstream/internal/natstest"
+	"github.com/wstream/wstream/internal/testkit/natstest"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"

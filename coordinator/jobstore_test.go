@@ -9,7 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/wstream/wstream/internal/natstest"
+	"github.com/wstream/wstream/internal/testkit/natstest"
 )
 
 // failingKV is a bucket whose writes fail, as when the NATS server is away.

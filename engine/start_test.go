@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/wstream/wstream/internal/testmod"
+	"github.com/wstream/wstream/internal/testkit/testmod"
 	"github.com/wstream/wstream/transport"
 )
 

@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/wstream/wstream/host/instrument"
-	"github.com/wstream/wstream/internal/testmod"
+	"github.com/wstream/wstream/internal/testkit/testmod"
 )
 
 // compileTenant compiles src as a tenant's module.

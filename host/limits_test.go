@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/wstream/wstream/abi"
-	"github.com/wstream/wstream/internal/testmod"
+	"github.com/wstream/wstream/internal/testkit/testmod"
 	"github.com/wstream/wstream/operator"
 )
 

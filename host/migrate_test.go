@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/wstream/wstream/internal/testmod"
+	"github.com/wstream/wstream/internal/testkit/testmod"
 )
 
 // migrateWAT's wstream_migrate writes value ‖ key ‖ ns ‖ state ‖ op at

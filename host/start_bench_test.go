@@ -9,7 +9,7 @@ import (
 	"github.com/tetratelabs/wazero"
 
 	"github.com/wstream/wstream/host/instrument"
-	"github.com/wstream/wstream/internal/testmod"
+	"github.com/wstream/wstream/internal/testkit/testmod"
 )
 
 // BenchmarkInstantiate measures what starting a subtask costs per module

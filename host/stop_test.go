@@ -16,7 +16,7 @@ import (
 
 	"github.com/wstream/wstream/abi"
 	"github.com/wstream/wstream/host/instrument"
-	"github.com/wstream/wstream/internal/testmod"
+	"github.com/wstream/wstream/internal/testkit/testmod"
 	"github.com/wstream/wstream/operator"
 )
 

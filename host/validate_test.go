@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/wstream/wstream/abi"
-	"github.com/wstream/wstream/internal/testmod"
+	"github.com/wstream/wstream/internal/testkit/testmod"
 )
 
 func TestCheckHeader(t *testing.T) {

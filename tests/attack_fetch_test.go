@@ -17,7 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/wstream/wstream/coordinator"
-	"github.com/wstream/wstream/internal/natstest"
+	"github.com/wstream/wstream/internal/testkit/natstest"
 	"github.com/wstream/wstream/transport"
 )
 

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/wstream/wstream/coordinator"
-	"github.com/wstream/wstream/internal/testmod"
+	"github.com/wstream/wstream/internal/testkit/testmod"
 	"github.com/wstream/wstream/transport"
 )
 

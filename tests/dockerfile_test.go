@@ -12,7 +12,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/wstream/wstream/internal/testmod"
+	"github.com/wstream/wstream/internal/testkit/testmod"
 )
 
 // The image cannot be built here (no Docker daemon, no registry), so these

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/wstream/wstream/internal/testmod"
+	"github.com/wstream/wstream/internal/testkit/testmod"
 )
 
 // minimal is a WAT operator module with every required export; parts of it

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/wstream/wstream/internal/testmod"
+	"github.com/wstream/wstream/internal/testkit/testmod"
 )
 
 var (

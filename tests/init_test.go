@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/wstream/wstream/internal/testmod"
+	"github.com/wstream/wstream/internal/testkit/testmod"
 )
 
 // runEnv is runCLI with env added to the environment of wstream.

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/wstream/wstream/internal/testmod"
+	"github.com/wstream/wstream/internal/testkit/testmod"
 )
 
 // langModule builds example name of guest language lang.

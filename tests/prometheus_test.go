@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/wstream/wstream/internal/testmod"
+	"github.com/wstream/wstream/internal/testkit/testmod"
 )
 
 // prometheusBin finds Debian's prometheus (scripts/setup.sh installs it).

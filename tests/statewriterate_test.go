@@ -11,7 +11,7 @@ import (
 
 	"github.com/wstream/wstream/coordinator"
 	"github.com/wstream/wstream/engine"
-	"github.com/wstream/wstream/internal/testmod"
+	"github.com/wstream/wstream/internal/testkit/testmod"
 	"github.com/wstream/wstream/tenant"
 	"github.com/wstream/wstream/transport"
 )

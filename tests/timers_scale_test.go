@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/wstream/wstream/internal/testmod"
+	"github.com/wstream/wstream/internal/testkit/testmod"
 )
 
 // TestTemplateCountsManyKeys deploys the starter project of every language

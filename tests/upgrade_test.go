@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/wstream/wstream/coordinator"
-	"github.com/wstream/wstream/internal/testmod"
+	"github.com/wstream/wstream/internal/testkit/testmod"
 )
 
 // upgradePlan is the wordcount's plan over a paced file source, with an

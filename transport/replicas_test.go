@@ -10,7 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/wstream/wstream/internal/natstest"
+	"github.com/wstream/wstream/internal/testkit/natstest"
 	"github.com/wstream/wstream/transport"
 )
 

@@ -9,7 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/wstream/wstream/checkpoint"
-	"github.com/wstream/wstream/internal/natstest"
+	"github.com/wstream/wstream/internal/testkit/natstest"
 	"github.com/wstream/wstream/transport"
 )
 

@@ -12,8 +12,8 @@ import (
 
 	"github.com/wstream/wstream/host"
 	"github.com/wstream/wstream/internal/logging"
-	"github.com/wstream/wstream/internal/natstest"
-	"github.com/wstream/wstream/internal/testmod"
+	"github.com/wstream/wstream/internal/testkit/natstest"
+	"github.com/wstream/wstream/internal/testkit/testmod"
 	"github.com/wstream/wstream/transport"
 )
 

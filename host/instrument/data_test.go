@@ -10,7 +10,7 @@ import (
 
 	"github.com/tetratelabs/wazero"
 
-	"github.com/wstream/wstream/internal/testmod"
+	"github.com/wstream/wstream/internal/testkit/testmod"
 )
 
 // dataImage applies the active data segments of wasm, in order, to a zero

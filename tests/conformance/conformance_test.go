@@ -15,7 +15,7 @@ import (
 
 	"github.com/wstream/wstream/abi"
 	"github.com/wstream/wstream/host"
-	"github.com/wstream/wstream/internal/testmod"
+	"github.com/wstream/wstream/internal/testkit/testmod"
 	"github.com/wstream/wstream/operator"
 	"github.com/wstream/wstream/state"
 )

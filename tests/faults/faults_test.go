@@ -25,7 +25,7 @@ import (
 
 	"github.com/wstream/wstream/checkpoint"
 	"github.com/wstream/wstream/coordinator"
-	"github.com/wstream/wstream/internal/testmod"
+	"github.com/wstream/wstream/internal/testkit/testmod"
 	"github.com/wstream/wstream/transport"
 )
 

@@ -13,7 +13,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/wstream/wstream/internal/testmod"
+	"github.com/wstream/wstream/internal/testkit/testmod"
 )
 
 // build builds the wstream CLI and the nats-server of the module the

@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/wstream/wstream/abi"
-	"github.com/wstream/wstream/internal/wasmtest"
+	"github.com/wstream/wstream/internal/testkit/wasmtest"
 )
 
 var modules = []string{"wordcount", "window", "conformance"}

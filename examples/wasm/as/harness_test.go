@@ -3,7 +3,7 @@ package asexamples_test
 import (
 	"testing"
 
-	"github.com/wstream/wstream/internal/wasmtest"
+	"github.com/wstream/wstream/internal/testkit/wasmtest"
 )
 
 // The tests drive the AssemblyScript examples through wasmtest, a minimal

@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/wstream/wstream/internal/wasmtest"
+	"github.com/wstream/wstream/internal/testkit/wasmtest"
 )
 
 // The tests drive the C examples through wasmtest, a minimal wstream host

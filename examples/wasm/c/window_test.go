@@ -12,7 +12,7 @@ import (
 	"testing"
 
 	"github.com/wstream/wstream/abi"
-	"github.com/wstream/wstream/internal/wasmtest"
+	"github.com/wstream/wstream/internal/testkit/wasmtest"
 )
 
 // The tests below check examples/wasm/c/window against its Go twin: the same

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/wstream/wstream/abi"
-	"github.com/wstream/wstream/internal/wasmtest"
+	"github.com/wstream/wstream/internal/testkit/wasmtest"
 )
 
 var modules = []string{"wordcount", "mapfilter", "window", "testops"}

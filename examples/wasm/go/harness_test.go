@@ -3,7 +3,7 @@ package goexamples_test
 import (
 	"testing"
 
-	"github.com/wstream/wstream/internal/wasmtest"
+	"github.com/wstream/wstream/internal/testkit/wasmtest"
 )
 
 // The tests drive the Go examples through wasmtest, a minimal wstream host

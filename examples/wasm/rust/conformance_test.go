@@ -3,7 +3,7 @@ package rustexamples_test
 import (
 	"testing"
 
-	"github.com/wstream/wstream/internal/wasmtest"
+	"github.com/wstream/wstream/internal/testkit/wasmtest"
 )
 
 // The tests below run the operator "conform" of tests/conformance/SPEC.md

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/wstream/wstream/abi"
-	"github.com/wstream/wstream/internal/wasmtest"
+	"github.com/wstream/wstream/internal/testkit/wasmtest"
 )
 
 // conformScript is run batch by batch, each batch a list of key, command.

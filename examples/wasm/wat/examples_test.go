@@ -13,8 +13,8 @@ import (
 	"testing"
 
 	"github.com/wstream/wstream/abi"
-	"github.com/wstream/wstream/internal/testmod"
-	"github.com/wstream/wstream/internal/wasmtest"
+	"github.com/wstream/wstream/internal/testkit/testmod"
+	"github.com/wstream/wstream/internal/testkit/wasmtest"
 )
 
 // modules are the WAT modules: the examples and the skeleton.

@@ -3,8 +3,8 @@ package watexamples_test
 import (
 	"testing"
 
-	"github.com/wstream/wstream/internal/testmod"
-	"github.com/wstream/wstream/internal/wasmtest"
+	"github.com/wstream/wstream/internal/testkit/testmod"
+	"github.com/wstream/wstream/internal/testkit/wasmtest"
 )
 
 // The tests drive the WAT modules through wasmtest, a minimal wstream host

@@ -10,7 +10,7 @@ import (
 
 	"github.com/wstream/wstream/abi"
 	"github.com/wstream/wstream/host"
-	"github.com/wstream/wstream/internal/wasmtest"
+	"github.com/wstream/wstream/internal/testkit/wasmtest"
 	"github.com/wstream/wstream/job"
 )
 

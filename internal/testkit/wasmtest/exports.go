@@ -11,7 +11,7 @@ import (
 	"testing"
 
 	"github.com/wstream/wstream/abi"
-	"github.com/wstream/wstream/internal/testmod"
+	"github.com/wstream/wstream/internal/testkit/testmod"
 )
 
 // CheckModule checks the exports and imports of l's module name against

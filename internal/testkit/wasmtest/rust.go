@@ -3,7 +3,7 @@ package wasmtest
 import (
 	"testing"
 
-	"github.com/wstream/wstream/internal/testmod"
+	"github.com/wstream/wstream/internal/testkit/testmod"
 )
 
 // RustModule returns the bytes of the Rust guest module whose crate root is

@@ -42,18 +42,18 @@ func (h *Host) MustHook(op int32, export string, id int64) {
 	h.MustOK(export, st, err)
 }
 
-// CheckConformance runs every command of the SPEC on l's conformance
-// module and on the Go one, checks each reply and that both modules emit,
-// keep and log the same.
-func (l Lang) CheckConformance(t *testing.T) {
-	t.Helper()
-	const ts = 42
+// conformCmd is one command of the SPEC's script with the reply it must
+// give.
+type conformCmd struct {
+	key, cmd, reply string
+	want            []string // the records emitted; nil means just the reply
+}
+
+// conformScript is the SPEC's command script, in order: later commands read
+// what earlier ones wrote.
+func conformScript() []conformCmd {
 	big := strings.Repeat("abcdefghijklmnopqrstuvwxyz", 200000/26+1)[:200000]
-	type cmd struct {
-		key, cmd, reply string
-		want            []string // the records emitted; nil means just the reply
-	}
-	script := []cmd{
+	return []conformCmd{
 		// value state
 		{key: "k1", cmd: "get a", reply: "missing"},
 		{key: "k1", cmd: "put a x1", reply: "ok"},
@@ -133,87 +133,132 @@ func (l Lang) CheckConformance(t *testing.T) {
 		{key: "k", cmd: "config", reply: "config=" + ConformConfig},
 		{key: "k", cmd: "hooks", reply: "pre=-1 complete=-1 aborted=-1"},
 	}
+}
 
-	m, g := l.ConformHost(t, "conformance"), l.ConformHost(t, "go/conformance")
-	// same checks that both modules emitted want, and keep the same state,
-	// timers and logs.
-	same := func(what string, want ...string) {
-		t.Helper()
-		mo, gob := Format(m.Take()), Format(g.Take())
-		if !slices.Equal(mo, want) {
-			t.Fatalf("%s: %s emitted\n%.2000s\nwant\n%.2000s", what, l.Name, strings.Join(mo, "\n"), strings.Join(want, "\n"))
-		}
-		if !slices.Equal(gob, want) {
-			t.Fatalf("%s: Go emitted\n%.2000s\nwant\n%.2000s", what, strings.Join(gob, "\n"), strings.Join(want, "\n"))
-		}
-		ms, mt := StateByName(m)
-		gs, gt := StateByName(g)
-		if !maps.Equal(ms, gs) || !maps.Equal(mt, gt) {
-			t.Fatalf("%s: %s and Go differ in state or timers:\n%s %.2000v %v\nGo %.2000v %v", what, l.Name, l.Name, ms, mt, gs, gt)
-		}
-		if !slices.Equal(m.Logs, g.Logs) {
-			t.Fatalf("%s: %s logged %.200q, Go %.200q", what, l.Name, m.Logs, g.Logs)
-		}
+// conformPair is a language's conformance module and the Go reference
+// module, driven alike.
+type conformPair struct {
+	t    *testing.T
+	lang string
+	m, g *Host
+}
+
+func (c *conformPair) both() []*Host { return []*Host{c.m, c.g} }
+
+// same checks that both modules emitted want, and keep the same state,
+// timers and logs.
+func (c *conformPair) same(what string, want ...string) {
+	c.t.Helper()
+	m, g, t := c.m, c.g, c.t
+	mo, gob := Format(m.Take()), Format(g.Take())
+	if !slices.Equal(mo, want) {
+		t.Fatalf("%s: %s emitted\n%.2000s\nwant\n%.2000s", what, c.lang, strings.Join(mo, "\n"), strings.Join(want, "\n"))
 	}
-	for _, s := range script {
-		for _, h := range []*Host{m, g} {
+	if !slices.Equal(gob, want) {
+		t.Fatalf("%s: Go emitted\n%.2000s\nwant\n%.2000s", what, strings.Join(gob, "\n"), strings.Join(want, "\n"))
+	}
+	ms, mt := StateByName(m)
+	gs, gt := StateByName(g)
+	if !maps.Equal(ms, gs) || !maps.Equal(mt, gt) {
+		t.Fatalf("%s: %s and Go differ in state or timers:\n%s %.2000v %v\nGo %.2000v %v", what, c.lang, c.lang, ms, mt, gs, gt)
+	}
+	if !slices.Equal(m.Logs, g.Logs) {
+		t.Fatalf("%s: %s logged %.200q, Go %.200q", what, c.lang, m.Logs, g.Logs)
+	}
+}
+
+// CheckConformance runs every command of the SPEC on l's conformance
+// module and on the Go one, checks each reply and that both modules emit,
+// keep and log the same.
+func (l Lang) CheckConformance(t *testing.T) {
+	t.Helper()
+	c := &conformPair{t: t, lang: l.Name, m: l.ConformHost(t, "conformance"), g: l.ConformHost(t, "go/conformance")}
+	c.runScript()
+	c.checkRegistered()
+	c.checkHostCounters()
+	c.checkTimers()
+	c.checkHooks()
+}
+
+// runScript runs the SPEC's script, each command checked as it goes.
+func (c *conformPair) runScript() {
+	const ts = 42
+	for _, s := range conformScript() {
+		for _, h := range c.both() {
 			h.MustProcess(0, Rec(s.key, s.cmd, ts))
 		}
 		want := s.want
 		if want == nil {
 			want = []string{fmt.Sprintf("0 %s=%s@%d", s.key, s.reply, ts)}
 		}
-		same(fmt.Sprintf("%.60q (key %q)", s.cmd, s.key), want...)
+		c.same(fmt.Sprintf("%.60q (key %q)", s.cmd, s.key), want...)
 	}
-	if got := m.States; !maps.Equal(got, map[string]int32{"a": 0, "b": 1, "n": 2, "big": 3, "m": 4, "p": 5}) {
-		t.Errorf("states registered %v, want a, b, n, big, m, p in that order", got)
+}
+
+// checkRegistered checks the states, kinds, encoding and logs the script
+// left behind.
+func (c *conformPair) checkRegistered() {
+	if got := c.m.States; !maps.Equal(got, map[string]int32{"a": 0, "b": 1, "n": 2, "big": 3, "m": 4, "p": 5}) {
+		c.t.Errorf("states registered %v, want a, b, n, big, m, p in that order", got)
 	}
-	if got := m.Kinds; !slices.Equal(got, []int32{abi.StateValue, abi.StateValue, abi.StateValue, abi.StateValue, abi.StateMap, abi.StateMap}) {
-		t.Errorf("state kinds %v, want four value states and two map states", got)
+	if got := c.m.Kinds; !slices.Equal(got, []int32{abi.StateValue, abi.StateValue, abi.StateValue, abi.StateValue, abi.StateMap, abi.StateMap}) {
+		c.t.Errorf("state kinds %v, want four value states and two map states", got)
 	}
-	if v := m.State[StateKey{Handle: m.States["n"], Key: "k1"}]; len(v) != 8 || binary.LittleEndian.Uint64(v) != 2 {
-		t.Errorf("state n of k1 = %q, want 2 as 8 bytes little-endian", v)
+	if v := c.m.State[StateKey{Handle: c.m.States["n"], Key: "k1"}]; len(v) != 8 || binary.LittleEndian.Uint64(v) != 2 {
+		c.t.Errorf("state n of k1 = %q, want 2 as 8 bytes little-endian", v)
 	}
 	wantLogs := []LogLine{{Level: abi.LogInfo, Msg: "hello-from-the-guest"}, {Level: abi.LogInfo, Msg: strings.Repeat("x", 5000)}}
-	if !slices.Equal(m.Logs, wantLogs) {
-		t.Errorf("logs %.200q, want %.200q", m.Logs, wantLogs)
+	if !slices.Equal(c.m.Logs, wantLogs) {
+		c.t.Errorf("logs %.200q, want %.200q", c.m.Logs, wantLogs)
 	}
 
-	// A counter the host wrote is read by the guest, and wraps like Go's.
-	for _, h := range []*Host{m, g} {
+}
+
+// checkHostCounters: a counter the host wrote is read by the guest, and
+// wraps like Go's.
+func (c *conformPair) checkHostCounters() {
+	for _, h := range c.both() {
 		h.State[StateKey{Handle: h.States["n"], Key: "k4"}] = binary.LittleEndian.AppendUint64(nil, 1<<40)
 		h.State[StateKey{Handle: h.States["n"], Key: "k5"}] = binary.LittleEndian.AppendUint64(nil, math.MaxInt64)
 		h.MustProcess(0, Rec("k4", "inc n", 1), Rec("k5", "inc n", 2), Rec("k1", "wm", 3))
 	}
-	same("inc of host-written counters", fmt.Sprintf("0 k4==%d@1", 1<<40+1), "0 k5==-9223372036854775808@2", "0 k1=wm=-9223372036854775808@3")
+	c.same("inc of host-written counters", fmt.Sprintf("0 k4==%d@1", 1<<40+1), "0 k5==-9223372036854775808@2", "0 k1=wm=-9223372036854775808@3")
 
+}
+
+// checkTimers: event-time timers fire in order with key and namespace; the
+// deleted one does not; processing-time timers fire on the clock.
+func (c *conformPair) checkTimers() {
 	// Event-time timers fire in order with key and namespace; the deleted
 	// one does not.
-	for _, h := range []*Host{m, g} {
+	for _, h := range c.both() {
 		h.Advance(0, 49)
 	}
-	same("watermark 49")
-	for _, h := range []*Host{m, g} {
+	c.same("watermark 49")
+	for _, h := range c.both() {
 		h.Advance(0, 150)
 		h.MustProcess(0, Rec("k", "wm", 7))
 	}
-	same("watermark 150", "0 k2=fired event 50 ns=t@50", "0 k6=fired event 60 ns=inc:n =2@60", "0 k1=fired event 100 ns=t@100", "0 k=wm=150@7")
-	for _, h := range []*Host{m, g} {
+	c.same("watermark 150", "0 k2=fired event 50 ns=t@50", "0 k6=fired event 60 ns=inc:n =2@60", "0 k1=fired event 100 ns=t@100", "0 k=wm=150@7")
+	for _, h := range c.both() {
 		h.MustProcess(0, Rec("k6", "inc n", 8))
 	}
-	same("inc after the timer's", "0 k6==3@8")
-	for _, h := range []*Host{m, g} {
+	c.same("inc after the timer's", "0 k6==3@8")
+	for _, h := range c.both() {
 		st, err := h.Fire(0, abi.TimeProcessing, 8000)
 		h.MustOK("processing-time timers", st, err)
 	}
-	same("clock 8000", "0 k3=fired proc 5000 ns=t@5000")
-	for _, h := range []*Host{m, g} {
+	c.same("clock 8000", "0 k3=fired proc 5000 ns=t@5000")
+	for _, h := range c.both() {
 		h.Advance(0, abi.MaxWatermark)
 	}
-	same("the end of input", "0 k3=fired event 9223372036854775807 ns=t@9223372036854775807")
+	c.same("the end of input", "0 k3=fired event 9223372036854775807 ns=t@9223372036854775807")
 
-	// Checkpoint hooks: pre_barrier emits, the others are remembered.
-	for _, h := range []*Host{m, g} {
+}
+
+// checkHooks: pre_barrier emits, the others are remembered.
+func (c *conformPair) checkHooks() {
+	for _, h := range c.both() {
 		h.MustHook(0, abi.ExportPreBarrier, 7)
 		h.MustHook(0, abi.ExportCkptComplete, 7)
 		h.MustHook(0, abi.ExportCkptAborted, 8)
@@ -222,7 +267,7 @@ func (l Lang) CheckConformance(t *testing.T) {
 		h.MustProcess(0, Rec("k", "hooks", 10))
 		h.MustClose(0)
 	}
-	same("hooks and close", "0 =pre 7@0", "0 k=pre=7 complete=7 aborted=8@9", "0 =pre -9223372036854775808@0",
+	c.same("hooks and close", "0 =pre 7@0", "0 k=pre=7 complete=7 aborted=8@9", "0 =pre -9223372036854775808@0",
 		"0 k=pre=-9223372036854775808 complete=7 aborted=8@10", "0 =close@0")
 }
 

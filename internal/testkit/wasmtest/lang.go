@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/wstream/wstream/internal/testmod"
+	"github.com/wstream/wstream/internal/testkit/testmod"
 )
 
 // Lang is the guest language of one package of example modules. The tests

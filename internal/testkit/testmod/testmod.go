@@ -25,7 +25,7 @@ var (
 // Root returns the repository root (the directory holding go.mod).
 func Root() string {
 	_, file, _, _ := runtime.Caller(0)
-	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
+	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", "..", ".."))
 }
 
 // GoModule builds the Go guest package at pkg (relative to the repository
