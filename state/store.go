@@ -156,8 +156,12 @@ type Store struct {
 	flushAt int
 	memHalf int
 	// flushN is the changed entries past which callers flush
-	// (CacheEntries).
-	flushN int
+	// (CacheEntries) when the clean entries fill their share; roomBytes,
+	// on a budget, is what the clean entries and the changes may hold
+	// together, so that the changes take the share the clean entries
+	// leave unused (CacheEntries).
+	flushN    int
+	roomBytes int
 	// whole: the store started empty and every state entry written to
 	// Pebble since went through the cache, so while the cache has lost
 	// none (hotCache.lost) a key it does not hold is absent, and a read
@@ -423,6 +427,9 @@ func (s *Store) setCleanBytes() {
 		s.flushN = min(s.flushN, max(s.memHalf/changeBytes, DefaultCacheEntries))
 	}
 	s.cache.cleanBytes = b
+	if s.budget != nil {
+		s.roomBytes = b + s.flushN*changeBytes
+	}
 }
 
 // isNewDir reports whether dir is missing or empty: a store opened there
@@ -551,8 +558,19 @@ func (s *Store) HeldBytes() int {
 // CacheEntries is the number of changed entries the cache is meant to
 // hold between flushes (Options.CacheEntries, DefaultCacheEntries when 0):
 // callers flush once Pending reaches it. Without a Budget it is also the
-// cache's capacity.
-func (s *Store) CacheEntries() int { return s.flushN }
+// cache's capacity. On a budget it grows by the share of the budget the
+// clean entries leave unused, at changeBytes a change: a keyed count whose
+// keys fit the budget (1M keys on the default) then changes every key
+// between two checkpoints without writing to Pebble in between, and a
+// store whose clean entries fill their share flushes at its share of the
+// changes' quarter, as before. Either way the clean entries and the
+// changes together stay within the clean share and the changes' share.
+func (s *Store) CacheEntries() int {
+	if s.roomBytes == 0 {
+		return s.flushN
+	}
+	return max(s.flushN, (s.roomBytes-s.cache.cleanHeld)/changeBytes)
+}
 
 // Flush writes every change since the last Flush to Pebble, in batches of
 // up to commitChunk, without syncing: durability comes from checkpoints.
