@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/wstream/wstream/abi"
+	"github.com/wstream/wstream/operator"
 )
 
 // The stores on one budget split it: a second store halves what the first
@@ -31,8 +32,12 @@ func TestBudgetShared(t *testing.T) {
 	if got, want := s1.cache.cleanBytes, 16<<20; got != want {
 		t.Fatalf("with two stores, one may keep %d bytes, want %d", got, want)
 	}
-	if got, want := s1.CacheEntries(), (64<<20)/4/2/changeBytes; got != want {
+	if got, want := s1.flushN, (64<<20)/4/2/changeBytes; got != want {
 		t.Fatalf("changes between flushes: %d, want %d (its share of a quarter of the budget)", got, want)
+	}
+	// Its cache is empty: the changes may take its clean share too.
+	if got, want := s1.CacheEntries(), (64<<20)/2/2/changeBytes+(64<<20)/4/2/changeBytes; got != want {
+		t.Fatalf("changes between flushes with nothing cached: %d, want %d (its shares of the clean entries and of the changes)", got, want)
 	}
 	if err := s2.Close(); err != nil {
 		t.Fatal(err)
@@ -50,6 +55,73 @@ func TestBudgetShared(t *testing.T) {
 	}
 	if err := CheckBudget(0); err != nil {
 		t.Errorf("CheckBudget(0) (the default): %v", err)
+	}
+}
+
+// The changes a store gathers between flushes take the share of the budget
+// its clean entries leave unused: keys that fit the budget are changed
+// again and again without a flush, while the clean entries and the changes
+// together stay within the two shares, and a store whose clean entries
+// fill their share flushes at its share of the changes' quarter.
+func TestBudgetChangesTakeUnusedCleanShare(t *testing.T) {
+	b := NewBudget(minMemoryBudget) // 8 MiB of clean entries, 4 MiB of changes
+	defer b.Close()
+	s, err := Open(Options{Dir: t.TempDir(), KeyGroups: fullRange, Budget: b})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	v := s.Vertex("v", true)
+	h, err := v.RegisterState("n", abi.StateValue)
+	if err != nil {
+		t.Fatal(err)
+	}
+	quarter := minMemoryBudget / 4 / changeBytes
+	room := minMemoryBudget/2 + minMemoryBudget/4
+	flushes := 0
+	write := func(keys, rounds int) {
+		t.Helper()
+		for r := range rounds {
+			for i := range keys {
+				k := []byte("k" + strconv.Itoa(i))
+				if _, err := v.StateGet(h, k, nil, nil); err != nil && err != operator.ErrNotFound {
+					t.Fatal(err)
+				}
+				if err := v.StatePut(h, k, nil, []byte(strconv.Itoa(r))); err != nil {
+					t.Fatal(err)
+				}
+				if held := s.cache.cleanHeld + s.Pending()*changeBytes; held > room+changeBytes {
+					t.Fatalf("clean entries and changes count %d bytes, over the %d of both shares", held, room)
+				}
+				if s.Pending() >= s.CacheEntries() {
+					flushes++
+					if err := s.Flush(); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+		}
+	}
+	// 2x the changes' quarter in keys, each changed three times: they and
+	// their changes fit the two shares.
+	write(2*quarter, 3)
+	if flushes != 0 {
+		t.Fatalf("%d keys that fit the budget flushed %d times, want none", 2*quarter, flushes)
+	}
+	if err := s.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	// Many more keys than fit: the clean entries fill their share, and the
+	// changes are flushed at the quarter.
+	write(20*quarter, 1)
+	if flushes == 0 {
+		t.Fatalf("%d keys beyond the budget never flushed", 20*quarter)
+	}
+	if s.cache.cleanHeld < s.cache.cleanBytes-s.cache.cleanBytes/8 {
+		t.Fatalf("clean entries hold %d bytes, want their share of %d nearly full", s.cache.cleanHeld, s.cache.cleanBytes)
+	}
+	if got := s.CacheEntries(); got > quarter+quarter/4 {
+		t.Fatalf("with the clean share full the changes may take %d entries, want about %d (the quarter)", got, quarter)
 	}
 }
 

@@ -351,164 +351,236 @@ func (s *Store) ExportCanonical(w io.Writer, level int) (ExportStats, error) {
 		return st, fmt.Errorf("state: export canonical stream of %s: %w", s.dir, err)
 	}
 	cw := &countingWriter{w: w}
-	// The encoder writes nothing before the first chunk reaches it.
-	pipe, err := newCompressPipe(cw, level)
+	ew, err := newExportWriter(cw, level)
 	if err != nil {
 		return st, err
 	}
-	finished := false
-	defer func() {
-		if !finished {
-			_ = pipe.finish()
-		}
-	}()
+	defer ew.abandon()
 	// The header goes out uncompressed.
 	var hdr [CanonicalHeaderSize]byte
 	AppendCanonicalHeader(hdr[:0], s.maxPar, s.groups)
-	sum := sha256.New()
-	sum.Write(hdr[:])
+	ew.sum.Write(hdr[:])
 	if _, err := cw.Write(hdr[:]); err != nil {
 		return fail(err)
 	}
-	raw := int64(len(hdr))
-	buf := pipe.first()
-	flush := func() error {
-		if len(buf) == 0 {
-			return nil
-		}
-		sum.Write(buf)
-		raw += int64(len(buf))
-		var ok bool
-		if buf, ok = pipe.send(buf); !ok {
-			finished = true
-			return pipe.finish()
-		}
-		return nil
-	}
-
-	perState := make(map[string]*StateStats)
-	perVertex := make(map[string]int64)
-	var (
-		cur                 *StateStats
-		curVertex, curState []byte
-		curTimerVertex      []byte
-		curTimerCount       int64
-		haveTimerVertex     bool
-		nameBuf             []byte
-	)
-	flushTimerVertex := func() {
-		if haveTimerVertex {
-			perVertex[string(curTimerVertex)] += curTimerCount
-		}
-		curTimerCount = 0
-	}
-
+	ew.raw = int64(len(hdr))
 	if err := s.ready(); err != nil {
 		return st, err
 	}
+	tally := newExportTally()
+	if err := s.exportRecords(ew, tally); err != nil {
+		return fail(err)
+	}
+	if err := ew.close(tally.entries, tally.timers); err != nil {
+		return fail(err)
+	}
+	st.Entries, st.Timers = tally.entries, tally.timers
+	st.RawBytes = ew.raw
+	st.CompressedBytes = cw.n
+	st.PerState = make(map[string]StateStats, len(tally.perState))
+	for name, ss := range tally.perState {
+		st.PerState[name] = *ss
+	}
+	st.TimersPerVertex = tally.perVertex
+	return st, nil
+}
+
+// exportRecords writes the records of every entry and timer of the store's
+// key groups, in key order, to ew, counting them in tally.
+func (s *Store) exportRecords(ew *exportWriter, tally *exportTally) error {
 	lower, upper := KeyGroupSpan(s.groups)
 	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
 	if err != nil {
-		return fail(err)
+		return err
 	}
 	for ok := it.First(); ok; ok = it.Next() {
 		k, err := DecodeKey(it.Key())
 		if err != nil {
 			_ = it.Close()
-			return fail(err)
+			return err
 		}
-		var n int
 		switch k.Kind {
 		case KindEntry:
 			val, err := it.ValueAndErr()
+			if err == nil {
+				err = ew.entry(&k, val, tally)
+			}
 			if err != nil {
 				_ = it.Close()
-				return fail(err)
+				return err
 			}
-			body := 3 + fieldLen(k.Vertex) + fieldLen(k.State) + fieldLen(k.Key) + fieldLen(k.Namespace) + fieldLen(val)
-			n = uvarintLen(uint64(body)) + body
-			if len(buf)+n > cap(buf) {
-				if err := flush(); err != nil {
-					_ = it.Close()
-					return fail(err)
-				}
-			}
-			buf = binary.AppendUvarint(buf, uint64(body))
-			buf = append(buf, canonicalTagEntry, byte(k.KeyGroup>>8), byte(k.KeyGroup))
-			buf = uvarintField(buf, k.Vertex)
-			buf = uvarintField(buf, k.State)
-			buf = uvarintField(buf, k.Key)
-			buf = uvarintField(buf, k.Namespace)
-			buf = uvarintField(buf, val)
-			st.Entries++
-			// The entries of one state are runs: look the name up once a run.
-			if cur == nil || !bytes.Equal(k.Vertex, curVertex) || !bytes.Equal(k.State, curState) {
-				curVertex = append(curVertex[:0], k.Vertex...)
-				curState = append(curState[:0], k.State...)
-				nameBuf = append(append(append(nameBuf[:0], k.Vertex...), '/'), k.State...)
-				cur = perState[string(nameBuf)]
-				if cur == nil {
-					cur = &StateStats{KeyGroups: abi.KeyGroupRange{Start: k.KeyGroup, End: k.KeyGroup}}
-					perState[string(nameBuf)] = cur
-				}
-			}
-			cur.Entries++
-			cur.Bytes += int64(n)
-			cur.KeyGroups.End = k.KeyGroup
 		case KindTimer:
-			body := 3 + fieldLen(k.Vertex) + 1 + 8 + fieldLen(k.Key) + fieldLen(k.Namespace)
-			n = uvarintLen(uint64(body)) + body
-			if len(buf)+n > cap(buf) {
-				if err := flush(); err != nil {
-					_ = it.Close()
-					return fail(err)
-				}
+			if err := ew.timer(&k, tally); err != nil {
+				_ = it.Close()
+				return err
 			}
-			buf = binary.AppendUvarint(buf, uint64(body))
-			buf = append(buf, canonicalTagTimer, byte(k.KeyGroup>>8), byte(k.KeyGroup))
-			buf = uvarintField(buf, k.Vertex)
-			buf = append(buf, byte(k.Domain))
-			buf = binary.BigEndian.AppendUint64(buf, uint64(k.Time))
-			buf = uvarintField(buf, k.Key)
-			buf = uvarintField(buf, k.Namespace)
-			st.Timers++
-			if !haveTimerVertex || !bytes.Equal(k.Vertex, curTimerVertex) {
-				flushTimerVertex()
-				haveTimerVertex = true
-				curTimerVertex = append(curTimerVertex[:0], k.Vertex...)
-			}
-			curTimerCount++
 		}
 	}
-	flushTimerVertex()
-	if err := it.Close(); err != nil {
-		return fail(err)
+	tally.endTimerVertex()
+	return it.Close()
+}
+
+// exportWriter is ExportCanonical's output past the header: records
+// gathered in chunks that a compressPipe compresses, their checksum and
+// their raw size.
+type exportWriter struct {
+	pipe     *compressPipe
+	sum      hash.Hash
+	buf      []byte
+	raw      int64
+	finished bool
+}
+
+func newExportWriter(w io.Writer, level int) (*exportWriter, error) {
+	// The encoder writes nothing before the first chunk reaches it.
+	pipe, err := newCompressPipe(w, level)
+	if err != nil {
+		return nil, err
 	}
-	if err := flush(); err != nil {
-		return fail(err)
+	return &exportWriter{pipe: pipe, sum: sha256.New(), buf: pipe.first()}, nil
+}
+
+// room makes room for a record of n bytes in the chunk, sending the chunk
+// on when it would not fit.
+func (ew *exportWriter) room(n int) error {
+	if len(ew.buf)+n <= cap(ew.buf) {
+		return nil
+	}
+	return ew.flush()
+}
+
+// flush sends the chunk to the compressor.
+func (ew *exportWriter) flush() error {
+	if len(ew.buf) == 0 {
+		return nil
+	}
+	ew.sum.Write(ew.buf)
+	ew.raw += int64(len(ew.buf))
+	var ok bool
+	if ew.buf, ok = ew.pipe.send(ew.buf); !ok {
+		ew.finished = true
+		return ew.pipe.finish()
+	}
+	return nil
+}
+
+// entry appends the record of state entry k with value val.
+func (ew *exportWriter) entry(k *Key, val []byte, tally *exportTally) error {
+	body := 3 + fieldLen(k.Vertex) + fieldLen(k.State) + fieldLen(k.Key) + fieldLen(k.Namespace) + fieldLen(val)
+	n := uvarintLen(uint64(body)) + body
+	if err := ew.room(n); err != nil {
+		return err
+	}
+	buf := binary.AppendUvarint(ew.buf, uint64(body))
+	buf = append(buf, canonicalTagEntry, byte(k.KeyGroup>>8), byte(k.KeyGroup))
+	buf = uvarintField(buf, k.Vertex)
+	buf = uvarintField(buf, k.State)
+	buf = uvarintField(buf, k.Key)
+	buf = uvarintField(buf, k.Namespace)
+	ew.buf = uvarintField(buf, val)
+	tally.entry(k, n)
+	return nil
+}
+
+// timer appends the record of timer k.
+func (ew *exportWriter) timer(k *Key, tally *exportTally) error {
+	body := 3 + fieldLen(k.Vertex) + 1 + 8 + fieldLen(k.Key) + fieldLen(k.Namespace)
+	n := uvarintLen(uint64(body)) + body
+	if err := ew.room(n); err != nil {
+		return err
+	}
+	buf := binary.AppendUvarint(ew.buf, uint64(body))
+	buf = append(buf, canonicalTagTimer, byte(k.KeyGroup>>8), byte(k.KeyGroup))
+	buf = uvarintField(buf, k.Vertex)
+	buf = append(buf, byte(k.Domain))
+	buf = binary.BigEndian.AppendUint64(buf, uint64(k.Time))
+	buf = uvarintField(buf, k.Key)
+	ew.buf = uvarintField(buf, k.Namespace)
+	tally.timer(k)
+	return nil
+}
+
+// close sends the last chunk and the trailer and waits for the compressor.
+func (ew *exportWriter) close(entries, timers int64) error {
+	if err := ew.flush(); err != nil {
+		return err
 	}
 	// The trailer is not part of its own checksum.
 	var digest [sha256.Size]byte
-	sum.Sum(digest[:0])
-	buf = append(buf, canonicalTrailerLen, canonicalTagTrailer)
-	buf = binary.BigEndian.AppendUint64(buf, uint64(st.Entries))
-	buf = binary.BigEndian.AppendUint64(buf, uint64(st.Timers))
+	ew.sum.Sum(digest[:0])
+	buf := append(ew.buf, canonicalTrailerLen, canonicalTagTrailer)
+	buf = binary.BigEndian.AppendUint64(buf, uint64(entries))
+	buf = binary.BigEndian.AppendUint64(buf, uint64(timers))
 	buf = append(buf, digest[:]...)
-	raw += int64(len(buf))
-	pipe.full <- buf
-	finished = true
-	if err := pipe.finish(); err != nil {
-		return fail(err)
-	}
+	ew.raw += int64(len(buf))
+	ew.pipe.full <- buf
+	ew.finished = true
+	return ew.pipe.finish()
+}
 
-	st.RawBytes = raw
-	st.CompressedBytes = cw.n
-	st.PerState = make(map[string]StateStats, len(perState))
-	for name, ss := range perState {
-		st.PerState[name] = *ss
+// abandon stops the compressor of an export that did not close.
+func (ew *exportWriter) abandon() {
+	if !ew.finished {
+		_ = ew.pipe.finish()
 	}
-	st.TimersPerVertex = perVertex
-	return st, nil
+}
+
+// exportTally counts an export's records per state and timers per vertex.
+type exportTally struct {
+	entries, timers int64
+	perState        map[string]*StateStats
+	perVertex       map[string]int64
+	// cur is the state of the run of entries being exported, and
+	// timerVertex the vertex of the run of timers (haveTimerVertex), with
+	// timerCount of them so far.
+	cur                 *StateStats
+	curVertex, curState []byte
+	nameBuf             []byte
+	timerVertex         []byte
+	timerCount          int64
+	haveTimerVertex     bool
+}
+
+func newExportTally() *exportTally {
+	return &exportTally{perState: make(map[string]*StateStats), perVertex: make(map[string]int64)}
+}
+
+// entry counts state entry k, whose record takes n bytes.
+func (t *exportTally) entry(k *Key, n int) {
+	t.entries++
+	// The entries of one state are runs: look the name up once a run.
+	if t.cur == nil || !bytes.Equal(k.Vertex, t.curVertex) || !bytes.Equal(k.State, t.curState) {
+		t.curVertex = append(t.curVertex[:0], k.Vertex...)
+		t.curState = append(t.curState[:0], k.State...)
+		t.nameBuf = append(append(append(t.nameBuf[:0], k.Vertex...), '/'), k.State...)
+		t.cur = t.perState[string(t.nameBuf)]
+		if t.cur == nil {
+			t.cur = &StateStats{KeyGroups: abi.KeyGroupRange{Start: k.KeyGroup, End: k.KeyGroup}}
+			t.perState[string(t.nameBuf)] = t.cur
+		}
+	}
+	t.cur.Entries++
+	t.cur.Bytes += int64(n)
+	t.cur.KeyGroups.End = k.KeyGroup
+}
+
+// timer counts timer k.
+func (t *exportTally) timer(k *Key) {
+	t.timers++
+	if !t.haveTimerVertex || !bytes.Equal(k.Vertex, t.timerVertex) {
+		t.endTimerVertex()
+		t.haveTimerVertex = true
+		t.timerVertex = append(t.timerVertex[:0], k.Vertex...)
+	}
+	t.timerCount++
+}
+
+// endTimerVertex adds the run of timers counted so far to its vertex.
+func (t *exportTally) endTimerVertex() {
+	if t.haveTimerVertex {
+		t.perVertex[string(t.timerVertex)] += t.timerCount
+	}
+	t.timerCount = 0
 }
 
 // ReadCanonicalHeader reads and checks the header of a canonical stream,
@@ -638,86 +710,21 @@ func scanCanonical(r io.Reader, check func(CanonicalHeader) error, fn func(*Cano
 	for index := int64(1); ; index++ {
 		start := cr.base + int64(cr.r)
 		where := func() string { return fmt.Sprintf("record %d at byte %d", index, start) }
-		readErr := func(err error, what string) error {
-			switch {
-			case err == io.EOF:
-				return fmt.Errorf("%w: truncated: the stream ends at byte %d, in %s (%s); a complete stream ends with a trailer",
-					ErrCanonicalCorrupt, cr.base+int64(cr.w), where(), what)
-			case errors.Is(err, io.ErrUnexpectedEOF):
-				return fmt.Errorf("%w: truncated or damaged: the compressed data ends inside a zstd frame after byte %d, in %s (%s)",
-					ErrCanonicalCorrupt, cr.base+int64(cr.w), where(), what)
-			}
-			return fmt.Errorf("%w: %s: decompress: %v", ErrCanonicalCorrupt, where(), err)
+		body, recAt, err := cr.record(where)
+		if err != nil {
+			return tr, err
 		}
-		// The length prefix: a uvarint of at most 10 bytes.
-		var size uint64
-		var w int
-		for {
-			size, w = binary.Uvarint(cr.buf[cr.r:cr.w])
-			if w > 0 {
-				break
-			}
-			if w < 0 {
-				return tr, fmt.Errorf("%w: %s: the record length is not a valid uvarint", ErrCanonicalCorrupt, where())
-			}
-			if err := cr.fill(cr.w - cr.r + 1); err != nil {
-				return tr, readErr(err, "length")
-			}
-		}
-		if size < 1 || size > MaxCanonicalRecord {
-			return tr, fmt.Errorf("%w: %s: record length %d is outside [1, %d]", ErrCanonicalCorrupt, where(), size, MaxCanonicalRecord)
-		}
-		if err := cr.fill(w + int(size)); err != nil {
-			return tr, readErr(err, fmt.Sprintf("a record of %d bytes", size))
-		}
-		recAt := cr.r
-		body := cr.buf[cr.r+w : cr.r+w+int(size)]
-		cr.r += w + int(size)
 		tr.RecordsScanned = index
-
 		if body[0] == canonicalTagTrailer {
-			if len(body) != canonicalTrailerLen {
-				return tr, fmt.Errorf("%w: %s: trailer of %d bytes, want %d", ErrCanonicalCorrupt, where(), len(body), canonicalTrailerLen)
-			}
-			cr.sum.Write(cr.buf[cr.hashed:recAt])
-			cr.hashed = recAt
-			var digest [sha256.Size]byte
-			cr.sum.Sum(digest[:0])
-			copy(tr.SHA256[:], body[17:])
-			if digest != tr.SHA256 {
-				return tr, fmt.Errorf("%w: checksum mismatch: the SHA-256 of bytes 0 to %d is %x, the trailer (%s) says %x: the stream was altered or damaged",
-					ErrCanonicalCorrupt, start, digest, where(), tr.SHA256)
-			}
-			entries, timers := binary.BigEndian.Uint64(body[1:]), binary.BigEndian.Uint64(body[9:])
-			if entries != uint64(tr.Entries) || timers != uint64(tr.Timers) {
-				return tr, fmt.Errorf("%w: %s: the trailer counts %d entries and %d timers, the stream holds %d and %d",
-					ErrCanonicalCorrupt, where(), entries, timers, tr.Entries, tr.Timers)
-			}
-			tr.RawBytes = cr.base + int64(cr.r)
-			// Nothing may follow the trailer.
-			if err := cr.fill(1); err == nil {
-				return tr, fmt.Errorf("%w: data after the trailer at byte %d", ErrCanonicalCorrupt, tr.RawBytes)
-			} else if !errors.Is(err, io.EOF) {
-				return tr, fmt.Errorf("%w: after the trailer at byte %d: decompress: %v", ErrCanonicalCorrupt, tr.RawBytes, err)
-			}
-			return tr, nil
+			return tr, cr.trailer(&tr, body, recAt, start, where)
 		}
 		if err := parseCanonicalRecord(body, &rec); err != nil {
 			return tr, fmt.Errorf("%w: %s: %v", ErrCanonicalCorrupt, where(), err)
 		}
+		if err := checkRecordKeyGroup(h, &rec, prevKG, where); err != nil {
+			return tr, err
+		}
 		kg := rec.KeyGroup
-		if !h.KeyGroups.Contains(kg) {
-			return tr, fmt.Errorf("%w: %s: key group %d is outside the header's range [%d, %d]",
-				ErrCanonicalCorrupt, where(), kg, h.KeyGroups.Start, h.KeyGroups.End)
-		}
-		if kg < prevKG {
-			return tr, fmt.Errorf("%w: %s: key group %d follows key group %d: records must be in key-group order",
-				ErrCanonicalCorrupt, where(), kg, prevKG)
-		}
-		if want := abi.KeyGroup(rec.Key, h.MaxParallelism); want != kg {
-			return tr, fmt.Errorf("%w: %s: key %q is in key group %d, the record says %d",
-				ErrCanonicalCorrupt, where(), truncate(rec.Key), want, kg)
-		}
 		prevKG = kg
 		if tr.FirstKeyGroup < 0 {
 			tr.FirstKeyGroup = kg
@@ -733,6 +740,99 @@ func scanCanonical(r io.Reader, check func(CanonicalHeader) error, fn func(*Cano
 			return tr, err
 		}
 	}
+}
+
+// record reads the next record's length prefix and body, and returns the
+// body (valid until the next read) and where its length prefix starts in
+// the buffer. where names the record in errors.
+func (cr *canonicalReader) record(where func() string) (body []byte, recAt int, err error) {
+	readErr := func(err error, what string) error {
+		switch {
+		case err == io.EOF:
+			return fmt.Errorf("%w: truncated: the stream ends at byte %d, in %s (%s); a complete stream ends with a trailer",
+				ErrCanonicalCorrupt, cr.base+int64(cr.w), where(), what)
+		case errors.Is(err, io.ErrUnexpectedEOF):
+			return fmt.Errorf("%w: truncated or damaged: the compressed data ends inside a zstd frame after byte %d, in %s (%s)",
+				ErrCanonicalCorrupt, cr.base+int64(cr.w), where(), what)
+		}
+		return fmt.Errorf("%w: %s: decompress: %v", ErrCanonicalCorrupt, where(), err)
+	}
+	// The length prefix: a uvarint of at most 10 bytes.
+	var size uint64
+	var w int
+	for {
+		size, w = binary.Uvarint(cr.buf[cr.r:cr.w])
+		if w > 0 {
+			break
+		}
+		if w < 0 {
+			return nil, 0, fmt.Errorf("%w: %s: the record length is not a valid uvarint", ErrCanonicalCorrupt, where())
+		}
+		if err := cr.fill(cr.w - cr.r + 1); err != nil {
+			return nil, 0, readErr(err, "length")
+		}
+	}
+	if size < 1 || size > MaxCanonicalRecord {
+		return nil, 0, fmt.Errorf("%w: %s: record length %d is outside [1, %d]", ErrCanonicalCorrupt, where(), size, MaxCanonicalRecord)
+	}
+	if err := cr.fill(w + int(size)); err != nil {
+		return nil, 0, readErr(err, fmt.Sprintf("a record of %d bytes", size))
+	}
+	recAt = cr.r
+	body = cr.buf[cr.r+w : cr.r+w+int(size)]
+	cr.r += w + int(size)
+	return body, recAt, nil
+}
+
+// trailer checks the trailer record body, whose length prefix starts at
+// recAt in the buffer and at byte start of the stream, against what tr
+// counted and the stream's checksum, and that nothing follows it.
+func (cr *canonicalReader) trailer(tr *CanonicalTrailer, body []byte, recAt int, start int64, where func() string) error {
+	if len(body) != canonicalTrailerLen {
+		return fmt.Errorf("%w: %s: trailer of %d bytes, want %d", ErrCanonicalCorrupt, where(), len(body), canonicalTrailerLen)
+	}
+	cr.sum.Write(cr.buf[cr.hashed:recAt])
+	cr.hashed = recAt
+	var digest [sha256.Size]byte
+	cr.sum.Sum(digest[:0])
+	copy(tr.SHA256[:], body[17:])
+	if digest != tr.SHA256 {
+		return fmt.Errorf("%w: checksum mismatch: the SHA-256 of bytes 0 to %d is %x, the trailer (%s) says %x: the stream was altered or damaged",
+			ErrCanonicalCorrupt, start, digest, where(), tr.SHA256)
+	}
+	entries, timers := binary.BigEndian.Uint64(body[1:]), binary.BigEndian.Uint64(body[9:])
+	if entries != uint64(tr.Entries) || timers != uint64(tr.Timers) {
+		return fmt.Errorf("%w: %s: the trailer counts %d entries and %d timers, the stream holds %d and %d",
+			ErrCanonicalCorrupt, where(), entries, timers, tr.Entries, tr.Timers)
+	}
+	tr.RawBytes = cr.base + int64(cr.r)
+	// Nothing may follow the trailer.
+	if err := cr.fill(1); err == nil {
+		return fmt.Errorf("%w: data after the trailer at byte %d", ErrCanonicalCorrupt, tr.RawBytes)
+	} else if !errors.Is(err, io.EOF) {
+		return fmt.Errorf("%w: after the trailer at byte %d: decompress: %v", ErrCanonicalCorrupt, tr.RawBytes, err)
+	}
+	return nil
+}
+
+// checkRecordKeyGroup checks that record rec's key group is in the
+// header's range, not before the previous record's (prevKG), and the one
+// its key hashes to.
+func checkRecordKeyGroup(h CanonicalHeader, rec *CanonicalRecord, prevKG int, where func() string) error {
+	kg := rec.KeyGroup
+	if !h.KeyGroups.Contains(kg) {
+		return fmt.Errorf("%w: %s: key group %d is outside the header's range [%d, %d]",
+			ErrCanonicalCorrupt, where(), kg, h.KeyGroups.Start, h.KeyGroups.End)
+	}
+	if kg < prevKG {
+		return fmt.Errorf("%w: %s: key group %d follows key group %d: records must be in key-group order",
+			ErrCanonicalCorrupt, where(), kg, prevKG)
+	}
+	if want := abi.KeyGroup(rec.Key, h.MaxParallelism); want != kg {
+		return fmt.Errorf("%w: %s: key %q is in key group %d, the record says %d",
+			ErrCanonicalCorrupt, where(), truncate(rec.Key), want, kg)
+	}
+	return nil
 }
 
 // parseCanonicalRecord decodes an entry or timer body into rec, whose

@@ -156,8 +156,12 @@ type Store struct {
 	flushAt int
 	memHalf int
 	// flushN is the changed entries past which callers flush
-	// (CacheEntries).
-	flushN int
+	// (CacheEntries) when the clean entries fill their share; roomBytes,
+	// on a budget, is what the clean entries and the changes may hold
+	// together, so that the changes take the share the clean entries
+	// leave unused (CacheEntries).
+	flushN    int
+	roomBytes int
 	// whole: the store started empty and every state entry written to
 	// Pebble since went through the cache, so while the cache has lost
 	// none (hotCache.lost) a key it does not hold is absent, and a read
@@ -289,68 +293,7 @@ func Open(o Options) (*Store, error) {
 	if entries == 0 {
 		entries = DefaultCacheEntries
 	}
-	logger := o.Logger
-	if logger == nil {
-		logger = quietLogger{}
-	}
-	po := &pebble.Options{
-		Cache:              o.Cache,
-		Logger:             logger,
-		FormatMajorVersion: pebble.FormatNewest,
-		// No write-ahead log: state is durable through checkpoints, which
-		// flush the memtable first, and Close flushes too. A WAL would
-		// only be copied into every checkpoint (Pebble's checkpoint copies
-		// it) and re-uploaded each time.
-		DisableWAL: true,
-		// Every checkpoint flushes the memtable into new L0 files, and an
-		// incremental checkpoint uploads the files that are new since the
-		// previous one: what compactions rewrite is uploaded again. With
-		// updates spread over all keys, every L0 file overlaps the whole
-		// key space, so whatever level L0 is compacted into is rewritten
-		// as a whole each time. The LSM is therefore kept to two tiers: L0
-		// and, below it, the bottom level holding the state (see
-		// lbaseMaxBytes), and L0 is compacted only once l0CompactionDepth
-		// flushes have gathered, so the state is rewritten once per that
-		// many checkpoints. A multi-level LSM rewrites less per compaction
-		// but pushes every byte through each level, and each level's
-		// rewrite is uploaded again: several times more upload per
-		// checkpoint.
-		LBaseMaxBytes: lbaseMaxBytes,
-		// Pebble compacts L0 when its sublevel count reaches half of
-		// L0CompactionThreshold. Bloom filters keep point reads over many
-		// L0 sublevels cheap.
-		L0CompactionThreshold: 2 * l0CompactionDepth,
-		// A safety net only: flushes are split into a few files each (at
-		// the bottom level's file boundaries), so the depth bound is
-		// reached first.
-		L0CompactionFileThreshold: 1000,
-		L0StopWritesThreshold:     256,
-		// The MANIFEST is copied into every checkpoint (it is the one
-		// file Pebble appends to), and Pebble starts a new one only past
-		// this size: with the default of 128 MB a long-running job would
-		// upload megabytes of file history with every checkpoint.
-		MaxManifestFileSize: maxManifestFileSize,
-	}
-	// Most reads that miss the hot-key cache are of keys a batch sees for
-	// the first time, often absent: bloom filters answer those without
-	// reading data blocks.
-	for i := range po.Levels {
-		po.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
-	}
-	if o.eventListener != nil {
-		po.EventListener = o.eventListener
-	}
-	if o.Admit != nil {
-		po.Experimental.CompactionScheduler = newAdmittedScheduler(o.Admit)
-	}
-	if o.Budget != nil && o.MemoryBytes == 0 {
-		po.MemTableSize = budgetMemTableSize
-	}
-	base := o.fs
-	if base == nil {
-		base = vfs.Default
-	}
-	po.FS = noSyncFS{FS: base}
+	po := pebbleOptions(o)
 	s := &Store{
 		dir:        o.Dir,
 		maxBytes:   o.MaxBytes,
@@ -423,6 +366,76 @@ func (s *Store) setCleanBytes() {
 		s.flushN = min(s.flushN, max(s.memHalf/changeBytes, DefaultCacheEntries))
 	}
 	s.cache.cleanBytes = b
+	if s.budget != nil {
+		s.roomBytes = b + s.flushN*changeBytes
+	}
+}
+
+// pebbleOptions are the Pebble options of a store opened with o.
+func pebbleOptions(o Options) *pebble.Options {
+	logger := o.Logger
+	if logger == nil {
+		logger = quietLogger{}
+	}
+	po := &pebble.Options{
+		Cache:              o.Cache,
+		Logger:             logger,
+		FormatMajorVersion: pebble.FormatNewest,
+		// No write-ahead log: state is durable through checkpoints, which
+		// flush the memtable first, and Close flushes too. A WAL would
+		// only be copied into every checkpoint (Pebble's checkpoint copies
+		// it) and re-uploaded each time.
+		DisableWAL: true,
+		// Every checkpoint flushes the memtable into new L0 files, and an
+		// incremental checkpoint uploads the files that are new since the
+		// previous one: what compactions rewrite is uploaded again. With
+		// updates spread over all keys, every L0 file overlaps the whole
+		// key space, so whatever level L0 is compacted into is rewritten
+		// as a whole each time. The LSM is therefore kept to two tiers: L0
+		// and, below it, the bottom level holding the state (see
+		// lbaseMaxBytes), and L0 is compacted only once l0CompactionDepth
+		// flushes have gathered, so the state is rewritten once per that
+		// many checkpoints. A multi-level LSM rewrites less per compaction
+		// but pushes every byte through each level, and each level's
+		// rewrite is uploaded again: several times more upload per
+		// checkpoint.
+		LBaseMaxBytes: lbaseMaxBytes,
+		// Pebble compacts L0 when its sublevel count reaches half of
+		// L0CompactionThreshold. Bloom filters keep point reads over many
+		// L0 sublevels cheap.
+		L0CompactionThreshold: 2 * l0CompactionDepth,
+		// A safety net only: flushes are split into a few files each (at
+		// the bottom level's file boundaries), so the depth bound is
+		// reached first.
+		L0CompactionFileThreshold: 1000,
+		L0StopWritesThreshold:     256,
+		// The MANIFEST is copied into every checkpoint (it is the one
+		// file Pebble appends to), and Pebble starts a new one only past
+		// this size: with the default of 128 MB a long-running job would
+		// upload megabytes of file history with every checkpoint.
+		MaxManifestFileSize: maxManifestFileSize,
+	}
+	// Most reads that miss the hot-key cache are of keys a batch sees for
+	// the first time, often absent: bloom filters answer those without
+	// reading data blocks.
+	for i := range po.Levels {
+		po.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
+	}
+	if o.eventListener != nil {
+		po.EventListener = o.eventListener
+	}
+	if o.Admit != nil {
+		po.Experimental.CompactionScheduler = newAdmittedScheduler(o.Admit)
+	}
+	if o.Budget != nil && o.MemoryBytes == 0 {
+		po.MemTableSize = budgetMemTableSize
+	}
+	base := o.fs
+	if base == nil {
+		base = vfs.Default
+	}
+	po.FS = noSyncFS{FS: base}
+	return po
 }
 
 // isNewDir reports whether dir is missing or empty: a store opened there
@@ -551,8 +564,19 @@ func (s *Store) HeldBytes() int {
 // CacheEntries is the number of changed entries the cache is meant to
 // hold between flushes (Options.CacheEntries, DefaultCacheEntries when 0):
 // callers flush once Pending reaches it. Without a Budget it is also the
-// cache's capacity.
-func (s *Store) CacheEntries() int { return s.flushN }
+// cache's capacity. On a budget it grows by the share of the budget the
+// clean entries leave unused, at changeBytes a change: a keyed count whose
+// keys fit the budget (1M keys on the default) then changes every key
+// between two checkpoints without writing to Pebble in between, and a
+// store whose clean entries fill their share flushes at its share of the
+// changes' quarter, as before. Either way the clean entries and the
+// changes together stay within the clean share and the changes' share.
+func (s *Store) CacheEntries() int {
+	if s.roomBytes == 0 {
+		return s.flushN
+	}
+	return max(s.flushN, (s.roomBytes-s.cache.cleanHeld)/changeBytes)
+}
 
 // Flush writes every change since the last Flush to Pebble, in batches of
 // up to commitChunk, without syncing: durability comes from checkpoints.

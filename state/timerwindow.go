@@ -469,20 +469,8 @@ func (s *Store) stageSet(pk []byte) error {
 // timers are deleted one by one; one registered and fired again is in the
 // range, deleted, and its registration, staged after, wins.
 func (s *Store) stageFired() error {
-	ends := s.firedEnds
-	if len(ends) == 0 {
+	if len(s.firedEnds) == 0 {
 		return nil
-	}
-	keys := s.firedKeys
-	start := func(i int) int {
-		if i == 0 {
-			return 0
-		}
-		return ends[i-1]
-	}
-	kgOf := func(i int) int {
-		k := keys[start(i):]
-		return int(binary.BigEndian.Uint16(k)) - s.groups.Start
 	}
 	ranges := timerRangeDeletes && s.lazy == nil
 	for _, q := range s.firedQ {
@@ -491,76 +479,26 @@ func (s *Store) stageFired() error {
 			q.firedN, q.firedMax = 0, q.firedMax[:0]
 		}
 	}
-	counts := make([]int, s.groups.End-s.groups.Start+2)
-	for i := range ends {
-		counts[kgOf(i)+1]++
-	}
-	for g := 1; g < len(counts); g++ {
-		counts[g] += counts[g-1]
-	}
-	order := make([]int32, len(ends))
-	for i := range ends {
-		g := kgOf(i)
-		order[counts[g]] = int32(i)
-		counts[g]++
-	}
-	// spans are the fired timers of one key group to delete by range, one
-	// per queue: the indexes of the first and last by key.
-	type span struct {
-		q      *timerQueue
-		lo, hi int32
-	}
-	var spans []span
-	key := func(i int32) []byte { return keys[start(int(i)):ends[i]] }
-	flushSpans := func() error {
-		for _, sp := range spans {
-			if sp.lo == sp.hi {
-				if err := s.stageTimer(key(sp.lo), true); err != nil {
-					return err
-				}
-				continue
-			}
-			s.spanEnd = append(append(s.spanEnd[:0], key(sp.hi)...), 0)
-			if err := s.batch.DeleteRange(key(sp.lo), s.spanEnd, nil); err != nil {
-				return s.fail("stage fired timers' deletion", err)
-			}
-			s.firedRanges++
-		}
-		spans = spans[:0]
-		return nil
-	}
+	f := firedSpans{s: s}
 	kg := -1
-	for _, i := range order {
-		if g := kgOf(int(i)); g != kg {
-			if err := flushSpans(); err != nil {
+	for _, i := range s.firedOrder() {
+		if g := s.firedGroup(int(i)); g != kg {
+			if err := f.stage(); err != nil {
 				return err
 			}
 			kg = g
 		}
 		q := s.firedQ[i]
 		if !q.rangeOK {
-			if err := s.stageTimer(key(i), true); err != nil {
+			if err := s.stageTimer(s.firedKey(i), true); err != nil {
 				return err
 			}
 			s.firedPoints++
 			continue
 		}
-		j := 0
-		for j < len(spans) && spans[j].q != q {
-			j++
-		}
-		if j == len(spans) {
-			spans = append(spans, span{q, i, i})
-			continue
-		}
-		sfx := key(i)[q.pfxLen:]
-		if bytes.Compare(sfx, key(spans[j].lo)[q.pfxLen:]) < 0 {
-			spans[j].lo = i
-		} else if bytes.Compare(sfx, key(spans[j].hi)[q.pfxLen:]) > 0 {
-			spans[j].hi = i
-		}
+		f.add(q, i)
 	}
-	if err := flushSpans(); err != nil {
+	if err := f.stage(); err != nil {
 		return err
 	}
 	clear(s.firedQ)
@@ -568,6 +506,93 @@ func (s *Store) stageFired() error {
 	if cap(s.firedKeys) > maxKeptFired {
 		s.firedKeys, s.firedEnds, s.firedQ = nil, nil, nil
 	}
+	return nil
+}
+
+// firedKey is the Pebble key of the i-th fired timer since the last Flush.
+func (s *Store) firedKey(i int32) []byte {
+	start := 0
+	if i > 0 {
+		start = s.firedEnds[i-1]
+	}
+	return s.firedKeys[start:s.firedEnds[i]]
+}
+
+// firedGroup is the key group of the i-th fired timer, less the store's
+// first.
+func (s *Store) firedGroup(i int) int {
+	return int(binary.BigEndian.Uint16(s.firedKey(int32(i)))) - s.groups.Start
+}
+
+// firedOrder is the indexes of the fired timers grouped by key group, in
+// the order they fired within a group (a counting sort).
+func (s *Store) firedOrder() []int32 {
+	ends := s.firedEnds
+	counts := make([]int, s.groups.End-s.groups.Start+2)
+	for i := range ends {
+		counts[s.firedGroup(i)+1]++
+	}
+	for g := 1; g < len(counts); g++ {
+		counts[g] += counts[g-1]
+	}
+	order := make([]int32, len(ends))
+	for i := range ends {
+		g := s.firedGroup(i)
+		order[counts[g]] = int32(i)
+		counts[g]++
+	}
+	return order
+}
+
+// firedSpans gathers the fired timers of one key group to delete by
+// range: per queue, the indexes of the first and the last by key.
+type firedSpans struct {
+	s     *Store
+	spans []firedSpan
+}
+
+type firedSpan struct {
+	q      *timerQueue
+	lo, hi int32
+}
+
+// add widens q's span to fired timer i.
+func (f *firedSpans) add(q *timerQueue, i int32) {
+	j := 0
+	for j < len(f.spans) && f.spans[j].q != q {
+		j++
+	}
+	if j == len(f.spans) {
+		f.spans = append(f.spans, firedSpan{q, i, i})
+		return
+	}
+	s := f.s
+	sfx := s.firedKey(i)[q.pfxLen:]
+	if bytes.Compare(sfx, s.firedKey(f.spans[j].lo)[q.pfxLen:]) < 0 {
+		f.spans[j].lo = i
+	} else if bytes.Compare(sfx, s.firedKey(f.spans[j].hi)[q.pfxLen:]) > 0 {
+		f.spans[j].hi = i
+	}
+}
+
+// stage stages the spans' deletions, a range from the first timer to just
+// past the last (a point deletion for one timer), and empties them.
+func (f *firedSpans) stage() error {
+	s := f.s
+	for _, sp := range f.spans {
+		if sp.lo == sp.hi {
+			if err := s.stageTimer(s.firedKey(sp.lo), true); err != nil {
+				return err
+			}
+			continue
+		}
+		s.spanEnd = append(append(s.spanEnd[:0], s.firedKey(sp.hi)...), 0)
+		if err := s.batch.DeleteRange(s.firedKey(sp.lo), s.spanEnd, nil); err != nil {
+			return s.fail("stage fired timers' deletion", err)
+		}
+		s.firedRanges++
+	}
+	f.spans = f.spans[:0]
 	return nil
 }
 
