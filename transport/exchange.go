@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -33,7 +34,10 @@ import (
 // A frame is one kind byte, the channel sequence number (u64, little endian,
 // 1 for the channel's first message) and the kind's payload: an abi batch,
 // a watermark (i64), a barrier (id i64, kind u8, timestamp i64) or a cancel
-// marker (id i64).
+// marker (id i64). The consumer drops a repeated sequence (a redelivery) but
+// fails its gate on a gap (a lost write or a failed publish), and the
+// producer's Send returns any failed publish of its window: the attempt
+// restarts from its latest checkpoint rather than lose records.
 //
 // Flow control: a producer has at most Window messages that the consumer has
 // not taken yet (published or not acknowledged by the stream); a full window
@@ -345,6 +349,9 @@ type JetStreamOutput struct {
 	// the consumer, credits move taken but leave the window's entries,
 	// whose stream sequences it needs.
 	pinned int
+	// failed is a publish error found on an entry pruned from the window:
+	// Send returns it rather than forget the message.
+	failed error
 }
 
 // NewOutput returns the producer side of channel (edge, up, down).
@@ -403,7 +410,16 @@ func (o *JetStreamOutput) pruneLocked() {
 	}
 	k := 0
 	for k < len(o.win) && o.win[k].seq <= o.taken {
-		o.stored(&o.win[k])
+		e := &o.win[k]
+		if !o.stored(e) && e.fut != nil && o.failed == nil {
+			// A credit can pass a message whose publish failed (a
+			// consumer that skipped it): keep the error for Send.
+			select {
+			case err := <-e.fut.Err():
+				o.failed = fmt.Errorf("publishing on %s (message %d): %w", o.subject, e.seq, err)
+			default:
+			}
+		}
 		k++
 	}
 	clear(o.win[:k])
@@ -515,6 +531,9 @@ func (o *JetStreamOutput) stored(e *outEntry) bool {
 // checkStoredLocked notes the stream's acknowledgements of the window's
 // messages and returns the first publish error; o.mu is held.
 func (o *JetStreamOutput) checkStoredLocked() error {
+	if o.failed != nil {
+		return o.failed
+	}
 	for k := range o.win {
 		e := &o.win[k]
 		if e.fut == nil || o.stored(e) {
@@ -821,6 +840,7 @@ type JetStreamInput struct {
 	sub      *nats.Subscription
 	closed   bool
 	err      error
+	broken   atomic.Bool // err is set
 }
 
 // NewInput returns the consumer side of channel (edge, up, down): it creates
@@ -890,16 +910,29 @@ func (in *JetStreamInput) onData(msg jetstream.Msg) {
 	switch {
 	case err != nil:
 		if in.err == nil {
-			in.err = fmt.Errorf("channel %s: %w", in.subject, err)
+			in.failLocked(fmt.Errorf("channel %s: %w", in.subject, err))
 		}
+		wake := in.wake
+		in.mu.Unlock()
+		signal(wake)
+		return
+	case in.err != nil:
+		// Broken: nothing after the break may reach the subtask.
 		in.mu.Unlock()
 		return
 	case seq <= in.received:
 		// Delivered again (an acknowledgement was lost).
 		in.mu.Unlock()
 		return
-	case seq != in.received+1 && in.err == nil:
-		in.err = fmt.Errorf("channel %s: message %d follows %d", in.subject, seq, in.received)
+	case seq != in.received+1:
+		// A message of the channel is lost (a stream that lost a write,
+		// a publish that failed): carrying on would drop its records, so
+		// the gate fails and the attempt restarts from its checkpoint.
+		in.failLocked(fmt.Errorf("channel %s: message %d follows %d: messages %d-%d are missing", in.subject, seq, in.received, in.received+1, seq-1))
+		wake := in.wake
+		in.mu.Unlock()
+		signal(wake)
+		return
 	}
 	in.received = seq
 	in.q = append(in.q, inEntry{m: m, seq: seq, sseq: sseq, stored: stored})
@@ -1268,8 +1301,19 @@ func (in *JetStreamInput) NotifyPriority(prio chan<- struct{}) {
 	in.mu.Unlock()
 }
 
-// Err returns the first broken frame or gap in the channel's sequence.
+// failLocked breaks the channel with err; in.mu is held.
+func (in *JetStreamInput) failLocked(err error) {
+	in.err = err
+	in.broken.Store(true)
+}
+
+// Err implements FailingChannel: the first broken frame or gap in the
+// channel's sequence. It costs one atomic load while the channel is whole,
+// since the gate asks on every message.
 func (in *JetStreamInput) Err() error {
+	if !in.broken.Load() {
+		return nil
+	}
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	return in.err

@@ -14,6 +14,7 @@ type InputGate struct {
 	chans   []InputChannel
 	blocked []bool
 	ended   []bool
+	failing []FailingChannel
 	open    int
 	next    int
 	wake    chan struct{}
@@ -32,6 +33,9 @@ func NewInputGate(chans []InputChannel) *InputGate {
 	}
 	for _, c := range chans {
 		c.Notify(g.wake)
+		if f, ok := c.(FailingChannel); ok {
+			g.failing = append(g.failing, f)
+		}
 	}
 	return g
 }
@@ -80,12 +84,19 @@ func (g *InputGate) Interrupt() {
 
 // Next returns the next message and the index of its channel. It blocks
 // until a message arrives, timer (which may be nil) fires — then it returns
-// an error for which IsTimer is true — or ctx is done. KindEnd is delivered
-// once per channel; after it the channel is not read again.
+// an error for which IsTimer is true —, a channel breaks (FailingChannel) or
+// ctx is done. KindEnd is delivered once per channel; after it the channel is
+// not read again.
 func (g *InputGate) Next(ctx context.Context, timer <-chan time.Time) (int, Message, error) {
 	for {
 		if g.interrupted.Load() && g.interrupted.CompareAndSwap(true, false) {
 			return -1, Message{}, ErrInterrupted
+		}
+		// A broken channel fails the gate, blocked or not.
+		for _, f := range g.failing {
+			if err := f.Err(); err != nil {
+				return -1, Message{}, err
+			}
 		}
 		n := len(g.chans)
 		for k := 0; k < n; k++ {
