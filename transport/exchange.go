@@ -152,6 +152,13 @@ func DeleteDataStream(ctx context.Context, js jetstream.JetStream, job string) e
 // before its producer blocks.
 const DefaultWindow = 16
 
+// PullHeartbeat is the idle heartbeat a channel's consumer asks the server
+// for with each pull request. A pull request parked on a server that was
+// lost or paused (or on a consumer leader that moved) is noticed after two
+// missed heartbeats, about a second, and pulled again, instead of at the
+// request's 30 s expiry. nats.go accepts 500 ms at the least.
+const PullHeartbeat = 500 * time.Millisecond
+
 // ExchangeConfig configures an Exchange.
 type ExchangeConfig struct {
 	NATS    *nats.Conn
@@ -888,7 +895,7 @@ func (in *JetStreamInput) start() error {
 		_ = sub.Unsubscribe()
 		return fmt.Errorf("creating consumer %s of %s: %w", in.consumer, DataStream(x.cfg.Job), err)
 	}
-	cc, err := cons.Consume(in.onData, jetstream.PullMaxMessages(2*x.cfg.Window))
+	cc, err := cons.Consume(in.onData, jetstream.PullMaxMessages(2*x.cfg.Window), jetstream.PullHeartbeat(PullHeartbeat))
 	if err != nil {
 		_ = sub.Unsubscribe()
 		return fmt.Errorf("consuming %s: %w", in.subject, err)

@@ -3,10 +3,13 @@ package transport
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
 )
 
 // brokenChannel is a local channel that breaks on demand.
@@ -138,5 +141,38 @@ func TestExchangeFailedPublishFailsTheProducer(t *testing.T) {
 	err = out.Send(ctx, Message{Kind: KindData, Data: batch(4)})
 	if err == nil || !strings.Contains(err.Error(), "message 1") {
 		t.Fatalf("Send after failed publishes: %v, want the error of message 1", err)
+	}
+}
+
+// TestExchangeConsumerPullsWithHeartbeat: every pull request of a channel's
+// consumer asks for an idle heartbeat of at most a second, so that a pull
+// parked on a lost or paused server is noticed and pulled again within
+// about a second rather than at its expiry.
+func TestExchangeConsumerPullsWithHeartbeat(t *testing.T) {
+	prod, cons, _ := exchangePair(t, "pullhb", 8)
+	pulls := make(chan *nats.Msg, 16)
+	sub, err := prod.cfg.NATS.ChanSubscribe("$JS.API.CONSUMER.MSG.NEXT."+DataStream("pullhb")+".>", pulls)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	if err := prod.cfg.NATS.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	channelPair(t, prod, cons)
+	select {
+	case m := <-pulls:
+		var req struct {
+			Expires   time.Duration `json:"expires"`
+			Heartbeat time.Duration `json:"idle_heartbeat"`
+		}
+		if err := json.Unmarshal(m.Data, &req); err != nil {
+			t.Fatalf("pull request %q: %v", m.Data, err)
+		}
+		if req.Heartbeat <= 0 || req.Heartbeat > time.Second {
+			t.Fatalf("pull request %s: idle heartbeat %s, want at most 1s", m.Data, req.Heartbeat)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("no pull request within a minute")
 	}
 }
