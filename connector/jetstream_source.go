@@ -103,7 +103,7 @@ type jsSource struct {
 	js     jetstream.JetStream
 	stream jetstream.Stream
 	cons   jetstream.Consumer
-	msgs   jetstream.MessagesContext
+	msgs   *msgPump
 }
 
 var _ Rewindable = (*jsSource)(nil)
@@ -190,11 +190,11 @@ func (s *jsSource) subscribe(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("%s: consumer from sequence %d: %w", s.what, cfg.OptStartSeq, err)
 	}
-	msgs, err := cons.Messages()
+	msgs, err := cons.Messages(jetstream.PullHeartbeat(jsPullHeartbeat))
 	if err != nil {
 		return fmt.Errorf("%s: consumer from sequence %d: %w", s.what, cfg.OptStartSeq, err)
 	}
-	s.cons, s.msgs = cons, msgs
+	s.cons, s.msgs = cons, startPump(msgs)
 	return nil
 }
 
@@ -203,7 +203,7 @@ func (s *jsSource) unsubscribe() {
 	if s.msgs == nil {
 		return
 	}
-	s.msgs.Stop()
+	s.msgs.stop()
 	if info := s.cons.CachedInfo(); info != nil && s.nc.IsConnected() {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		_ = s.js.DeleteConsumer(ctx, s.cfg.Stream, info.Name)
@@ -255,9 +255,9 @@ func (s *jsSource) Next(ctx context.Context, b *abi.Builder, limit int) (int64, 
 			err error
 		)
 		if !delivered {
-			m, err = s.msgs.Next(jetstream.NextContext(wctx))
+			m, err = s.msgs.next(wctx, 0)
 		} else {
-			m, err = s.msgs.Next(jetstream.NextMaxWait(jsLinger))
+			m, err = s.msgs.next(ctx, jsLinger)
 		}
 		if err != nil {
 			if ctx.Err() != nil {

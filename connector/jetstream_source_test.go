@@ -405,3 +405,47 @@ func TestJetStreamSourceRescale(t *testing.T) {
 		}
 	}
 }
+
+// TestJetStreamSourcePullsWithHeartbeat: the source's pulls ask for an idle
+// heartbeat of at most a second, and the source reads through a pump whose
+// calls of Next block (nats.go watches heartbeats only while one waits), so
+// that a pull parked on a lost or paused server is noticed in about a
+// second.
+func TestJetStreamSourcePullsWithHeartbeat(t *testing.T) {
+	url, js := startJetStream(t)
+	createStream(t, js, jetstream.StreamConfig{Name: "hb", Subjects: []string{"hb"}})
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	pulls := make(chan *nats.Msg, 64)
+	if _, err := nc.ChanSubscribe("$JS.API.CONSUMER.MSG.NEXT.hb.>", pulls); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	src := openJSSource(t, map[string]any{"url": url, "stream": "hb"}, 0, 1)
+	ctx := testCtx(t)
+	if _, err := js.Publish(ctx, "hb", []byte("a")); err != nil {
+		t.Fatal(err)
+	}
+	if recs, _, _ := readJS(t, src, 1, 10); !slices.Equal(values(recs), []string{"a"}) {
+		t.Fatalf("got %q", values(recs))
+	}
+	select {
+	case m := <-pulls:
+		var req struct {
+			Heartbeat time.Duration `json:"idle_heartbeat"`
+		}
+		if err := json.Unmarshal(m.Data, &req); err != nil {
+			t.Fatalf("pull request %q: %v", m.Data, err)
+		}
+		if req.Heartbeat <= 0 || req.Heartbeat > time.Second {
+			t.Fatalf("pull request %s: idle heartbeat %s, want at most 1s", m.Data, req.Heartbeat)
+		}
+	case <-ctx.Done():
+		t.Fatal("no pull request seen")
+	}
+}

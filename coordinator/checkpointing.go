@@ -1030,9 +1030,16 @@ func (d *ckptDriver) persist(cp checkpoint.Completed) {
 	d.wg.Add(1)
 	go func() {
 		defer d.wg.Done()
-		// The metadata completes the checkpoint: a deposed leader (one
-		// paused past its lease) completes none.
-		_, err := d.c.fence()
+		// The completions record completes the checkpoint, by
+		// compare-and-set at this leader's epoch: a deposed leader
+		// completes none, even one paused after its lease check. The
+		// metadata follows it, so a checkpoint whose record did not land
+		// leaves no metadata that a restore could take (and nothing that
+		// would have to be deleted again).
+		epoch, err := d.c.fence()
+		if err == nil {
+			err = d.recordComplete(cp.ID, epoch)
+		}
 		if err == nil {
 			err = d.storage.WriteMetadata(meta)
 		}
@@ -1062,6 +1069,21 @@ func (d *ckptDriver) persist(cp checkpoint.Completed) {
 			d.run()
 		})
 	}()
+}
+
+// recordComplete writes checkpoint id into the job's completions record
+// (idCounter.complete). A deposed leader learns so here, and stops.
+func (d *ckptDriver) recordComplete(id int64, epoch uint64) error {
+	if d.c.ids == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), kvTimeout)
+	defer cancel()
+	err := d.c.ids.complete(ctx, d.j.info.JobID, id, epoch)
+	if errors.Is(err, errDeposed) {
+		d.c.depose(err)
+	}
+	return err
 }
 
 // restoreFrom makes the savepoint id in dir, of a stop or an upgrade, what

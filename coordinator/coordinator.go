@@ -397,6 +397,10 @@ func (c *Coordinator) activate(ctx context.Context) error {
 		c.subs = append(c.subs, s)
 	}
 	if c.cfg.Tenants != nil {
+		if err := c.reloadTenants(ctx); err != nil {
+			c.unsubscribe()
+			return err
+		}
 		if err := c.subscribeTenants(nc); err != nil {
 			c.unsubscribe()
 			return err

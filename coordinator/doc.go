@@ -122,7 +122,13 @@
 // Checkpoint ids come from one counter per job in the key-value bucket
 // transport.CheckpointIDsBucket, raised with compare-and-set before each
 // trigger goes out (idCounter): storage cannot serve, it deletes the
-// checkpoints that never completed and the savepoints it exported.
+// checkpoints that never completed and the savepoints it exported. A
+// checkpoint completes in this order: (1) every acknowledgement is in;
+// (2) the leader checks its lease; (3) it writes the job's completions
+// record in the same bucket by compare-and-set at its epoch (a new leader
+// stamps that record at take-over, so a deposed leader's write fails);
+// (4) it writes the metadata; (5) it notifies the subtasks, whose sinks
+// commit.
 //
 // Readers that list (`wstream list`, `wstream workers`, the REST API's
 // overview, jobs and workers, the metrics endpoint) read an immutable view

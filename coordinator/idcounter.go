@@ -56,15 +56,24 @@ func (c *idCounter) current(ctx context.Context, job string) (int64, uint64, err
 	return n, rev, err
 }
 
+// completedKey is the key of job's completions record: the highest
+// checkpoint id it completed and the epoch of the leader that completed
+// it, in the counter's format. A checkpoint is complete once this record
+// says so (complete): the leader writes it by compare-and-set, with its
+// epoch, after every acknowledgement and before the metadata, so a deposed
+// leader completes nothing, even one paused between its lease check and
+// the write. Job ids hold no '.', so the key is no job's counter.
+func completedKey(job string) string { return job + ".completed" }
+
 // read returns the highest id job has used, the epoch that wrote it, and
 // the key's revision (all 0 for a job that has used none).
-func (c *idCounter) read(ctx context.Context, job string) (int64, uint64, uint64, error) {
-	e, err := c.kv.Get(ctx, job)
+func (c *idCounter) read(ctx context.Context, key string) (int64, uint64, uint64, error) {
+	e, err := c.kv.Get(ctx, key)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return 0, 0, 0, nil
 	}
 	if err != nil {
-		return 0, 0, 0, fmt.Errorf("reading the checkpoint id counter of job %s: %w", job, err)
+		return 0, 0, 0, fmt.Errorf("reading %s of bucket %s: %w", key, transport.CheckpointIDsBucket, err)
 	}
 	id, ep, hasEpoch := strings.Cut(string(e.Value()), "@")
 	n, err := strconv.ParseInt(id, 10, 64)
@@ -73,7 +82,7 @@ func (c *idCounter) read(ctx context.Context, job string) (int64, uint64, uint64
 		epoch, err = strconv.ParseUint(ep, 10, 64)
 	}
 	if err != nil || n < 0 {
-		return 0, 0, 0, fmt.Errorf("the checkpoint id counter of job %s in bucket %s holds %q, not an id", job, transport.CheckpointIDsBucket, e.Value())
+		return 0, 0, 0, fmt.Errorf("%s in bucket %s holds %q, not an id", key, transport.CheckpointIDsBucket, e.Value())
 	}
 	return n, epoch, e.Revision(), nil
 }
@@ -128,24 +137,63 @@ func (c *idCounter) reserve(ctx context.Context, job string, id int64, epoch uin
 // stamp writes job's counter, unchanged, at epoch: a deposed leader's
 // reservation, read before, fails its compare-and-set, and one read after
 // finds the later epoch. It returns the counter.
+// The completions record is stamped too: a deposed leader's completion
+// fails the same way.
 func (c *idCounter) stamp(ctx context.Context, job string, epoch uint64) (int64, error) {
+	cur, err := c.stampKey(ctx, job, epoch)
+	if err != nil {
+		return 0, err
+	}
+	if _, err := c.stampKey(ctx, completedKey(job), epoch); err != nil {
+		return 0, err
+	}
+	return cur, nil
+}
+
+// stampKey writes key's value, unchanged, at epoch.
+func (c *idCounter) stampKey(ctx context.Context, key string, epoch uint64) (int64, error) {
 	for {
-		cur, stored, rev, err := c.read(ctx, job)
+		cur, stored, rev, err := c.read(ctx, key)
 		if err != nil {
 			return 0, err
 		}
 		if fenced(stored, epoch) {
-			return 0, fmt.Errorf("%w: the checkpoint id counter of job %s was written at epoch %d, this coordinator's is %d", errDeposed, job, stored, epoch)
+			return 0, fmt.Errorf("%w: %s of bucket %s was written at epoch %d, this coordinator's is %d", errDeposed, key, transport.CheckpointIDsBucket, stored, epoch)
 		}
 		if stored == epoch && rev != 0 {
 			return cur, nil
 		}
-		err = c.write(ctx, job, cur, epoch, rev)
+		err = c.write(ctx, key, cur, epoch, rev)
 		if err == nil {
 			return cur, nil
 		}
 		if !errors.Is(err, jetstream.ErrKeyExists) && !isWrongSequence(err) {
-			return 0, fmt.Errorf("writing the epoch into the checkpoint id counter of job %s: %w", job, err)
+			return 0, fmt.Errorf("writing the epoch into %s of bucket %s: %w", key, transport.CheckpointIDsBucket, err)
+		}
+	}
+}
+
+// complete records checkpoint id of job as complete by the leader of
+// epoch, by compare-and-set: it fails with errDeposed when a later leader
+// wrote or stamped the record, whenever this one checked its lease. The
+// record keeps the highest id completed (a savepoint may complete after a
+// later checkpoint).
+func (c *idCounter) complete(ctx context.Context, job string, id int64, epoch uint64) error {
+	key := completedKey(job)
+	for {
+		cur, stored, rev, err := c.read(ctx, key)
+		if err != nil {
+			return err
+		}
+		if fenced(stored, epoch) {
+			return fmt.Errorf("%w: checkpoint %d of job %s: the completions record was written at epoch %d, this coordinator's is %d", errDeposed, id, job, stored, epoch)
+		}
+		err = c.write(ctx, key, max(cur, id), epoch, rev)
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, jetstream.ErrKeyExists) && !isWrongSequence(err) {
+			return fmt.Errorf("recording checkpoint %d of job %s as complete: %w", id, job, err)
 		}
 	}
 }

@@ -19,7 +19,13 @@ var slowRestartPlan = strings.Replace(onePlan, `"delay":0`, `"delay":60000`, 1)
 // for its first deployment.
 func startOne(t *testing.T, plan string) (*Coordinator, *fakeWorker, *Watch, string) {
 	t.Helper()
-	c, client := startTestCoordinator(t)
+	return startOneWith(t, plan, nil)
+}
+
+// startOneWith is startOne with a configuration that set changes.
+func startOneWith(t *testing.T, plan string, set func(*Config)) (*Coordinator, *fakeWorker, *Watch, string) {
+	t.Helper()
+	c, client := startTestCoordinatorWith(t, set)
 	w := startFakeWorker(t, client, "fw")
 	waitUntil(t, "the worker never registered by its heartbeat", func() bool {
 		return slices.Equal(workerIDs(c), []string{"fw"})

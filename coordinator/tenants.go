@@ -107,6 +107,28 @@ func (c *Coordinator) subscribeTenants(nc *nats.Conn) error {
 	return nil
 }
 
+// reloadTenants reads the tenant authority's directory again as the
+// coordinator starts to act: tenants added, changed or removed while
+// another coordinator led are on disk only, and a new leader that did not
+// read them would answer "no tenant". A directory that cannot be read now
+// is read again until ctx ends; a corrupt file fails at once.
+func (c *Coordinator) reloadTenants(ctx context.Context) error {
+	for {
+		err := c.cfg.Tenants.Reload()
+		if err == nil {
+			return nil
+		}
+		if errors.Is(err, tenant.ErrCorrupt) {
+			return fmt.Errorf("coordinator: %w", err)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("coordinator: reading the tenant authority: %w", err)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
 // visibleLocked reports whether who may see and act on job j.
 func visibleLocked(j *jobState, who caller) bool {
 	return who.admin() || j.info.Tenant == who.tenant

@@ -105,27 +105,79 @@ func Open(dir string) (*Authority, error) {
 	if a.service, err = loadOrCreate(dir, "service.seed", nkeys.CreateAccount); err != nil {
 		return nil, err
 	}
-	a.revoked = serviceRevocations{Users: map[string]int64{}, Attempts: map[string]int64{}}
-	if b, err := os.ReadFile(filepath.Join(dir, revokedFile)); err == nil {
-		if err := json.Unmarshal(b, &a.revoked); err != nil {
-			return nil, fmt.Errorf("tenant authority: %s: %w", filepath.Join(dir, revokedFile), err)
-		}
-		if a.revoked.Users == nil {
-			a.revoked.Users = map[string]int64{}
-		}
-		if a.revoked.Attempts == nil {
-			a.revoked.Attempts = map[string]int64{}
-		}
-	} else if !errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("tenant authority: %w", err)
+	if a.revoked, err = readRevoked(dir); err != nil {
+		return nil, err
 	}
 	if err := a.sign(); err != nil {
 		return nil, err
 	}
+	if a.tenants, err = readTenants(dir); err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+// ErrCorrupt marks an authority file that was read but does not hold what
+// it should: reading it again will not help. Other errors of Open and
+// Reload are I/O errors that may pass.
+var ErrCorrupt = errors.New("tenant authority: corrupt file")
+
+// Reload reads the tenants and the service account's revocations from the
+// directory again: another holder of the directory (the coordinator that
+// led before this one) may have added, changed or removed tenants. On an
+// error the authority keeps what it held; errors.Is(err, ErrCorrupt) tells
+// a file that will not read from one that cannot be read now.
+func (a *Authority) Reload() error {
+	revoked, err := readRevoked(a.dir)
+	if err != nil {
+		return err
+	}
+	tenants, err := readTenants(a.dir)
+	if err != nil {
+		return err
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	old := a.revoked
+	a.revoked = revoked
+	if err := a.sign(); err != nil {
+		a.revoked = old
+		return err
+	}
+	a.tenants = tenants
+	return nil
+}
+
+// readRevoked reads the service account's revocations.
+func readRevoked(dir string) (serviceRevocations, error) {
+	r := serviceRevocations{Users: map[string]int64{}, Attempts: map[string]int64{}}
+	p := filepath.Join(dir, revokedFile)
+	b, err := os.ReadFile(p)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return r, nil
+	case err != nil:
+		return r, fmt.Errorf("tenant authority: %w", err)
+	}
+	if err := json.Unmarshal(b, &r); err != nil {
+		return r, fmt.Errorf("%w: %s: %v", ErrCorrupt, p, err)
+	}
+	if r.Users == nil {
+		r.Users = map[string]int64{}
+	}
+	if r.Attempts == nil {
+		r.Attempts = map[string]int64{}
+	}
+	return r, nil
+}
+
+// readTenants reads every tenant's record.
+func readTenants(dir string) (map[string]*record, error) {
 	entries, err := os.ReadDir(filepath.Join(dir, "tenants"))
 	if err != nil {
 		return nil, fmt.Errorf("tenant authority %s: %w", dir, err)
 	}
+	tenants := map[string]*record{}
 	for _, e := range entries {
 		if !strings.HasSuffix(e.Name(), ".json") {
 			continue
@@ -137,14 +189,14 @@ func Open(dir string) (*Authority, error) {
 		}
 		var r record
 		if err := json.Unmarshal(b, &r); err != nil {
-			return nil, fmt.Errorf("tenant authority: %s: %w", p, err)
+			return nil, fmt.Errorf("%w: %s: %v", ErrCorrupt, p, err)
 		}
 		if err := CheckName(r.Name); err != nil || r.Name+".json" != e.Name() {
-			return nil, fmt.Errorf("tenant authority: %s does not hold tenant %q", p, r.Name)
+			return nil, fmt.Errorf("%w: %s does not hold tenant %q", ErrCorrupt, p, r.Name)
 		}
-		a.tenants[r.Name] = &r
+		tenants[r.Name] = &r
 	}
-	return a, nil
+	return tenants, nil
 }
 
 // loadOrCreate reads the seed in dir/name, or creates a key and writes its

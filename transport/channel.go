@@ -89,6 +89,15 @@ type InputChannel interface {
 	Close()
 }
 
+// FailingChannel is an input channel that can break: a JetStream channel
+// whose sequence has a gap has lost a message, and delivering what follows
+// would drop its records. The gate returns Err's error (the subtask fails and
+// its attempt restarts from the latest checkpoint) once it is non-nil. Err
+// is called for every message, so it must be cheap while the channel is whole.
+type FailingChannel interface {
+	Err() error
+}
+
 // LocalChannel is a bounded in-memory FIFO between two subtasks of one
 // worker. It implements both sides.
 type LocalChannel struct {

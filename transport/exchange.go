@@ -31,7 +31,10 @@ import (
 // A frame is one kind byte, the channel sequence number (u64, little endian,
 // 1 for the channel's first message) and the kind's payload: an abi batch,
 // a watermark (i64), a barrier (id i64, kind u8, timestamp i64) or a cancel
-// marker (id i64).
+// marker (id i64). The consumer drops a repeated sequence (a redelivery) but
+// fails its gate on a gap (a lost write or a failed publish), and the
+// producer's Send returns any failed publish of its window: the attempt
+// restarts from its latest checkpoint rather than lose records.
 //
 // Flow control: a producer has at most Window messages that the consumer has
 // not taken yet (published or not acknowledged by the stream); a full window
@@ -145,6 +148,13 @@ func DeleteDataStream(ctx context.Context, js jetstream.JetStream, job string) e
 // DefaultWindow is the number of messages a channel between workers holds
 // before its producer blocks.
 const DefaultWindow = 16
+
+// PullHeartbeat is the idle heartbeat a channel's consumer asks the server
+// for with each pull request. A pull request parked on a server that was
+// lost or paused (or on a consumer leader that moved) is noticed after two
+// missed heartbeats, about a second, and pulled again, instead of at the
+// request's 30 s expiry. nats.go accepts 500 ms at the least.
+const PullHeartbeat = 500 * time.Millisecond
 
 // ExchangeConfig configures an Exchange.
 type ExchangeConfig struct {

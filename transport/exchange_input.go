@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -57,6 +58,7 @@ type JetStreamInput struct {
 	sub      *nats.Subscription
 	closed   bool
 	err      error
+	broken   atomic.Bool // err is set
 }
 
 // NewInput returns the consumer side of channel (edge, up, down): it creates
@@ -104,7 +106,7 @@ func (in *JetStreamInput) start() error {
 		_ = sub.Unsubscribe()
 		return fmt.Errorf("creating consumer %s of %s: %w", in.consumer, DataStream(x.cfg.Job), err)
 	}
-	cc, err := cons.Consume(in.onData, jetstream.PullMaxMessages(2*x.cfg.Window))
+	cc, err := cons.Consume(in.onData, jetstream.PullMaxMessages(2*x.cfg.Window), jetstream.PullHeartbeat(PullHeartbeat))
 	if err != nil {
 		_ = sub.Unsubscribe()
 		return fmt.Errorf("consuming %s: %w", in.subject, err)
@@ -126,16 +128,29 @@ func (in *JetStreamInput) onData(msg jetstream.Msg) {
 	switch {
 	case err != nil:
 		if in.err == nil {
-			in.err = fmt.Errorf("channel %s: %w", in.subject, err)
+			in.failLocked(fmt.Errorf("channel %s: %w", in.subject, err))
 		}
+		wake := in.wake
+		in.mu.Unlock()
+		signal(wake)
+		return
+	case in.err != nil:
+		// Broken: nothing after the break may reach the subtask.
 		in.mu.Unlock()
 		return
 	case seq <= in.received:
 		// Delivered again (an acknowledgement was lost).
 		in.mu.Unlock()
 		return
-	case seq != in.received+1 && in.err == nil:
-		in.err = fmt.Errorf("channel %s: message %d follows %d", in.subject, seq, in.received)
+	case seq != in.received+1:
+		// A message of the channel is lost (a stream that lost a write,
+		// a publish that failed): carrying on would drop its records, so
+		// the gate fails and the attempt restarts from its checkpoint.
+		in.failLocked(fmt.Errorf("channel %s: message %d follows %d: messages %d-%d are missing", in.subject, seq, in.received, in.received+1, seq-1))
+		wake := in.wake
+		in.mu.Unlock()
+		signal(wake)
+		return
 	}
 	in.received = seq
 	in.q = append(in.q, inEntry{m: m, seq: seq, sseq: sseq, stored: stored})
@@ -504,8 +519,19 @@ func (in *JetStreamInput) NotifyPriority(prio chan<- struct{}) {
 	in.mu.Unlock()
 }
 
-// Err returns the first broken frame or gap in the channel's sequence.
+// failLocked breaks the channel with err; in.mu is held.
+func (in *JetStreamInput) failLocked(err error) {
+	in.err = err
+	in.broken.Store(true)
+}
+
+// Err implements FailingChannel: the first broken frame or gap in the
+// channel's sequence. It costs one atomic load while the channel is whole,
+// since the gate asks on every message.
 func (in *JetStreamInput) Err() error {
+	if !in.broken.Load() {
+		return nil
+	}
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	return in.err

@@ -43,6 +43,9 @@ type JetStreamOutput struct {
 	// the consumer, credits move taken but leave the window's entries,
 	// whose stream sequences it needs.
 	pinned int
+	// failed is a publish error found on an entry pruned from the window:
+	// Send returns it rather than forget the message.
+	failed error
 }
 
 // NewOutput returns the producer side of channel (edge, up, down).
@@ -101,7 +104,16 @@ func (o *JetStreamOutput) pruneLocked() {
 	}
 	k := 0
 	for k < len(o.win) && o.win[k].seq <= o.taken {
-		o.stored(&o.win[k])
+		e := &o.win[k]
+		if !o.stored(e) && e.fut != nil && o.failed == nil {
+			// A credit can pass a message whose publish failed (a
+			// consumer that skipped it): keep the error for Send.
+			select {
+			case err := <-e.fut.Err():
+				o.failed = fmt.Errorf("publishing on %s (message %d): %w", o.subject, e.seq, err)
+			default:
+			}
+		}
 		k++
 	}
 	clear(o.win[:k])
@@ -213,6 +225,9 @@ func (o *JetStreamOutput) stored(e *outEntry) bool {
 // checkStoredLocked notes the stream's acknowledgements of the window's
 // messages and returns the first publish error; o.mu is held.
 func (o *JetStreamOutput) checkStoredLocked() error {
+	if o.failed != nil {
+		return o.failed
+	}
 	for k := range o.win {
 		e := &o.win[k]
 		if e.fut == nil || o.stored(e) {

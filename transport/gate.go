@@ -15,6 +15,7 @@ type InputGate struct {
 	chans   []InputChannel
 	blocked []bool
 	ended   []bool
+	failing []FailingChannel
 	open    int
 	next    int
 	wake    chan struct{}
@@ -33,6 +34,9 @@ func NewInputGate(chans []InputChannel) *InputGate {
 	}
 	for _, c := range chans {
 		c.Notify(g.wake)
+		if f, ok := c.(FailingChannel); ok {
+			g.failing = append(g.failing, f)
+		}
 	}
 	return g
 }
@@ -105,12 +109,18 @@ func (g *InputGate) Interrupt() {
 // Next returns the next event: a message and the index of its channel, the
 // firing of timer (which may be nil) before any message, or an interrupt.
 // It blocks until one of them happens; its error is ctx's when ctx is done
-// first. KindEnd is delivered once per channel; after it the channel is not
+// first, or a broken channel's (FailingChannel). KindEnd is delivered once per channel; after it the channel is not
 // read again.
 func (g *InputGate) Next(ctx context.Context, timer <-chan time.Time) (GateEvent, error) {
 	for {
 		if g.interrupted.Load() && g.interrupted.CompareAndSwap(true, false) {
 			return GateEvent{Kind: GateInterrupt, Ch: -1}, nil
+		}
+		// A broken channel fails the gate, blocked or not.
+		for _, f := range g.failing {
+			if err := f.Err(); err != nil {
+				return GateEvent{Ch: -1}, err
+			}
 		}
 		n := len(g.chans)
 		for k := 0; k < n; k++ {
