@@ -106,13 +106,10 @@ var hostStateGetMany = api.GoModuleFunc(func(ctx context.Context, mod api.Module
 	setStatus(stack, int32(min(need, math.MaxInt32)))
 })
 
-// run answers the n requests of req into g.res and g.vals, for an out
-// buffer at outPtr of outCap bytes. It returns the call's status and the
-// size out needs for every value. Every pair is checked, and repeats found,
-// before the store is asked for the others in one StateGetMany when it
-// can (operator.StateManyGetter), which overlaps their cache misses.
-func (g *getMany) run(i *Instance, s *slot, mem api.Memory, h int32, req []byte, outPtr uint32, outCap int) (int32, int) {
-	n := len(req) / requestSize
+// collect checks the n requests of req, finds repeats (a result names the
+// first request of its pair) and lists in g.ask those the store is asked.
+// It reports false, having told the guest why, on a bad pair.
+func (g *getMany) collect(i *Instance, mem api.Memory, all, req []byte, n int) bool {
 	g.res = slices.Grow(g.res[:0], resultSize*n)[:resultSize*n]
 	g.vals = g.vals[:0]
 	g.hashes = g.hashes[:0]
@@ -127,13 +124,12 @@ func (g *getMany) run(i *Instance, s *slot, mem api.Memory, h int32, req []byte,
 	g.slots = g.slots[:size]
 	clear(g.slots)
 	mask := uint32(size - 1)
-	all := memBytes(mem)
 	for j := range n {
 		r := req[j*requestSize:]
 		key, ns, ok := pairIn(all, r)
 		if !ok {
 			i.badPair(mem, r, ImportStateGetMany, "request")
-			return abi.StatusBadPointer, 0
+			return false
 		}
 		hash := g.hash(key, ns)
 		g.hashes = append(g.hashes, hash)
@@ -165,6 +161,20 @@ func (g *getMany) run(i *Instance, s *slot, mem api.Memory, h int32, req []byte,
 			continue
 		}
 		g.ask = append(g.ask, int32(j))
+	}
+	return true
+}
+
+// run answers the n requests of req into g.res and g.vals, for an out
+// buffer at outPtr of outCap bytes. It returns the call's status and the
+// size out needs for every value. Every pair is checked, and repeats found,
+// before the store is asked for the others in one StateGetMany when it
+// can (operator.StateManyGetter), which overlaps their cache misses.
+func (g *getMany) run(i *Instance, s *slot, mem api.Memory, h int32, req []byte, outPtr uint32, outCap int) (int32, int) {
+	n := len(req) / requestSize
+	all := memBytes(mem)
+	if !g.collect(i, mem, all, req, n) {
+		return abi.StatusBadPointer, 0
 	}
 	base := resultSize * n // values start after the results
 	need := base
