@@ -234,7 +234,7 @@ func (s *Server) routes() http.Handler {
 		s.cfg.Metrics.ServeHTTP(w, r)
 	}))
 	// Reads are audited when they are refused.
-	get := func(pattern string, h func(r *http.Request, who coordinator.Caller) (any, error)) {
+	get := func(pattern string, h readHandler) {
 		mux.HandleFunc("GET "+pattern, s.authed(func(w http.ResponseWriter, r *http.Request, who coordinator.Caller) {
 			v, err := h(r, who)
 			if err != nil {
@@ -244,6 +244,20 @@ func (s *Server) routes() http.Handler {
 			writeJSON(w, http.StatusOK, v)
 		}))
 	}
+	s.jobReads(get)
+	s.checkpointReads(get)
+	s.actions(mux)
+	mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, "no endpoint "+r.Method+" "+r.URL.Path+" (see docs/rest.md)")
+	})
+	return mux
+}
+
+// readHandler answers a GET with the value to write as JSON, or an error.
+type readHandler func(r *http.Request, who coordinator.Caller) (any, error)
+
+// jobReads serves the cluster's and the jobs' GETs but for checkpoints.
+func (s *Server) jobReads(get func(pattern string, h readHandler)) {
 	c := s.cfg.Coordinator
 	get("/v1/config", func(r *http.Request, who coordinator.Caller) (any, error) { return s.config(), nil })
 	get("/v1/overview", func(r *http.Request, who coordinator.Caller) (any, error) { return c.Overview(who), nil })
@@ -303,6 +317,12 @@ func (s *Server) routes() http.Handler {
 		}
 		return ExceptionsOf(x), nil
 	})
+}
+
+// checkpointReads serves the GETs of a job's checkpoints and savepoint
+// requests.
+func (s *Server) checkpointReads(get func(pattern string, h readHandler)) {
+	c := s.cfg.Coordinator
 	get("/v1/jobs/{id}/checkpoints", func(r *http.Request, who coordinator.Caller) (any, error) {
 		return c.Checkpoints(who, r.PathValue("id"))
 	})
@@ -350,6 +370,11 @@ func (s *Server) routes() http.Handler {
 		}
 		return sp, nil
 	})
+}
+
+// actions serves the POSTs: deploy, rescale, savepoint, stop and cancel.
+func (s *Server) actions(mux *http.ServeMux) {
+	c := s.cfg.Coordinator
 	mux.HandleFunc("POST /v1/jobs", s.authed(s.postJob))
 	mux.HandleFunc("POST /v1/jobs/{id}/rescale", s.authed(s.postRescale))
 	mux.HandleFunc("POST /v1/jobs/{id}/savepoints", s.authed(s.postSavepoint(false)))
@@ -371,10 +396,6 @@ func (s *Server) routes() http.Handler {
 		}
 		writeJSON(w, http.StatusAccepted, CancelReply{JobID: id, Cancelling: true})
 	}))
-	mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, "no endpoint "+r.Method+" "+r.URL.Path+" (see docs/rest.md)")
-	})
-	return mux
 }
 
 // Replies that wrap a list, so that the API can add fields beside it.

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -92,6 +93,22 @@ func TestExitCodes(t *testing.T) {
 		t.Fatal(err)
 	}
 	noJob := "no wstream is running with data directory"
+	covered := map[string]bool{}
+	defer func() {
+		// Every command and subcommand is in this table or in
+		// TestExitCodesCluster's.
+		for _, c := range commandsOf(t, dir) {
+			subs := commandsOf(t, dir, c)
+			if len(subs) == 0 && !covered[c] && !clusterCovered[c] {
+				t.Errorf("wstream %s has no exit-code case", c)
+			}
+			for _, sub := range subs {
+				if name := c + " " + sub; !covered[name] && !clusterCovered[name] {
+					t.Errorf("wstream %s has no exit-code case", name)
+				}
+			}
+		}
+	}()
 	for _, c := range []struct {
 		args []string
 		code int
@@ -125,7 +142,21 @@ func TestExitCodes(t *testing.T) {
 		{[]string{"tenant", "add"}, 2, "one argument"},
 		{[]string{"worker"}, 2, "--nats URL is required"},
 		{[]string{"server", "--replicas", "9"}, 2, "--replicas 9"},
+		{[]string{"context", "add", "--data", "d", "dev"}, 0, "context dev saved"},
+		{[]string{"context", "add", "dev2"}, 2, "give at least one setting"},
+		{[]string{"init", "--lang", "wat", "--dir", "proj", "proj"}, 0, "created"},
+		{[]string{"completion", "tcsh"}, 2, `got "tcsh"`},
+		{[]string{"upgrade", "x", "/nope.wasm"}, 1, "/nope.wasm"},
+		{[]string{"tenant", "init", "--data", "td"}, 0, "tenant authority"},
+		{[]string{"tenant", "list"}, 1, noJob},
+		{[]string{"tenant", "creds", "acme"}, 1, noJob},
+		{[]string{"tenant", "update"}, 2, "one argument"},
+		{[]string{"tenant", "remove", "acme"}, 1, noJob},
+		{[]string{"tenant", "worker-creds"}, 2, "one argument"},
+		{[]string{"tenant", "worker-revoke", "w9"}, 1, noJob},
 	} {
+		covered[strings.Join(c.args[:min(len(c.args), 2)], " ")] = true
+		covered[c.args[0]] = true
 		r := runWith(t, dir, env, 3*time.Minute, c.args...)
 		out := r.stderr
 		if c.code == 0 {
@@ -194,6 +225,16 @@ func TestExitCodesCluster(t *testing.T) {
 	if r := runCLI(t, dir, "checkpoints", "--data", srv.data, id); r.code != 0 {
 		t.Errorf("checkpoints: exit %d\n%s", r.code, r.stderr)
 	}
+	sps, _ := filepath.Glob(filepath.Join(dir, "sps", "savepoint-*"))
+	if len(sps) != 1 {
+		t.Fatalf("savepoints in sps: %v", sps)
+	}
+	if r := runCLI(t, dir, "inspect", sps[0]); r.code != 0 {
+		t.Errorf("inspect: exit %d\n%s", r.code, r.stderr)
+	}
+	if r := cli("upgrade", "--plan", "plan.json", id, mod); r.code != 0 || !strings.Contains(r.stdout, "upgraded") {
+		t.Errorf("upgrade: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
 	if r := cli("cancel", id); r.code != 0 {
 		t.Fatalf("cancel: exit %d\n%s", r.code, r.stderr)
 	}
@@ -227,4 +268,49 @@ func TestExitCodesCluster(t *testing.T) {
 	if r := cli("deploy", "--plan", "plan.json", mod); r.code != 0 || !strings.Contains(r.stderr, "records in: 100") {
 		t.Errorf("deploy of a bounded job: exit %d, want 0\n%s", r.code, r.stderr)
 	}
+
+	// The tenant commands, as the cluster's admin.
+	for _, c := range []struct {
+		args []string
+		code int
+	}{
+		{[]string{"tenant", "add", "acme"}, 0},
+		{[]string{"tenant", "add", "acme"}, 1}, // there already
+		{[]string{"tenant", "list"}, 0},
+		{[]string{"tenant", "creds", "acme"}, 0},
+		{[]string{"tenant", "update", "--jobs", "2", "acme"}, 0},
+		{[]string{"tenant", "worker-creds", "w2"}, 0},
+		{[]string{"tenant", "worker-revoke", "w2"}, 0},
+		{[]string{"tenant", "remove", "acme"}, 0},
+		{[]string{"tenant", "remove", "acme"}, 1}, // gone
+	} {
+		if r := cli(c.args...); r.code != c.code {
+			t.Errorf("wstream %s: exit %d, want %d\n%s", strings.Join(c.args, " "), r.code, c.code, r.stderr)
+		}
+	}
+
+	// A worker and the server end at SIGTERM with 0.
+	if r := cli("tenant", "worker-creds", "w3"); r.code != 0 {
+		t.Fatalf("tenant worker-creds w3: exit %d\n%s", r.code, r.stderr)
+	}
+	w := startEdge(t, dir, "worker", "--nats", srv.url, "--nats-creds", filepath.Join(dir, "w3.creds"), "--id", "w3")
+	clusterPoll(t, time.Minute, "the worker did not connect", func() bool {
+		return strings.Contains(w.stderr.String(), "connected to") || w.exited()
+	})
+	for _, p := range []*edgeProc{w, srv.proc} {
+		if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		if code := p.wait(t, 2*time.Minute); code != 0 {
+			t.Errorf("%v after SIGTERM: exit %d, want 0\n%s", p.cmd.Args, code, p.stderr.String())
+		}
+	}
+}
+
+// clusterCovered are the commands TestExitCodesCluster runs.
+var clusterCovered = map[string]bool{
+	"list": true, "workers": true, "stop": true, "follow": true, "deploy": true, "savepoint": true, "checkpoints": true,
+	"inspect": true, "upgrade": true, "cancel": true, "server": true, "worker": true,
+	"tenant add": true, "tenant list": true, "tenant creds": true, "tenant update": true, "tenant worker-creds": true,
+	"tenant worker-revoke": true, "tenant remove": true,
 }

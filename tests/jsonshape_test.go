@@ -3,6 +3,7 @@ package tests
 import (
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"slices"
 	"sort"
 	"strings"
@@ -138,4 +139,44 @@ func TestJSONShapes(t *testing.T) {
 	if p.exited() {
 		t.Fatalf("the deploy ended: %s", p.stderr.String())
 	}
+
+	// version: the first fields of GET /v1/config.
+	sameShape(t, "version", cliJSON("version"), onlyKeys(getJSON(t, u+"/v1/config"), "version", "abi", "go", "commit"), "")
+
+	// savepoint: the request object REST answers for its own requests.
+	_, req := restCall(t, http.MethodPost, u+"/v1/jobs/"+id+"/savepoints", "")
+	reqURL := u + "/v1/jobs/" + id + "/savepoints/" + fmt.Sprint(req["requestId"])
+	var done map[string]any
+	pollUntil(t, 2*time.Minute, "the REST savepoint completed", func() bool {
+		done = getJSON(t, reqURL).(map[string]any)
+		return done["status"] != "IN_PROGRESS"
+	})
+	delete(done, "requestId") // the CLI's request is its own
+	cli = cliJSON("savepoint", id)
+	sameShape(t, "savepoint", cli, done, "")
+	if m := cli.(map[string]any); m["status"] != "COMPLETED" || m["kind"] != "savepoint" || m["endTime"] == nil {
+		t.Errorf("savepoint -o json: %v", m)
+	}
+
+	// stop ends the deploy: the same object, of kind stop, then the
+	// deploy's own.
+	cli = cliJSON("stop", id)
+	sameShape(t, "stop", cli, done, "")
+	if m := cli.(map[string]any); m["kind"] != "stop" || m["status"] != "COMPLETED" {
+		t.Errorf("stop -o json: %v", m)
+	}
+	if code := p.wait(t, 2*time.Minute); code != 3 {
+		t.Errorf("deploy of a job stopped from outside: exit %d, want 3\n%s", code, p.stderr.String())
+	}
+}
+
+// onlyKeys is the object v with only the keys named.
+func onlyKeys(v any, keys ...string) map[string]any {
+	out := map[string]any{}
+	for _, k := range keys {
+		if x, ok := v.(map[string]any)[k]; ok {
+			out[k] = x
+		}
+	}
+	return out
 }

@@ -195,52 +195,7 @@ given: a flag wins over its environment variable, which wins over the context.`,
 				Usage:     "add a context, or replace one of the same name",
 				ArgsUsage: "NAME",
 				Flags:     addFlags,
-				Action: func(c *cli.Context) error {
-					name := c.Args().First()
-					if c.NArg() != 1 || name == "" || strings.ContainsAny(name, " \t\n/") {
-						return usageError{fmt.Errorf("context add: want one NAME argument without spaces or slashes")}
-					}
-					ctx := map[string]string{}
-					for _, k := range contextKeys {
-						v := c.String(k.name)
-						if v == "" {
-							continue
-						}
-						if slices.Contains(fileKeys, k.name) {
-							abs, err := filepath.Abs(v)
-							if err != nil {
-								return err
-							}
-							if k.name != "data" {
-								if _, err := os.Stat(abs); err != nil {
-									return usageError{fmt.Errorf("context add: --%s %s: %w", k.name, v, err)}
-								}
-							}
-							v = abs
-						}
-						ctx[k.name] = v
-					}
-					if len(ctx) == 0 {
-						return usageError{fmt.Errorf("context add %s: give at least one setting (--nats URL, --data DIR, …; see --help)", name)}
-					}
-					f, path, err := readContexts()
-					if err != nil {
-						return err
-					}
-					f.Contexts[name] = ctx
-					if c.Bool("select") || f.Current == "" {
-						f.Current = name
-					}
-					if err := writeContexts(f, path); err != nil {
-						return err
-					}
-					fmt.Fprintf(c.App.ErrWriter, "context %s saved in %s", name, path)
-					if f.Current == name {
-						fmt.Fprint(c.App.ErrWriter, "; selected")
-					}
-					fmt.Fprintln(c.App.ErrWriter)
-					return nil
-				},
+				Action:    addContext,
 			},
 			{
 				Name:      "select",
@@ -250,25 +205,7 @@ given: a flag wins over its environment variable, which wins over the context.`,
 				BashComplete: func(c *cli.Context) {
 					completeContexts(c.App.Writer)
 				},
-				Action: func(c *cli.Context) error {
-					f, path, err := readContexts()
-					if err != nil {
-						return err
-					}
-					switch {
-					case c.Bool("none") && c.NArg() == 0:
-						f.Current = ""
-					case c.NArg() == 1 && !c.Bool("none"):
-						name := c.Args().First()
-						if _, ok := f.Contexts[name]; !ok {
-							return fmt.Errorf("no context %q in %s (wstream context ls)", name, path)
-						}
-						f.Current = name
-					default:
-						return usageError{errors.New("context select: want one NAME, or --none")}
-					}
-					return writeContexts(f, path)
-				},
+				Action: selectContext,
 			},
 			{
 				Name:    "ls",
@@ -377,4 +314,73 @@ func completeContexts(w io.Writer) {
 	for n := range f.Contexts {
 		fmt.Fprintln(w, n)
 	}
+}
+
+// addContext writes the context of the flags given under NAME.
+func addContext(c *cli.Context) error {
+	name := c.Args().First()
+	if c.NArg() != 1 || name == "" || strings.ContainsAny(name, " \t\n/") {
+		return usageError{fmt.Errorf("context add: want one NAME argument without spaces or slashes")}
+	}
+	ctx := map[string]string{}
+	for _, k := range contextKeys {
+		v := c.String(k.name)
+		if v == "" {
+			continue
+		}
+		if slices.Contains(fileKeys, k.name) {
+			abs, err := filepath.Abs(v)
+			if err != nil {
+				return err
+			}
+			if k.name != "data" {
+				if _, err := os.Stat(abs); err != nil {
+					return usageError{fmt.Errorf("context add: --%s %s: %w", k.name, v, err)}
+				}
+			}
+			v = abs
+		}
+		ctx[k.name] = v
+	}
+	if len(ctx) == 0 {
+		return usageError{fmt.Errorf("context add %s: give at least one setting (--nats URL, --data DIR, …; see --help)", name)}
+	}
+	f, path, err := readContexts()
+	if err != nil {
+		return err
+	}
+	f.Contexts[name] = ctx
+	if c.Bool("select") || f.Current == "" {
+		f.Current = name
+	}
+	if err := writeContexts(f, path); err != nil {
+		return err
+	}
+	fmt.Fprintf(c.App.ErrWriter, "context %s saved in %s", name, path)
+	if f.Current == name {
+		fmt.Fprint(c.App.ErrWriter, "; selected")
+	}
+	fmt.Fprintln(c.App.ErrWriter)
+	return nil
+}
+
+// selectContext makes NAME the context commands use, or none.
+func selectContext(c *cli.Context) error {
+	f, path, err := readContexts()
+	if err != nil {
+		return err
+	}
+	switch {
+	case c.Bool("none") && c.NArg() == 0:
+		f.Current = ""
+	case c.NArg() == 1 && !c.Bool("none"):
+		name := c.Args().First()
+		if _, ok := f.Contexts[name]; !ok {
+			return fmt.Errorf("no context %q in %s (wstream context ls)", name, path)
+		}
+		f.Current = name
+	default:
+		return usageError{errors.New("context select: want one NAME, or --none")}
+	}
+	return writeContexts(f, path)
 }

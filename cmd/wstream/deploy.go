@@ -26,8 +26,9 @@ import (
 	"github.com/wstream/wstream/transport"
 )
 
-func deployCommand() *cli.Command {
-	flags := []cli.Flag{
+// deployFlags are deploy's own flags; the host flags come after them.
+func deployFlags() []cli.Flag {
+	return []cli.Flag{
 		&cli.StringFlag{Name: "plan", Usage: "plan file (JSON) to use instead of the plan the module exports"},
 		&cli.IntFlag{Name: "parallelism", Aliases: []string{"p"}, Usage: "default parallelism of the job's vertices (vertices that set their own keep it)"},
 		&cli.StringSliceFlag{Name: "vertex-parallelism", Usage: "`ID=N` parallelism of one vertex (repeatable)"},
@@ -65,6 +66,9 @@ func deployCommand() *cli.Command {
 		httpFlag,
 		dataFlag, natsFlag, verboseFlag, logFormatFlag, logLevelFlag,
 	}
+}
+
+func deployCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "deploy",
 		Usage:     "run a job: operators from MODULE, plan from the module or --plan",
@@ -87,50 +91,54 @@ above; -d submits it, prints its id on stdout and returns.
 
 Exit 0 when the job finished (or was submitted, with -d), 1 when it failed, 2
 for bad usage, 3 when it was cancelled or stopped from outside.`,
-		Flags: append(flags, hostFlags()...),
-		Action: func(c *cli.Context) error {
-			if c.IsSet("resume") {
-				if c.NArg() != 0 {
-					return usageError{fmt.Errorf("deploy --resume takes no MODULE argument: the job's module is stored with it")}
-				}
-			} else if c.NArg() != 1 {
-				return usageError{fmt.Errorf("deploy: want exactly one MODULE.wasm argument, got %d", c.NArg())}
-			}
-			for _, f := range c.Command.Flags {
-				if df, ok := f.(*cli.DurationFlag); ok && c.IsSet(df.Name) && c.Duration(df.Name) < 0 {
-					return usageError{fmt.Errorf("--%s %s: must not be negative", df.Name, c.Duration(df.Name))}
-				}
-			}
-			if err := checkGuestErrorFlags(c); err != nil {
-				return usageError{err}
-			}
-			hc, err := hostConfig(c)
-			if err != nil {
-				return err
-			}
-			ov := job.Overrides{
-				Parallelism:    c.Int("parallelism"),
-				MaxParallelism: c.Int("max-parallelism"),
-				Source:         c.StringSlice("source"),
-				Sink:           c.StringSlice("sink"),
-			}
-			if c.IsSet("parallelism") && ov.Parallelism < 1 {
-				return usageError{fmt.Errorf("--parallelism %d: must be ≥ 1", ov.Parallelism)}
-			}
-			for _, s := range c.StringSlice("vertex-parallelism") {
-				id, n, ok := strings.Cut(s, "=")
-				v, err := strconv.Atoi(n)
-				if !ok || id == "" || err != nil || v < 1 {
-					return usageError{fmt.Errorf("--vertex-parallelism %q: want ID=N with N ≥ 1", s)}
-				}
-				if ov.VertexParallelism == nil {
-					ov.VertexParallelism = map[string]int{}
-				}
-				ov.VertexParallelism[id] = v
-			}
-			return deploy(c, hc, ov)
-		},
+		Flags:  append(deployFlags(), hostFlags()...),
+		Action: deployAction,
 	}
+}
+
+// deployAction checks deploy's arguments and the flags that no later step
+// reads, then deploys.
+func deployAction(c *cli.Context) error {
+	if c.IsSet("resume") {
+		if c.NArg() != 0 {
+			return usageError{fmt.Errorf("deploy --resume takes no MODULE argument: the job's module is stored with it")}
+		}
+	} else if c.NArg() != 1 {
+		return usageError{fmt.Errorf("deploy: want exactly one MODULE.wasm argument, got %d", c.NArg())}
+	}
+	for _, f := range c.Command.Flags {
+		if df, ok := f.(*cli.DurationFlag); ok && c.IsSet(df.Name) && c.Duration(df.Name) < 0 {
+			return usageError{fmt.Errorf("--%s %s: must not be negative", df.Name, c.Duration(df.Name))}
+		}
+	}
+	if err := checkGuestErrorFlags(c); err != nil {
+		return usageError{err}
+	}
+	hc, err := hostConfig(c)
+	if err != nil {
+		return err
+	}
+	ov := job.Overrides{
+		Parallelism:    c.Int("parallelism"),
+		MaxParallelism: c.Int("max-parallelism"),
+		Source:         c.StringSlice("source"),
+		Sink:           c.StringSlice("sink"),
+	}
+	if c.IsSet("parallelism") && ov.Parallelism < 1 {
+		return usageError{fmt.Errorf("--parallelism %d: must be ≥ 1", ov.Parallelism)}
+	}
+	for _, s := range c.StringSlice("vertex-parallelism") {
+		id, n, ok := strings.Cut(s, "=")
+		v, err := strconv.Atoi(n)
+		if !ok || id == "" || err != nil || v < 1 {
+			return usageError{fmt.Errorf("--vertex-parallelism %q: want ID=N with N ≥ 1", s)}
+		}
+		if ov.VertexParallelism == nil {
+			ov.VertexParallelism = map[string]int{}
+		}
+		ov.VertexParallelism[id] = v
+	}
+	return deploy(c, hc, ov)
 }
 
 func deploy(c *cli.Context, hc host.Config, ov job.Overrides) (err error) {

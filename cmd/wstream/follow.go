@@ -30,10 +30,12 @@ var (
 func followCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "follow",
-		Usage:     "attach to a running job: its state as it changes, then its summary and exit status",
+		Usage:     "attach to a running job: its events as they happen, then its outcome, summary and exit status",
 		ArgsUsage: "JOB",
-		Description: `Follows JOB (one a deploy -d started, or any other) until it ends, prints its
-summary and exits as deploy would: 0 finished, 1 failed, 3 cancelled or stopped
+		Description: `Follows JOB (one a deploy -d started, or any other) until it ends: prints its
+events on stderr (state changes, restarts with their causes, and checkpoints when
+--data names the server's data directory on this host), then its outcome and
+summary, and exits as deploy would: 0 finished, 1 failed, 3 cancelled or stopped
 from outside. Ctrl-C or SIGTERM ends the following only (exit 128 + the signal):
 the job goes on running. Stop it with wstream stop JOB, or cancel it with
 wstream cancel JOB.`,
@@ -62,11 +64,19 @@ wstream cancel JOB.`,
 			if !c.Bool("quiet") {
 				fmt.Fprintf(errw, "following job %s (%s): Ctrl-C stops following, not the job\n", id, row.State)
 			}
-			log, err := newLogger(c, slog.LevelWarn)
-			if err != nil {
+			// The log flags are checked even though events are lines.
+			if _, err := newLogger(c, slog.LevelWarn); err != nil {
 				return err
 			}
-			stopStatus := watchStatus(errw, log, e.Conn(), id, c.Bool("quiet"))
+			stopStatus := func() {}
+			if !c.Bool("quiet") {
+				// Checkpoints too when the job's files are on this host.
+				data := c.String("data")
+				if _, err := os.Stat(coordinator.JobDir(data, id)); err != nil {
+					data = ""
+				}
+				stopStatus = followEvents(errw, e.Conn(), id, data, time.Second)
+			}
 			wctx := ctx
 			if ended(row.State) {
 				// Its result is in the job's record, read within a poll or
@@ -85,6 +95,9 @@ wstream cancel JOB.`,
 					return cli.Exit(fmt.Sprintf("%s: stopped following job %s, which goes on running (wstream follow %s%s)", sig, id, id, clusterArgs(c)), exitSignal(sig))
 				}
 				return err
+			}
+			if !c.Bool("quiet") {
+				fmt.Fprintf(errw, "%s %s\n", time.Now().Format("15:04:05"), outcomeLine(res))
 			}
 			if asJSON, _ := jsonOutput(c); asJSON {
 				if err := writeJSON(c.App.Writer, api.JobOutcome{JobID: res.JobID, Result: api.ResultOf(res)}); err != nil {

@@ -76,7 +76,7 @@ var ownJSON = map[string]bool{
 	"list": true, "workers": true, "checkpoints": true, "inspect": true, "version": true,
 	"cancel": true, "savepoint": true, "stop": true, "upgrade": true, "deploy": true, "follow": true,
 	"build": true, "init": true, "completion": true, "server": true, "worker": true,
-	"tenant list": true, "context ls": true,
+	"tenant list": true, "tenant update": true, "context ls": true,
 }
 
 // withOutput gives every command -o (table or json). A command without an

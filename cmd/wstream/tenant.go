@@ -191,43 +191,52 @@ func tenantRequest(c *cli.Context, req transport.TenantRequest) (*transport.Tena
 	return &r, nil
 }
 
-func tenantCommand() *cli.Command {
-	common := func(extra ...cli.Flag) []cli.Flag {
-		return append([]cli.Flag{natsFlag, dataFlag, authDirFlag}, extra...)
+// tenantFlags are the flags every tenant command that asks the cluster
+// takes, and extra.
+func tenantFlags(extra ...cli.Flag) []cli.Flag {
+	return append([]cli.Flag{natsFlag, dataFlag, authDirFlag}, extra...)
+}
+
+// writeTenantCreds writes a tenant's new credentials and REST API token
+// where --creds-out and --token-out say.
+func writeTenantCreds(c *cli.Context, name string, r *transport.TenantReply) error {
+	out := c.String("creds-out")
+	if out == "" {
+		out = name + ".creds"
 	}
-	writeCreds := func(c *cli.Context, name string, r *transport.TenantReply) error {
-		out := c.String("creds-out")
-		if out == "" {
-			out = name + ".creds"
-		}
-		if err := os.WriteFile(out, []byte(r.Creds), 0o600); err != nil {
-			return err
-		}
-		fmt.Fprintf(c.App.ErrWriter, "credentials of tenant %s written to %s (use them with --nats-creds)\n", name, out)
-		if r.APIToken == "" {
-			return nil
-		}
-		tout := c.String("token-out")
-		if tout == "" {
-			tout = name + ".token"
-		}
-		if err := os.WriteFile(tout, []byte(r.APIToken+"\n"), 0o600); err != nil {
-			return err
-		}
-		fmt.Fprintf(c.App.ErrWriter, "REST API token of tenant %s written to %s (send it as Authorization: Bearer TOKEN)\n", name, tout)
+	if err := os.WriteFile(out, []byte(r.Creds), 0o600); err != nil {
+		return err
+	}
+	fmt.Fprintf(c.App.ErrWriter, "credentials of tenant %s written to %s (use them with --nats-creds)\n", name, out)
+	if r.APIToken == "" {
 		return nil
 	}
-	tokenOut := &cli.StringFlag{Name: "token-out", Usage: "write the tenant's REST API token to `FILE` (default NAME.token)"}
-	oneName := func(c *cli.Context) (string, error) {
-		if c.NArg() != 1 {
-			return "", usageError{fmt.Errorf("%s takes one argument, the tenant's name", c.Command.FullName())}
-		}
-		name := c.Args().First()
-		if err := tenant.CheckName(name); err != nil {
-			return "", usageError{err}
-		}
-		return name, nil
+	tout := c.String("token-out")
+	if tout == "" {
+		tout = name + ".token"
 	}
+	if err := os.WriteFile(tout, []byte(r.APIToken+"\n"), 0o600); err != nil {
+		return err
+	}
+	fmt.Fprintf(c.App.ErrWriter, "REST API token of tenant %s written to %s (send it as Authorization: Bearer TOKEN)\n", name, tout)
+	return nil
+}
+
+var tokenOutFlag = &cli.StringFlag{Name: "token-out", Usage: "write the tenant's REST API token to `FILE` (default NAME.token)"}
+
+// tenantName is the one argument of a tenant command, a valid name.
+func tenantName(c *cli.Context) (string, error) {
+	if c.NArg() != 1 {
+		return "", usageError{fmt.Errorf("%s takes one argument, the tenant's name", c.Command.FullName())}
+	}
+	name := c.Args().First()
+	if err := tenant.CheckName(name); err != nil {
+		return "", usageError{err}
+	}
+	return name, nil
+}
+
+func tenantCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "tenant",
 		Usage: "manage the tenants of a cluster (`wstream server --tenants`); the admin's credentials are needed",
@@ -237,95 +246,34 @@ func tenantCommand() *cli.Command {
 				Usage: "create the tenant authority (operator and accounts) and write the configuration an external NATS server needs",
 				Flags: []cli.Flag{dataFlag, authDirFlag, &cli.StringFlag{Name: "conf", Usage: "write the nats-server configuration fragment to `FILE` (default AUTH/nats-server.conf)"},
 					&cli.StringFlag{Name: "resolver-dir", Usage: "directory the external NATS server keeps account JWTs in", Value: "jwt"}},
-				Action: func(c *cli.Context) error {
-					dir := authDir(c)
-					a, err := openAuthority(dir)
-					if err != nil {
-						return err
-					}
-					conf := c.String("conf")
-					if conf == "" {
-						conf = filepath.Join(dir, "nats-server.conf")
-					}
-					if err := os.WriteFile(conf, []byte(a.ServerConfig(c.String("resolver-dir"))), 0o600); err != nil {
-						return err
-					}
-					fmt.Fprintf(c.App.Writer, "tenant authority in %s\nNATS server configuration: %s (include it in the server's configuration)\nadmin credentials: %s\nworker credentials: %s\nadmin REST API token: %s\n",
-						dir, conf, filepath.Join(dir, adminCredsFile), filepath.Join(dir, workerCredsFile), filepath.Join(dir, adminTokenFile))
-					return nil
-				},
+				Action: initTenants,
 			},
 			{
 				Name:      "add",
 				Usage:     "add a tenant (a NATS account) and write its credentials and REST API token",
 				ArgsUsage: "NAME",
-				Flags:     common(append(quotaFlags(), &cli.StringFlag{Name: "creds-out", Usage: "write the tenant's credentials to `FILE` (default NAME.creds)"}, tokenOut)...),
-				Action: func(c *cli.Context) error {
-					name, err := oneName(c)
-					if err != nil {
-						return err
-					}
-					q, err := quotasFrom(c)
-					if err != nil {
-						return err
-					}
-					r, err := tenantRequest(c, transport.TenantRequest{Op: transport.TenantAdd, Name: name, Quotas: q})
-					if err != nil {
-						return err
-					}
-					return writeCreds(c, name, r)
-				},
+				Flags:     tenantFlags(append(quotaFlags(), &cli.StringFlag{Name: "creds-out", Usage: "write the tenant's credentials to `FILE` (default NAME.creds)"}, tokenOutFlag)...),
+				Action:    newTenantCreds(transport.TenantAdd),
 			},
 			{
 				Name:      "creds",
 				Usage:     "write new credentials and a new REST API token of a tenant",
 				ArgsUsage: "NAME",
-				Flags:     common(&cli.StringFlag{Name: "creds-out", Usage: "write the credentials to `FILE` (default NAME.creds)"}, tokenOut),
-				Action: func(c *cli.Context) error {
-					name, err := oneName(c)
-					if err != nil {
-						return err
-					}
-					r, err := tenantRequest(c, transport.TenantRequest{Op: transport.TenantCreds, Name: name})
-					if err != nil {
-						return err
-					}
-					return writeCreds(c, name, r)
-				},
+				Flags:     tenantFlags(&cli.StringFlag{Name: "creds-out", Usage: "write the credentials to `FILE` (default NAME.creds)"}, tokenOutFlag),
+				Action:    newTenantCreds(transport.TenantCreds),
 			},
 			{
 				Name:      "worker-creds",
 				Usage:     "write the credentials of a worker: the worker runs with id NAME and may act as that worker only",
 				ArgsUsage: "NAME",
-				Flags:     common(&cli.StringFlag{Name: "creds-out", Usage: "write the credentials to `FILE` (default NAME.creds)"}),
-				Action: func(c *cli.Context) error {
-					if c.NArg() != 1 {
-						return usageError{errors.New("tenant worker-creds takes one argument, the worker's id")}
-					}
-					name := c.Args().First()
-					if err := tenant.CheckWorkerName(name); err != nil {
-						return usageError{err}
-					}
-					r, err := tenantRequest(c, transport.TenantRequest{Op: transport.TenantWorkerCreds, Name: name})
-					if err != nil {
-						return err
-					}
-					out := c.String("creds-out")
-					if out == "" {
-						out = name + ".creds"
-					}
-					if err := os.WriteFile(out, []byte(r.Creds), 0o600); err != nil {
-						return err
-					}
-					fmt.Fprintf(c.App.ErrWriter, "credentials of worker %s written to %s (wstream worker --nats-creds %s)\n", name, out, out)
-					return nil
-				},
+				Flags:     tenantFlags(&cli.StringFlag{Name: "creds-out", Usage: "write the credentials to `FILE` (default NAME.creds)"}),
+				Action:    workerCreds,
 			},
 			{
 				Name:      "worker-revoke",
 				Usage:     "revoke every credentials of a worker (its connections are closed)",
 				ArgsUsage: "NAME",
-				Flags:     common(),
+				Flags:     tenantFlags(),
 				Action: func(c *cli.Context) error {
 					if c.NArg() != 1 {
 						return usageError{errors.New("tenant worker-revoke takes one argument, the worker's id")}
@@ -338,30 +286,16 @@ func tenantCommand() *cli.Command {
 				Name:      "update",
 				Usage:     "change a tenant's quotas (flags not given keep their value)",
 				ArgsUsage: "NAME",
-				Flags:     common(quotaFlags()...),
-				Action: func(c *cli.Context) error {
-					name, err := oneName(c)
-					if err != nil {
-						return err
-					}
-					q, err := quotasFrom(c)
-					if err != nil {
-						return err
-					}
-					r, err := tenantRequest(c, transport.TenantRequest{Op: transport.TenantUpdate, Name: name, Quotas: q})
-					if err != nil {
-						return err
-					}
-					return printTenants(c, r)
-				},
+				Flags:     tenantFlags(quotaFlags()...),
+				Action:    updateTenant,
 			},
 			{
 				Name:      "remove",
 				Usage:     "remove a tenant: its users are revoked (its jobs must have ended)",
 				ArgsUsage: "NAME",
-				Flags:     common(),
+				Flags:     tenantFlags(),
 				Action: func(c *cli.Context) error {
-					name, err := oneName(c)
+					name, err := tenantName(c)
 					if err != nil {
 						return err
 					}
@@ -370,32 +304,22 @@ func tenantCommand() *cli.Command {
 				},
 			},
 			{
-				Name:  "list",
-				Usage: "list the tenants and their quotas",
-				Flags: common(outputFlag),
-				Action: func(c *cli.Context) error {
-					if c.NArg() != 0 {
-						return usageError{errors.New("tenant list takes no arguments")}
-					}
-					asJSON, err := jsonOutput(c)
-					if err != nil {
-						return err
-					}
-					r, err := tenantRequest(c, transport.TenantRequest{Op: transport.TenantList})
-					if err != nil {
-						return err
-					}
-					if asJSON {
-						return tenantsJSON(c.App.Writer, r)
-					}
-					return printTenants(c, r)
-				},
+				Name:   "list",
+				Usage:  "list the tenants and their quotas",
+				Flags:  tenantFlags(outputFlag),
+				Action: listTenants,
 			},
 		},
 	}
 }
 
 func printTenants(c *cli.Context, r *transport.TenantReply) error {
+	if asJSON, err := jsonOutput(c); asJSON || err != nil {
+		if err != nil {
+			return err
+		}
+		return tenantsJSON(c.App.Writer, r)
+	}
 	tw := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "TENANT\tJOBS\tSUBTASKS\tPARALLELISM\tMEMORY\tSTATE\tSTATE RATE\tSTORAGE\tMODULE\tWEIGHT\tSTATUS")
 	for _, raw := range r.Tenants {
@@ -426,4 +350,98 @@ func size(n int64) string {
 		return fmt.Sprintf("%d B", n)
 	}
 	return strings.TrimSuffix(strings.TrimSuffix(fmt.Sprintf("%.1f", f), "0"), ".") + " " + units[i]
+}
+
+// initTenants creates the tenant authority and writes what an external\n// NATS server needs to use it.
+func initTenants(c *cli.Context) error {
+	dir := authDir(c)
+	a, err := openAuthority(dir)
+	if err != nil {
+		return err
+	}
+	conf := c.String("conf")
+	if conf == "" {
+		conf = filepath.Join(dir, "nats-server.conf")
+	}
+	if err := os.WriteFile(conf, []byte(a.ServerConfig(c.String("resolver-dir"))), 0o600); err != nil {
+		return err
+	}
+	fmt.Fprintf(c.App.Writer, "tenant authority in %s\nNATS server configuration: %s (include it in the server's configuration)\nadmin credentials: %s\nworker credentials: %s\nadmin REST API token: %s\n",
+		dir, conf, filepath.Join(dir, adminCredsFile), filepath.Join(dir, workerCredsFile), filepath.Join(dir, adminTokenFile))
+	return nil
+}
+
+// workerCreds writes new credentials of worker NAME.
+func workerCreds(c *cli.Context) error {
+	if c.NArg() != 1 {
+		return usageError{errors.New("tenant worker-creds takes one argument, the worker's id")}
+	}
+	name := c.Args().First()
+	if err := tenant.CheckWorkerName(name); err != nil {
+		return usageError{err}
+	}
+	r, err := tenantRequest(c, transport.TenantRequest{Op: transport.TenantWorkerCreds, Name: name})
+	if err != nil {
+		return err
+	}
+	out := c.String("creds-out")
+	if out == "" {
+		out = name + ".creds"
+	}
+	if err := os.WriteFile(out, []byte(r.Creds), 0o600); err != nil {
+		return err
+	}
+	fmt.Fprintf(c.App.ErrWriter, "credentials of worker %s written to %s (wstream worker --nats-creds %s)\n", name, out, out)
+	return nil
+}
+
+// newTenantCreds is the action of tenant add (op TenantAdd: a new tenant
+// with the quotas of the flags) and tenant creds (TenantCreds): the
+// cluster answers with credentials, written where the flags say.
+func newTenantCreds(op transport.TenantOp) cli.ActionFunc {
+	return func(c *cli.Context) error {
+		name, err := tenantName(c)
+		if err != nil {
+			return err
+		}
+		req := transport.TenantRequest{Op: op, Name: name}
+		if op == transport.TenantAdd {
+			if req.Quotas, err = quotasFrom(c); err != nil {
+				return err
+			}
+		}
+		r, err := tenantRequest(c, req)
+		if err != nil {
+			return err
+		}
+		return writeTenantCreds(c, name, r)
+	}
+}
+
+// updateTenant changes the quotas the flags give and prints the tenant.
+func updateTenant(c *cli.Context) error {
+	name, err := tenantName(c)
+	if err != nil {
+		return err
+	}
+	q, err := quotasFrom(c)
+	if err != nil {
+		return err
+	}
+	r, err := tenantRequest(c, transport.TenantRequest{Op: transport.TenantUpdate, Name: name, Quotas: q})
+	if err != nil {
+		return err
+	}
+	return printTenants(c, r)
+}
+
+func listTenants(c *cli.Context) error {
+	if c.NArg() != 0 {
+		return usageError{errors.New("tenant list takes no arguments")}
+	}
+	r, err := tenantRequest(c, transport.TenantRequest{Op: transport.TenantList})
+	if err != nil {
+		return err
+	}
+	return printTenants(c, r)
 }
