@@ -20,6 +20,7 @@ import (
 //     before barrier n on every channel; at-least-once, at least those;
 //     unaligned (or switched by the timeout), the snapshot plus the
 //     captured channel state hold exactly those, and nothing twice;
+//     savepoints are never unaligned (in unaligned mode they align);
 //   - a failed synchronous phase declines and cancels downstream, never
 //     fails the subtask, and so does an abort of the coordinator (without
 //     the decline); a checkpoint is persisted only after its synchronous
@@ -65,6 +66,7 @@ type propRun struct {
 	lastFwd  int64
 	current  int // record being delivered
 	ended    bool
+	kinds    map[int64]Kind
 }
 
 // propTrace prints a run's steps when debugging it.
@@ -80,6 +82,14 @@ func runProperty(r *rand.Rand, cfg Config) error {
 		captured: map[int64]map[int]bool{}, order: map[int64][]string{}, persist: map[int64]bool{},
 		syncDone: map[int64]bool{}, failed: map[int64]bool{}}
 	nbar := int64(1 + r.IntN(4))
+	kinds := map[int64]Kind{}
+	for n := int64(1); n <= nbar; n++ {
+		kinds[n] = KindCheckpoint
+		if r.IntN(4) == 0 {
+			kinds[n] = KindSavepoint
+		}
+	}
+	p.kinds = kinds
 	rec := 0
 	for range cfg.Channels {
 		var msgs []propMsg
@@ -162,7 +172,7 @@ func runProperty(r *rand.Rand, cfg Config) error {
 			p.current = msg.rec
 			err = m.Data(c, 1)
 		case msg.bar > 0:
-			err = m.Barrier(now, c, msg.bar, KindCheckpoint)
+			err = m.Barrier(now, c, msg.bar, kinds[msg.bar])
 		default:
 			err = m.EndOfInput(now, c)
 		}
@@ -279,6 +289,9 @@ func (p *propRun) check() error {
 			continue
 		}
 		want := p.before[id]
+		if p.kinds[id] == KindSavepoint && p.unalign[id] {
+			return fmt.Errorf("savepoint %d taken unaligned", id)
+		}
 		switch {
 		case p.unalign[id]:
 			for rec := range p.captured[id] {
