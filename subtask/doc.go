@@ -104,6 +104,14 @@
 //     after the end completing is the subtask's Finish (DESIGN.md checkpoint
 //     path step 8).
 //
+// Dead letters (Trap, RangeDone, RunRange, DeadLetter, Undo,
+// RenewInstance, and Deliver.Pieces for a wary subtask) model how
+// worker/deadletter.go settles a batch that a guest failed on; the worker
+// still settles with its own code (which also uses the guest's commit
+// points) and runs its machine without Config.DeadLetters, so guest
+// failures do not reach it yet. Config.SinkCanAbort is false in the worker:
+// no sink can abort a transaction whose pre-commit failed.
+//
 // Actions the driver carries out may lead to further events (SnapshotDone
 // after SnapshotSync, RangeDone or Trap after RunRange); it feeds them before
 // taking the next GateEvent.

@@ -20,9 +20,13 @@ import (
 //     before barrier n on every channel; at-least-once, at least those;
 //     unaligned (or switched by the timeout), the snapshot plus the
 //     captured channel state hold exactly those, and nothing twice;
+//     savepoints are never unaligned (in unaligned mode they align);
 //   - a failed synchronous phase declines and cancels downstream, never
-//     fails the subtask; a checkpoint is persisted only after its
-//     synchronous phase and its captures, and acked only after that.
+//     fails the subtask, and so does an abort of the coordinator (without
+//     the decline); a checkpoint is persisted only after its synchronous
+//     phase and its captures, and acked only after that;
+//   - once every channel has ended, the input ends once and the machine
+//     waits for its final checkpoint.
 func TestMachineProperties(t *testing.T) {
 	for seed := range uint64(3000) {
 		r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
@@ -61,6 +65,8 @@ type propRun struct {
 	failed   map[int64]bool
 	lastFwd  int64
 	current  int // record being delivered
+	ended    bool
+	kinds    map[int64]Kind
 }
 
 // propTrace prints a run's steps when debugging it.
@@ -76,6 +82,14 @@ func runProperty(r *rand.Rand, cfg Config) error {
 		captured: map[int64]map[int]bool{}, order: map[int64][]string{}, persist: map[int64]bool{},
 		syncDone: map[int64]bool{}, failed: map[int64]bool{}}
 	nbar := int64(1 + r.IntN(4))
+	kinds := map[int64]Kind{}
+	for n := int64(1); n <= nbar; n++ {
+		kinds[n] = KindCheckpoint
+		if r.IntN(4) == 0 {
+			kinds[n] = KindSavepoint
+		}
+	}
+	p.kinds = kinds
 	rec := 0
 	for range cfg.Channels {
 		var msgs []propMsg
@@ -141,6 +155,14 @@ func runProperty(r *rand.Rand, cfg Config) error {
 				return err
 			}
 		}
+		if r.IntN(40) == 0 {
+			// The coordinator aborts a checkpoint (expired, or declined
+			// elsewhere).
+			id := 1 + r.Int64N(nbar)
+			if err := p.run(r, m.Control(Control{Action: Abort, ID: id, Reason: "expired"})); err != nil {
+				return err
+			}
+		}
 		c := ready[r.IntN(len(ready))]
 		msg := p.chans[c][0]
 		p.chans[c] = p.chans[c][1:]
@@ -150,7 +172,7 @@ func runProperty(r *rand.Rand, cfg Config) error {
 			p.current = msg.rec
 			err = m.Data(c, 1)
 		case msg.bar > 0:
-			err = m.Barrier(now, c, msg.bar, KindCheckpoint)
+			err = m.Barrier(now, c, msg.bar, kinds[msg.bar])
 		default:
 			err = m.EndOfInput(now, c)
 		}
@@ -160,6 +182,9 @@ func runProperty(r *rand.Rand, cfg Config) error {
 	}
 	if len(p.done) != rec {
 		return fmt.Errorf("%d of %d records delivered", len(p.done), rec)
+	}
+	if !p.ended || m.Wait() != WaitControl {
+		return fmt.Errorf("every input ended, but end of input %t and the machine waits for %v", p.ended, m.Wait())
 	}
 	return p.check()
 }
@@ -231,6 +256,16 @@ func (p *propRun) run(r *rand.Rand, err error) error {
 			if !p.persist[a.ID] {
 				return fmt.Errorf("ack %d before persist", a.ID)
 			}
+		case ForwardCancel:
+			if p.persist[a.ID] {
+				return fmt.Errorf("cancel of %d after persist", a.ID)
+			}
+			p.failed[a.ID] = true
+		case EndOfInput:
+			if p.ended {
+				return fmt.Errorf("end of input twice")
+			}
+			p.ended = true
 		case Decline:
 			if p.persist[a.ID] {
 				return fmt.Errorf("decline %d after persist", a.ID)
@@ -254,6 +289,9 @@ func (p *propRun) check() error {
 			continue
 		}
 		want := p.before[id]
+		if p.kinds[id] == KindSavepoint && p.unalign[id] {
+			return fmt.Errorf("savepoint %d taken unaligned", id)
+		}
 		switch {
 		case p.unalign[id]:
 			for rec := range p.captured[id] {

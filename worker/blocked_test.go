@@ -31,7 +31,7 @@ func blockedTask(t *testing.T) (*task, *transport.LocalChannel, chan transport.C
 		ckpt: &ckptEnv{storage: st, mode: checkpoint.Unaligned, tmpDir: t.TempDir(),
 			publish: func(a transport.CheckpointAck) { acks <- a }},
 		mbox: newMailbox(), prio: make(chan struct{}, 1),
-		triggerTS: map[int64]int64{}, alignStart: map[int64]int64{},
+		triggerTS: map[int64]int64{},
 	}
 	tk.mbox.prio = tk.prio
 	for _, id := range []string{"a", "b"} {
@@ -185,11 +185,11 @@ func TestDeclineAtOnce(t *testing.T) {
 	a, b := transport.NewLocalChannel(4), transport.NewLocalChannel(4)
 	tk.gate = transport.NewInputGate([]transport.InputChannel{a, b})
 	tk.inputs = []inputRef{{edge: 0, peer: 0}, {edge: 0, peer: 1}}
-	h, err := subtask.NewHandler(subtask.HandlerConfig{Channels: 2, Mode: checkpoint.Unaligned})
+	h, err := subtask.NewMachine(subtask.Config{Channels: 2, Mode: checkpoint.Unaligned})
 	if err != nil {
 		t.Fatal(err)
 	}
-	tk.handler = h
+	tk.machine = h
 	ctx := context.Background()
 	barrier := func(id int64) transport.Message {
 		return transport.Message{Kind: transport.KindBarrier, Checkpoint: id, CheckpointKind: uint8(checkpoint.KindCheckpoint), Timestamp: time.Now().UnixMilli()}
@@ -212,7 +212,7 @@ func TestDeclineAtOnce(t *testing.T) {
 	if err := tk.onBarrier(ctx, 0, barrier(2)); err != nil {
 		t.Fatal(err)
 	}
-	if err := tk.notifyAborted(ctx, 2, "expired"); err != nil {
+	if err := tk.runControl(ctx, control{action: transport.CheckpointAbort, id: 2, reason: "expired"}); err != nil {
 		t.Fatal(err)
 	}
 	tk.asyncWG.Wait()

@@ -6,13 +6,11 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/wstream/wstream/abi"
 	"github.com/wstream/wstream/checkpoint"
 	"github.com/wstream/wstream/connector"
 	"github.com/wstream/wstream/job"
@@ -181,6 +179,9 @@ func (t *task) handleBlocked(ctx context.Context) error {
 	}
 	t.handling = true
 	defer func() { t.handling = false }()
+	if err := t.ensureMachine(); err != nil {
+		return err
+	}
 	for _, c := range t.mbox.take() {
 		if c.action == transport.CheckpointTrigger && c.kind == checkpoint.KindSavepoint {
 			// Savepoints are aligned: taken between batches.
@@ -191,7 +192,7 @@ func (t *task) handleBlocked(ctx context.Context) error {
 			return err
 		}
 	}
-	if t.gate == nil || t.handler == nil {
+	if t.gate == nil || !t.checkpointing() {
 		return nil
 	}
 	for {
@@ -269,103 +270,10 @@ func (t *task) checkpointing() bool { return t.ckpt != nil }
 // handleControl runs the queued control messages.
 func (t *task) handleControl(ctx context.Context) error {
 	for _, c := range t.mbox.take() {
+		if t.machine.Wait() == subtask.WaitDone {
+			return nil // finished: what is left needs nothing more
+		}
 		if err := t.runControl(ctx, c); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func (t *task) runControl(ctx context.Context, c control) error {
-	switch c.action {
-	case transport.CheckpointTrigger:
-		// A trigger reaches sources, and subtasks whose inputs have all
-		// ended: they have no barrier to wait for.
-		if c.id <= t.lastSnapshot {
-			// Taken already: its barrier arrived before the input ended
-			// (the coordinator re-sends pending triggers to a subtask
-			// that reports the end of its input).
-			return nil
-		}
-		if t.ended {
-			return t.snapshotEnded(ctx, c.id, c.kind, c.timestamp)
-		}
-		if c.stop && c.drain && t.source != nil {
-			// stop --drain: event time ends before the savepoint, so every
-			// event-time timer fires and its output is in the savepoint.
-			if err := t.advanceWatermark(ctx, abi.MaxWatermark); err != nil {
-				return err
-			}
-			if err := t.flush(ctx); err != nil {
-				return err
-			}
-		}
-		unaligned := t.ckpt.mode == checkpoint.Unaligned && c.kind != checkpoint.KindSavepoint
-		m := checkpoint.Metrics{StartDelay: sinceMillis(c.timestamp)}
-		if err := t.snapshot(ctx, c.id, c.kind, c.timestamp, unaligned, m); err != nil {
-			return err
-		}
-		// No input can still deliver data before this barrier: there is
-		// nothing to capture, so the snapshot can be persisted at once.
-		t.finishSnapshot()
-		if c.stop && t.source != nil {
-			// The job stops with this savepoint: emit nothing after it,
-			// unless the savepoint fails (CheckpointAbort resumes).
-			t.idle = true
-			t.stopID = c.id
-		}
-	case transport.CheckpointStop:
-		return errStopped
-	case transport.CheckpointComplete:
-		return t.notifyComplete(c.id, c.kind, c.stop)
-	case transport.CheckpointAbort:
-		if t.stopID == c.id {
-			// The stop failed: the job goes on, and so do its sources.
-			t.idle, t.stopID = false, 0
-		}
-		return t.notifyAborted(ctx, c.id, c.reason)
-	}
-	return nil
-}
-
-// snapshotEnded takes the part of checkpoint id of a subtask whose input
-// has ended: its operators are closed and everything it emitted is
-// downstream, so no barrier goes out; its keyed state and its sink's pending
-// transaction are recorded, and it is marked finished. The first such
-// checkpoint is its final one: once a checkpoint at or after it completes,
-// the sink commits and the subtask finishes.
-func (t *task) snapshotEnded(ctx context.Context, id int64, kind checkpoint.Kind, trigger int64) error {
-	if err := t.snapshot(ctx, id, kind, trigger, false, checkpoint.Metrics{StartDelay: sinceMillis(trigger)}); err != nil {
-		return err
-	}
-	if kind == checkpoint.KindCheckpoint && t.finalID == 0 {
-		t.finalID = id
-	}
-	t.finishSnapshot()
-	return nil
-}
-
-// awaitFinalCheckpoint runs once the subtask's input has ended and its
-// output is flushed downstream: it tells the coordinator, then takes part in
-// checkpoints by trigger until one that it took after the end completes
-// (its final checkpoint), so that its sink commits the last transaction only
-// once the job's state up to the end is checkpointed. A failure before that
-// restores an older checkpoint, and the sink's uncommitted output is
-// written again exactly once.
-func (t *task) awaitFinalCheckpoint(ctx context.Context) error {
-	t.ended = true
-	t.inputEnded.Store(true)
-	t.ckpt.publish(transport.CheckpointAck{JobID: t.jobID, Attempt: t.attempt, Task: t.id, EndOfInput: true})
-	for !t.finalDone {
-		t.split.to(timeIdle)
-		t.turn.yield()
-		select {
-		case <-t.mbox.ready:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-		t.split.to(timeBusy)
-		if err := t.handleControl(ctx); err != nil {
 			return err
 		}
 	}
@@ -383,93 +291,6 @@ func sinceMillis(ts int64) time.Duration {
 	return d
 }
 
-// onBarrier feeds a barrier or cancel marker from gate channel ch to the
-// barrier handler and carries out what it asks.
-func (t *task) onBarrier(ctx context.Context, ch int, m transport.Message) error {
-	now := time.Now().UnixMilli()
-	switch m.Kind {
-	case transport.KindBarrier:
-		if _, seen := t.triggerTS[m.Checkpoint]; !seen {
-			t.triggerTS[m.Checkpoint] = m.Timestamp
-			t.alignStart[m.Checkpoint] = now
-			// Forget old checkpoints' times.
-			for id := range t.triggerTS {
-				if id < m.Checkpoint-16 {
-					delete(t.triggerTS, id)
-					delete(t.alignStart, id)
-				}
-			}
-		}
-		if err := t.handler.Barrier(now, ch, m.Checkpoint, checkpoint.Kind(m.CheckpointKind)); err != nil {
-			return fmt.Errorf("subtask %s: %w", t.label, err)
-		}
-	case transport.KindCancel:
-		t.handler.Cancel(now, ch, m.Checkpoint)
-	}
-	return t.runHandler(ctx)
-}
-
-// runHandler carries out the barrier handler's actions in order.
-func (t *task) runHandler(ctx context.Context) error {
-	for _, a := range t.handler.Ready() {
-		switch a := a.(type) {
-		case subtask.Block:
-			t.gate.Block(a.Ch)
-		case subtask.Unblock:
-			t.gate.Unblock(a.Ch)
-		case subtask.Snapshot:
-			trig := t.triggerTS[a.ID]
-			m := checkpoint.Metrics{
-				Alignment:      time.Duration(a.Alignment) * time.Millisecond,
-				AlignmentBytes: a.AlignmentBytes,
-			}
-			if trig > 0 && a.FirstBarrier > trig {
-				m.StartDelay = time.Duration(a.FirstBarrier-trig) * time.Millisecond
-			}
-			if err := t.snapshot(ctx, a.ID, a.Kind, trig, a.Unaligned, m); err != nil {
-				return err
-			}
-			if !a.Unaligned {
-				t.finishSnapshot()
-			}
-		case subtask.CaptureStart:
-			if t.snap != nil && t.snap.id == a.ID {
-				in := t.inputs[a.Ch]
-				c := &capturedChannel{input: true, edge: in.edge, peer: in.peer, open: true}
-				if rc := t.ckpt.capturer(t.id, in.edge, in.peer); rc != nil {
-					// The captured messages stay in the data stream.
-					rc.StartCapture(a.ID)
-					c.ranged = rc
-				}
-				t.snap.in[a.Ch] = c
-			}
-		case subtask.CaptureEnd:
-			// The capture is kept until ChannelStateDone; data after the
-			// barrier is not added any more.
-			if t.snap != nil && t.snap.id == a.ID {
-				if c := t.snap.in[a.Ch]; c != nil {
-					c.open = false
-					c.endRange(a.ID)
-				}
-			}
-		case subtask.ChannelStateDone:
-			if t.snap != nil && t.snap.id == a.ID {
-				t.finishSnapshot()
-			}
-		case subtask.ForwardCancel:
-			if err := t.dropSnapshot(ctx, a.ID, a.Reason); err != nil {
-				return err
-			}
-			if a.ID != t.aborting {
-				// Decline at once: the coordinator would otherwise learn
-				// only at the checkpoint's timeout.
-				t.decline(a.ID, a.Reason)
-			}
-		}
-	}
-	return nil
-}
-
 // capture records a data batch from gate channel ch when an unaligned
 // checkpoint captures that channel. Channel buffers are never reused, so the
 // batch is kept without a copy.
@@ -483,158 +304,6 @@ func (t *task) capture(ch int, data []byte) {
 	}
 	c.batches = append(c.batches, data)
 	c.bytes += int64(len(data))
-}
-
-// snapshot is the synchronous phase of the subtask's part of checkpoint id:
-// operators flush what they hold, the data before the barrier leaves, the
-// keyed state is checkpointed (hard links), the source offset and the sink's
-// transaction are recorded, and the barrier is forwarded. The asynchronous
-// phase (finishSnapshot) persists the files and acknowledges.
-func (t *task) snapshot(ctx context.Context, id int64, kind checkpoint.Kind, trigger int64, unaligned bool, m checkpoint.Metrics) error {
-	if t.snap != nil {
-		// A newer checkpoint overtook one still capturing: the handler
-		// dropped the old one first, so this only happens at a trigger.
-		t.snap.aborted = true
-		t.decline(t.snap.id, checkpoint.SubsumedReason(id))
-		t.snap = nil
-	}
-	start := time.Now()
-	t.lastSnapshot = max(t.lastSnapshot, id)
-	t.snapshotting = true
-	defer func() { t.snapshotting = false }()
-	for k, s := range t.stages {
-		if t.opsClosed {
-			break
-		}
-		if err := s.op.PreBarrier(id, &s.coll); err != nil {
-			return t.stageError(s, fmt.Sprintf("failed before the barrier of checkpoint %d", id), err)
-		}
-		if err := t.drain(ctx, k); err != nil {
-			return err
-		}
-	}
-	if !unaligned {
-		// Aligned: everything emitted before the barrier goes ahead of it.
-		if err := t.sendBuffers(ctx); err != nil {
-			return err
-		}
-	}
-	st := &checkpoint.SubtaskState{Task: t.id, Operator: map[string][]byte{}, Finished: t.ended}
-	snap := &snapshotInProgress{id: id, kind: kind, trigger: trigger, unaligned: unaligned, state: st, in: map[int]*capturedChannel{},
-		replay: t.replayState()}
-	// A failure to record the state or the source's position (the
-	// synchronous phase) declines the checkpoint instead of failing the
-	// subtask (seeds/003: the task declines; the coordinator's failure
-	// count decides): downstream drops it on the cancel marker instead of
-	// waiting for the barrier. A sink's failed pre-commit still fails the
-	// subtask: its open transaction is gone, and only a restore brings
-	// back what it held.
-	decline := func(err error) error {
-		if snap.stateDir != "" {
-			_ = os.RemoveAll(snap.stateDir)
-		}
-		if derr := t.dropSnapshot(ctx, id, err.Error()); derr != nil {
-			return derr
-		}
-		t.decline(id, err.Error())
-		return nil
-	}
-	if t.store != nil {
-		snap.stateDir = filepath.Join(t.ckpt.tmpDir, checkpoint.SnapshotTempName(id, t.id))
-		_ = os.RemoveAll(snap.stateDir)
-		if err := t.store.Checkpoint(snap.stateDir); err != nil {
-			return decline(fmt.Errorf("subtask %s: checkpoint %d: %w", t.label, id, err))
-		}
-		st.KeyGroups = t.store.KeyGroups()
-	}
-	if t.source != nil {
-		r, ok := t.source.(connector.Rewindable)
-		if !ok {
-			return fmt.Errorf("subtask %s: source %q cannot record its position for checkpoints", t.label, t.chain.Vertices[0].Connector)
-		}
-		off, err := r.Offset()
-		if err != nil {
-			return decline(fmt.Errorf("subtask %s: checkpoint %d: source offset: %w", t.label, id, err))
-		}
-		st.Operator[t.chain.Vertices[0].ID] = off
-	}
-	if tx, ok := t.sink.(connector.Transactional); ok && t.sinkTxn {
-		state, err := tx.PreCommit(id)
-		if err != nil {
-			return fmt.Errorf("subtask %s: checkpoint %d: sink pre-commit: %w", t.label, id, err)
-		}
-		st.Operator[t.chain.Vertices[len(t.chain.Vertices)-1].ID] = state
-	}
-	if t.dl != nil {
-		state, err := t.preCommitDeadLetters(id)
-		if err != nil {
-			return err
-		}
-		st.Operator[t.dl.key] = state
-		m.DeadLetters = t.dl.snapshotted(id)
-	}
-	m.Sync = time.Since(start)
-	m.Unaligned = unaligned
-	snap.metrics = m
-	barrier := transport.Message{Kind: transport.KindBarrier, Checkpoint: id, CheckpointKind: uint8(kind), Timestamp: trigger}
-	for _, o := range t.outs {
-		if t.ended {
-			break // the outputs have ended: downstream reads no barrier
-		}
-		for i, ch := range o.chans {
-			if !unaligned {
-				t.turn.yield()
-				if err := ch.Send(ctx, barrier); err != nil && !errors.Is(err, transport.ErrClosed) {
-					return err
-				}
-				continue
-			}
-			var over [][]byte
-			var rng *checkpoint.ChannelRange
-			var err error
-			if ro, ok := ch.(transport.RangeOvertaker); ok {
-				// The overtaken data stays in the stream: recorded as a
-				// range, not copied.
-				rng, err = ro.OvertakeRange(barrier)
-			} else {
-				over, err = ch.Overtake(barrier)
-			}
-			if errors.Is(err, transport.ErrClosed) {
-				// The consumer finished (all its inputs ended, this one
-				// too): it reads nothing more, and nothing is in flight.
-				continue
-			}
-			if err != nil {
-				return err
-			}
-			// In channel order: what was queued, the message a blocked send
-			// holds, then what is still buffered. All of it is sent after the
-			// barrier and is channel state of this checkpoint.
-			if p := t.pending; p != nil && p.out == o && p.ch == i && p.msg.Kind == transport.KindData {
-				over = append(over, p.msg.Data)
-			}
-			for _, r := range t.resendRest {
-				if r.out == o && r.ch == i {
-					over = append(over, r.data)
-				}
-			}
-			if o.hasReady(i) {
-				over = append(over, o.ready[i]...)
-			}
-			if b := &o.bufs[i]; b.Len() > 0 {
-				over = append(over, append([]byte(nil), b.Bytes()...))
-			}
-			if len(over) > 0 || rng != nil {
-				c := capturedChannel{edge: o.edge.Index, peer: o.peers[i], batches: over, rng: rng}
-				for _, b := range over {
-					c.bytes += int64(len(b))
-				}
-				snap.out = append(snap.out, c)
-			}
-		}
-	}
-	t.snap = snap
-	return nil
 }
 
 // sendBuffers sends every non-empty output buffer.
@@ -697,11 +366,12 @@ func (t *task) dropSnapshot(ctx context.Context, id int64, reason string) error 
 }
 
 // notifyComplete tells the operators and the sink that checkpoint id
-// completed: a transactional sink commits its output up to id. A savepoint
-// commits nothing unless the job stops with it: an intermediate savepoint
-// has no side effects (a failover restores the checkpoint before it), and
-// the next checkpoint commits its data.
-func (t *task) notifyComplete(id int64, kind checkpoint.Kind, stop bool) error {
+// completed: when commit, a transactional sink commits its output up to id.
+// (A savepoint commits nothing unless the job stops with it: an
+// intermediate savepoint has no side effects, since a failover restores the
+// checkpoint before it, and the next checkpoint commits its data; the
+// machine says so.)
+func (t *task) notifyComplete(id int64, commit bool) error {
 	if t.dl != nil {
 		t.dl.settled(id, true)
 	}
@@ -712,7 +382,6 @@ func (t *task) notifyComplete(id int64, kind checkpoint.Kind, stop bool) error {
 			}
 		}
 	}
-	commit := kind != checkpoint.KindSavepoint || stop
 	if tx, ok := t.sink.(connector.Transactional); ok && t.sinkTxn && commit {
 		if err := tx.Commit(id); err != nil {
 			return fmt.Errorf("subtask %s: committing checkpoint %d: %w", t.label, id, err)
@@ -723,9 +392,6 @@ func (t *task) notifyComplete(id int64, kind checkpoint.Kind, stop bool) error {
 			return fmt.Errorf("subtask %s: committing the dead letters of checkpoint %d: %w", t.label, id, err)
 		}
 	}
-	if t.ended && t.finalID > 0 && id >= t.finalID && commit {
-		t.finalDone = true
-	}
 	// The local snapshot of id is now the newest completed one.
 	t.localCompleted(id)
 	// Stream ranges of older checkpoints are no longer needed.
@@ -735,9 +401,9 @@ func (t *task) notifyComplete(id int64, kind checkpoint.Kind, stop bool) error {
 	return nil
 }
 
-// notifyAborted tells the operators that checkpoint id was aborted and
-// drops whatever the subtask holds of it.
-func (t *task) notifyAborted(ctx context.Context, id int64, reason string) error {
+// notifyAborted tells the operators that checkpoint id was aborted; the
+// machine's actions that follow drop whatever the subtask holds of it.
+func (t *task) notifyAborted(id int64) error {
 	if t.dl != nil {
 		t.dl.settled(id, false)
 	}
@@ -756,16 +422,6 @@ func (t *task) notifyAborted(ctx context.Context, id int64, reason string) error
 		if err := s.op.CheckpointAborted(id); err != nil {
 			return t.stageError(s, fmt.Sprintf("failed on abort of checkpoint %d", id), err)
 		}
-	}
-	if t.handler != nil {
-		// The coordinator knows: the drop needs no decline.
-		t.aborting = id
-		defer func() { t.aborting = 0 }()
-		t.handler.Abort(id, reason)
-		return t.runHandler(ctx)
-	}
-	if t.snap != nil && t.snap.id == id {
-		return t.dropSnapshot(ctx, id, reason)
 	}
 	return nil
 }

@@ -23,6 +23,36 @@
 //     timer fires, operators close in chain order, the sink flushes, and the
 //     end is sent downstream.
 //
+// What a subtask does about checkpoints (barriers, alignment, unaligned
+// capture, snapshots, declines, the final checkpoint, stop-with-savepoint)
+// is a subtask.Machine; the task is its driver (drive.go). One goroutine
+// per subtask feeds the machine and carries out its actions in order:
+//
+//	        ┌──────────── task goroutine ─────────────────────────────┐
+//	        │                                                         │
+//	gate ───┼─▶ InputGate.Next ─▶ GateEvent                           │
+//	        │     message: data ──────▶ Machine.Data ─────────┐       │
+//	        │              barrier ───▶ Machine.Barrier ──────┤       │
+//	        │              cancel ────▶ Machine.CancelMarker ─┤       │
+//	        │              end ───────▶ Machine.EndOfInput ───┤       │
+//	        │              watermark ─▶ (the task: timers)    │       │
+//	        │     timer ──────────────▶ Machine.Tick ─────────┤       │
+//	        │     interrupt ─▶ mailbox ▶ Machine.Control ─────┤       │
+//	        │                                                 ▼       │
+//	        │   runActions: for a in Ready(): do(a)  ◀── SnapshotDone │
+//	        │     Deliver → operators → output buffers        (sync)  │
+//	        │     Block/Unblock → gate   CaptureStart/End → snapshot  │
+//	        │     PreBarrier → ForwardBarrier → SnapshotSync ─────────┘
+//	        │     Persist ──▶ goroutine: upload, then ack or decline  │
+//	        │     ForwardCancel, Decline, NotifyComplete/Aborted,     │
+//	        │     EndOfInput, Finish                                  │
+//	        └─────────────────────────────────────────────────────────┘
+//
+// A source subtask has no gate: it feeds Control (triggers) and, when its
+// source ends, EndOfInput. While a send waits for room in a full channel,
+// an unaligned subtask still feeds the machine its control messages and
+// the barriers that overtook its input (handleBlocked).
+//
 // With the plan's onGuestError in dead-letter mode, a guest failure in a
 // batch or timer call is undone and the failing records are found and sent
 // to a dead-letter sink instead of failing the subtask (deadletter.go,

@@ -18,7 +18,6 @@ import (
 	"github.com/wstream/wstream/operator"
 	"github.com/wstream/wstream/operator/builtin"
 	"github.com/wstream/wstream/state"
-	"github.com/wstream/wstream/subtask"
 	"github.com/wstream/wstream/transport"
 )
 
@@ -110,7 +109,6 @@ func (b *taskBuild) openCheckpointing() error {
 	t.ckpt = env
 	t.mbox = newMailbox()
 	t.triggerTS = map[int64]int64{}
-	t.alignStart = map[int64]int64{}
 	if env.mode == checkpoint.Unaligned {
 		t.prio = make(chan struct{}, 1)
 		t.mbox.prio = t.prio
@@ -163,12 +161,7 @@ func (b *taskBuild) openInputs(channel channels) error {
 	if t.prio != nil {
 		t.gate.NotifyPriority(t.prio)
 	}
-	h, err := subtask.NewHandler(subtask.HandlerConfig{Channels: len(ins), Mode: j.ckpt.mode, AlignedTimeout: j.ckpt.alignedTimeout})
-	if err != nil {
-		return fmt.Errorf("subtask %s: %w", t.label, err)
-	}
-	t.handler = h
-	return nil
+	return t.newMachine()
 }
 
 // openOutputs connects the output edges of the chain's tail.

@@ -152,8 +152,8 @@ func TestOpenTask(t *testing.T) {
 			if b.t.gate != nil && b.t.gate.Len() != 1 {
 				t.Fatalf("gate of %d channels, want 1 (one source subtask)", b.t.gate.Len())
 			}
-			if got, want := b.t.handler != nil, j.ckpt != nil && b.t.gate != nil; got != want {
-				t.Fatalf("barrier handler made: %v, want %v", got, want)
+			if got, want := b.t.machine != nil, j.ckpt != nil && b.t.gate != nil; got != want {
+				t.Fatalf("subtask machine made: %v, want %v", got, want)
 			}
 			if got, want := b.t.prio != nil, j.ckpt != nil && j.ckpt.mode == checkpoint.Unaligned; got != want {
 				t.Fatalf("priority channel made: %v, want %v", got, want)

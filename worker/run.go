@@ -185,6 +185,10 @@ func (w *Worker) runTask(j *jobRun, t *task) {
 		return
 	}
 	err = w.open(j, t)
+	if err == nil {
+		// The replay below may take checkpoints while a send blocks.
+		err = t.ensureMachine()
+	}
 	if err == nil && t.restored != nil && len(t.restored.Channels) > 0 {
 		err = t.restoreChannels(j.ctx, t.restored)
 	}

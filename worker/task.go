@@ -95,14 +95,19 @@ type task struct {
 	label      string
 
 	// Checkpointing (nil ckpt: the job does not checkpoint).
-	ckpt      *ckptEnv
-	mbox      *mailbox
-	handler   *subtask.Handler
+	ckpt *ckptEnv
+	mbox *mailbox
+	// machine is the subtask's behaviour; the task drives it (drive.go).
+	machine *subtask.Machine
+	// input is the data batch the machine is told of, for its Deliver.
+	input     []byte
 	inputs    []inputRef // gate index → channel
 	triggerTS map[int64]int64
-	// alignStart holds when the first barrier of a checkpoint arrived.
-	alignStart map[int64]int64
-	snap       *snapshotInProgress
+	snap      *snapshotInProgress
+	// snapStart is when the snapshot in progress started, and syncErr why
+	// its synchronous phase failed.
+	snapStart time.Time
+	syncErr   error
 	// prio wakes a send blocked by backpressure for a checkpoint trigger or
 	// an overtaking barrier (nil without unaligned checkpoints).
 	prio chan struct{}
@@ -110,21 +115,9 @@ type task struct {
 	pending      *pendingSend
 	snapshotting bool
 	handling     bool
-	// idle: a source stopped emitting after the trigger of stopID, a
-	// stop-with-savepoint (idle until it completes or aborts).
-	idle   bool
-	stopID int64
-	// lastSnapshot is the newest checkpoint the subtask took its part of.
-	lastSnapshot int64
-	// aborting is the checkpoint the coordinator aborted, while the
-	// subtask drops it.
-	aborting int64
 	// ended: the input ended and the output is flushed; the subtask waits
-	// for its final checkpoint (finalID, the first it took after the end)
-	// to complete (finalDone).
-	ended     bool
-	finalID   int64
-	finalDone bool
+	// for its final checkpoint (the machine knows which).
+	ended bool
 	// opsClosed: the chain's operators are closed (the input ended).
 	opsClosed bool
 	// replayRest is the restored input channel state not replayed yet, and
@@ -282,6 +275,9 @@ func (t *task) run(ctx context.Context) error {
 }
 
 func (t *task) runSource(ctx context.Context) error {
+	if err := t.ensureMachine(); err != nil {
+		return err
+	}
 	for {
 		// A source that never ends, feeding a chain that never blocks,
 		// must still stop when the job is cancelled.
@@ -292,8 +288,9 @@ func (t *task) runSource(ctx context.Context) error {
 			if err := t.handleControl(ctx); err != nil {
 				return err
 			}
-			if t.idle {
-				// Stopped emitting: wait for the stop (or a notification).
+			if t.machine.Wait() == subtask.WaitControl {
+				// Stopped emitting for a stop-with-savepoint: wait for the
+				// stop (or the abort).
 				t.split.to(timeIdle)
 				t.turn.yield()
 				select {
@@ -332,6 +329,12 @@ func (t *task) runSource(ctx context.Context) error {
 			}
 		}
 		if done {
+			if err := t.machine.EndOfInput(time.Now().UnixMilli(), 0); err != nil {
+				return err
+			}
+			if err := t.runActions(ctx); err != nil {
+				return err
+			}
 			return t.finish(ctx)
 		}
 		if err := t.advanceWatermark(ctx, wm); err != nil {
@@ -347,6 +350,9 @@ func (t *task) runSource(ctx context.Context) error {
 // processing-time timers and the input gate (data, watermarks, barriers,
 // ends of input, control messages) until every input has ended.
 func (t *task) runGate(ctx context.Context) error {
+	if err := t.ensureMachine(); err != nil {
+		return err
+	}
 	t.startGate()
 	var wake wakeTimer
 	defer wake.stop()
@@ -355,7 +361,7 @@ func (t *task) runGate(ctx context.Context) error {
 	// starve the input, the checkpoint control messages or cancellation,
 	// and a busy input never starves the timers.
 	fired := false
-	for t.gate.Open() > 0 {
+	for t.machine.Wait() == subtask.WaitInput {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
@@ -460,16 +466,16 @@ func (t *task) onMessage(ctx context.Context, ch int, m transport.Message) error
 	var err error
 	switch m.Kind {
 	case transport.KindData:
-		err = t.onData(ctx, ch, m.Data)
+		t.input = m.Data
+		if err = t.machine.Data(ch, len(m.Data)); err == nil {
+			err = t.runActions(ctx)
+		}
 	case transport.KindWatermark:
 		if m.Watermark > t.chanWM[ch] {
 			t.chanWM[ch] = m.Watermark
 		}
 		err = t.advanceWatermark(ctx, t.minWatermark())
 	case transport.KindBarrier, transport.KindCancel:
-		if t.handler == nil {
-			return fmt.Errorf("subtask %s: a checkpoint %s arrived but the job does not checkpoint", t.label, m.Kind)
-		}
 		err = t.onBarrier(ctx, ch, m)
 	case transport.KindEnd:
 		err = t.onEnd(ctx, ch)
@@ -479,7 +485,7 @@ func (t *task) onMessage(ctx context.Context, ch int, m transport.Message) error
 	}
 	// An alignment that outlived its timeout switches to unaligned even
 	// while input keeps arriving on the other channels.
-	if at, aligning := t.alignDeadline(); aligning && time.Now().UnixMilli() >= at {
+	if at, aligning := t.machine.NextWake(); aligning && time.Now().UnixMilli() >= at {
 		if err := t.wakeUp(ctx); err != nil {
 			return err
 		}
@@ -487,36 +493,16 @@ func (t *task) onMessage(ctx context.Context, ch int, m transport.Message) error
 	return t.flush(ctx)
 }
 
-// onData delivers a data batch from gate channel ch.
-func (t *task) onData(ctx context.Context, ch int, data []byte) error {
-	if t.handler != nil {
-		t.capture(ch, data)
-		t.handler.Data(ch, len(data))
-	}
-	t.curChan = ch
-	t.chanBatches[ch]++
-	// Upstream wrote this subtask's input index into every record.
-	err := t.deliver(ctx, 0, data)
-	t.curChan = -1
-	if err != nil {
-		return err
-	}
-	if t.recycle != nil && t.recycle[ch] {
-		recycleBatch(data)
-	}
-	return nil
-}
-
 // onEnd handles the end of gate channel ch's input.
 func (t *task) onEnd(ctx context.Context, ch int) error {
 	t.chanWM[ch] = abi.MaxWatermark
-	if t.handler != nil {
-		t.handler.End(time.Now().UnixMilli(), ch)
-		if err := t.runHandler(ctx); err != nil {
-			return err
-		}
+	if err := t.machine.EndOfInput(time.Now().UnixMilli(), ch); err != nil {
+		return fmt.Errorf("subtask %s: %w", t.label, err)
 	}
-	if t.gate.Open() > 0 {
+	if err := t.runActions(ctx); err != nil {
+		return err
+	}
+	if t.machine.Wait() == subtask.WaitInput {
 		return t.advanceWatermark(ctx, t.minWatermark())
 	}
 	return nil
@@ -526,41 +512,19 @@ func (t *task) onEnd(ctx context.Context, ch int) error {
 // processing-time timer, or when the pending alignment times out.
 func (t *task) nextWake() (int64, bool) {
 	next, ok := t.nextProcessingTimer()
-	if at, aligning := t.alignDeadline(); aligning && (!ok || at < next) {
+	if at, aligning := t.machine.NextWake(); aligning && (!ok || at < next) {
 		next, ok = at, true
 	}
 	return next, ok
 }
 
-// alignDeadline is when the pending aligned checkpoint switches to
-// unaligned, if one is pending and has a timeout.
-func (t *task) alignDeadline() (int64, bool) {
-	if t.handler == nil || t.ckpt.alignedTimeout <= 0 {
-		return 0, false
-	}
-	id, pending := t.handler.Pending()
-	if !pending || (t.snap != nil && t.snap.id == id) {
-		return 0, false
-	}
-	start, ok := t.alignStart[id]
-	if !ok {
-		return 0, false
-	}
-	return start + t.ckpt.alignedTimeout, true
-}
-
-// wakeUp fires due processing-time timers and checks the aligned timeout.
+// wakeUp tells the machine the time: an alignment past its timeout
+// switches to unaligned, and due processing-time timers fire.
 func (t *task) wakeUp(ctx context.Context) error {
-	if err := t.turn.hold("its timers"); err != nil {
+	if err := t.machine.Tick(time.Now().UnixMilli()); err != nil {
 		return err
 	}
-	if t.handler != nil {
-		t.handler.Tick(time.Now().UnixMilli())
-		if err := t.runHandler(ctx); err != nil {
-			return err
-		}
-	}
-	return t.fireProcessingTimers(ctx)
+	return t.runActions(ctx)
 }
 
 func (t *task) minWatermark() int64 {
@@ -731,50 +695,6 @@ func (t *task) fireProcessingTimers(ctx context.Context) error {
 		}
 	}
 	return t.flush(ctx)
-}
-
-// finish runs when every input has ended: event time jumps to the end so all
-// event-time timers fire, operators close in chain order (each may still
-// emit into the next), the sink flushes, and downstream learns the end.
-func (t *task) finish(ctx context.Context) error {
-	if err := t.advanceWatermark(ctx, abi.MaxWatermark); err != nil {
-		return err
-	}
-	for k, s := range t.stages {
-		if err := s.op.Close(&s.coll); err != nil {
-			return t.stageError(s, "failed closing", err)
-		}
-		if err := t.drain(ctx, k); err != nil {
-			return err
-		}
-	}
-	// From here on checkpoints (taken while a send below blocks, or by
-	// trigger once the input has ended) no longer call the operators.
-	t.opsClosed = true
-	// A transactional sink keeps its last transaction open for the final
-	// checkpoint; any other sink is done.
-	if t.sink != nil && !t.sinkTxn {
-		if err := t.closeSink(); err != nil {
-			return err
-		}
-	}
-	if err := t.broadcast(ctx, transport.Message{Kind: transport.KindEnd}); err != nil {
-		return err
-	}
-	if t.checkpointing() {
-		if err := t.awaitFinalCheckpoint(ctx); err != nil {
-			return err
-		}
-	}
-	// Committed by the final checkpoint, or written out now without one.
-	if err := t.closeDeadLetters(); err != nil {
-		return err
-	}
-	if t.sink != nil {
-		// Everything is committed by now: closing commits nothing new.
-		return t.closeSink()
-	}
-	return nil
 }
 
 func (t *task) closeSink() error {

@@ -346,8 +346,8 @@ func TestFairTurnCheckpointsUnderOneSlot(t *testing.T) {
 	prod := &task{id: checkpoint.TaskID{Chain: 0}, label: "src/0", now: time.Now, wm: abi.MinWatermark,
 		chain: &job.Chain{Vertices: []*job.Vertex{{ID: "src", Kind: job.KindSource, Connector: "gen"}, {ID: "amp"}}},
 		ckpt:  env, mbox: newMailbox(), prio: make(chan struct{}, 1),
-		triggerTS: map[int64]int64{}, alignStart: map[int64]int64{},
-		source: src, turn: newFairTurn(ctx, g, "x")}
+		triggerTS: map[int64]int64{},
+		source:    src, turn: newFairTurn(ctx, g, "x")}
 	prod.mbox.prio = prod.prio
 	fo := NewFairOperator(ctx, g, "x", 1, &amplifyOp{times: times, batch: true})
 	defer fo.Leave()
@@ -361,17 +361,17 @@ func TestFairTurnCheckpointsUnderOneSlot(t *testing.T) {
 	cons := &task{id: checkpoint.TaskID{Chain: 1}, label: "sink/0", now: time.Now, wm: abi.MinWatermark,
 		chain: &job.Chain{Vertices: []*job.Vertex{{ID: "sink", Kind: job.KindSink, Connector: "test"}}},
 		ckpt:  env, mbox: newMailbox(), prio: make(chan struct{}, 1),
-		triggerTS: map[int64]int64{}, alignStart: map[int64]int64{},
-		gate: transport.NewInputGate([]transport.InputChannel{mid}), inputs: []inputRef{{edge: 0, peer: 0}},
+		triggerTS: map[int64]int64{},
+		gate:      transport.NewInputGate([]transport.InputChannel{mid}), inputs: []inputRef{{edge: 0, peer: 0}},
 		sink: sink, turn: newFairTurn(ctx, g, "x")}
 	cons.mbox.prio = cons.prio
 	cons.mbox.poke = cons.gate.Interrupt
 	cons.gate.NotifyPriority(cons.prio)
-	h, err := subtask.NewHandler(subtask.HandlerConfig{Channels: 1, Mode: checkpoint.Unaligned})
+	h, err := subtask.NewMachine(subtask.Config{Channels: 1, Mode: checkpoint.Unaligned})
 	if err != nil {
 		t.Fatal(err)
 	}
-	cons.handler = h
+	cons.machine = h
 
 	errs := make(chan error, 2)
 	go func() { errs <- prod.run(ctx) }()

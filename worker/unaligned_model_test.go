@@ -747,7 +747,8 @@ func TestUnalignedSnapshotIntoFinishedConsumer(t *testing.T) {
 		chans: []transport.OutputChannel{closed, open},
 		bufs:  make([]abi.Builder, 2),
 	}}}
-	err := tk.snapshot(context.Background(), 1, checkpoint.KindCheckpoint, 0, true, checkpoint.Metrics{})
+	tk.snap = tk.newSnapshot(1)
+	err := tk.forwardBarrier(context.Background(), subtask.ForwardBarrier{ID: 1, Kind: checkpoint.KindCheckpoint, Unaligned: true})
 	if errors.Is(err, transport.ErrClosed) {
 		t.Fatalf("the snapshot fails with %v", err)
 	}
@@ -770,11 +771,11 @@ func TestUnalignedCheckpointDuringReplay(t *testing.T) {
 	tk.gate = transport.NewInputGate([]transport.InputChannel{in})
 	tk.gate.NotifyPriority(tk.prio)
 	tk.inputs = []inputRef{{edge: 0, peer: 0}}
-	h, err := subtask.NewHandler(subtask.HandlerConfig{Channels: 1, Mode: checkpoint.Unaligned})
+	h, err := subtask.NewMachine(subtask.Config{Channels: 1, Mode: checkpoint.Unaligned})
 	if err != nil {
 		t.Fatal(err)
 	}
-	tk.handler = h
+	tk.machine = h
 	// The upstream took the first checkpoint after the restore: its barrier
 	// is at the head of the input.
 	if _, err := in.Overtake(transport.Message{Kind: transport.KindBarrier, Checkpoint: 7,
