@@ -62,6 +62,15 @@ type backend struct {
 	damage func(p string, content []byte)
 	remove func(p string)
 	names  func() []string
+	// read returns the stored bytes of the file p.
+	read func(p string) []byte
+}
+
+// flip flips one bit of the stored byte at of the file p.
+func (b backend) flip(p string, at int) {
+	data := b.read(p)
+	data[at] ^= 0x20
+	b.damage(p, data)
 }
 
 func dirStorage(t *testing.T) backend {
@@ -79,6 +88,13 @@ func dirStorage(t *testing.T) backend {
 			}
 		},
 		names: func() []string { return slices.Sorted(maps.Keys(readTree(t, s.Root()))) },
+		read: func(p string) []byte {
+			data, err := os.ReadFile(filepath.Join(s.Root(), filepath.FromSlash(p)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return data
+		},
 	}
 }
 
@@ -104,6 +120,13 @@ func objStorage(t *testing.T) backend {
 			}
 		},
 		names: func() []string { return bucketNames(t, obs, "jobs/j1/") },
+		read: func(p string) []byte {
+			data, err := obs.GetBytes(ctx, "jobs/j1/"+p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return data
+		},
 	}
 }
 

@@ -218,73 +218,70 @@ func TestWriteFileRejectsBadArguments(t *testing.T) {
 }
 
 func TestMetadataRoundTrip(t *testing.T) {
-	s := testStorage(t)
-	m := writeTestCheckpoint(t, s, 3)
-	if m.Format != MetadataFormat || m.Version != 1 || len(m.Checksum) != 64 {
-		t.Fatalf("WriteMetadata left format %q version %d checksum %q", m.Format, m.Version, m.Checksum)
-	}
-	if string(m.Plan) != `{"vertices":[{"id":"src"},{"id":"count"}]}` {
-		t.Fatalf("WriteMetadata left plan %s; want it compact", m.Plan)
-	}
-	got, err := s.ReadMetadata(3)
-	if err != nil {
-		t.Fatalf("ReadMetadata: %v", err)
-	}
-	if !reflect.DeepEqual(got, m) {
-		t.Fatalf("ReadMetadata =\n%+v\nwant\n%+v", got, m)
-	}
-	if err := s.Verify(got); err != nil {
-		t.Fatalf("Verify: %v", err)
-	}
-	if len(got.Tasks[0].State) != len(stateFiles) {
-		t.Fatalf("state handles %d, want %d", len(got.Tasks[0].State), len(stateFiles))
-	}
-	ids, err := s.Completed()
-	if err != nil || !slices.Equal(ids, []int64{3}) {
-		t.Fatalf("Completed = %v, %v; want [3]", ids, err)
-	}
+	forBackends(t, func(t *testing.T, b backend) {
+		s := b.s
+		m := writeTestCheckpoint(t, s, 3)
+		if m.Format != MetadataFormat || m.Version != 1 || len(m.Checksum) != 64 {
+			t.Fatalf("WriteMetadata left format %q version %d checksum %q", m.Format, m.Version, m.Checksum)
+		}
+		if string(m.Plan) != `{"vertices":[{"id":"src"},{"id":"count"}]}` {
+			t.Fatalf("WriteMetadata left plan %s; want it compact", m.Plan)
+		}
+		got, err := s.ReadMetadata(3)
+		if err != nil {
+			t.Fatalf("ReadMetadata: %v", err)
+		}
+		if !reflect.DeepEqual(got, m) {
+			t.Fatalf("ReadMetadata =\n%+v\nwant\n%+v", got, m)
+		}
+		if err := s.Verify(got); err != nil {
+			t.Fatalf("Verify: %v", err)
+		}
+		if len(got.Tasks[0].State) != len(stateFiles) {
+			t.Fatalf("state handles %d, want %d", len(got.Tasks[0].State), len(stateFiles))
+		}
+		ids, err := s.Completed()
+		if err != nil || !slices.Equal(ids, []int64{3}) {
+			t.Fatalf("Completed = %v, %v; want [3]", ids, err)
+		}
 
-	// A complete checkpoint is immutable.
-	if _, err := s.WriteFile(3, "tasks/0-1/state/late", []byte("x")); err == nil || !strings.Contains(err.Error(), "complete") {
-		t.Fatalf("WriteFile into a complete checkpoint: %v", err)
-	}
-	if err := s.WriteMetadata(m); err == nil || !strings.Contains(err.Error(), "complete") {
-		t.Fatalf("second WriteMetadata: %v", err)
-	}
-	if err := s.WriteMetadata(&Metadata{ID: 4, Kind: Kind(9)}); err == nil || !strings.Contains(err.Error(), "kind") {
-		t.Fatalf("WriteMetadata with a bad kind: %v", err)
-	}
+		// A complete checkpoint is immutable.
+		if _, err := s.WriteFile(3, "tasks/0-1/state/late", []byte("x")); err == nil || !strings.Contains(err.Error(), "complete") {
+			t.Fatalf("WriteFile into a complete checkpoint: %v", err)
+		}
+		if err := s.WriteMetadata(m); err == nil || !strings.Contains(err.Error(), "complete") {
+			t.Fatalf("second WriteMetadata: %v", err)
+		}
+		if err := s.WriteMetadata(&Metadata{ID: 4, Kind: Kind(9)}); err == nil || !strings.Contains(err.Error(), "kind") {
+			t.Fatalf("WriteMetadata with a bad kind: %v", err)
+		}
 
-	// A stateless checkpoint has no directory until its metadata.
-	if err := s.WriteMetadata(&Metadata{JobID: "j1", ID: 4, Kind: KindSavepoint}); err != nil {
-		t.Fatalf("WriteMetadata without files: %v", err)
-	}
-	if m4, err := s.ReadMetadata(4); err != nil || m4.Kind != KindSavepoint {
-		t.Fatalf("ReadMetadata(4) = %+v, %v", m4, err)
-	}
+		// A stateless checkpoint has no directory until its metadata.
+		if err := s.WriteMetadata(&Metadata{JobID: "j1", ID: 4, Kind: KindSavepoint}); err != nil {
+			t.Fatalf("WriteMetadata without files: %v", err)
+		}
+		if m4, err := s.ReadMetadata(4); err != nil || m4.Kind != KindSavepoint {
+			t.Fatalf("ReadMetadata(4) = %+v, %v", m4, err)
+		}
+	})
 }
 
 // editMetadata rewrites checkpoint id's _metadata through fn, keeping its
-// checksum field as it was.
-func editMetadata(t *testing.T, s *Storage, id int64, fn func(map[string]any)) string {
+// checksum field as it was, and returns the name errors give the file.
+func editMetadata(t *testing.T, b backend, id int64, fn func(map[string]any)) string {
 	t.Helper()
-	name := filepath.Join(s.Dir(id), MetadataName)
-	b, err := os.ReadFile(name)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := DirName(id) + "/" + MetadataName
 	var raw map[string]any
-	if err := json.Unmarshal(b, &raw); err != nil {
+	if err := json.Unmarshal(b.read(p), &raw); err != nil {
 		t.Fatal(err)
 	}
 	fn(raw)
-	if b, err = json.Marshal(raw); err != nil {
+	data, err := json.Marshal(raw)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(name, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return name
+	b.damage(p, data)
+	return JoinLocation(b.s.Dir(id), MetadataName)
 }
 
 func TestReadMetadataRefuses(t *testing.T) {
@@ -305,9 +302,10 @@ func TestReadMetadataRefuses(t *testing.T) {
 		{"unknown field", func(m map[string]any) { m["owner"] = "x" }, `unknown field "owner"`, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s := testStorage(t)
+			b := dirStorage(t)
+			s := b.s
 			writeTestCheckpoint(t, s, 1)
-			name := editMetadata(t, s, 1, tc.edit)
+			name := editMetadata(t, b, 1, tc.edit)
 			_, err := s.ReadMetadata(1)
 			if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), name) {
 				t.Fatalf("ReadMetadata = %v; want an error naming %s and containing %q", err, name, tc.want)
@@ -375,84 +373,73 @@ func TestVerifyDetectsDamage(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		file   string
-		damage func(t *testing.T, name string)
+		damage func(b backend, p string)
 		want   string
 	}{
-		{"missing", sst, func(t *testing.T, name string) {
-			if err := os.Remove(name); err != nil {
-				t.Fatal(err)
-			}
-		}, "missing"},
-		{"truncated", sst, func(t *testing.T, name string) {
-			if err := os.Truncate(name, 100); err != nil {
-				t.Fatal(err)
-			}
-		}, "truncated"},
-		{"grown", sst, func(t *testing.T, name string) {
-			f, err := os.OpenFile(name, os.O_APPEND|os.O_WRONLY, 0)
-			if err != nil {
-				t.Fatal(err)
-			}
-			f.WriteString("more")
-			f.Close()
-		}, "larger than"},
-		{"flipped byte", sst, func(t *testing.T, name string) { flipFileByte(t, name, 1234) }, "SHA-256"},
-		{"flipped channel byte", channel, func(t *testing.T, name string) { flipFileByte(t, name, 0) }, "SHA-256"},
+		{"missing", sst, func(b backend, p string) { b.remove(p) }, "missing"},
+		{"truncated", sst, func(b backend, p string) { b.damage(p, b.read(p)[:100]) }, "truncated"},
+		{"grown", sst, func(b backend, p string) { b.damage(p, append(b.read(p), "more"...)) }, "larger than"},
+		{"flipped byte", sst, func(b backend, p string) { b.flip(p, 1234) }, "SHA-256"},
+		{"flipped channel byte", channel, func(b backend, p string) { b.flip(p, 0) }, "SHA-256"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s := testStorage(t)
-			m := writeTestCheckpoint(t, s, 7)
-			tc.damage(t, filepath.Join(s.Dir(7), filepath.FromSlash(tc.file)))
-			err := s.Verify(m)
-			rel := "chk-0000000007/" + tc.file
-			if err == nil || !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), rel) || !strings.Contains(err.Error(), tc.want) {
-				t.Fatalf("Verify = %v; want a corruption error naming %s containing %q", err, rel, tc.want)
-			}
-			// Only the damaged file is reported.
-			if n := strings.Count(err.Error(), "\n"); n != 0 {
-				t.Fatalf("Verify reported %d problems for one damaged file: %v", n+1, err)
-			}
-			// Open's reader reports the same at EOF.
-			var h FileHandle
-			for _, x := range m.handles() {
-				if x.Path == tc.file {
-					h = x
+			forBackends(t, func(t *testing.T, b backend) {
+				s := b.s
+				m := writeTestCheckpoint(t, s, 7)
+				rel := "chk-0000000007/" + tc.file
+				tc.damage(b, rel)
+				err := s.Verify(m)
+				if err == nil || !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), rel) || !strings.Contains(err.Error(), tc.want) {
+					t.Fatalf("Verify = %v; want a corruption error naming %s containing %q", err, rel, tc.want)
 				}
-			}
-			r, err := s.Open(7, h)
-			if err == nil {
-				_, err = io.ReadAll(r)
-				r.Close()
-			}
-			if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), rel) {
-				t.Fatalf("reading the damaged file through Open: %v; want a corruption error naming %s", err, rel)
-			}
+				// Only the damaged file is reported.
+				if n := strings.Count(err.Error(), "\n"); n != 0 {
+					t.Fatalf("Verify reported %d problems for one damaged file: %v", n+1, err)
+				}
+				// Open's reader reports the same at EOF.
+				var h FileHandle
+				for _, x := range m.handles() {
+					if x.Path == tc.file {
+						h = x
+					}
+				}
+				r, err := s.Open(7, h)
+				if err == nil {
+					_, err = io.ReadAll(r)
+					r.Close()
+				}
+				if !errors.Is(err, ErrCorrupt) || errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), rel) {
+					t.Fatalf("reading the damaged file through Open: %v; want a corruption error naming %s", err, rel)
+				}
+			})
 		})
 	}
 
 	t.Run("several", func(t *testing.T) {
-		s := testStorage(t)
-		m := writeTestCheckpoint(t, s, 7)
-		for _, p := range []string{"000002.sst", "MANIFEST-000001"} {
-			if err := os.Remove(filepath.Join(s.Dir(7), "tasks", "0-1", "state", p)); err != nil {
-				t.Fatal(err)
+		forBackends(t, func(t *testing.T, b backend) {
+			s := b.s
+			m := writeTestCheckpoint(t, s, 7)
+			for _, p := range []string{"000002.sst", "MANIFEST-000001"} {
+				b.remove("chk-0000000007/tasks/0-1/state/" + p)
 			}
-		}
-		err := s.Verify(m)
-		for _, p := range []string{"000002.sst", "MANIFEST-000001"} {
-			if err == nil || !strings.Contains(err.Error(), "chk-0000000007/tasks/0-1/state/"+p+": missing") {
-				t.Fatalf("Verify = %v; want %s reported missing", err, p)
+			err := s.Verify(m)
+			for _, p := range []string{"000002.sst", "MANIFEST-000001"} {
+				if err == nil || !strings.Contains(err.Error(), "chk-0000000007/tasks/0-1/state/"+p+": missing") {
+					t.Fatalf("Verify = %v; want %s reported missing", err, p)
+				}
 			}
-		}
+		})
 	})
 
 	t.Run("path outside the checkpoint", func(t *testing.T) {
-		s := testStorage(t)
-		m := writeTestCheckpoint(t, s, 7)
-		m.Tasks[0].State[0].Path = "../chk-0000000006/x"
-		if err := s.Verify(m); err == nil || !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "invalid file path") {
-			t.Fatalf("Verify = %v; want an invalid path error", err)
-		}
+		forBackends(t, func(t *testing.T, b backend) {
+			s := b.s
+			m := writeTestCheckpoint(t, s, 7)
+			m.Tasks[0].State[0].Path = "../chk-0000000006/x"
+			if err := s.Verify(m); err == nil || !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "invalid file path") {
+				t.Fatalf("Verify = %v; want an invalid path error", err)
+			}
+		})
 	})
 }
 
@@ -525,70 +512,72 @@ func TestMaxIDBeyondTenDigits(t *testing.T) {
 }
 
 func TestLatestUsableFallsBack(t *testing.T) {
-	s := testStorage(t)
-	for id := int64(1); id <= 4; id++ {
-		writeTestCheckpoint(t, s, id)
-	}
-	flipFileByte(t, filepath.Join(s.Dir(4), "tasks", "0-1", "state", "000002.sst"), 10)
-	metaName := editMetadata(t, s, 3, func(m map[string]any) { m["done"] = 1 })
-
-	m, skipped, err := s.LatestUsable()
-	if err != nil {
-		t.Fatalf("LatestUsable: %v", err)
-	}
-	if m.ID != 2 {
-		t.Fatalf("LatestUsable chose checkpoint %d, want 2", m.ID)
-	}
-	if len(skipped) != 2 {
-		t.Fatalf("skipped = %v; want checkpoints 4 and 3", skipped)
-	}
-	if msg := skipped[0].Error(); !strings.Contains(msg, "checkpoint 4 skipped") ||
-		!strings.Contains(msg, "chk-0000000004/tasks/0-1/state/000002.sst") || !errors.Is(skipped[0], ErrCorrupt) {
-		t.Fatalf("skipped[0] = %v; want checkpoint 4 with its damaged file", skipped[0])
-	}
-	if msg := skipped[1].Error(); !strings.Contains(msg, "checkpoint 3 skipped") ||
-		!strings.Contains(msg, metaName) || !strings.Contains(msg, "checksum mismatch") {
-		t.Fatalf("skipped[1] = %v; want checkpoint 3's metadata checksum", skipped[1])
-	}
-
-	for _, id := range []int64{1, 2} {
-		if err := os.Remove(filepath.Join(s.Dir(id), "tasks", "0-1", "channels", "in-0-2")); err != nil {
-			t.Fatal(err)
+	forBackends(t, func(t *testing.T, b backend) {
+		s := b.s
+		for id := int64(1); id <= 4; id++ {
+			writeTestCheckpoint(t, s, id)
 		}
-	}
-	m, skipped, err = s.LatestUsable()
-	if !errors.Is(err, ErrNoCheckpoint) || m != nil || len(skipped) != 4 || !strings.Contains(err.Error(), s.Root()) {
-		t.Fatalf("LatestUsable with none usable = %v, %d skipped, %v; want ErrNoCheckpoint naming the root", m, len(skipped), err)
-	}
-	if _, skipped, err := testStorage(t).LatestUsable(); !errors.Is(err, ErrNoCheckpoint) || len(skipped) != 0 {
-		t.Fatalf("LatestUsable of an empty storage = %v, %v", skipped, err)
-	}
+		b.flip("chk-0000000004/tasks/0-1/state/000002.sst", 10)
+		metaName := editMetadata(t, b, 3, func(m map[string]any) { m["done"] = 1 })
+
+		m, skipped, err := s.LatestUsable()
+		if err != nil {
+			t.Fatalf("LatestUsable: %v", err)
+		}
+		if m.ID != 2 {
+			t.Fatalf("LatestUsable chose checkpoint %d, want 2", m.ID)
+		}
+		if len(skipped) != 2 {
+			t.Fatalf("skipped = %v; want checkpoints 4 and 3", skipped)
+		}
+		if msg := skipped[0].Error(); !strings.Contains(msg, "checkpoint 4 skipped") ||
+			!strings.Contains(msg, "chk-0000000004/tasks/0-1/state/000002.sst") || !errors.Is(skipped[0], ErrCorrupt) {
+			t.Fatalf("skipped[0] = %v; want checkpoint 4 with its damaged file", skipped[0])
+		}
+		if msg := skipped[1].Error(); !strings.Contains(msg, "checkpoint 3 skipped") ||
+			!strings.Contains(msg, metaName) || !strings.Contains(msg, "checksum mismatch") {
+			t.Fatalf("skipped[1] = %v; want checkpoint 3's metadata checksum", skipped[1])
+		}
+
+		for _, id := range []int64{1, 2} {
+			b.remove(DirName(id) + "/tasks/0-1/channels/in-0-2")
+		}
+		m, skipped, err = s.LatestUsable()
+		if !errors.Is(err, ErrNoCheckpoint) || m != nil || len(skipped) != 4 || !strings.Contains(err.Error(), s.Root()) {
+			t.Fatalf("LatestUsable with none usable = %v, %d skipped, %v; want ErrNoCheckpoint naming the root", m, len(skipped), err)
+		}
+		if _, skipped, err := testStorage(t).LatestUsable(); !errors.Is(err, ErrNoCheckpoint) || len(skipped) != 0 {
+			t.Fatalf("LatestUsable of an empty storage = %v, %v", skipped, err)
+		}
+	})
 }
 
 // TestLatestUsableWith: a checkpoint whose files are intact but which the
 // caller's test refuses (its in-flight data left in a stream is gone) is
 // skipped with the caller's reason, for the next older one.
 func TestLatestUsableWith(t *testing.T) {
-	s := testStorage(t)
-	for id := int64(1); id <= 3; id++ {
-		writeTestCheckpoint(t, s, id)
-	}
-	lost := errors.New("messages 5-9 of wstream.data.x in stream wstream-data-x are lost")
-	m, skipped, err := s.LatestUsableWith(func(m *Metadata) error {
-		if m.ID == 3 {
-			return lost
+	forBackends(t, func(t *testing.T, b backend) {
+		s := b.s
+		for id := int64(1); id <= 3; id++ {
+			writeTestCheckpoint(t, s, id)
 		}
-		return nil
+		lost := errors.New("messages 5-9 of wstream.data.x in stream wstream-data-x are lost")
+		m, skipped, err := s.LatestUsableWith(func(m *Metadata) error {
+			if m.ID == 3 {
+				return lost
+			}
+			return nil
+		})
+		if err != nil || m.ID != 2 {
+			t.Fatalf("LatestUsableWith chose %v, %v; want checkpoint 2", m, err)
+		}
+		if len(skipped) != 1 || !errors.Is(skipped[0], lost) || !strings.Contains(skipped[0].Error(), "checkpoint 3 skipped") {
+			t.Fatalf("skipped = %v; want checkpoint 3 with the caller's reason", skipped)
+		}
+		if _, skipped, err := s.LatestUsableWith(func(*Metadata) error { return lost }); !errors.Is(err, ErrNoCheckpoint) || len(skipped) != 3 {
+			t.Fatalf("none accepted: %v, %d skipped; want ErrNoCheckpoint", err, len(skipped))
+		}
 	})
-	if err != nil || m.ID != 2 {
-		t.Fatalf("LatestUsableWith chose %v, %v; want checkpoint 2", m, err)
-	}
-	if len(skipped) != 1 || !errors.Is(skipped[0], lost) || !strings.Contains(skipped[0].Error(), "checkpoint 3 skipped") {
-		t.Fatalf("skipped = %v; want checkpoint 3 with the caller's reason", skipped)
-	}
-	if _, skipped, err := s.LatestUsableWith(func(*Metadata) error { return lost }); !errors.Is(err, ErrNoCheckpoint) || len(skipped) != 3 {
-		t.Fatalf("none accepted: %v, %d skipped; want ErrNoCheckpoint", err, len(skipped))
-	}
 }
 
 func TestDiscard(t *testing.T) {
@@ -858,48 +847,50 @@ func TestCopyDirParallel(t *testing.T) {
 }
 
 func TestRestore(t *testing.T) {
-	s := testStorage(t)
-	m := writeTestCheckpoint(t, s, 5)
+	forBackends(t, func(t *testing.T, b backend) {
+		s := b.s
+		m := writeTestCheckpoint(t, s, 5)
 
-	dst := filepath.Join(t.TempDir(), "restored", "db")
-	if err := s.Restore(m, testTask, dst); err != nil {
-		t.Fatalf("Restore: %v", err)
-	}
-	if got := readTree(t, dst); !reflect.DeepEqual(got, stateFiles) {
-		t.Fatalf("restored %v, want the task's state files", got)
-	}
-	if err := s.Restore(m, testTask, dst); err == nil || !strings.Contains(err.Error(), "not empty") {
-		t.Fatalf("Restore into a non-empty directory = %v", err)
-	}
+		dst := filepath.Join(t.TempDir(), "restored", "db")
+		if err := s.Restore(m, testTask, dst); err != nil {
+			t.Fatalf("Restore: %v", err)
+		}
+		if got := readTree(t, dst); !reflect.DeepEqual(got, stateFiles) {
+			t.Fatalf("restored %v, want the task's state files", got)
+		}
+		if err := s.Restore(m, testTask, dst); err == nil || !strings.Contains(err.Error(), "not empty") {
+			t.Fatalf("Restore into a non-empty directory = %v", err)
+		}
 
-	// A task without state restores to an empty directory.
-	empty := filepath.Join(t.TempDir(), "empty")
-	if err := s.Restore(m, TaskID{Chain: 1, Subtask: 0}, empty); err != nil {
-		t.Fatalf("Restore of a stateless task: %v", err)
-	}
-	if got := readTree(t, empty); len(got) != 0 {
-		t.Fatalf("stateless restore wrote %v", got)
-	}
-	if err := s.Restore(m, TaskID{Chain: 9, Subtask: 9}, t.TempDir()); err == nil || !strings.Contains(err.Error(), "no state for task 9/9") {
-		t.Fatalf("Restore of an unknown task = %v", err)
-	}
+		// A task without state restores to an empty directory.
+		empty := filepath.Join(t.TempDir(), "empty")
+		if err := s.Restore(m, TaskID{Chain: 1, Subtask: 0}, empty); err != nil {
+			t.Fatalf("Restore of a stateless task: %v", err)
+		}
+		if got := readTree(t, empty); len(got) != 0 {
+			t.Fatalf("stateless restore wrote %v", got)
+		}
+		if err := s.Restore(m, TaskID{Chain: 9, Subtask: 9}, t.TempDir()); err == nil || !strings.Contains(err.Error(), "no state for task 9/9") {
+			t.Fatalf("Restore of an unknown task = %v", err)
+		}
 
-	// A damaged file fails the restore, names the file and leaves dst empty.
-	flipFileByte(t, filepath.Join(s.Dir(5), "tasks", "0-1", "state", "000005.sst"), 4000)
-	dst = t.TempDir()
-	err := s.Restore(m, testTask, dst)
-	if err == nil || !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "chk-0000000005/tasks/0-1/state/000005.sst") {
-		t.Fatalf("Restore of a damaged checkpoint = %v", err)
-	}
-	if got := readTree(t, dst); len(got) != 0 {
-		t.Fatalf("a failed restore left %v in the destination", got)
-	}
+		// A damaged file fails the restore, names the file and leaves dst empty.
+		b.flip("chk-0000000005/tasks/0-1/state/000005.sst", 4000)
+		dst = t.TempDir()
+		err := s.Restore(m, testTask, dst)
+		if err == nil || !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "chk-0000000005/tasks/0-1/state/000005.sst") {
+			t.Fatalf("Restore of a damaged checkpoint = %v", err)
+		}
+		if got := readTree(t, dst); len(got) != 0 {
+			t.Fatalf("a failed restore left %v in the destination", got)
+		}
 
-	// State files must lie below the task's state directory.
-	m.Tasks[0].State[0].Path = "tasks/0-2/state/000002.sst"
-	if err := s.Restore(m, testTask, t.TempDir()); err == nil || !strings.Contains(err.Error(), "outside tasks/0-1/state/") {
-		t.Fatalf("Restore of a misplaced state file = %v", err)
-	}
+		// State files must lie below the task's state directory.
+		m.Tasks[0].State[0].Path = "tasks/0-2/state/000002.sst"
+		if err := s.Restore(m, testTask, t.TempDir()); err == nil || !strings.Contains(err.Error(), "outside tasks/0-1/state/") {
+			t.Fatalf("Restore of a misplaced state file = %v", err)
+		}
+	})
 }
 
 func TestOpenStorage(t *testing.T) {
