@@ -141,80 +141,84 @@ func writeCheckpointFiles(s *Storage, id int64, src string) (*Metadata, error) {
 }
 
 func TestWriteFileAndOpen(t *testing.T) {
-	s := testStorage(t)
-	data := []byte("hello checkpoint")
-	h, err := s.WriteFile(7, "tasks/0-1/state/x.sst", data)
-	if err != nil {
-		t.Fatalf("WriteFile: %v", err)
-	}
-	want := FileHandle{Path: "tasks/0-1/state/x.sst", Size: int64(len(data)), SHA256: sha256Hex(data)}
-	if h != want {
-		t.Fatalf("WriteFile handle = %+v, want %+v", h, want)
-	}
-	if got, err := os.ReadFile(filepath.Join(s.Root(), "chk-0000000007", "tasks", "0-1", "state", "x.sst")); err != nil || !bytes.Equal(got, data) {
-		t.Fatalf("file on disk = %q, %v; want %q", got, err, data)
-	}
-	r, err := s.Open(7, h)
-	if err != nil {
-		t.Fatalf("Open: %v", err)
-	}
-	got, err := io.ReadAll(r)
-	r.Close()
-	if err != nil || !bytes.Equal(got, data) {
-		t.Fatalf("Open read %q, %v; want %q", got, err, data)
-	}
+	forBackends(t, func(t *testing.T, b backend) {
+		s := b.s
+		data := []byte("hello checkpoint")
+		h, err := s.WriteFile(7, "tasks/0-1/state/x.sst", data)
+		if err != nil {
+			t.Fatalf("WriteFile: %v", err)
+		}
+		want := FileHandle{Path: "tasks/0-1/state/x.sst", Size: int64(len(data)), SHA256: sha256Hex(data)}
+		if h != want {
+			t.Fatalf("WriteFile handle = %+v, want %+v", h, want)
+		}
+		if got := b.read("chk-0000000007/tasks/0-1/state/x.sst"); !bytes.Equal(got, data) {
+			t.Fatalf("stored file = %q; want %q", got, data)
+		}
+		r, err := s.Open(7, h)
+		if err != nil {
+			t.Fatalf("Open: %v", err)
+		}
+		got, err := io.ReadAll(r)
+		r.Close()
+		if err != nil || !bytes.Equal(got, data) {
+			t.Fatalf("Open read %q, %v; want %q", got, err, data)
+		}
 
-	// A native-separator or unclean path is stored clean and slash-separated.
-	h, err = s.WriteFile(7, filepath.Join("tasks", "0-1", "channels", ".", "c"), nil)
-	if err != nil || h.Path != "tasks/0-1/channels/c" || h.Size != 0 || h.SHA256 != sha256Hex(nil) {
-		t.Fatalf("WriteFile(empty) = %+v, %v", h, err)
-	}
+		// A native-separator or unclean path is stored clean and slash-separated.
+		h, err = s.WriteFile(7, filepath.Join("tasks", "0-1", "channels", ".", "c"), nil)
+		if err != nil || h.Path != "tasks/0-1/channels/c" || h.Size != 0 || h.SHA256 != sha256Hex(nil) {
+			t.Fatalf("WriteFile(empty) = %+v, %v", h, err)
+		}
 
-	src := filepath.Join(t.TempDir(), "src")
-	big := bytes.Repeat([]byte("0123456789abcdef"), 100_000)
-	if err := os.WriteFile(src, big, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	h, err = s.CopyFile(7, "tasks/0-1/state/big.sst", src)
-	if err != nil || h.Size != int64(len(big)) || h.SHA256 != sha256Hex(big) {
-		t.Fatalf("CopyFile = %+v, %v", h, err)
-	}
-	if _, err := s.CopyFile(7, "tasks/0-1/state/none", filepath.Join(t.TempDir(), "absent")); err == nil ||
-		!strings.Contains(err.Error(), "chk-0000000007/tasks/0-1/state/none") {
-		t.Fatalf("CopyFile of a missing source: %v; want an error naming the target", err)
-	}
-	if s.Dir(7) != filepath.Join(s.Root(), "chk-0000000007") {
-		t.Fatalf("Dir(7) = %s", s.Dir(7))
-	}
-	if got := s.TaskDir(7, TaskID{Chain: 3, Subtask: 12}); got != "tasks/3-12" {
-		t.Fatalf("TaskDir = %s", got)
-	}
+		src := filepath.Join(t.TempDir(), "src")
+		big := bytes.Repeat([]byte("0123456789abcdef"), 100_000)
+		if err := os.WriteFile(src, big, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		h, err = s.CopyFile(7, "tasks/0-1/state/big.sst", src)
+		if err != nil || h.Size != int64(len(big)) || h.SHA256 != sha256Hex(big) {
+			t.Fatalf("CopyFile = %+v, %v", h, err)
+		}
+		if _, err := s.CopyFile(7, "tasks/0-1/state/none", filepath.Join(t.TempDir(), "absent")); err == nil ||
+			!strings.Contains(err.Error(), "chk-0000000007/tasks/0-1/state/none") {
+			t.Fatalf("CopyFile of a missing source: %v; want an error naming the target", err)
+		}
+		if s.Dir(7) != JoinLocation(s.Root(), "chk-0000000007") {
+			t.Fatalf("Dir(7) = %s", s.Dir(7))
+		}
+		if got := s.TaskDir(7, TaskID{Chain: 3, Subtask: 12}); got != "tasks/3-12" {
+			t.Fatalf("TaskDir = %s", got)
+		}
+	})
 }
 
 func TestWriteFileRejectsBadArguments(t *testing.T) {
-	s := testStorage(t)
-	for _, tc := range []struct {
-		id   int64
-		rel  string
-		want string
-	}{
-		{1, "", "not a relative path"},
-		{1, "../escape", "not a relative path"},
-		{1, "/abs/file", "not a relative path"},
-		{1, "a/../../b", "not a relative path"},
-		{1, ".", "names the checkpoint directory"},
-		{1, "_metadata", "reserved"},
-		{1, "./_metadata", "reserved"},
-		{0, "a", "not positive"},
-		{-3, "a", "not positive"},
-	} {
-		if _, err := s.WriteFile(tc.id, tc.rel, []byte("x")); err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("WriteFile(%d, %q) = %v; want an error containing %q", tc.id, tc.rel, err, tc.want)
+	forBackends(t, func(t *testing.T, b backend) {
+		s := b.s
+		for _, tc := range []struct {
+			id   int64
+			rel  string
+			want string
+		}{
+			{1, "", "not a relative path"},
+			{1, "../escape", "not a relative path"},
+			{1, "/abs/file", "not a relative path"},
+			{1, "a/../../b", "not a relative path"},
+			{1, ".", "names the checkpoint directory"},
+			{1, "_metadata", "reserved"},
+			{1, "./_metadata", "reserved"},
+			{0, "a", "not positive"},
+			{-3, "a", "not positive"},
+		} {
+			if _, err := s.WriteFile(tc.id, tc.rel, []byte("x")); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("WriteFile(%d, %q) = %v; want an error containing %q", tc.id, tc.rel, err, tc.want)
+			}
 		}
-	}
-	if got := readTree(t, s.Root()); len(got) != 0 {
-		t.Fatalf("rejected writes left files: %v", got)
-	}
+		if got := b.names(); len(got) != 0 {
+			t.Fatalf("rejected writes left files: %v", got)
+		}
+	})
 }
 
 func TestMetadataRoundTrip(t *testing.T) {
@@ -1075,225 +1079,233 @@ func TestPutSharedDedup(t *testing.T) {
 }
 
 func TestCompressionRoundTrip(t *testing.T) {
-	s := testStorage(t)
-	if err := s.SetCompression(5); err == nil {
-		t.Fatal("SetCompression(5) succeeded")
-	}
-	if err := s.SetCompression(3); err != nil {
-		t.Fatal(err)
-	}
-	m := writeTestCheckpoint(t, s, 1)
-	for _, h := range m.Tasks[0].State {
-		raw := stateFiles[strings.TrimPrefix(h.Path, "tasks/0-1/state/")]
-		if !h.Compressed || h.RawSize != int64(len(raw)) {
-			t.Fatalf("CopyDir handle %+v: want compressed, raw size %d", h, len(raw))
+	forBackends(t, func(t *testing.T, b backend) {
+		s := b.s
+		if err := s.SetCompression(5); err == nil {
+			t.Fatal("SetCompression(5) succeeded")
 		}
-		stored, err := os.ReadFile(filepath.Join(s.Dir(1), filepath.FromSlash(h.Path)))
-		if err != nil || int64(len(stored)) != h.Size || sha256Hex(stored) != h.SHA256 {
-			t.Fatalf("stored file of %s does not match its handle: %v", h.Path, err)
+		if err := s.SetCompression(3); err != nil {
+			t.Fatal(err)
 		}
-		if len(raw) > 1000 && len(stored) >= len(raw)/4 {
-			t.Fatalf("%s stored in %d bytes from %d: not compressed", h.Path, len(stored), len(raw))
+		m := writeTestCheckpoint(t, s, 1)
+		for _, h := range m.Tasks[0].State {
+			raw := stateFiles[strings.TrimPrefix(h.Path, "tasks/0-1/state/")]
+			if !h.Compressed || h.RawSize != int64(len(raw)) {
+				t.Fatalf("CopyDir handle %+v: want compressed, raw size %d", h, len(raw))
+			}
+			stored := b.read("chk-0000000001/" + h.Path)
+			if int64(len(stored)) != h.Size || sha256Hex(stored) != h.SHA256 {
+				t.Fatalf("stored file of %s does not match its handle", h.Path)
+			}
+			if len(raw) > 1000 && len(stored) >= len(raw)/4 {
+				t.Fatalf("%s stored in %d bytes from %d: not compressed", h.Path, len(stored), len(raw))
+			}
+			r, err := s.Open(1, h)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := io.ReadAll(r)
+			r.Close()
+			if err != nil || string(got) != raw {
+				t.Fatalf("Open(%s) read %d bytes, %v; want the %d raw bytes", h.Path, len(got), err, len(raw))
+			}
 		}
-		r, err := s.Open(1, h)
+		if ch := m.Tasks[0].Channels[0].File; ch.Compressed {
+			t.Fatalf("WriteFile compressed %+v", ch)
+		}
+		if err := s.Verify(m); err != nil {
+			t.Fatalf("Verify: %v", err)
+		}
+		dst := filepath.Join(t.TempDir(), "db")
+		if err := s.Restore(m, testTask, dst); err != nil {
+			t.Fatalf("Restore: %v", err)
+		}
+		if got := readTree(t, dst); !reflect.DeepEqual(got, stateFiles) {
+			t.Fatalf("restored %v, want the raw state files", got)
+		}
+
+		// Shared files compress too; a compressed shared file is found again
+		// by a storage whose compression is off.
+		files := map[string]string{"000002.sst": strings.Repeat("a", 5000), "OPTIONS-000003": "options"}
+		m2, _ := writeSharedCheckpoint(t, s, 2, files)
+		var shared FileHandle
+		for _, h := range m2.Tasks[0].State {
+			if h.Shared {
+				shared = h
+			}
+		}
+		if !shared.Compressed || shared.RawSize != 5000 || shared.Size >= 5000 {
+			t.Fatalf("shared handle %+v: want compressed from 5000 bytes", shared)
+		}
+		fresh, err := OpenStorageAt(s.Root(), b.nc)
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, err := io.ReadAll(r)
-		r.Close()
-		if err != nil || string(got) != raw {
-			t.Fatalf("Open(%s) read %d bytes, %v; want the %d raw bytes", h.Path, len(got), err, len(raw))
+		src := filepath.Join(t.TempDir(), "000002.sst")
+		writeTree(t, filepath.Dir(src), map[string]string{"000002.sst": files["000002.sst"]})
+		if h, uploaded, err := fresh.PutShared(src, ""); err != nil || uploaded || h != (FileHandle{Path: shared.Path, Size: shared.Size, SHA256: shared.SHA256, Shared: true, Compressed: true, RawSize: 5000}) {
+			t.Fatalf("PutShared of a stored compressed file = %+v, %t, %v; want %+v", h, uploaded, err, shared)
 		}
-	}
-	if ch := m.Tasks[0].Channels[0].File; ch.Compressed {
-		t.Fatalf("WriteFile compressed %+v", ch)
-	}
-	if err := s.Verify(m); err != nil {
-		t.Fatalf("Verify: %v", err)
-	}
-	dst := filepath.Join(t.TempDir(), "db")
-	if err := s.Restore(m, testTask, dst); err != nil {
-		t.Fatalf("Restore: %v", err)
-	}
-	if got := readTree(t, dst); !reflect.DeepEqual(got, stateFiles) {
-		t.Fatalf("restored %v, want the raw state files", got)
-	}
-
-	// Shared files compress too; a compressed shared file is found again
-	// by a storage whose compression is off.
-	files := map[string]string{"000002.sst": strings.Repeat("a", 5000), "OPTIONS-000003": "options"}
-	m2, _ := writeSharedCheckpoint(t, s, 2, files)
-	var shared FileHandle
-	for _, h := range m2.Tasks[0].State {
-		if h.Shared {
-			shared = h
+		dst = filepath.Join(t.TempDir(), "db")
+		if err := fresh.Restore(m2, testTask, dst); err != nil {
+			t.Fatalf("Restore: %v", err)
 		}
-	}
-	if !shared.Compressed || shared.RawSize != 5000 || shared.Size >= 5000 {
-		t.Fatalf("shared handle %+v: want compressed from 5000 bytes", shared)
-	}
-	fresh, err := OpenStorage(s.Root())
-	if err != nil {
-		t.Fatal(err)
-	}
-	src := filepath.Join(t.TempDir(), "000002.sst")
-	writeTree(t, filepath.Dir(src), map[string]string{"000002.sst": files["000002.sst"]})
-	if h, uploaded, err := fresh.PutShared(src, ""); err != nil || uploaded || h != (FileHandle{Path: shared.Path, Size: shared.Size, SHA256: shared.SHA256, Shared: true, Compressed: true, RawSize: 5000}) {
-		t.Fatalf("PutShared of a stored compressed file = %+v, %t, %v; want %+v", h, uploaded, err, shared)
-	}
-	dst = filepath.Join(t.TempDir(), "db")
-	if err := fresh.Restore(m2, testTask, dst); err != nil {
-		t.Fatalf("Restore: %v", err)
-	}
-	if got := readTree(t, dst); !reflect.DeepEqual(got, files) {
-		t.Fatalf("restored %v", got)
-	}
+		if got := readTree(t, dst); !reflect.DeepEqual(got, files) {
+			t.Fatalf("restored %v", got)
+		}
+	})
 }
 
 func TestVerifyCompressedAndShared(t *testing.T) {
-	s := testStorage(t)
-	if err := s.SetCompression(1); err != nil {
-		t.Fatal(err)
-	}
-	m := writeTestCheckpoint(t, s, 1)
-	const sst = "tasks/0-1/state/000005.sst"
-	name := filepath.Join(s.Dir(1), filepath.FromSlash(sst))
-	flipFileByte(t, name, 20)
-	err := s.Verify(m)
-	if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "chk-0000000001/"+sst+": SHA-256") {
-		t.Fatalf("Verify of a damaged compressed file = %v", err)
-	}
-	var h FileHandle
-	for _, x := range m.Tasks[0].State {
-		if x.Path == sst {
-			h = x
+	forBackends(t, func(t *testing.T, b backend) {
+		s := b.s
+		if err := s.SetCompression(1); err != nil {
+			t.Fatal(err)
 		}
-	}
-	r, err := s.Open(1, h)
-	if err == nil {
-		_, err = io.ReadAll(r)
-		r.Close()
-	}
-	if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "chk-0000000001/"+sst) {
-		t.Fatalf("reading a damaged compressed file = %v; want a corruption error naming it", err)
-	}
-	dst := t.TempDir()
-	if err := s.Restore(m, testTask, dst); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), sst) {
-		t.Fatalf("Restore of a damaged compressed file = %v", err)
-	}
-	if got := readTree(t, dst); len(got) != 0 {
-		t.Fatalf("a failed restore left %v", got)
-	}
-	flipFileByte(t, name, 20)
-	if err := s.Verify(m); err != nil {
-		t.Fatalf("Verify after undoing the damage: %v", err)
-	}
-	// A handle whose raw size is wrong fails on reading.
-	h.RawSize++
-	r, err = s.Open(1, h)
-	if err == nil {
-		_, err = io.ReadAll(r)
-		r.Close()
-	}
-	if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "decompresses to") {
-		t.Fatalf("reading with a wrong raw size = %v", err)
-	}
+		m := writeTestCheckpoint(t, s, 1)
+		const sst = "tasks/0-1/state/000005.sst"
+		b.flip("chk-0000000001/"+sst, 20)
+		err := s.Verify(m)
+		if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "chk-0000000001/"+sst+": SHA-256") {
+			t.Fatalf("Verify of a damaged compressed file = %v", err)
+		}
+		var h FileHandle
+		for _, x := range m.Tasks[0].State {
+			if x.Path == sst {
+				h = x
+			}
+		}
+		r, err := s.Open(1, h)
+		if err == nil {
+			_, err = io.ReadAll(r)
+			r.Close()
+		}
+		if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "chk-0000000001/"+sst) {
+			t.Fatalf("reading a damaged compressed file = %v; want a corruption error naming it", err)
+		}
+		dst := t.TempDir()
+		if err := s.Restore(m, testTask, dst); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), sst) {
+			t.Fatalf("Restore of a damaged compressed file = %v", err)
+		}
+		if got := readTree(t, dst); len(got) != 0 {
+			t.Fatalf("a failed restore left %v", got)
+		}
+		b.flip("chk-0000000001/"+sst, 20)
+		if err := s.Verify(m); err != nil {
+			t.Fatalf("Verify after undoing the damage: %v", err)
+		}
+		// A handle whose raw size is wrong fails on reading.
+		h.RawSize++
+		r, err = s.Open(1, h)
+		if err == nil {
+			_, err = io.ReadAll(r)
+			r.Close()
+		}
+		if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "decompresses to") {
+			t.Fatalf("reading with a wrong raw size = %v", err)
+		}
 
-	// A missing shared file is reported by its name below the root.
-	m2, _ := writeSharedCheckpoint(t, s, 2, map[string]string{"000002.sst": "two", "000003.sst": "three"})
-	gone := m2.Tasks[0].State[0].Path
-	if err := s.RemoveShared(gone); err != nil {
-		t.Fatal(err)
-	}
-	err = s.Verify(m2)
-	if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "checkpoint: "+gone+": missing") || strings.Count(err.Error(), "\n") != 0 {
-		t.Fatalf("Verify with a missing shared file = %v; want %s reported missing", err, gone)
-	}
-	if _, skipped, err := s.LatestUsable(); err != nil || len(skipped) != 1 {
-		t.Fatalf("LatestUsable = %v, %v; want checkpoint 2 skipped", skipped, err)
-	}
-	// Shared paths are checked.
-	bad := m2.Tasks[0].State[1]
-	bad.Path = "shared/../chk-0000000001/x"
-	if err := s.verifyFile(2, bad); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "invalid shared file path") {
-		t.Fatalf("Verify of a bad shared path = %v", err)
-	}
-	m2.Tasks[0].State[1].Name = ""
-	if err := s.Restore(m2, testTask, t.TempDir()); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "has no name") {
-		t.Fatalf("Restore of a shared file without a name = %v", err)
-	}
+		// A missing shared file is reported by its name below the root.
+		m2, _ := writeSharedCheckpoint(t, s, 2, map[string]string{"000002.sst": "two", "000003.sst": "three"})
+		gone := m2.Tasks[0].State[0].Path
+		if err := s.RemoveShared(gone); err != nil {
+			t.Fatal(err)
+		}
+		err = s.Verify(m2)
+		if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "checkpoint: "+gone+": missing") || strings.Count(err.Error(), "\n") != 0 {
+			t.Fatalf("Verify with a missing shared file = %v; want %s reported missing", err, gone)
+		}
+		if _, skipped, err := s.LatestUsable(); err != nil || len(skipped) != 1 {
+			t.Fatalf("LatestUsable = %v, %v; want checkpoint 2 skipped", skipped, err)
+		}
+		// Shared paths are checked.
+		bad := m2.Tasks[0].State[1]
+		bad.Path = "shared/../chk-0000000001/x"
+		if err := s.verifyFile(2, bad); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "invalid shared file path") {
+			t.Fatalf("Verify of a bad shared path = %v", err)
+		}
+		m2.Tasks[0].State[1].Name = ""
+		if err := s.Restore(m2, testTask, t.TempDir()); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "has no name") {
+			t.Fatalf("Restore of a shared file without a name = %v", err)
+		}
+	})
 }
 
 func TestAuditAndRemoveShared(t *testing.T) {
-	s := testStorage(t)
-	m1, _ := writeSharedCheckpoint(t, s, 1, map[string]string{"000002.sst": "two", "000003.sst": "three"})
-	writeSharedCheckpoint(t, s, 2, map[string]string{"000003.sst": "three", "000004.sst": "four"})
-	if missing, unref, err := s.Audit(); err != nil || len(missing) != 0 || len(unref) != 0 {
-		t.Fatalf("Audit of an intact storage = %v, %v, %v", missing, unref, err)
-	}
-
-	// Checkpoint 1 goes; the registry has not yet removed its only file.
-	if err := s.Discard(1); err != nil {
-		t.Fatal(err)
-	}
-	two := m1.Tasks[0].State[0].Path // 000002.sst
-	// And a file both reference goes missing.
-	three := "shared/" + sha256Hex([]byte("three")) + ".sst"
-	if err := s.RemoveShared(three); err != nil {
-		t.Fatal(err)
-	}
-	missing, unref, err := s.Audit()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !slices.Equal(unref, []string{two}) {
-		t.Fatalf("Audit unreferenced = %v, want [%s]", unref, two)
-	}
-	if len(missing) != 1 || !errors.Is(missing[0], ErrCorrupt) || !strings.Contains(missing[0].Error(), "checkpoint 2: checkpoint: "+three+": missing") {
-		t.Fatalf("Audit missing = %v; want %s missing from checkpoint 2", missing, three)
-	}
-
-	// RemoveShared: removed, idempotent, and only shared paths.
-	if err := s.RemoveShared(two); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.RemoveShared(two); err != nil {
-		t.Fatalf("second RemoveShared = %v", err)
-	}
-	for _, p := range []string{"chk-0000000002/_metadata", "shared/", "shared/../x", "shared/.tmp", "shared/a/b"} {
-		if err := s.RemoveShared(p); err == nil {
-			t.Fatalf("RemoveShared(%q) succeeded", p)
+	forBackends(t, func(t *testing.T, b backend) {
+		s := b.s
+		m1, _ := writeSharedCheckpoint(t, s, 1, map[string]string{"000002.sst": "two", "000003.sst": "three"})
+		writeSharedCheckpoint(t, s, 2, map[string]string{"000003.sst": "three", "000004.sst": "four"})
+		if missing, unref, err := s.Audit(); err != nil || len(missing) != 0 || len(unref) != 0 {
+			t.Fatalf("Audit of an intact storage = %v, %v, %v", missing, unref, err)
 		}
-	}
-	if _, err := s.ReadMetadata(2); err != nil {
-		t.Fatalf("checkpoint 2 damaged by RemoveShared: %v", err)
-	}
-	files, err := s.SharedFiles()
-	if err != nil || len(files) != 1 {
-		t.Fatalf("SharedFiles = %v, %v; want only 000004.sst", files, err)
-	}
-	if _, unref, err := s.Audit(); err != nil || len(unref) != 0 {
-		t.Fatalf("Audit after RemoveShared = %v, %v", unref, err)
-	}
 
-	// A crash's temporary file is not a shared file; CleanIncomplete
-	// removes it.
-	tmp := filepath.Join(s.Root(), "shared", ".abc.sst.tmp-123")
-	if err := os.WriteFile(tmp, []byte("partial"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if files, err := s.SharedFiles(); err != nil || len(files) != 1 {
-		t.Fatalf("SharedFiles with a temporary file = %v, %v", files, err)
-	}
-	if _, err := s.CleanIncomplete(); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(tmp); !errors.Is(err, fs.ErrNotExist) {
-		t.Fatalf("CleanIncomplete left %s: %v", tmp, err)
-	}
-	if missing, _, err := testStorage(t).Audit(); err != nil || len(missing) != 0 {
-		t.Fatalf("Audit of an empty storage = %v, %v", missing, err)
-	}
+		// Checkpoint 1 goes; the registry has not yet removed its only file.
+		if err := s.Discard(1); err != nil {
+			t.Fatal(err)
+		}
+		two := m1.Tasks[0].State[0].Path // 000002.sst
+		// And a file both reference goes missing.
+		three := "shared/" + sha256Hex([]byte("three")) + ".sst"
+		if err := s.RemoveShared(three); err != nil {
+			t.Fatal(err)
+		}
+		missing, unref, err := s.Audit()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(unref, []string{two}) {
+			t.Fatalf("Audit unreferenced = %v, want [%s]", unref, two)
+		}
+		if len(missing) != 1 || !errors.Is(missing[0], ErrCorrupt) || !strings.Contains(missing[0].Error(), "checkpoint 2: checkpoint: "+three+": missing") {
+			t.Fatalf("Audit missing = %v; want %s missing from checkpoint 2", missing, three)
+		}
+
+		// RemoveShared: removed, idempotent, and only shared paths.
+		if err := s.RemoveShared(two); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.RemoveShared(two); err != nil {
+			t.Fatalf("second RemoveShared = %v", err)
+		}
+		for _, p := range []string{"chk-0000000002/_metadata", "shared/", "shared/../x", "shared/.tmp", "shared/a/b"} {
+			if err := s.RemoveShared(p); err == nil {
+				t.Fatalf("RemoveShared(%q) succeeded", p)
+			}
+		}
+		if _, err := s.ReadMetadata(2); err != nil {
+			t.Fatalf("checkpoint 2 damaged by RemoveShared: %v", err)
+		}
+		files, err := s.SharedFiles()
+		if err != nil || len(files) != 1 {
+			t.Fatalf("SharedFiles = %v, %v; want only 000004.sst", files, err)
+		}
+		if _, unref, err := s.Audit(); err != nil || len(unref) != 0 {
+			t.Fatalf("Audit after RemoveShared = %v, %v", unref, err)
+		}
+
+		if missing, _, err := testStorage(t).Audit(); err != nil || len(missing) != 0 {
+			t.Fatalf("Audit of an empty storage = %v, %v", missing, err)
+		}
+		if IsObjectLocation(s.Root()) {
+			return // no temporary files
+		}
+		// A crash's temporary file is not a shared file; CleanIncomplete
+		// removes it.
+		tmp := filepath.Join(s.Root(), "shared", ".abc.sst.tmp-123")
+		if err := os.WriteFile(tmp, []byte("partial"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if files, err := s.SharedFiles(); err != nil || len(files) != 1 {
+			t.Fatalf("SharedFiles with a temporary file = %v, %v", files, err)
+		}
+		if _, err := s.CleanIncomplete(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := os.Stat(tmp); !errors.Is(err, fs.ErrNotExist) {
+			t.Fatalf("CleanIncomplete left %s: %v", tmp, err)
+		}
+	})
 }
 
 // syncLogFS is the operating system's storageFS that logs renames and
