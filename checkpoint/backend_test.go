@@ -22,6 +22,7 @@ const (
 	faultCorrupt                      // reads return the stored bytes with the first one flipped
 	faultMissing                      // Open finds nothing (removed since Stat or List saw it)
 	faultPut                          // puts fail after the fill's bytes
+	faultDelete                       // Delete and DeleteAll fail
 )
 
 // slowDelay is how long a faultSlow answer takes.
@@ -38,7 +39,7 @@ type faultBackend struct {
 }
 
 // set makes prefix fail with k; "" names every object (and the listing of
-// the root).
+// the root). The longest prefix rules, and k 0 exempts its prefix.
 func (f *faultBackend) set(prefix string, k fault) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -92,6 +93,20 @@ func (f *faultBackend) Put(name string, o PutOptions, fill func(io.Writer) error
 		}
 		return errors.New("injected: connection lost during put")
 	})
+}
+
+func (f *faultBackend) Delete(name string) error {
+	if f.match(name, faultDelete) != 0 {
+		return fmt.Errorf("delete %s: %w", name, errInjectedTimeout)
+	}
+	return f.Backend.Delete(name)
+}
+
+func (f *faultBackend) DeleteAll(dir string) error {
+	if f.match(dir, faultDelete) != 0 {
+		return fmt.Errorf("delete %s: %w", dir, errInjectedTimeout)
+	}
+	return f.Backend.DeleteAll(dir)
 }
 
 func (f *faultBackend) Open(name string) (ObjectReader, error) {
@@ -268,6 +283,56 @@ func TestBackendsFailedPutLeavesNothing(t *testing.T) {
 		f.clear()
 		if ids, err := s.Completed(); err != nil || !slices.Equal(ids, []int64{1}) {
 			t.Fatalf("Completed = %v, %v; want [1]", ids, err)
+		}
+	})
+}
+
+// TestBackendsDiscard: on every backend, Discard removes a checkpoint and
+// only it, twice is no error, and one cut short after its _metadata went
+// leaves an incomplete checkpoint (never a complete one with files
+// missing) that CleanIncomplete removes; a failure to remove _metadata
+// leaves the checkpoint complete and usable.
+func TestBackendsDiscard(t *testing.T) {
+	forBackends(t, func(t *testing.T, b backend) {
+		s := b.s
+		for id := int64(1); id <= 3; id++ {
+			writeTestCheckpoint(t, s, id)
+		}
+		if err := s.Discard(1); err != nil {
+			t.Fatalf("Discard(1): %v", err)
+		}
+		for _, n := range b.names() {
+			if strings.HasPrefix(n, "chk-0000000001") {
+				t.Fatalf("Discard(1) left %s", n)
+			}
+		}
+		if err := s.Discard(1); err != nil {
+			t.Fatalf("Discard of a discarded checkpoint: %v", err)
+		}
+		f := injectFaults(s)
+		f.set("chk-0000000002/", faultDelete)
+		f.set("chk-0000000002/"+MetadataName, 0)
+		if err := s.Discard(2); err == nil || !strings.Contains(err.Error(), "injected") {
+			t.Fatalf("Discard with its files undeletable = %v", err)
+		}
+		f.set("chk-0000000003/"+MetadataName, faultDelete)
+		if err := s.Discard(3); err == nil {
+			t.Fatal("Discard with _metadata undeletable succeeded")
+		}
+		f.clear()
+		if ids, err := s.Completed(); err != nil || !slices.Equal(ids, []int64{3}) {
+			t.Fatalf("Completed after failed discards = %v, %v; want [3]", ids, err)
+		}
+		if m, _, err := s.LatestUsable(); err != nil || m.ID != 3 {
+			t.Fatalf("LatestUsable = %v, %v; want checkpoint 3 intact", m, err)
+		}
+		if removed, err := s.CleanIncomplete(); err != nil || !slices.Equal(removed, []int64{2}) {
+			t.Fatalf("CleanIncomplete = %v, %v; want [2]", removed, err)
+		}
+		for _, n := range b.names() {
+			if strings.HasPrefix(n, "chk-0000000002") {
+				t.Fatalf("CleanIncomplete left %s", n)
+			}
 		}
 	})
 }

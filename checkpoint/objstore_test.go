@@ -23,6 +23,13 @@ import (
 // only in-process, and returns a connection to it.
 func startJetStream(t testing.TB) *nats.Conn {
 	t.Helper()
+	nc, _ := startJetStreamServer(t)
+	return nc
+}
+
+// startJetStreamServer is startJetStream that returns the server too.
+func startJetStreamServer(t testing.TB) (*nats.Conn, *server.Server) {
+	t.Helper()
 	srv, err := server.NewServer(&server.Options{
 		ServerName: "checkpoint-test",
 		JetStream:  true,
@@ -49,7 +56,7 @@ func startJetStream(t testing.TB) *nats.Conn {
 		srv.Shutdown()
 		srv.WaitForShutdown()
 	})
-	return nc
+	return nc, srv
 }
 
 // backend is a storage under test with the means to reach its files
@@ -691,5 +698,49 @@ func TestObjectStoreFailureReported(t *testing.T) {
 	}
 	if _, err := b.s.Completed(); err == nil {
 		t.Fatal("listing a deleted bucket succeeded")
+	}
+}
+
+// TestObjectStoreConnectionLostIsUnavailable: with the connection to the
+// object store lost, the checkpoints cannot be read now: LatestUsable says
+// so (ErrUnavailable, neither "no checkpoint" nor corruption), cleaning and
+// discarding fail without deleting anything, and a new connection finds
+// the same checkpoint.
+func TestObjectStoreConnectionLostIsUnavailable(t *testing.T) {
+	nc, srv := startJetStreamServer(t)
+	s, err := OpenStorageAt("nats-obj://ckpt/jobs/j1", nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeTestCheckpoint(t, s, 1)
+	writeTestCheckpoint(t, s, 2)
+	nc.Close()
+	m, skipped, err := s.LatestUsable()
+	if !errors.Is(err, ErrUnavailable) || errors.Is(err, ErrNoCheckpoint) || errors.Is(err, ErrCorrupt) || m != nil || len(skipped) != 0 {
+		t.Fatalf("LatestUsable without a connection = %v, %v, %v; want ErrUnavailable", m, skipped, err)
+	}
+	if _, err := s.ReadMetadata(2); !errors.Is(err, ErrUnavailable) || errors.Is(err, ErrCorrupt) {
+		t.Fatalf("ReadMetadata without a connection = %v; want ErrUnavailable", err)
+	}
+	if _, err := s.CleanIncomplete(); err == nil {
+		t.Fatal("CleanIncomplete without a connection succeeded")
+	}
+	if err := s.Discard(1); err == nil {
+		t.Fatal("Discard without a connection succeeded")
+	}
+	nc2, err := nats.Connect("", nats.InProcessServer(srv))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc2.Close()
+	s2, err := OpenStorageAt("nats-obj://ckpt/jobs/j1", nc2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ids, err := s2.Completed(); err != nil || !slices.Equal(ids, []int64{1, 2}) {
+		t.Fatalf("Completed once connected again = %v, %v; want both kept", ids, err)
+	}
+	if m, skipped, err := s2.LatestUsable(); err != nil || m.ID != 2 || len(skipped) != 0 {
+		t.Fatalf("LatestUsable once connected again = %v, %v, %v; want checkpoint 2", m, skipped, err)
 	}
 }
