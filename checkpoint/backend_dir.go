@@ -297,6 +297,4 @@ func (osStorageFS) Mkdir(dir string) error { return os.Mkdir(dir, 0o755) }
 
 func (osStorageFS) SyncDir(dir string) error { return durable.SyncDir(dir) }
 
-func (osStorageFS) ReadFile(name string) ([]byte, error) { return os.ReadFile(name) }
-
 func (osStorageFS) Open(name string) (storageReadFile, error) { return os.Open(name) }

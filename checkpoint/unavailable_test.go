@@ -35,13 +35,6 @@ func (f *readFaultFS) hit(name string) bool {
 	return true
 }
 
-func (f *readFaultFS) ReadFile(name string) ([]byte, error) {
-	if f.hit(name) {
-		return nil, errReadTimeout
-	}
-	return f.osStorageFS.ReadFile(name)
-}
-
 func (f *readFaultFS) Open(name string) (storageReadFile, error) {
 	if !f.midway && f.hit(name) {
 		return nil, &os.PathError{Op: "open", Path: name, Err: errReadTimeout}
