@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -333,6 +335,67 @@ func TestBackendsDiscard(t *testing.T) {
 			if strings.HasPrefix(n, "chk-0000000002") {
 				t.Fatalf("CleanIncomplete left %s", n)
 			}
+		}
+	})
+}
+
+// TestBackendsCopyCheckpoint: a checkpoint with shared and compressed
+// files copies from every backend into a directory and into an object
+// store, self-contained, and restores there; a source that cannot be read
+// now, or holds damaged bytes, stops the copy with that error, and nothing
+// at the destination looks complete.
+func TestBackendsCopyCheckpoint(t *testing.T) {
+	files := map[string]string{"000002.sst": strings.Repeat("two ", 500), "000003.sst": "three", "OPTIONS-1": "o"}
+	forBackends(t, func(t *testing.T, b backend) {
+		s := b.s
+		if err := s.SetCompression(1); err != nil {
+			t.Fatal(err)
+		}
+		m := writeSavepoint(t, s, 3, files)
+		nc := b.nc
+		if nc == nil {
+			nc = startJetStream(t)
+		}
+		for i, loc := range []string{filepath.Join(t.TempDir(), "dst"), "nats-obj://copies/c"} {
+			dst, err := OpenStorageAt(loc, nc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.CopyCheckpoint(3, dst); err != nil {
+				t.Fatalf("CopyCheckpoint to %s: %v", loc, err)
+			}
+			got, err := dst.ReadMetadata(3)
+			if err != nil || !reflect.DeepEqual(got.Tasks, m.Tasks) {
+				t.Fatalf("copied metadata %v, %v", got, err)
+			}
+			out := t.TempDir()
+			if err := dst.Restore(got, testTask, out); err != nil {
+				t.Fatalf("Restore from %s: %v", loc, err)
+			}
+			if tree := readTree(t, out); !reflect.DeepEqual(tree, files) {
+				t.Fatalf("restored from %s: %v, want %v", loc, tree, files)
+			}
+
+			f := injectFaults(s)
+			for _, k := range []fault{faultMidway, faultCorrupt} {
+				other, err := OpenStorageAt(JoinLocation(loc, fmt.Sprintf("fault-%d-%d", i, k)), nc)
+				if err != nil {
+					t.Fatal(err)
+				}
+				f.set(SharedDir+"/", k)
+				_, err = s.CopyCheckpoint(3, other)
+				f.clear()
+				if k == faultMidway && (!errors.Is(err, ErrUnavailable) || errors.Is(err, ErrCorrupt)) {
+					t.Fatalf("copy from a source that times out = %v; want ErrUnavailable", err)
+				}
+				if k == faultCorrupt && !errors.Is(err, ErrCorrupt) {
+					t.Fatalf("copy of damaged bytes = %v; want ErrCorrupt", err)
+				}
+				if ids, err := other.Completed(); err != nil || len(ids) != 0 {
+					t.Fatalf("after a failed copy the destination holds %v, %v", ids, err)
+				}
+			}
+			s.b = f.Backend
 		}
 	})
 }
