@@ -85,7 +85,11 @@ func dirStorage(t *testing.T) backend {
 	return backend{
 		s: s,
 		damage: func(p string, content []byte) {
-			if err := os.WriteFile(filepath.Join(s.Root(), filepath.FromSlash(p)), content, 0o644); err != nil {
+			name := filepath.Join(s.Root(), filepath.FromSlash(p))
+			if err := os.MkdirAll(filepath.Dir(name), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(name, content, 0o644); err != nil {
 				t.Fatal(err)
 			}
 		},

@@ -306,52 +306,49 @@ func TestReadMetadataRefuses(t *testing.T) {
 		{"unknown field", func(m map[string]any) { m["owner"] = "x" }, `unknown field "owner"`, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			b := dirStorage(t)
-			s := b.s
-			writeTestCheckpoint(t, s, 1)
-			name := editMetadata(t, b, 1, tc.edit)
-			_, err := s.ReadMetadata(1)
-			if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), name) {
-				t.Fatalf("ReadMetadata = %v; want an error naming %s and containing %q", err, name, tc.want)
-			}
-			if errors.Is(err, ErrCorrupt) != tc.corrupt {
-				t.Fatalf("errors.Is(%v, ErrCorrupt) = %t, want %t", err, !tc.corrupt, tc.corrupt)
-			}
+			forBackends(t, func(t *testing.T, b backend) {
+				s := b.s
+				writeTestCheckpoint(t, s, 1)
+				name := editMetadata(t, b, 1, tc.edit)
+				_, err := s.ReadMetadata(1)
+				if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), name) {
+					t.Fatalf("ReadMetadata = %v; want an error naming %s and containing %q", err, name, tc.want)
+				}
+				if errors.Is(err, ErrCorrupt) != tc.corrupt {
+					t.Fatalf("errors.Is(%v, ErrCorrupt) = %t, want %t", err, !tc.corrupt, tc.corrupt)
+				}
+			})
 		})
 	}
 
-	s := testStorage(t)
-	writeTestCheckpoint(t, s, 1)
-	name := filepath.Join(s.Dir(1), MetadataName)
-	good, _ := os.ReadFile(name)
-	for _, tc := range []struct{ name, content, want string }{
-		{"truncated", string(good[:len(good)/2]), "not checkpoint metadata"},
-		{"trailing data", string(good) + `{"x":1}`, "not checkpoint metadata"},
-		{"empty", "", "not checkpoint metadata"},
-	} {
-		if err := os.WriteFile(name, []byte(tc.content), 0o644); err != nil {
-			t.Fatal(err)
+	forBackends(t, func(t *testing.T, b backend) {
+		s := b.s
+		writeTestCheckpoint(t, s, 1)
+		const p = "chk-0000000001/" + MetadataName
+		name := JoinLocation(s.Dir(1), MetadataName)
+		good := b.read(p)
+		for _, tc := range []struct{ name, content, want string }{
+			{"truncated", string(good[:len(good)/2]), "not checkpoint metadata"},
+			{"trailing data", string(good) + `{"x":1}`, "not checkpoint metadata"},
+			{"empty", "", "not checkpoint metadata"},
+		} {
+			b.damage(p, []byte(tc.content))
+			if _, err := s.ReadMetadata(1); err == nil || !strings.Contains(err.Error(), tc.want) ||
+				!strings.Contains(err.Error(), name) || !errors.Is(err, ErrCorrupt) {
+				t.Errorf("%s: ReadMetadata = %v; want a corruption error naming %s containing %q", tc.name, err, name, tc.want)
+			}
 		}
-		if _, err := s.ReadMetadata(1); err == nil || !strings.Contains(err.Error(), tc.want) ||
-			!strings.Contains(err.Error(), name) || !errors.Is(err, ErrCorrupt) {
-			t.Errorf("%s: ReadMetadata = %v; want a corruption error naming %s containing %q", tc.name, err, name, tc.want)
-		}
-	}
 
-	// Metadata moved to another checkpoint's directory.
-	if err := os.WriteFile(name, good, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(s.Dir(1), s.Dir(2)); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.ReadMetadata(2); err == nil || !strings.Contains(err.Error(), "records checkpoint 1, not 2") {
-		t.Fatalf("ReadMetadata of moved metadata = %v", err)
-	}
-	if _, err := s.ReadMetadata(9); err == nil || !errors.Is(err, fs.ErrNotExist) ||
-		!strings.Contains(err.Error(), filepath.Join("chk-0000000009", MetadataName)) {
-		t.Fatalf("ReadMetadata of an absent checkpoint = %v", err)
-	}
+		// Metadata moved to another checkpoint's directory.
+		b.damage("chk-0000000002/"+MetadataName, good)
+		if _, err := s.ReadMetadata(2); err == nil || !strings.Contains(err.Error(), "records checkpoint 1, not 2") {
+			t.Fatalf("ReadMetadata of moved metadata = %v", err)
+		}
+		if _, err := s.ReadMetadata(9); err == nil || !errors.Is(err, fs.ErrNotExist) || !errors.Is(err, ErrCorrupt) ||
+			!strings.Contains(err.Error(), "chk-0000000009/"+MetadataName) {
+			t.Fatalf("ReadMetadata of an absent checkpoint = %v", err)
+		}
+	})
 }
 
 func flipFileByte(t *testing.T, name string, at int64) {
