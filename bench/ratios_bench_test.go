@@ -24,7 +24,7 @@ import (
 // reported as the median over the rounds, so that the load of a shared
 // machine, which changes over minutes, moves numerator and denominator
 // alike. -benchtime Nx sets the rounds; make bench runs it and prints the
-// ratios against their targets (internal/benchreport).
+// ratios against their targets (internal/testkit/benchreport).
 // WSTREAM_RATIO_CASES=A,B,… runs only the configurations named, and the
 // ratios between them.
 func BenchmarkRatios(b *testing.B) {

@@ -169,9 +169,11 @@ func (b *dirBackend) Stat(name string) (ObjectInfo, error) {
 
 func (b *dirBackend) List(dir string) ([]ObjectInfo, error) {
 	entries, err := os.ReadDir(b.path(dir))
-	if errors.Is(err, fs.ErrNotExist) {
+	if errors.Is(err, fs.ErrNotExist) && dir != "" {
 		return nil, nil
 	}
+	// A root that is gone (created at open) is a mount or disk that cannot
+	// answer now, not a storage without checkpoints.
 	if err != nil {
 		return nil, unavailable(err)
 	}
@@ -296,7 +298,5 @@ func (osStorageFS) Rename(oldpath, newpath string) error { return os.Rename(oldp
 func (osStorageFS) Mkdir(dir string) error { return os.Mkdir(dir, 0o755) }
 
 func (osStorageFS) SyncDir(dir string) error { return durable.SyncDir(dir) }
-
-func (osStorageFS) ReadFile(name string) ([]byte, error) { return os.ReadFile(name) }
 
 func (osStorageFS) Open(name string) (storageReadFile, error) { return os.Open(name) }

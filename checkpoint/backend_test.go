@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -22,6 +24,7 @@ const (
 	faultCorrupt                      // reads return the stored bytes with the first one flipped
 	faultMissing                      // Open finds nothing (removed since Stat or List saw it)
 	faultPut                          // puts fail after the fill's bytes
+	faultDelete                       // Delete and DeleteAll fail
 )
 
 // slowDelay is how long a faultSlow answer takes.
@@ -38,7 +41,7 @@ type faultBackend struct {
 }
 
 // set makes prefix fail with k; "" names every object (and the listing of
-// the root).
+// the root). The longest prefix rules, and k 0 exempts its prefix.
 func (f *faultBackend) set(prefix string, k fault) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -92,6 +95,20 @@ func (f *faultBackend) Put(name string, o PutOptions, fill func(io.Writer) error
 		}
 		return errors.New("injected: connection lost during put")
 	})
+}
+
+func (f *faultBackend) Delete(name string) error {
+	if f.match(name, faultDelete) != 0 {
+		return fmt.Errorf("delete %s: %w", name, errInjectedTimeout)
+	}
+	return f.Backend.Delete(name)
+}
+
+func (f *faultBackend) DeleteAll(dir string) error {
+	if f.match(dir, faultDelete) != 0 {
+		return fmt.Errorf("delete %s: %w", dir, errInjectedTimeout)
+	}
+	return f.Backend.DeleteAll(dir)
 }
 
 func (f *faultBackend) Open(name string) (ObjectReader, error) {
@@ -268,6 +285,117 @@ func TestBackendsFailedPutLeavesNothing(t *testing.T) {
 		f.clear()
 		if ids, err := s.Completed(); err != nil || !slices.Equal(ids, []int64{1}) {
 			t.Fatalf("Completed = %v, %v; want [1]", ids, err)
+		}
+	})
+}
+
+// TestBackendsDiscard: on every backend, Discard removes a checkpoint and
+// only it, twice is no error, and one cut short after its _metadata went
+// leaves an incomplete checkpoint (never a complete one with files
+// missing) that CleanIncomplete removes; a failure to remove _metadata
+// leaves the checkpoint complete and usable.
+func TestBackendsDiscard(t *testing.T) {
+	forBackends(t, func(t *testing.T, b backend) {
+		s := b.s
+		for id := int64(1); id <= 3; id++ {
+			writeTestCheckpoint(t, s, id)
+		}
+		if err := s.Discard(1); err != nil {
+			t.Fatalf("Discard(1): %v", err)
+		}
+		for _, n := range b.names() {
+			if strings.HasPrefix(n, "chk-0000000001") {
+				t.Fatalf("Discard(1) left %s", n)
+			}
+		}
+		if err := s.Discard(1); err != nil {
+			t.Fatalf("Discard of a discarded checkpoint: %v", err)
+		}
+		f := injectFaults(s)
+		f.set("chk-0000000002/", faultDelete)
+		f.set("chk-0000000002/"+MetadataName, 0)
+		if err := s.Discard(2); err == nil || !strings.Contains(err.Error(), "injected") {
+			t.Fatalf("Discard with its files undeletable = %v", err)
+		}
+		f.set("chk-0000000003/"+MetadataName, faultDelete)
+		if err := s.Discard(3); err == nil {
+			t.Fatal("Discard with _metadata undeletable succeeded")
+		}
+		f.clear()
+		if ids, err := s.Completed(); err != nil || !slices.Equal(ids, []int64{3}) {
+			t.Fatalf("Completed after failed discards = %v, %v; want [3]", ids, err)
+		}
+		if m, _, err := s.LatestUsable(); err != nil || m.ID != 3 {
+			t.Fatalf("LatestUsable = %v, %v; want checkpoint 3 intact", m, err)
+		}
+		if removed, err := s.CleanIncomplete(); err != nil || !slices.Equal(removed, []int64{2}) {
+			t.Fatalf("CleanIncomplete = %v, %v; want [2]", removed, err)
+		}
+		for _, n := range b.names() {
+			if strings.HasPrefix(n, "chk-0000000002") {
+				t.Fatalf("CleanIncomplete left %s", n)
+			}
+		}
+	})
+}
+
+// TestBackendsCopyCheckpoint: a checkpoint with shared and compressed
+// files copies from every backend into a directory and into an object
+// store, self-contained, and restores there; a source that cannot be read
+// now, or holds damaged bytes, stops the copy with that error, and nothing
+// at the destination looks complete.
+func TestBackendsCopyCheckpoint(t *testing.T) {
+	files := map[string]string{"000002.sst": strings.Repeat("two ", 500), "000003.sst": "three", "OPTIONS-1": "o"}
+	forBackends(t, func(t *testing.T, b backend) {
+		s := b.s
+		if err := s.SetCompression(1); err != nil {
+			t.Fatal(err)
+		}
+		m := writeSavepoint(t, s, 3, files)
+		nc := b.nc
+		if nc == nil {
+			nc = startJetStream(t)
+		}
+		for i, loc := range []string{filepath.Join(t.TempDir(), "dst"), "nats-obj://copies/c"} {
+			dst, err := OpenStorageAt(loc, nc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.CopyCheckpoint(3, dst); err != nil {
+				t.Fatalf("CopyCheckpoint to %s: %v", loc, err)
+			}
+			got, err := dst.ReadMetadata(3)
+			if err != nil || !reflect.DeepEqual(got.Tasks, m.Tasks) {
+				t.Fatalf("copied metadata %v, %v", got, err)
+			}
+			out := t.TempDir()
+			if err := dst.Restore(got, testTask, out); err != nil {
+				t.Fatalf("Restore from %s: %v", loc, err)
+			}
+			if tree := readTree(t, out); !reflect.DeepEqual(tree, files) {
+				t.Fatalf("restored from %s: %v, want %v", loc, tree, files)
+			}
+
+			f := injectFaults(s)
+			for _, k := range []fault{faultMidway, faultCorrupt} {
+				other, err := OpenStorageAt(JoinLocation(loc, fmt.Sprintf("fault-%d-%d", i, k)), nc)
+				if err != nil {
+					t.Fatal(err)
+				}
+				f.set(SharedDir+"/", k)
+				_, err = s.CopyCheckpoint(3, other)
+				f.clear()
+				if k == faultMidway && (!errors.Is(err, ErrUnavailable) || errors.Is(err, ErrCorrupt)) {
+					t.Fatalf("copy from a source that times out = %v; want ErrUnavailable", err)
+				}
+				if k == faultCorrupt && !errors.Is(err, ErrCorrupt) {
+					t.Fatalf("copy of damaged bytes = %v; want ErrCorrupt", err)
+				}
+				if ids, err := other.Completed(); err != nil || len(ids) != 0 {
+					t.Fatalf("after a failed copy the destination holds %v, %v", ids, err)
+				}
+			}
+			s.b = f.Backend
 		}
 	})
 }

@@ -130,7 +130,7 @@ func OpenObjectStorage(js jetstream.JetStream, bucket, prefix string, replicas i
 	if prefix != "" {
 		b.prefix = prefix + "/"
 	}
-	return newStorage(b), nil
+	return NewStorage(b), nil
 }
 
 // objBackend keeps objects in a JetStream object store: the object of a

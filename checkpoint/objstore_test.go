@@ -23,6 +23,13 @@ import (
 // only in-process, and returns a connection to it.
 func startJetStream(t testing.TB) *nats.Conn {
 	t.Helper()
+	nc, _ := startJetStreamServer(t)
+	return nc
+}
+
+// startJetStreamServer is startJetStream that returns the server too.
+func startJetStreamServer(t testing.TB) (*nats.Conn, *server.Server) {
+	t.Helper()
 	srv, err := server.NewServer(&server.Options{
 		ServerName: "checkpoint-test",
 		JetStream:  true,
@@ -49,7 +56,7 @@ func startJetStream(t testing.TB) *nats.Conn {
 		srv.Shutdown()
 		srv.WaitForShutdown()
 	})
-	return nc
+	return nc, srv
 }
 
 // backend is a storage under test with the means to reach its files
@@ -62,6 +69,15 @@ type backend struct {
 	damage func(p string, content []byte)
 	remove func(p string)
 	names  func() []string
+	// read returns the stored bytes of the file p.
+	read func(p string) []byte
+}
+
+// flip flips one bit of the stored byte at of the file p.
+func (b backend) flip(p string, at int) {
+	data := b.read(p)
+	data[at] ^= 0x20
+	b.damage(p, data)
 }
 
 func dirStorage(t *testing.T) backend {
@@ -69,7 +85,11 @@ func dirStorage(t *testing.T) backend {
 	return backend{
 		s: s,
 		damage: func(p string, content []byte) {
-			if err := os.WriteFile(filepath.Join(s.Root(), filepath.FromSlash(p)), content, 0o644); err != nil {
+			name := filepath.Join(s.Root(), filepath.FromSlash(p))
+			if err := os.MkdirAll(filepath.Dir(name), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(name, content, 0o644); err != nil {
 				t.Fatal(err)
 			}
 		},
@@ -79,6 +99,13 @@ func dirStorage(t *testing.T) backend {
 			}
 		},
 		names: func() []string { return slices.Sorted(maps.Keys(readTree(t, s.Root()))) },
+		read: func(p string) []byte {
+			data, err := os.ReadFile(filepath.Join(s.Root(), filepath.FromSlash(p)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return data
+		},
 	}
 }
 
@@ -104,6 +131,13 @@ func objStorage(t *testing.T) backend {
 			}
 		},
 		names: func() []string { return bucketNames(t, obs, "jobs/j1/") },
+		read: func(p string) []byte {
+			data, err := obs.GetBytes(ctx, "jobs/j1/"+p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return data
+		},
 	}
 }
 
@@ -668,5 +702,49 @@ func TestObjectStoreFailureReported(t *testing.T) {
 	}
 	if _, err := b.s.Completed(); err == nil {
 		t.Fatal("listing a deleted bucket succeeded")
+	}
+}
+
+// TestObjectStoreConnectionLostIsUnavailable: with the connection to the
+// object store lost, the checkpoints cannot be read now: LatestUsable says
+// so (ErrUnavailable, neither "no checkpoint" nor corruption), cleaning and
+// discarding fail without deleting anything, and a new connection finds
+// the same checkpoint.
+func TestObjectStoreConnectionLostIsUnavailable(t *testing.T) {
+	nc, srv := startJetStreamServer(t)
+	s, err := OpenStorageAt("nats-obj://ckpt/jobs/j1", nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeTestCheckpoint(t, s, 1)
+	writeTestCheckpoint(t, s, 2)
+	nc.Close()
+	m, skipped, err := s.LatestUsable()
+	if !errors.Is(err, ErrUnavailable) || errors.Is(err, ErrNoCheckpoint) || errors.Is(err, ErrCorrupt) || m != nil || len(skipped) != 0 {
+		t.Fatalf("LatestUsable without a connection = %v, %v, %v; want ErrUnavailable", m, skipped, err)
+	}
+	if _, err := s.ReadMetadata(2); !errors.Is(err, ErrUnavailable) || errors.Is(err, ErrCorrupt) {
+		t.Fatalf("ReadMetadata without a connection = %v; want ErrUnavailable", err)
+	}
+	if _, err := s.CleanIncomplete(); err == nil {
+		t.Fatal("CleanIncomplete without a connection succeeded")
+	}
+	if err := s.Discard(1); err == nil {
+		t.Fatal("Discard without a connection succeeded")
+	}
+	nc2, err := nats.Connect("", nats.InProcessServer(srv))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc2.Close()
+	s2, err := OpenStorageAt("nats-obj://ckpt/jobs/j1", nc2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ids, err := s2.Completed(); err != nil || !slices.Equal(ids, []int64{1, 2}) {
+		t.Fatalf("Completed once connected again = %v, %v; want both kept", ids, err)
+	}
+	if m, skipped, err := s2.LatestUsable(); err != nil || m.ID != 2 || len(skipped) != 0 {
+		t.Fatalf("LatestUsable once connected again = %v, %v, %v; want checkpoint 2", m, skipped, err)
 	}
 }

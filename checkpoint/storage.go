@@ -96,11 +96,13 @@ func OpenStorage(root string) (*Storage, error) {
 	if !fi.IsDir() {
 		return nil, fmt.Errorf("checkpoint: storage root %s is not a directory", abs)
 	}
-	return newStorage(&dirBackend{root: abs, fs: osStorageFS{}}), nil
+	return NewStorage(&dirBackend{root: abs, fs: osStorageFS{}}), nil
 }
 
-// newStorage returns the storage kept on b.
-func newStorage(b Backend) *Storage { return &Storage{root: b.Location(), b: b} }
+// NewStorage returns the storage kept on b, which must keep the Backend
+// contract (atomic puts; missing, corrupt and unavailable told apart).
+// OpenStorage and OpenObjectStorage open the two backends of this package.
+func NewStorage(b Backend) *Storage { return &Storage{root: b.Location(), b: b} }
 
 // Root is the absolute path of the storage's directory, or, for an object
 // store, its location (nats-obj://BUCKET/PREFIX).

@@ -141,150 +141,151 @@ func writeCheckpointFiles(s *Storage, id int64, src string) (*Metadata, error) {
 }
 
 func TestWriteFileAndOpen(t *testing.T) {
-	s := testStorage(t)
-	data := []byte("hello checkpoint")
-	h, err := s.WriteFile(7, "tasks/0-1/state/x.sst", data)
-	if err != nil {
-		t.Fatalf("WriteFile: %v", err)
-	}
-	want := FileHandle{Path: "tasks/0-1/state/x.sst", Size: int64(len(data)), SHA256: sha256Hex(data)}
-	if h != want {
-		t.Fatalf("WriteFile handle = %+v, want %+v", h, want)
-	}
-	if got, err := os.ReadFile(filepath.Join(s.Root(), "chk-0000000007", "tasks", "0-1", "state", "x.sst")); err != nil || !bytes.Equal(got, data) {
-		t.Fatalf("file on disk = %q, %v; want %q", got, err, data)
-	}
-	r, err := s.Open(7, h)
-	if err != nil {
-		t.Fatalf("Open: %v", err)
-	}
-	got, err := io.ReadAll(r)
-	r.Close()
-	if err != nil || !bytes.Equal(got, data) {
-		t.Fatalf("Open read %q, %v; want %q", got, err, data)
-	}
+	forBackends(t, func(t *testing.T, b backend) {
+		s := b.s
+		data := []byte("hello checkpoint")
+		h, err := s.WriteFile(7, "tasks/0-1/state/x.sst", data)
+		if err != nil {
+			t.Fatalf("WriteFile: %v", err)
+		}
+		want := FileHandle{Path: "tasks/0-1/state/x.sst", Size: int64(len(data)), SHA256: sha256Hex(data)}
+		if h != want {
+			t.Fatalf("WriteFile handle = %+v, want %+v", h, want)
+		}
+		if got := b.read("chk-0000000007/tasks/0-1/state/x.sst"); !bytes.Equal(got, data) {
+			t.Fatalf("stored file = %q; want %q", got, data)
+		}
+		r, err := s.Open(7, h)
+		if err != nil {
+			t.Fatalf("Open: %v", err)
+		}
+		got, err := io.ReadAll(r)
+		r.Close()
+		if err != nil || !bytes.Equal(got, data) {
+			t.Fatalf("Open read %q, %v; want %q", got, err, data)
+		}
 
-	// A native-separator or unclean path is stored clean and slash-separated.
-	h, err = s.WriteFile(7, filepath.Join("tasks", "0-1", "channels", ".", "c"), nil)
-	if err != nil || h.Path != "tasks/0-1/channels/c" || h.Size != 0 || h.SHA256 != sha256Hex(nil) {
-		t.Fatalf("WriteFile(empty) = %+v, %v", h, err)
-	}
+		// A native-separator or unclean path is stored clean and slash-separated.
+		h, err = s.WriteFile(7, filepath.Join("tasks", "0-1", "channels", ".", "c"), nil)
+		if err != nil || h.Path != "tasks/0-1/channels/c" || h.Size != 0 || h.SHA256 != sha256Hex(nil) {
+			t.Fatalf("WriteFile(empty) = %+v, %v", h, err)
+		}
 
-	src := filepath.Join(t.TempDir(), "src")
-	big := bytes.Repeat([]byte("0123456789abcdef"), 100_000)
-	if err := os.WriteFile(src, big, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	h, err = s.CopyFile(7, "tasks/0-1/state/big.sst", src)
-	if err != nil || h.Size != int64(len(big)) || h.SHA256 != sha256Hex(big) {
-		t.Fatalf("CopyFile = %+v, %v", h, err)
-	}
-	if _, err := s.CopyFile(7, "tasks/0-1/state/none", filepath.Join(t.TempDir(), "absent")); err == nil ||
-		!strings.Contains(err.Error(), "chk-0000000007/tasks/0-1/state/none") {
-		t.Fatalf("CopyFile of a missing source: %v; want an error naming the target", err)
-	}
-	if s.Dir(7) != filepath.Join(s.Root(), "chk-0000000007") {
-		t.Fatalf("Dir(7) = %s", s.Dir(7))
-	}
-	if got := s.TaskDir(7, TaskID{Chain: 3, Subtask: 12}); got != "tasks/3-12" {
-		t.Fatalf("TaskDir = %s", got)
-	}
+		src := filepath.Join(t.TempDir(), "src")
+		big := bytes.Repeat([]byte("0123456789abcdef"), 100_000)
+		if err := os.WriteFile(src, big, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		h, err = s.CopyFile(7, "tasks/0-1/state/big.sst", src)
+		if err != nil || h.Size != int64(len(big)) || h.SHA256 != sha256Hex(big) {
+			t.Fatalf("CopyFile = %+v, %v", h, err)
+		}
+		if _, err := s.CopyFile(7, "tasks/0-1/state/none", filepath.Join(t.TempDir(), "absent")); err == nil ||
+			!strings.Contains(err.Error(), "chk-0000000007/tasks/0-1/state/none") {
+			t.Fatalf("CopyFile of a missing source: %v; want an error naming the target", err)
+		}
+		if s.Dir(7) != JoinLocation(s.Root(), "chk-0000000007") {
+			t.Fatalf("Dir(7) = %s", s.Dir(7))
+		}
+		if got := s.TaskDir(7, TaskID{Chain: 3, Subtask: 12}); got != "tasks/3-12" {
+			t.Fatalf("TaskDir = %s", got)
+		}
+	})
 }
 
 func TestWriteFileRejectsBadArguments(t *testing.T) {
-	s := testStorage(t)
-	for _, tc := range []struct {
-		id   int64
-		rel  string
-		want string
-	}{
-		{1, "", "not a relative path"},
-		{1, "../escape", "not a relative path"},
-		{1, "/abs/file", "not a relative path"},
-		{1, "a/../../b", "not a relative path"},
-		{1, ".", "names the checkpoint directory"},
-		{1, "_metadata", "reserved"},
-		{1, "./_metadata", "reserved"},
-		{0, "a", "not positive"},
-		{-3, "a", "not positive"},
-	} {
-		if _, err := s.WriteFile(tc.id, tc.rel, []byte("x")); err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("WriteFile(%d, %q) = %v; want an error containing %q", tc.id, tc.rel, err, tc.want)
+	forBackends(t, func(t *testing.T, b backend) {
+		s := b.s
+		for _, tc := range []struct {
+			id   int64
+			rel  string
+			want string
+		}{
+			{1, "", "not a relative path"},
+			{1, "../escape", "not a relative path"},
+			{1, "/abs/file", "not a relative path"},
+			{1, "a/../../b", "not a relative path"},
+			{1, ".", "names the checkpoint directory"},
+			{1, "_metadata", "reserved"},
+			{1, "./_metadata", "reserved"},
+			{0, "a", "not positive"},
+			{-3, "a", "not positive"},
+		} {
+			if _, err := s.WriteFile(tc.id, tc.rel, []byte("x")); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("WriteFile(%d, %q) = %v; want an error containing %q", tc.id, tc.rel, err, tc.want)
+			}
 		}
-	}
-	if got := readTree(t, s.Root()); len(got) != 0 {
-		t.Fatalf("rejected writes left files: %v", got)
-	}
+		if got := b.names(); len(got) != 0 {
+			t.Fatalf("rejected writes left files: %v", got)
+		}
+	})
 }
 
 func TestMetadataRoundTrip(t *testing.T) {
-	s := testStorage(t)
-	m := writeTestCheckpoint(t, s, 3)
-	if m.Format != MetadataFormat || m.Version != 1 || len(m.Checksum) != 64 {
-		t.Fatalf("WriteMetadata left format %q version %d checksum %q", m.Format, m.Version, m.Checksum)
-	}
-	if string(m.Plan) != `{"vertices":[{"id":"src"},{"id":"count"}]}` {
-		t.Fatalf("WriteMetadata left plan %s; want it compact", m.Plan)
-	}
-	got, err := s.ReadMetadata(3)
-	if err != nil {
-		t.Fatalf("ReadMetadata: %v", err)
-	}
-	if !reflect.DeepEqual(got, m) {
-		t.Fatalf("ReadMetadata =\n%+v\nwant\n%+v", got, m)
-	}
-	if err := s.Verify(got); err != nil {
-		t.Fatalf("Verify: %v", err)
-	}
-	if len(got.Tasks[0].State) != len(stateFiles) {
-		t.Fatalf("state handles %d, want %d", len(got.Tasks[0].State), len(stateFiles))
-	}
-	ids, err := s.Completed()
-	if err != nil || !slices.Equal(ids, []int64{3}) {
-		t.Fatalf("Completed = %v, %v; want [3]", ids, err)
-	}
+	forBackends(t, func(t *testing.T, b backend) {
+		s := b.s
+		m := writeTestCheckpoint(t, s, 3)
+		if m.Format != MetadataFormat || m.Version != 1 || len(m.Checksum) != 64 {
+			t.Fatalf("WriteMetadata left format %q version %d checksum %q", m.Format, m.Version, m.Checksum)
+		}
+		if string(m.Plan) != `{"vertices":[{"id":"src"},{"id":"count"}]}` {
+			t.Fatalf("WriteMetadata left plan %s; want it compact", m.Plan)
+		}
+		got, err := s.ReadMetadata(3)
+		if err != nil {
+			t.Fatalf("ReadMetadata: %v", err)
+		}
+		if !reflect.DeepEqual(got, m) {
+			t.Fatalf("ReadMetadata =\n%+v\nwant\n%+v", got, m)
+		}
+		if err := s.Verify(got); err != nil {
+			t.Fatalf("Verify: %v", err)
+		}
+		if len(got.Tasks[0].State) != len(stateFiles) {
+			t.Fatalf("state handles %d, want %d", len(got.Tasks[0].State), len(stateFiles))
+		}
+		ids, err := s.Completed()
+		if err != nil || !slices.Equal(ids, []int64{3}) {
+			t.Fatalf("Completed = %v, %v; want [3]", ids, err)
+		}
 
-	// A complete checkpoint is immutable.
-	if _, err := s.WriteFile(3, "tasks/0-1/state/late", []byte("x")); err == nil || !strings.Contains(err.Error(), "complete") {
-		t.Fatalf("WriteFile into a complete checkpoint: %v", err)
-	}
-	if err := s.WriteMetadata(m); err == nil || !strings.Contains(err.Error(), "complete") {
-		t.Fatalf("second WriteMetadata: %v", err)
-	}
-	if err := s.WriteMetadata(&Metadata{ID: 4, Kind: Kind(9)}); err == nil || !strings.Contains(err.Error(), "kind") {
-		t.Fatalf("WriteMetadata with a bad kind: %v", err)
-	}
+		// A complete checkpoint is immutable.
+		if _, err := s.WriteFile(3, "tasks/0-1/state/late", []byte("x")); err == nil || !strings.Contains(err.Error(), "complete") {
+			t.Fatalf("WriteFile into a complete checkpoint: %v", err)
+		}
+		if err := s.WriteMetadata(m); err == nil || !strings.Contains(err.Error(), "complete") {
+			t.Fatalf("second WriteMetadata: %v", err)
+		}
+		if err := s.WriteMetadata(&Metadata{ID: 4, Kind: Kind(9)}); err == nil || !strings.Contains(err.Error(), "kind") {
+			t.Fatalf("WriteMetadata with a bad kind: %v", err)
+		}
 
-	// A stateless checkpoint has no directory until its metadata.
-	if err := s.WriteMetadata(&Metadata{JobID: "j1", ID: 4, Kind: KindSavepoint}); err != nil {
-		t.Fatalf("WriteMetadata without files: %v", err)
-	}
-	if m4, err := s.ReadMetadata(4); err != nil || m4.Kind != KindSavepoint {
-		t.Fatalf("ReadMetadata(4) = %+v, %v", m4, err)
-	}
+		// A stateless checkpoint has no directory until its metadata.
+		if err := s.WriteMetadata(&Metadata{JobID: "j1", ID: 4, Kind: KindSavepoint}); err != nil {
+			t.Fatalf("WriteMetadata without files: %v", err)
+		}
+		if m4, err := s.ReadMetadata(4); err != nil || m4.Kind != KindSavepoint {
+			t.Fatalf("ReadMetadata(4) = %+v, %v", m4, err)
+		}
+	})
 }
 
 // editMetadata rewrites checkpoint id's _metadata through fn, keeping its
-// checksum field as it was.
-func editMetadata(t *testing.T, s *Storage, id int64, fn func(map[string]any)) string {
+// checksum field as it was, and returns the name errors give the file.
+func editMetadata(t *testing.T, b backend, id int64, fn func(map[string]any)) string {
 	t.Helper()
-	name := filepath.Join(s.Dir(id), MetadataName)
-	b, err := os.ReadFile(name)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := DirName(id) + "/" + MetadataName
 	var raw map[string]any
-	if err := json.Unmarshal(b, &raw); err != nil {
+	if err := json.Unmarshal(b.read(p), &raw); err != nil {
 		t.Fatal(err)
 	}
 	fn(raw)
-	if b, err = json.Marshal(raw); err != nil {
+	data, err := json.Marshal(raw)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(name, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return name
+	b.damage(p, data)
+	return JoinLocation(b.s.Dir(id), MetadataName)
 }
 
 func TestReadMetadataRefuses(t *testing.T) {
@@ -305,51 +306,49 @@ func TestReadMetadataRefuses(t *testing.T) {
 		{"unknown field", func(m map[string]any) { m["owner"] = "x" }, `unknown field "owner"`, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s := testStorage(t)
-			writeTestCheckpoint(t, s, 1)
-			name := editMetadata(t, s, 1, tc.edit)
-			_, err := s.ReadMetadata(1)
-			if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), name) {
-				t.Fatalf("ReadMetadata = %v; want an error naming %s and containing %q", err, name, tc.want)
-			}
-			if errors.Is(err, ErrCorrupt) != tc.corrupt {
-				t.Fatalf("errors.Is(%v, ErrCorrupt) = %t, want %t", err, !tc.corrupt, tc.corrupt)
-			}
+			forBackends(t, func(t *testing.T, b backend) {
+				s := b.s
+				writeTestCheckpoint(t, s, 1)
+				name := editMetadata(t, b, 1, tc.edit)
+				_, err := s.ReadMetadata(1)
+				if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), name) {
+					t.Fatalf("ReadMetadata = %v; want an error naming %s and containing %q", err, name, tc.want)
+				}
+				if errors.Is(err, ErrCorrupt) != tc.corrupt {
+					t.Fatalf("errors.Is(%v, ErrCorrupt) = %t, want %t", err, !tc.corrupt, tc.corrupt)
+				}
+			})
 		})
 	}
 
-	s := testStorage(t)
-	writeTestCheckpoint(t, s, 1)
-	name := filepath.Join(s.Dir(1), MetadataName)
-	good, _ := os.ReadFile(name)
-	for _, tc := range []struct{ name, content, want string }{
-		{"truncated", string(good[:len(good)/2]), "not checkpoint metadata"},
-		{"trailing data", string(good) + `{"x":1}`, "not checkpoint metadata"},
-		{"empty", "", "not checkpoint metadata"},
-	} {
-		if err := os.WriteFile(name, []byte(tc.content), 0o644); err != nil {
-			t.Fatal(err)
+	forBackends(t, func(t *testing.T, b backend) {
+		s := b.s
+		writeTestCheckpoint(t, s, 1)
+		const p = "chk-0000000001/" + MetadataName
+		name := JoinLocation(s.Dir(1), MetadataName)
+		good := b.read(p)
+		for _, tc := range []struct{ name, content, want string }{
+			{"truncated", string(good[:len(good)/2]), "not checkpoint metadata"},
+			{"trailing data", string(good) + `{"x":1}`, "not checkpoint metadata"},
+			{"empty", "", "not checkpoint metadata"},
+		} {
+			b.damage(p, []byte(tc.content))
+			if _, err := s.ReadMetadata(1); err == nil || !strings.Contains(err.Error(), tc.want) ||
+				!strings.Contains(err.Error(), name) || !errors.Is(err, ErrCorrupt) {
+				t.Errorf("%s: ReadMetadata = %v; want a corruption error naming %s containing %q", tc.name, err, name, tc.want)
+			}
 		}
-		if _, err := s.ReadMetadata(1); err == nil || !strings.Contains(err.Error(), tc.want) ||
-			!strings.Contains(err.Error(), name) || !errors.Is(err, ErrCorrupt) {
-			t.Errorf("%s: ReadMetadata = %v; want a corruption error naming %s containing %q", tc.name, err, name, tc.want)
-		}
-	}
 
-	// Metadata moved to another checkpoint's directory.
-	if err := os.WriteFile(name, good, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(s.Dir(1), s.Dir(2)); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.ReadMetadata(2); err == nil || !strings.Contains(err.Error(), "records checkpoint 1, not 2") {
-		t.Fatalf("ReadMetadata of moved metadata = %v", err)
-	}
-	if _, err := s.ReadMetadata(9); err == nil || !errors.Is(err, fs.ErrNotExist) ||
-		!strings.Contains(err.Error(), filepath.Join("chk-0000000009", MetadataName)) {
-		t.Fatalf("ReadMetadata of an absent checkpoint = %v", err)
-	}
+		// Metadata moved to another checkpoint's directory.
+		b.damage("chk-0000000002/"+MetadataName, good)
+		if _, err := s.ReadMetadata(2); err == nil || !strings.Contains(err.Error(), "records checkpoint 1, not 2") {
+			t.Fatalf("ReadMetadata of moved metadata = %v", err)
+		}
+		if _, err := s.ReadMetadata(9); err == nil || !errors.Is(err, fs.ErrNotExist) || !errors.Is(err, ErrCorrupt) ||
+			!strings.Contains(err.Error(), "chk-0000000009/"+MetadataName) {
+			t.Fatalf("ReadMetadata of an absent checkpoint = %v", err)
+		}
+	})
 }
 
 func flipFileByte(t *testing.T, name string, at int64) {
@@ -375,84 +374,73 @@ func TestVerifyDetectsDamage(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		file   string
-		damage func(t *testing.T, name string)
+		damage func(b backend, p string)
 		want   string
 	}{
-		{"missing", sst, func(t *testing.T, name string) {
-			if err := os.Remove(name); err != nil {
-				t.Fatal(err)
-			}
-		}, "missing"},
-		{"truncated", sst, func(t *testing.T, name string) {
-			if err := os.Truncate(name, 100); err != nil {
-				t.Fatal(err)
-			}
-		}, "truncated"},
-		{"grown", sst, func(t *testing.T, name string) {
-			f, err := os.OpenFile(name, os.O_APPEND|os.O_WRONLY, 0)
-			if err != nil {
-				t.Fatal(err)
-			}
-			f.WriteString("more")
-			f.Close()
-		}, "larger than"},
-		{"flipped byte", sst, func(t *testing.T, name string) { flipFileByte(t, name, 1234) }, "SHA-256"},
-		{"flipped channel byte", channel, func(t *testing.T, name string) { flipFileByte(t, name, 0) }, "SHA-256"},
+		{"missing", sst, func(b backend, p string) { b.remove(p) }, "missing"},
+		{"truncated", sst, func(b backend, p string) { b.damage(p, b.read(p)[:100]) }, "truncated"},
+		{"grown", sst, func(b backend, p string) { b.damage(p, append(b.read(p), "more"...)) }, "larger than"},
+		{"flipped byte", sst, func(b backend, p string) { b.flip(p, 1234) }, "SHA-256"},
+		{"flipped channel byte", channel, func(b backend, p string) { b.flip(p, 0) }, "SHA-256"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s := testStorage(t)
-			m := writeTestCheckpoint(t, s, 7)
-			tc.damage(t, filepath.Join(s.Dir(7), filepath.FromSlash(tc.file)))
-			err := s.Verify(m)
-			rel := "chk-0000000007/" + tc.file
-			if err == nil || !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), rel) || !strings.Contains(err.Error(), tc.want) {
-				t.Fatalf("Verify = %v; want a corruption error naming %s containing %q", err, rel, tc.want)
-			}
-			// Only the damaged file is reported.
-			if n := strings.Count(err.Error(), "\n"); n != 0 {
-				t.Fatalf("Verify reported %d problems for one damaged file: %v", n+1, err)
-			}
-			// Open's reader reports the same at EOF.
-			var h FileHandle
-			for _, x := range m.handles() {
-				if x.Path == tc.file {
-					h = x
+			forBackends(t, func(t *testing.T, b backend) {
+				s := b.s
+				m := writeTestCheckpoint(t, s, 7)
+				rel := "chk-0000000007/" + tc.file
+				tc.damage(b, rel)
+				err := s.Verify(m)
+				if err == nil || !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), rel) || !strings.Contains(err.Error(), tc.want) {
+					t.Fatalf("Verify = %v; want a corruption error naming %s containing %q", err, rel, tc.want)
 				}
-			}
-			r, err := s.Open(7, h)
-			if err == nil {
-				_, err = io.ReadAll(r)
-				r.Close()
-			}
-			if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), rel) {
-				t.Fatalf("reading the damaged file through Open: %v; want a corruption error naming %s", err, rel)
-			}
+				// Only the damaged file is reported.
+				if n := strings.Count(err.Error(), "\n"); n != 0 {
+					t.Fatalf("Verify reported %d problems for one damaged file: %v", n+1, err)
+				}
+				// Open's reader reports the same at EOF.
+				var h FileHandle
+				for _, x := range m.handles() {
+					if x.Path == tc.file {
+						h = x
+					}
+				}
+				r, err := s.Open(7, h)
+				if err == nil {
+					_, err = io.ReadAll(r)
+					r.Close()
+				}
+				if !errors.Is(err, ErrCorrupt) || errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), rel) {
+					t.Fatalf("reading the damaged file through Open: %v; want a corruption error naming %s", err, rel)
+				}
+			})
 		})
 	}
 
 	t.Run("several", func(t *testing.T) {
-		s := testStorage(t)
-		m := writeTestCheckpoint(t, s, 7)
-		for _, p := range []string{"000002.sst", "MANIFEST-000001"} {
-			if err := os.Remove(filepath.Join(s.Dir(7), "tasks", "0-1", "state", p)); err != nil {
-				t.Fatal(err)
+		forBackends(t, func(t *testing.T, b backend) {
+			s := b.s
+			m := writeTestCheckpoint(t, s, 7)
+			for _, p := range []string{"000002.sst", "MANIFEST-000001"} {
+				b.remove("chk-0000000007/tasks/0-1/state/" + p)
 			}
-		}
-		err := s.Verify(m)
-		for _, p := range []string{"000002.sst", "MANIFEST-000001"} {
-			if err == nil || !strings.Contains(err.Error(), "chk-0000000007/tasks/0-1/state/"+p+": missing") {
-				t.Fatalf("Verify = %v; want %s reported missing", err, p)
+			err := s.Verify(m)
+			for _, p := range []string{"000002.sst", "MANIFEST-000001"} {
+				if err == nil || !strings.Contains(err.Error(), "chk-0000000007/tasks/0-1/state/"+p+": missing") {
+					t.Fatalf("Verify = %v; want %s reported missing", err, p)
+				}
 			}
-		}
+		})
 	})
 
 	t.Run("path outside the checkpoint", func(t *testing.T) {
-		s := testStorage(t)
-		m := writeTestCheckpoint(t, s, 7)
-		m.Tasks[0].State[0].Path = "../chk-0000000006/x"
-		if err := s.Verify(m); err == nil || !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "invalid file path") {
-			t.Fatalf("Verify = %v; want an invalid path error", err)
-		}
+		forBackends(t, func(t *testing.T, b backend) {
+			s := b.s
+			m := writeTestCheckpoint(t, s, 7)
+			m.Tasks[0].State[0].Path = "../chk-0000000006/x"
+			if err := s.Verify(m); err == nil || !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "invalid file path") {
+				t.Fatalf("Verify = %v; want an invalid path error", err)
+			}
+		})
 	})
 }
 
@@ -525,70 +513,72 @@ func TestMaxIDBeyondTenDigits(t *testing.T) {
 }
 
 func TestLatestUsableFallsBack(t *testing.T) {
-	s := testStorage(t)
-	for id := int64(1); id <= 4; id++ {
-		writeTestCheckpoint(t, s, id)
-	}
-	flipFileByte(t, filepath.Join(s.Dir(4), "tasks", "0-1", "state", "000002.sst"), 10)
-	metaName := editMetadata(t, s, 3, func(m map[string]any) { m["done"] = 1 })
-
-	m, skipped, err := s.LatestUsable()
-	if err != nil {
-		t.Fatalf("LatestUsable: %v", err)
-	}
-	if m.ID != 2 {
-		t.Fatalf("LatestUsable chose checkpoint %d, want 2", m.ID)
-	}
-	if len(skipped) != 2 {
-		t.Fatalf("skipped = %v; want checkpoints 4 and 3", skipped)
-	}
-	if msg := skipped[0].Error(); !strings.Contains(msg, "checkpoint 4 skipped") ||
-		!strings.Contains(msg, "chk-0000000004/tasks/0-1/state/000002.sst") || !errors.Is(skipped[0], ErrCorrupt) {
-		t.Fatalf("skipped[0] = %v; want checkpoint 4 with its damaged file", skipped[0])
-	}
-	if msg := skipped[1].Error(); !strings.Contains(msg, "checkpoint 3 skipped") ||
-		!strings.Contains(msg, metaName) || !strings.Contains(msg, "checksum mismatch") {
-		t.Fatalf("skipped[1] = %v; want checkpoint 3's metadata checksum", skipped[1])
-	}
-
-	for _, id := range []int64{1, 2} {
-		if err := os.Remove(filepath.Join(s.Dir(id), "tasks", "0-1", "channels", "in-0-2")); err != nil {
-			t.Fatal(err)
+	forBackends(t, func(t *testing.T, b backend) {
+		s := b.s
+		for id := int64(1); id <= 4; id++ {
+			writeTestCheckpoint(t, s, id)
 		}
-	}
-	m, skipped, err = s.LatestUsable()
-	if !errors.Is(err, ErrNoCheckpoint) || m != nil || len(skipped) != 4 || !strings.Contains(err.Error(), s.Root()) {
-		t.Fatalf("LatestUsable with none usable = %v, %d skipped, %v; want ErrNoCheckpoint naming the root", m, len(skipped), err)
-	}
-	if _, skipped, err := testStorage(t).LatestUsable(); !errors.Is(err, ErrNoCheckpoint) || len(skipped) != 0 {
-		t.Fatalf("LatestUsable of an empty storage = %v, %v", skipped, err)
-	}
+		b.flip("chk-0000000004/tasks/0-1/state/000002.sst", 10)
+		metaName := editMetadata(t, b, 3, func(m map[string]any) { m["done"] = 1 })
+
+		m, skipped, err := s.LatestUsable()
+		if err != nil {
+			t.Fatalf("LatestUsable: %v", err)
+		}
+		if m.ID != 2 {
+			t.Fatalf("LatestUsable chose checkpoint %d, want 2", m.ID)
+		}
+		if len(skipped) != 2 {
+			t.Fatalf("skipped = %v; want checkpoints 4 and 3", skipped)
+		}
+		if msg := skipped[0].Error(); !strings.Contains(msg, "checkpoint 4 skipped") ||
+			!strings.Contains(msg, "chk-0000000004/tasks/0-1/state/000002.sst") || !errors.Is(skipped[0], ErrCorrupt) {
+			t.Fatalf("skipped[0] = %v; want checkpoint 4 with its damaged file", skipped[0])
+		}
+		if msg := skipped[1].Error(); !strings.Contains(msg, "checkpoint 3 skipped") ||
+			!strings.Contains(msg, metaName) || !strings.Contains(msg, "checksum mismatch") {
+			t.Fatalf("skipped[1] = %v; want checkpoint 3's metadata checksum", skipped[1])
+		}
+
+		for _, id := range []int64{1, 2} {
+			b.remove(DirName(id) + "/tasks/0-1/channels/in-0-2")
+		}
+		m, skipped, err = s.LatestUsable()
+		if !errors.Is(err, ErrNoCheckpoint) || m != nil || len(skipped) != 4 || !strings.Contains(err.Error(), s.Root()) {
+			t.Fatalf("LatestUsable with none usable = %v, %d skipped, %v; want ErrNoCheckpoint naming the root", m, len(skipped), err)
+		}
+		if _, skipped, err := testStorage(t).LatestUsable(); !errors.Is(err, ErrNoCheckpoint) || len(skipped) != 0 {
+			t.Fatalf("LatestUsable of an empty storage = %v, %v", skipped, err)
+		}
+	})
 }
 
 // TestLatestUsableWith: a checkpoint whose files are intact but which the
 // caller's test refuses (its in-flight data left in a stream is gone) is
 // skipped with the caller's reason, for the next older one.
 func TestLatestUsableWith(t *testing.T) {
-	s := testStorage(t)
-	for id := int64(1); id <= 3; id++ {
-		writeTestCheckpoint(t, s, id)
-	}
-	lost := errors.New("messages 5-9 of wstream.data.x in stream wstream-data-x are lost")
-	m, skipped, err := s.LatestUsableWith(func(m *Metadata) error {
-		if m.ID == 3 {
-			return lost
+	forBackends(t, func(t *testing.T, b backend) {
+		s := b.s
+		for id := int64(1); id <= 3; id++ {
+			writeTestCheckpoint(t, s, id)
 		}
-		return nil
+		lost := errors.New("messages 5-9 of wstream.data.x in stream wstream-data-x are lost")
+		m, skipped, err := s.LatestUsableWith(func(m *Metadata) error {
+			if m.ID == 3 {
+				return lost
+			}
+			return nil
+		})
+		if err != nil || m.ID != 2 {
+			t.Fatalf("LatestUsableWith chose %v, %v; want checkpoint 2", m, err)
+		}
+		if len(skipped) != 1 || !errors.Is(skipped[0], lost) || !strings.Contains(skipped[0].Error(), "checkpoint 3 skipped") {
+			t.Fatalf("skipped = %v; want checkpoint 3 with the caller's reason", skipped)
+		}
+		if _, skipped, err := s.LatestUsableWith(func(*Metadata) error { return lost }); !errors.Is(err, ErrNoCheckpoint) || len(skipped) != 3 {
+			t.Fatalf("none accepted: %v, %d skipped; want ErrNoCheckpoint", err, len(skipped))
+		}
 	})
-	if err != nil || m.ID != 2 {
-		t.Fatalf("LatestUsableWith chose %v, %v; want checkpoint 2", m, err)
-	}
-	if len(skipped) != 1 || !errors.Is(skipped[0], lost) || !strings.Contains(skipped[0].Error(), "checkpoint 3 skipped") {
-		t.Fatalf("skipped = %v; want checkpoint 3 with the caller's reason", skipped)
-	}
-	if _, skipped, err := s.LatestUsableWith(func(*Metadata) error { return lost }); !errors.Is(err, ErrNoCheckpoint) || len(skipped) != 3 {
-		t.Fatalf("none accepted: %v, %d skipped; want ErrNoCheckpoint", err, len(skipped))
-	}
 }
 
 func TestDiscard(t *testing.T) {
@@ -858,48 +848,50 @@ func TestCopyDirParallel(t *testing.T) {
 }
 
 func TestRestore(t *testing.T) {
-	s := testStorage(t)
-	m := writeTestCheckpoint(t, s, 5)
+	forBackends(t, func(t *testing.T, b backend) {
+		s := b.s
+		m := writeTestCheckpoint(t, s, 5)
 
-	dst := filepath.Join(t.TempDir(), "restored", "db")
-	if err := s.Restore(m, testTask, dst); err != nil {
-		t.Fatalf("Restore: %v", err)
-	}
-	if got := readTree(t, dst); !reflect.DeepEqual(got, stateFiles) {
-		t.Fatalf("restored %v, want the task's state files", got)
-	}
-	if err := s.Restore(m, testTask, dst); err == nil || !strings.Contains(err.Error(), "not empty") {
-		t.Fatalf("Restore into a non-empty directory = %v", err)
-	}
+		dst := filepath.Join(t.TempDir(), "restored", "db")
+		if err := s.Restore(m, testTask, dst); err != nil {
+			t.Fatalf("Restore: %v", err)
+		}
+		if got := readTree(t, dst); !reflect.DeepEqual(got, stateFiles) {
+			t.Fatalf("restored %v, want the task's state files", got)
+		}
+		if err := s.Restore(m, testTask, dst); err == nil || !strings.Contains(err.Error(), "not empty") {
+			t.Fatalf("Restore into a non-empty directory = %v", err)
+		}
 
-	// A task without state restores to an empty directory.
-	empty := filepath.Join(t.TempDir(), "empty")
-	if err := s.Restore(m, TaskID{Chain: 1, Subtask: 0}, empty); err != nil {
-		t.Fatalf("Restore of a stateless task: %v", err)
-	}
-	if got := readTree(t, empty); len(got) != 0 {
-		t.Fatalf("stateless restore wrote %v", got)
-	}
-	if err := s.Restore(m, TaskID{Chain: 9, Subtask: 9}, t.TempDir()); err == nil || !strings.Contains(err.Error(), "no state for task 9/9") {
-		t.Fatalf("Restore of an unknown task = %v", err)
-	}
+		// A task without state restores to an empty directory.
+		empty := filepath.Join(t.TempDir(), "empty")
+		if err := s.Restore(m, TaskID{Chain: 1, Subtask: 0}, empty); err != nil {
+			t.Fatalf("Restore of a stateless task: %v", err)
+		}
+		if got := readTree(t, empty); len(got) != 0 {
+			t.Fatalf("stateless restore wrote %v", got)
+		}
+		if err := s.Restore(m, TaskID{Chain: 9, Subtask: 9}, t.TempDir()); err == nil || !strings.Contains(err.Error(), "no state for task 9/9") {
+			t.Fatalf("Restore of an unknown task = %v", err)
+		}
 
-	// A damaged file fails the restore, names the file and leaves dst empty.
-	flipFileByte(t, filepath.Join(s.Dir(5), "tasks", "0-1", "state", "000005.sst"), 4000)
-	dst = t.TempDir()
-	err := s.Restore(m, testTask, dst)
-	if err == nil || !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "chk-0000000005/tasks/0-1/state/000005.sst") {
-		t.Fatalf("Restore of a damaged checkpoint = %v", err)
-	}
-	if got := readTree(t, dst); len(got) != 0 {
-		t.Fatalf("a failed restore left %v in the destination", got)
-	}
+		// A damaged file fails the restore, names the file and leaves dst empty.
+		b.flip("chk-0000000005/tasks/0-1/state/000005.sst", 4000)
+		dst = t.TempDir()
+		err := s.Restore(m, testTask, dst)
+		if err == nil || !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "chk-0000000005/tasks/0-1/state/000005.sst") {
+			t.Fatalf("Restore of a damaged checkpoint = %v", err)
+		}
+		if got := readTree(t, dst); len(got) != 0 {
+			t.Fatalf("a failed restore left %v in the destination", got)
+		}
 
-	// State files must lie below the task's state directory.
-	m.Tasks[0].State[0].Path = "tasks/0-2/state/000002.sst"
-	if err := s.Restore(m, testTask, t.TempDir()); err == nil || !strings.Contains(err.Error(), "outside tasks/0-1/state/") {
-		t.Fatalf("Restore of a misplaced state file = %v", err)
-	}
+		// State files must lie below the task's state directory.
+		m.Tasks[0].State[0].Path = "tasks/0-2/state/000002.sst"
+		if err := s.Restore(m, testTask, t.TempDir()); err == nil || !strings.Contains(err.Error(), "outside tasks/0-1/state/") {
+			t.Fatalf("Restore of a misplaced state file = %v", err)
+		}
+	})
 }
 
 func TestOpenStorage(t *testing.T) {
@@ -1084,225 +1076,233 @@ func TestPutSharedDedup(t *testing.T) {
 }
 
 func TestCompressionRoundTrip(t *testing.T) {
-	s := testStorage(t)
-	if err := s.SetCompression(5); err == nil {
-		t.Fatal("SetCompression(5) succeeded")
-	}
-	if err := s.SetCompression(3); err != nil {
-		t.Fatal(err)
-	}
-	m := writeTestCheckpoint(t, s, 1)
-	for _, h := range m.Tasks[0].State {
-		raw := stateFiles[strings.TrimPrefix(h.Path, "tasks/0-1/state/")]
-		if !h.Compressed || h.RawSize != int64(len(raw)) {
-			t.Fatalf("CopyDir handle %+v: want compressed, raw size %d", h, len(raw))
+	forBackends(t, func(t *testing.T, b backend) {
+		s := b.s
+		if err := s.SetCompression(5); err == nil {
+			t.Fatal("SetCompression(5) succeeded")
 		}
-		stored, err := os.ReadFile(filepath.Join(s.Dir(1), filepath.FromSlash(h.Path)))
-		if err != nil || int64(len(stored)) != h.Size || sha256Hex(stored) != h.SHA256 {
-			t.Fatalf("stored file of %s does not match its handle: %v", h.Path, err)
+		if err := s.SetCompression(3); err != nil {
+			t.Fatal(err)
 		}
-		if len(raw) > 1000 && len(stored) >= len(raw)/4 {
-			t.Fatalf("%s stored in %d bytes from %d: not compressed", h.Path, len(stored), len(raw))
+		m := writeTestCheckpoint(t, s, 1)
+		for _, h := range m.Tasks[0].State {
+			raw := stateFiles[strings.TrimPrefix(h.Path, "tasks/0-1/state/")]
+			if !h.Compressed || h.RawSize != int64(len(raw)) {
+				t.Fatalf("CopyDir handle %+v: want compressed, raw size %d", h, len(raw))
+			}
+			stored := b.read("chk-0000000001/" + h.Path)
+			if int64(len(stored)) != h.Size || sha256Hex(stored) != h.SHA256 {
+				t.Fatalf("stored file of %s does not match its handle", h.Path)
+			}
+			if len(raw) > 1000 && len(stored) >= len(raw)/4 {
+				t.Fatalf("%s stored in %d bytes from %d: not compressed", h.Path, len(stored), len(raw))
+			}
+			r, err := s.Open(1, h)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := io.ReadAll(r)
+			r.Close()
+			if err != nil || string(got) != raw {
+				t.Fatalf("Open(%s) read %d bytes, %v; want the %d raw bytes", h.Path, len(got), err, len(raw))
+			}
 		}
-		r, err := s.Open(1, h)
+		if ch := m.Tasks[0].Channels[0].File; ch.Compressed {
+			t.Fatalf("WriteFile compressed %+v", ch)
+		}
+		if err := s.Verify(m); err != nil {
+			t.Fatalf("Verify: %v", err)
+		}
+		dst := filepath.Join(t.TempDir(), "db")
+		if err := s.Restore(m, testTask, dst); err != nil {
+			t.Fatalf("Restore: %v", err)
+		}
+		if got := readTree(t, dst); !reflect.DeepEqual(got, stateFiles) {
+			t.Fatalf("restored %v, want the raw state files", got)
+		}
+
+		// Shared files compress too; a compressed shared file is found again
+		// by a storage whose compression is off.
+		files := map[string]string{"000002.sst": strings.Repeat("a", 5000), "OPTIONS-000003": "options"}
+		m2, _ := writeSharedCheckpoint(t, s, 2, files)
+		var shared FileHandle
+		for _, h := range m2.Tasks[0].State {
+			if h.Shared {
+				shared = h
+			}
+		}
+		if !shared.Compressed || shared.RawSize != 5000 || shared.Size >= 5000 {
+			t.Fatalf("shared handle %+v: want compressed from 5000 bytes", shared)
+		}
+		fresh, err := OpenStorageAt(s.Root(), b.nc)
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, err := io.ReadAll(r)
-		r.Close()
-		if err != nil || string(got) != raw {
-			t.Fatalf("Open(%s) read %d bytes, %v; want the %d raw bytes", h.Path, len(got), err, len(raw))
+		src := filepath.Join(t.TempDir(), "000002.sst")
+		writeTree(t, filepath.Dir(src), map[string]string{"000002.sst": files["000002.sst"]})
+		if h, uploaded, err := fresh.PutShared(src, ""); err != nil || uploaded || h != (FileHandle{Path: shared.Path, Size: shared.Size, SHA256: shared.SHA256, Shared: true, Compressed: true, RawSize: 5000}) {
+			t.Fatalf("PutShared of a stored compressed file = %+v, %t, %v; want %+v", h, uploaded, err, shared)
 		}
-	}
-	if ch := m.Tasks[0].Channels[0].File; ch.Compressed {
-		t.Fatalf("WriteFile compressed %+v", ch)
-	}
-	if err := s.Verify(m); err != nil {
-		t.Fatalf("Verify: %v", err)
-	}
-	dst := filepath.Join(t.TempDir(), "db")
-	if err := s.Restore(m, testTask, dst); err != nil {
-		t.Fatalf("Restore: %v", err)
-	}
-	if got := readTree(t, dst); !reflect.DeepEqual(got, stateFiles) {
-		t.Fatalf("restored %v, want the raw state files", got)
-	}
-
-	// Shared files compress too; a compressed shared file is found again
-	// by a storage whose compression is off.
-	files := map[string]string{"000002.sst": strings.Repeat("a", 5000), "OPTIONS-000003": "options"}
-	m2, _ := writeSharedCheckpoint(t, s, 2, files)
-	var shared FileHandle
-	for _, h := range m2.Tasks[0].State {
-		if h.Shared {
-			shared = h
+		dst = filepath.Join(t.TempDir(), "db")
+		if err := fresh.Restore(m2, testTask, dst); err != nil {
+			t.Fatalf("Restore: %v", err)
 		}
-	}
-	if !shared.Compressed || shared.RawSize != 5000 || shared.Size >= 5000 {
-		t.Fatalf("shared handle %+v: want compressed from 5000 bytes", shared)
-	}
-	fresh, err := OpenStorage(s.Root())
-	if err != nil {
-		t.Fatal(err)
-	}
-	src := filepath.Join(t.TempDir(), "000002.sst")
-	writeTree(t, filepath.Dir(src), map[string]string{"000002.sst": files["000002.sst"]})
-	if h, uploaded, err := fresh.PutShared(src, ""); err != nil || uploaded || h != (FileHandle{Path: shared.Path, Size: shared.Size, SHA256: shared.SHA256, Shared: true, Compressed: true, RawSize: 5000}) {
-		t.Fatalf("PutShared of a stored compressed file = %+v, %t, %v; want %+v", h, uploaded, err, shared)
-	}
-	dst = filepath.Join(t.TempDir(), "db")
-	if err := fresh.Restore(m2, testTask, dst); err != nil {
-		t.Fatalf("Restore: %v", err)
-	}
-	if got := readTree(t, dst); !reflect.DeepEqual(got, files) {
-		t.Fatalf("restored %v", got)
-	}
+		if got := readTree(t, dst); !reflect.DeepEqual(got, files) {
+			t.Fatalf("restored %v", got)
+		}
+	})
 }
 
 func TestVerifyCompressedAndShared(t *testing.T) {
-	s := testStorage(t)
-	if err := s.SetCompression(1); err != nil {
-		t.Fatal(err)
-	}
-	m := writeTestCheckpoint(t, s, 1)
-	const sst = "tasks/0-1/state/000005.sst"
-	name := filepath.Join(s.Dir(1), filepath.FromSlash(sst))
-	flipFileByte(t, name, 20)
-	err := s.Verify(m)
-	if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "chk-0000000001/"+sst+": SHA-256") {
-		t.Fatalf("Verify of a damaged compressed file = %v", err)
-	}
-	var h FileHandle
-	for _, x := range m.Tasks[0].State {
-		if x.Path == sst {
-			h = x
+	forBackends(t, func(t *testing.T, b backend) {
+		s := b.s
+		if err := s.SetCompression(1); err != nil {
+			t.Fatal(err)
 		}
-	}
-	r, err := s.Open(1, h)
-	if err == nil {
-		_, err = io.ReadAll(r)
-		r.Close()
-	}
-	if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "chk-0000000001/"+sst) {
-		t.Fatalf("reading a damaged compressed file = %v; want a corruption error naming it", err)
-	}
-	dst := t.TempDir()
-	if err := s.Restore(m, testTask, dst); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), sst) {
-		t.Fatalf("Restore of a damaged compressed file = %v", err)
-	}
-	if got := readTree(t, dst); len(got) != 0 {
-		t.Fatalf("a failed restore left %v", got)
-	}
-	flipFileByte(t, name, 20)
-	if err := s.Verify(m); err != nil {
-		t.Fatalf("Verify after undoing the damage: %v", err)
-	}
-	// A handle whose raw size is wrong fails on reading.
-	h.RawSize++
-	r, err = s.Open(1, h)
-	if err == nil {
-		_, err = io.ReadAll(r)
-		r.Close()
-	}
-	if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "decompresses to") {
-		t.Fatalf("reading with a wrong raw size = %v", err)
-	}
+		m := writeTestCheckpoint(t, s, 1)
+		const sst = "tasks/0-1/state/000005.sst"
+		b.flip("chk-0000000001/"+sst, 20)
+		err := s.Verify(m)
+		if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "chk-0000000001/"+sst+": SHA-256") {
+			t.Fatalf("Verify of a damaged compressed file = %v", err)
+		}
+		var h FileHandle
+		for _, x := range m.Tasks[0].State {
+			if x.Path == sst {
+				h = x
+			}
+		}
+		r, err := s.Open(1, h)
+		if err == nil {
+			_, err = io.ReadAll(r)
+			r.Close()
+		}
+		if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "chk-0000000001/"+sst) {
+			t.Fatalf("reading a damaged compressed file = %v; want a corruption error naming it", err)
+		}
+		dst := t.TempDir()
+		if err := s.Restore(m, testTask, dst); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), sst) {
+			t.Fatalf("Restore of a damaged compressed file = %v", err)
+		}
+		if got := readTree(t, dst); len(got) != 0 {
+			t.Fatalf("a failed restore left %v", got)
+		}
+		b.flip("chk-0000000001/"+sst, 20)
+		if err := s.Verify(m); err != nil {
+			t.Fatalf("Verify after undoing the damage: %v", err)
+		}
+		// A handle whose raw size is wrong fails on reading.
+		h.RawSize++
+		r, err = s.Open(1, h)
+		if err == nil {
+			_, err = io.ReadAll(r)
+			r.Close()
+		}
+		if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "decompresses to") {
+			t.Fatalf("reading with a wrong raw size = %v", err)
+		}
 
-	// A missing shared file is reported by its name below the root.
-	m2, _ := writeSharedCheckpoint(t, s, 2, map[string]string{"000002.sst": "two", "000003.sst": "three"})
-	gone := m2.Tasks[0].State[0].Path
-	if err := s.RemoveShared(gone); err != nil {
-		t.Fatal(err)
-	}
-	err = s.Verify(m2)
-	if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "checkpoint: "+gone+": missing") || strings.Count(err.Error(), "\n") != 0 {
-		t.Fatalf("Verify with a missing shared file = %v; want %s reported missing", err, gone)
-	}
-	if _, skipped, err := s.LatestUsable(); err != nil || len(skipped) != 1 {
-		t.Fatalf("LatestUsable = %v, %v; want checkpoint 2 skipped", skipped, err)
-	}
-	// Shared paths are checked.
-	bad := m2.Tasks[0].State[1]
-	bad.Path = "shared/../chk-0000000001/x"
-	if err := s.verifyFile(2, bad); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "invalid shared file path") {
-		t.Fatalf("Verify of a bad shared path = %v", err)
-	}
-	m2.Tasks[0].State[1].Name = ""
-	if err := s.Restore(m2, testTask, t.TempDir()); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "has no name") {
-		t.Fatalf("Restore of a shared file without a name = %v", err)
-	}
+		// A missing shared file is reported by its name below the root.
+		m2, _ := writeSharedCheckpoint(t, s, 2, map[string]string{"000002.sst": "two", "000003.sst": "three"})
+		gone := m2.Tasks[0].State[0].Path
+		if err := s.RemoveShared(gone); err != nil {
+			t.Fatal(err)
+		}
+		err = s.Verify(m2)
+		if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "checkpoint: "+gone+": missing") || strings.Count(err.Error(), "\n") != 0 {
+			t.Fatalf("Verify with a missing shared file = %v; want %s reported missing", err, gone)
+		}
+		if _, skipped, err := s.LatestUsable(); err != nil || len(skipped) != 1 {
+			t.Fatalf("LatestUsable = %v, %v; want checkpoint 2 skipped", skipped, err)
+		}
+		// Shared paths are checked.
+		bad := m2.Tasks[0].State[1]
+		bad.Path = "shared/../chk-0000000001/x"
+		if err := s.verifyFile(2, bad); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "invalid shared file path") {
+			t.Fatalf("Verify of a bad shared path = %v", err)
+		}
+		m2.Tasks[0].State[1].Name = ""
+		if err := s.Restore(m2, testTask, t.TempDir()); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "has no name") {
+			t.Fatalf("Restore of a shared file without a name = %v", err)
+		}
+	})
 }
 
 func TestAuditAndRemoveShared(t *testing.T) {
-	s := testStorage(t)
-	m1, _ := writeSharedCheckpoint(t, s, 1, map[string]string{"000002.sst": "two", "000003.sst": "three"})
-	writeSharedCheckpoint(t, s, 2, map[string]string{"000003.sst": "three", "000004.sst": "four"})
-	if missing, unref, err := s.Audit(); err != nil || len(missing) != 0 || len(unref) != 0 {
-		t.Fatalf("Audit of an intact storage = %v, %v, %v", missing, unref, err)
-	}
-
-	// Checkpoint 1 goes; the registry has not yet removed its only file.
-	if err := s.Discard(1); err != nil {
-		t.Fatal(err)
-	}
-	two := m1.Tasks[0].State[0].Path // 000002.sst
-	// And a file both reference goes missing.
-	three := "shared/" + sha256Hex([]byte("three")) + ".sst"
-	if err := s.RemoveShared(three); err != nil {
-		t.Fatal(err)
-	}
-	missing, unref, err := s.Audit()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !slices.Equal(unref, []string{two}) {
-		t.Fatalf("Audit unreferenced = %v, want [%s]", unref, two)
-	}
-	if len(missing) != 1 || !errors.Is(missing[0], ErrCorrupt) || !strings.Contains(missing[0].Error(), "checkpoint 2: checkpoint: "+three+": missing") {
-		t.Fatalf("Audit missing = %v; want %s missing from checkpoint 2", missing, three)
-	}
-
-	// RemoveShared: removed, idempotent, and only shared paths.
-	if err := s.RemoveShared(two); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.RemoveShared(two); err != nil {
-		t.Fatalf("second RemoveShared = %v", err)
-	}
-	for _, p := range []string{"chk-0000000002/_metadata", "shared/", "shared/../x", "shared/.tmp", "shared/a/b"} {
-		if err := s.RemoveShared(p); err == nil {
-			t.Fatalf("RemoveShared(%q) succeeded", p)
+	forBackends(t, func(t *testing.T, b backend) {
+		s := b.s
+		m1, _ := writeSharedCheckpoint(t, s, 1, map[string]string{"000002.sst": "two", "000003.sst": "three"})
+		writeSharedCheckpoint(t, s, 2, map[string]string{"000003.sst": "three", "000004.sst": "four"})
+		if missing, unref, err := s.Audit(); err != nil || len(missing) != 0 || len(unref) != 0 {
+			t.Fatalf("Audit of an intact storage = %v, %v, %v", missing, unref, err)
 		}
-	}
-	if _, err := s.ReadMetadata(2); err != nil {
-		t.Fatalf("checkpoint 2 damaged by RemoveShared: %v", err)
-	}
-	files, err := s.SharedFiles()
-	if err != nil || len(files) != 1 {
-		t.Fatalf("SharedFiles = %v, %v; want only 000004.sst", files, err)
-	}
-	if _, unref, err := s.Audit(); err != nil || len(unref) != 0 {
-		t.Fatalf("Audit after RemoveShared = %v, %v", unref, err)
-	}
 
-	// A crash's temporary file is not a shared file; CleanIncomplete
-	// removes it.
-	tmp := filepath.Join(s.Root(), "shared", ".abc.sst.tmp-123")
-	if err := os.WriteFile(tmp, []byte("partial"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if files, err := s.SharedFiles(); err != nil || len(files) != 1 {
-		t.Fatalf("SharedFiles with a temporary file = %v, %v", files, err)
-	}
-	if _, err := s.CleanIncomplete(); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(tmp); !errors.Is(err, fs.ErrNotExist) {
-		t.Fatalf("CleanIncomplete left %s: %v", tmp, err)
-	}
-	if missing, _, err := testStorage(t).Audit(); err != nil || len(missing) != 0 {
-		t.Fatalf("Audit of an empty storage = %v, %v", missing, err)
-	}
+		// Checkpoint 1 goes; the registry has not yet removed its only file.
+		if err := s.Discard(1); err != nil {
+			t.Fatal(err)
+		}
+		two := m1.Tasks[0].State[0].Path // 000002.sst
+		// And a file both reference goes missing.
+		three := "shared/" + sha256Hex([]byte("three")) + ".sst"
+		if err := s.RemoveShared(three); err != nil {
+			t.Fatal(err)
+		}
+		missing, unref, err := s.Audit()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(unref, []string{two}) {
+			t.Fatalf("Audit unreferenced = %v, want [%s]", unref, two)
+		}
+		if len(missing) != 1 || !errors.Is(missing[0], ErrCorrupt) || !strings.Contains(missing[0].Error(), "checkpoint 2: checkpoint: "+three+": missing") {
+			t.Fatalf("Audit missing = %v; want %s missing from checkpoint 2", missing, three)
+		}
+
+		// RemoveShared: removed, idempotent, and only shared paths.
+		if err := s.RemoveShared(two); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.RemoveShared(two); err != nil {
+			t.Fatalf("second RemoveShared = %v", err)
+		}
+		for _, p := range []string{"chk-0000000002/_metadata", "shared/", "shared/../x", "shared/.tmp", "shared/a/b"} {
+			if err := s.RemoveShared(p); err == nil {
+				t.Fatalf("RemoveShared(%q) succeeded", p)
+			}
+		}
+		if _, err := s.ReadMetadata(2); err != nil {
+			t.Fatalf("checkpoint 2 damaged by RemoveShared: %v", err)
+		}
+		files, err := s.SharedFiles()
+		if err != nil || len(files) != 1 {
+			t.Fatalf("SharedFiles = %v, %v; want only 000004.sst", files, err)
+		}
+		if _, unref, err := s.Audit(); err != nil || len(unref) != 0 {
+			t.Fatalf("Audit after RemoveShared = %v, %v", unref, err)
+		}
+
+		if missing, _, err := testStorage(t).Audit(); err != nil || len(missing) != 0 {
+			t.Fatalf("Audit of an empty storage = %v, %v", missing, err)
+		}
+		if IsObjectLocation(s.Root()) {
+			return // no temporary files
+		}
+		// A crash's temporary file is not a shared file; CleanIncomplete
+		// removes it.
+		tmp := filepath.Join(s.Root(), "shared", ".abc.sst.tmp-123")
+		if err := os.WriteFile(tmp, []byte("partial"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if files, err := s.SharedFiles(); err != nil || len(files) != 1 {
+			t.Fatalf("SharedFiles with a temporary file = %v, %v", files, err)
+		}
+		if _, err := s.CleanIncomplete(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := os.Stat(tmp); !errors.Is(err, fs.ErrNotExist) {
+			t.Fatalf("CleanIncomplete left %s: %v", tmp, err)
+		}
+	})
 }
 
 // syncLogFS is the operating system's storageFS that logs renames and

@@ -35,13 +35,6 @@ func (f *readFaultFS) hit(name string) bool {
 	return true
 }
 
-func (f *readFaultFS) ReadFile(name string) ([]byte, error) {
-	if f.hit(name) {
-		return nil, errReadTimeout
-	}
-	return f.osStorageFS.ReadFile(name)
-}
-
 func (f *readFaultFS) Open(name string) (storageReadFile, error) {
 	if !f.midway && f.hit(name) {
 		return nil, &os.PathError{Op: "open", Path: name, Err: errReadTimeout}
@@ -167,5 +160,30 @@ func TestLatestUsableWithUnavailable(t *testing.T) {
 	})
 	if err != nil || m.ID != 1 || len(skipped) != 1 {
 		t.Fatalf("LatestUsableWith, 2 refused = %v, %v, %v; want checkpoint 1", m, skipped, err)
+	}
+}
+
+// TestLatestUsableRootGone: a storage directory that is gone (an unmounted
+// volume) cannot be read now; it is not a storage without checkpoints, from
+// which a restore would start with empty state.
+func TestLatestUsableRootGone(t *testing.T) {
+	s := testStorage(t)
+	writeTestCheckpoint(t, s, 1)
+	aside := filepath.Join(t.TempDir(), "aside")
+	if err := os.Rename(s.Root(), aside); err != nil {
+		t.Fatal(err)
+	}
+	m, _, err := s.LatestUsable()
+	if !errors.Is(err, ErrUnavailable) || errors.Is(err, ErrNoCheckpoint) || m != nil {
+		t.Fatalf("LatestUsable with the root gone = %v, %v; want ErrUnavailable", m, err)
+	}
+	if _, err := s.CleanIncomplete(); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("CleanIncomplete with the root gone = %v; want ErrUnavailable", err)
+	}
+	if err := os.Rename(aside, s.Root()); err != nil {
+		t.Fatal(err)
+	}
+	if m, _, err := s.LatestUsable(); err != nil || m.ID != 1 {
+		t.Fatalf("LatestUsable with the root back = %v, %v; want checkpoint 1", m, err)
 	}
 }

@@ -1,8 +1,8 @@
 // Command buildexamples builds the examples of every guest language with the
-// same builders the tests use (internal/testmod) and copies each module to
+// same builders the tests use (internal/testkit/testmod) and copies each module to
 // OUT/LANG/NAME.wasm:
 //
-//	go run ./internal/buildexamples [-o examples/wasm/build] [-lang go,c,...] [NAME...]
+//	go run ./internal/testkit/buildexamples [-o examples/wasm/build] [-lang go,c,...] [NAME...]
 //
 // NAME defaults to wordcount, window and conformance. A missing toolchain is
 // an error that says to run scripts/setup.sh.
