@@ -109,9 +109,14 @@
 // one timer), and a deletion likewise; Store.outTimers records those
 // changes until the next Flush, so that an undo journal can tell whether
 // such a timer existed. When a partial queue runs empty, PopTimers and
-// NextTimer flush and read the next 32,768 timers from B on, a merge of one
-// Pebble iterator per owned key group, and B moves up; when Pebble holds
-// no more, the queue holds them all again. Open and ImportCanonical load
+// NextTimer write the timer changes (Store.flushTimers: not the changed
+// entries, which wait for the next Flush, as this runs inside a guest
+// call) and read the next 32,768 timers from B on, merged from the owned
+// key groups, and B moves up; when Pebble holds no more, the queue holds
+// them all again. Each key group's timers come from a run read ahead,
+// 1,024 timers a seek, kept for the refills that follow until a change
+// past B or a window that shrinks drops the runs: a queue of ten million
+// timers seeks a key group once every few windows, not once a window. Open and ImportCanonical load
 // no timers: a store that did not start empty reads them as it needs
 // them, so a subtask with ten million pending timers opens at once and
 // holds 5-10 MiB of them per operator and domain.

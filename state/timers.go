@@ -74,6 +74,9 @@ type timerQueue struct {
 	// Otherwise it holds every timer of the vertex and domain.
 	partial bool
 	bound   []byte
+	// ahead is the timers read ahead from Pebble past the bound, a run
+	// per owned key group, for the refills to come (refill).
+	ahead []aheadRun
 	// firedMax is the largest suffix fired since the last Flush (valid
 	// when firedN > 0); stageFired deletes the fired timers with range
 	// deletions when every timer left in the queue sorts after it.

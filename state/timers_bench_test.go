@@ -2,9 +2,11 @@ package state
 
 import (
 	"bufio"
+	"context"
 	"encoding/binary"
 	"fmt"
 	"os"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"testing"
@@ -99,18 +101,22 @@ func benchmarkTimers(b *testing.B, n int, atEnd bool) {
 		start, cpu = time.Now(), processCPU()
 		var tb abi.Builder
 		fired := 0
-		for {
-			flushIf()
-			tb.Reset()
-			k, err := v.PopTimers(abi.TimeEvent, abi.MaxWatermark, &tb)
-			if err != nil {
-				b.Fatal(err)
+		// Labelled, so that a CPU profile can be focused on firing
+		// (pprof -tagfocus phase=fire).
+		pprof.Do(context.Background(), pprof.Labels("phase", "fire"), func(context.Context) {
+			for {
+				flushIf()
+				tb.Reset()
+				k, err := v.PopTimers(abi.TimeEvent, abi.MaxWatermark, &tb)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if k == 0 {
+					break
+				}
+				fired += k
 			}
-			if k == 0 {
-				break
-			}
-			fired += k
-		}
+		})
 		if err := s.Flush(); err != nil {
 			b.Fatal(err)
 		}

@@ -22,8 +22,9 @@ import (
 // the first of them. A timer at or past the bound is written to Pebble
 // blindly (a second registration is the same key: still one timer) and a
 // deletion likewise. When a partial queue runs empty, the next window
-// comes from a merge of one Pebble iterator per owned key group, from the
-// bound on, after a Flush (Pebble then holds every change).
+// comes from a merge of the owned key groups' timers, from the bound on,
+// after the timer changes are written (flushTimers: Pebble then holds
+// every timer).
 //
 // The bound moves only in a Flush or right after one, so a timer changed
 // out of the window since the last Flush was out of it when it changed:
@@ -34,7 +35,8 @@ import (
 var (
 	// timerWindowMax is the timers a queue holds in memory at a Flush
 	// before its later half leaves; a queue may hold twice as many between
-	// two flushes, after which registering flushes. At about 160 bytes a
+	// two flushes, after which registering writes the timers (flushTimers)
+	// and the window shrinks. At about 160 bytes a
 	// timer, a queue holds 5 MiB at a Flush, 10 MiB at most between two.
 	timerWindowMax = 32768
 	// timerRefill is the timers one refill brings into memory: each
@@ -79,6 +81,7 @@ func (v *VertexState) registerTimer(domain int32, pk []byte, ts int64, keyLen, n
 		if err := s.stageSet(pk); err != nil {
 			return err
 		}
+		q.ahead = nil // Pebble past the bound changes
 		s.noteOutTimer(pk, true)
 		return s.written()
 	}
@@ -93,8 +96,8 @@ func (v *VertexState) registerTimer(domain int32, pk []byte, ts int64, keyLen, n
 	}
 	q.add(newTimer(ts, pk, keyLen, nsLen))
 	if q.len() > 2*timerWindowMax {
-		// The Flush moves the later timers out of memory.
-		return s.Flush()
+		// Writing the timers moves the later ones out of memory.
+		return s.flushTimers()
 	}
 	return s.written()
 }
@@ -128,6 +131,7 @@ func (v *VertexState) deleteTimer(domain int32, pk []byte, ts int64, keyLen, nsL
 		if err := s.stageTimer(pk, true); err != nil {
 			return err
 		}
+		q.ahead = nil // Pebble past the bound changes
 		s.noteOutTimer(pk, false)
 		return s.written()
 	}
@@ -220,53 +224,47 @@ func (v *VertexState) NextTimer(domain int32) (ts int64, ok bool) {
 // timers from Pebble: the first timerRefill from its bound on, in firing
 // order, merged from the owned key groups. When they are all, the queue
 // holds every timer and is no longer partial.
+//
+// Each key group's timers come from a run read ahead (timerAhead): one
+// iterator seek reads the next timerAheadRun of them, and later refills
+// take what is left of it before they seek again, so that a queue of
+// millions of timers seeks a key group once every few windows rather than
+// once every window (a seek that misses the block cache reads index and
+// data blocks of every level from the files).
 func (v *VertexState) refill(domain int32) error {
 	s := v.s
 	q := &v.timers[domain]
-	if err := s.Flush(); err != nil {
-		return err
-	}
-	if err := s.ready(); err != nil {
+	if err := s.flushTimers(); err != nil {
 		return err
 	}
 	if s.db == nil {
 		return ErrClosed
 	}
-	m := &timerMerge{}
-	defer m.close()
-	for kg := s.groups.Start; kg <= s.groups.End; kg++ {
-		prefix := []byte{byte(kg >> 8), byte(kg)}
-		prefix = append(append(prefix, v.timerMid...), byte(domain))
-		upper := prefixSuccessor(nil, prefix)
-		it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: upper})
-		if err != nil {
-			return s.fail("read timers", err)
+	n := s.groups.End - s.groups.Start + 1
+	if len(q.ahead) != n {
+		q.ahead = make([]aheadRun, n)
+	}
+	pfx := make([]byte, 0, 3+len(v.timerMid))
+	pfx = append(append(append(pfx, 0, 0), v.timerMid...), byte(domain))
+	m := &aheadMerge{runs: q.ahead, pfxLen: len(pfx)}
+	for g := range q.ahead {
+		if err := v.readAhead(q, g, pfx); err != nil {
+			return err
 		}
-		c := &timerCursor{it: it, n: len(prefix)}
-		ok := false
-		if q.bound != nil {
-			ok = it.SeekGE(append(prefix[:len(prefix):len(prefix)], q.bound...))
-		} else {
-			ok = it.First()
+		if q.ahead[g].left() > 0 {
+			m.idx = append(m.idx, g)
 		}
-		if !ok {
-			if err := it.Close(); err != nil {
-				return s.fail("read timers", err)
-			}
-			continue
-		}
-		c.sfx = it.Key()[c.n:]
-		m.cursors = append(m.cursors, c)
 	}
 	heap.Init(m)
 	// The loaded timers come in firing order, the queue's run; they share
 	// one buffer for their keys and one for themselves.
 	ts := make([]timer, 0, timerRefill)
 	var keys []byte
-	for len(m.cursors) > 0 && len(ts) < timerRefill {
-		c := m.cursors[0]
-		k := c.it.Key()
-		t, keyLen, nsLen, ok := parseTimerSuffix(c.sfx)
+	for len(m.idx) > 0 && len(ts) < timerRefill {
+		g := m.idx[0]
+		r := &q.ahead[g]
+		k := r.key(r.pos)
+		t, keyLen, nsLen, ok := parseTimerSuffix(k[len(pfx):])
 		if !ok {
 			return s.fail("read timers", fmt.Errorf("%w: timer time or key truncated (%x)", ErrMalformedKey, k))
 		}
@@ -277,25 +275,122 @@ func (v *VertexState) refill(domain int32) error {
 		keys = append(keys, k...)
 		ts = append(ts, timer{})
 		ts[len(ts)-1].set(t, keys[at:len(keys):len(keys)], keyLen, nsLen)
-		if c.it.Next() {
-			c.sfx = c.it.Key()[c.n:]
+		r.pos++
+		if r.left() == 0 {
+			if err := v.readAhead(q, g, pfx); err != nil {
+				return err
+			}
+		}
+		if r.left() > 0 {
 			heap.Fix(m, 0)
 		} else {
-			if err := c.it.Error(); err != nil {
-				return s.fail("read timers", err)
-			}
 			heap.Pop(m)
 		}
 	}
 	for i := range ts {
 		q.addRun(&ts[i])
 	}
-	if len(m.cursors) == 0 {
-		q.partial, q.bound = false, nil
+	if len(m.idx) == 0 {
+		q.partial, q.bound, q.ahead = false, nil, nil
 		return nil
 	}
-	q.bound = append(q.bound[:0], m.cursors[0].sfx...)
+	r := &q.ahead[m.idx[0]]
+	q.bound = append(q.bound[:0], r.key(r.pos)[len(pfx):]...)
 	return nil
+}
+
+// timerAheadRun is how many timers of one key group a read ahead takes:
+// four windows' worth spread over 128 key groups, so that a key group is
+// sought about once every four refills, while a queue's runs hold about as
+// many timers as its window.
+var timerAheadRun = 1024
+
+// aheadRun is the timers of one key group read ahead from Pebble for the
+// refills of a queue, from pos on, in key order: every timer of the key
+// group from the queue's bound up to the last one read, and none of them
+// in the window. A registration or a deletion out of the window, or a
+// window shrinking, drops every run (timerQueue.ahead): what Pebble holds
+// past the bound may then differ from what the runs say.
+type aheadRun struct {
+	keys []byte  // their Pebble keys, one after another
+	ends []int32 // where each ends in keys
+	pos  int
+	read bool // read at least once: the next read starts past the last key
+	done bool // Pebble holds no timer of the key group past the last key
+}
+
+func (r *aheadRun) left() int { return len(r.ends) - r.pos }
+
+func (r *aheadRun) key(i int) []byte {
+	start := int32(0)
+	if i > 0 {
+		start = r.ends[i-1]
+	}
+	return r.keys[start:r.ends[i]]
+}
+
+// readAhead reads the next timerAheadRun timers of owned key group g (an
+// index from the first) into its run, unless the run holds some or Pebble
+// holds no more; pfx is the timers' prefix, its key group overwritten.
+func (v *VertexState) readAhead(q *timerQueue, g int, pfx []byte) error {
+	s := v.s
+	r := &q.ahead[g]
+	if r.left() > 0 || r.done {
+		return nil
+	}
+	kg := s.groups.Start + g
+	pfx[0], pfx[1] = byte(kg>>8), byte(kg)
+	var from []byte
+	switch {
+	case r.read:
+		// Just past the last key read: its successor in byte order (a
+		// copy: the run's buffer is read into next).
+		last := r.key(len(r.ends) - 1)
+		from = append(append(make([]byte, 0, len(last)+1), last...), 0)
+	case q.bound != nil:
+		from = append(pfx[:len(pfx):len(pfx)], q.bound...)
+	}
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: pfx, UpperBound: prefixSuccessor(nil, pfx)})
+	if err != nil {
+		return s.fail("read timers", err)
+	}
+	var ok bool
+	if from != nil {
+		ok = it.SeekGE(from)
+	} else {
+		ok = it.First()
+	}
+	r.keys, r.ends, r.pos, r.read = r.keys[:0], r.ends[:0], 0, true
+	for ; ok && len(r.ends) < timerAheadRun; ok = it.Next() {
+		r.keys = append(r.keys, it.Key()...)
+		r.ends = append(r.ends, int32(len(r.keys)))
+	}
+	r.done = !ok
+	if err := it.Close(); err != nil {
+		return s.fail("read timers", err)
+	}
+	return nil
+}
+
+// aheadMerge is a min-heap of the key groups (indexes into runs) whose
+// runs hold timers, by their next timer's suffix.
+type aheadMerge struct {
+	runs   []aheadRun
+	idx    []int
+	pfxLen int
+}
+
+func (m *aheadMerge) Len() int { return len(m.idx) }
+func (m *aheadMerge) Less(i, j int) bool {
+	a, b := &m.runs[m.idx[i]], &m.runs[m.idx[j]]
+	return bytes.Compare(a.key(a.pos)[m.pfxLen:], b.key(b.pos)[m.pfxLen:]) < 0
+}
+func (m *aheadMerge) Swap(i, j int) { m.idx[i], m.idx[j] = m.idx[j], m.idx[i] }
+func (m *aheadMerge) Push(x any)    { m.idx = append(m.idx, x.(int)) }
+func (m *aheadMerge) Pop() any {
+	g := m.idx[len(m.idx)-1]
+	m.idx = m.idx[:len(m.idx)-1]
+	return g
 }
 
 // parseTimerSuffix decodes a timer key's suffix (timerSuffix): the time,
@@ -311,37 +406,6 @@ func parseTimerSuffix(sfx []byte) (ts int64, keyLen, nsLen int, ok bool) {
 		return 0, 0, 0, false
 	}
 	return ts, int(n), rest - int(n), true
-}
-
-// timerCursor is one key group's iterator over the timers of a vertex and
-// domain; n is the length of their common prefix.
-type timerCursor struct {
-	it  *pebble.Iterator
-	n   int
-	sfx []byte // the current timer's suffix
-}
-
-// timerMerge is a min-heap of cursors by their current timer's suffix.
-type timerMerge struct{ cursors []*timerCursor }
-
-func (m *timerMerge) Len() int { return len(m.cursors) }
-func (m *timerMerge) Less(i, j int) bool {
-	return bytes.Compare(m.cursors[i].sfx, m.cursors[j].sfx) < 0
-}
-func (m *timerMerge) Swap(i, j int) { m.cursors[i], m.cursors[j] = m.cursors[j], m.cursors[i] }
-func (m *timerMerge) Push(x any)    { m.cursors = append(m.cursors, x.(*timerCursor)) }
-func (m *timerMerge) Pop() any {
-	c := m.cursors[len(m.cursors)-1]
-	m.cursors = m.cursors[:len(m.cursors)-1]
-	_ = c.it.Close()
-	return c
-}
-
-func (m *timerMerge) close() {
-	for _, c := range m.cursors {
-		_ = c.it.Close()
-	}
-	m.cursors = nil
 }
 
 // timerExists reports whether the timer with Pebble key pk, which is out
@@ -373,6 +437,29 @@ func (s *Store) noteOutTimer(pk []byte, present bool) {
 	s.outTimers[string(pk)] = present
 }
 
+// flushTimers writes the timer changes since the last Flush to Pebble, and
+// not the changed state entries: what a window that moves timers out of
+// memory, or a refill that reads them from Pebble, needs. It runs inside
+// guest calls (a registration that fills the window, a pop that empties
+// it), which a Flush of a million changed entries would hold up for
+// seconds; the entries wait for the next Flush.
+func (s *Store) flushTimers() error {
+	if s.err != nil {
+		return s.err
+	}
+	if err := s.stageFired(); err != nil {
+		return err
+	}
+	if err := s.ready(); err != nil {
+		return err
+	}
+	if err := s.commit(); err != nil {
+		return err
+	}
+	s.timersFlushed()
+	return nil
+}
+
 // timersFlushed runs at the end of every Flush: the changes out of the
 // windows are in Pebble now, and a queue holding more than timerWindowMax
 // timers keeps its earlier half.
@@ -399,6 +486,7 @@ func (q *timerQueue) shrink(keep int) {
 	gone := q.heap[keep:]
 	q.bound = append([]byte(nil), gone[0].sfx...)
 	q.partial = true
+	q.ahead = nil // the runs start at the old bound
 	for _, t := range gone {
 		delete(q.set, string(t.pk))
 		t.index = -1

@@ -13,12 +13,13 @@ import (
 
 // smallTimerWindow makes the timer windows small for one test, so that a
 // few hundred timers go through every path: shrink, blind writes past the
-// bound, refills from Pebble.
+// bound, refills from Pebble, and key groups read ahead a few timers at a
+// time (runs read again, dropped by changes past the bound).
 func smallTimerWindow(t *testing.T, max, refill int) {
 	t.Helper()
-	oldMax, oldRefill := timerWindowMax, timerRefill
-	timerWindowMax, timerRefill = max, refill
-	t.Cleanup(func() { timerWindowMax, timerRefill = oldMax, oldRefill })
+	oldMax, oldRefill, oldAhead := timerWindowMax, timerRefill, timerAheadRun
+	timerWindowMax, timerRefill, timerAheadRun = max, refill, 3
+	t.Cleanup(func() { timerWindowMax, timerRefill, timerAheadRun = oldMax, oldRefill, oldAhead })
 }
 
 // firingOrder renders a model timer as pop does, sorting in firing order.
@@ -400,4 +401,57 @@ func TestFiredTimerBehindRangeIsKept(t *testing.T) {
 	defer closeStore(t, s)
 	v = s.Vertex("w", true)
 	expectTimers(t, pop(t, v, abi.TimeEvent, abi.MaxWatermark), "12:k/x", "26:k/0", "27:k/1", "28:k/2", "29:k/3")
+}
+
+// A window that shrinks after a refill, when timers registered before the
+// bound push it past its size, starts the key groups' runs read ahead
+// again from its new bound: the timers between the new bound and the old
+// one are in Pebble only, and a run kept from before would skip them.
+func TestTimerWindowShrinkAfterReadAhead(t *testing.T) {
+	smallTimerWindow(t, 16, 8)
+	s := openStore(t, t.TempDir(), fullRange)
+	defer closeStore(t, s)
+	v := s.Vertex("w", true)
+	want := map[string]bool{}
+	add := func(key string, ts int64) {
+		t.Helper()
+		mustTimer(t, v, abi.TimeEvent, key, "", ts)
+		want[fmt.Sprintf("%d:%s/", ts, key)] = true
+	}
+	for i := range 400 {
+		add(fmt.Sprintf("k%d", i), 1000+int64(i))
+	}
+	flush(t, s)
+	// Firing past the window refills it and leaves runs read ahead.
+	got := pop(t, v, abi.TimeEvent, 1008)
+	for _, g := range got {
+		delete(want, g)
+	}
+	if q := &v.timers[abi.TimeEvent]; q.ahead == nil {
+		t.Fatal("no key group was read ahead: the test tests nothing")
+	}
+	// Registrations before the bound, in the window, past its size: the
+	// next flush shrinks it, and its bound moves down.
+	for i := range 20 {
+		add(fmt.Sprintf("e%d", i), 1009+int64(i%5))
+	}
+	flush(t, s)
+	if q := &v.timers[abi.TimeEvent]; q.len() > timerWindowMax {
+		t.Fatalf("%d timers in the window after a flush, want it shrunk to at most %d", q.len(), timerWindowMax)
+	}
+	for {
+		got := pop(t, v, abi.TimeEvent, abi.MaxWatermark)
+		if len(got) == 0 {
+			break
+		}
+		for _, g := range got {
+			if !want[g] {
+				t.Fatalf("timer %s fired, not pending", g)
+			}
+			delete(want, g)
+		}
+	}
+	if len(want) != 0 {
+		t.Fatalf("%d timers never fired, among them %v", len(want), slices.Collect(maps.Keys(want))[:min(len(want), 5)])
+	}
 }
