@@ -20,7 +20,6 @@ import (
 	"github.com/wstream/wstream/checkpoint"
 	"github.com/wstream/wstream/internal/durable"
 	"github.com/wstream/wstream/internal/logging"
-	"github.com/wstream/wstream/job"
 	"github.com/wstream/wstream/transport"
 )
 
@@ -381,184 +380,39 @@ var restoreRetries = []time.Duration{250 * time.Millisecond, 500 * time.Millisec
 // for an older one or for empty state: sinks committed on it, and a file
 // sink restored with no checkpoint deletes what it committed.
 func (c *Coordinator) newCkptDriver(j *jobState) (*ckptDriver, int64, error) {
-	if c.cfg.DataDir == "" {
-		return nil, 0, errors.New("checkpoints need a data directory for their storage")
-	}
-	nc, err := c.jobConn(j)
+	nc, st, err := c.openCkptStorage(j)
 	if err != nil {
 		return nil, 0, err
 	}
-	st, err := checkpoint.OpenReplicatedStorageAt(j.checkpointRoot(c.cfg.DataDir), nc, c.replicas())
-	if err != nil {
-		return nil, 0, err
-	}
-	// Directories of checkpoints that never completed hold nothing usable.
-	if _, err := st.CleanIncomplete(); err != nil {
-		return nil, 0, err
-	}
-	// A savepoint is in the job's storage only between its metadata and its
-	// export; one found here was interrupted, and its caller told so.
-	if ids, err := st.Completed(); err == nil {
-		for _, id := range ids {
-			if m, err := st.ReadMetadata(id); err == nil && m.Kind == checkpoint.KindSavepoint {
-				c.cfg.Log.Info("removing a savepoint interrupted before its export", logging.Job, j.info.JobID, logging.Checkpoint, id)
-				if err := st.Discard(id); err != nil {
-					return nil, 0, err
-				}
-			}
-		}
-	}
-	var restore int64
-	var restoreMeta *checkpoint.Metadata
-	var retained, outside []checkpoint.Completed
+	var rp restorePlan
 	if j.attempt > 0 || j.adopting {
-		floor := j.savepointID
-		if j.fromSavepoint == "" {
-			floor = 0
-		}
-		accept := func(m *checkpoint.Metadata) error {
-			if m.Kind != checkpoint.KindCheckpoint {
-				return fmt.Errorf("it is a %s: a failover restores checkpoints only", m.Kind)
-			}
-			if m.ID < floor {
-				// Taken before the savepoint the job (re)started from: an
-				// upgrade's sinks committed on that savepoint.
-				return fmt.Errorf("it is older than savepoint %d, which the job started from", floor)
-			}
-			return c.rangesPresent(nc, m)
-		}
-		m, skipped, err := st.LatestUsableWith(accept)
-		for _, wait := range restoreRetries {
-			if !errors.Is(err, checkpoint.ErrUnavailable) {
-				break
-			}
-			c.cfg.Log.Warn("a checkpoint cannot be read now; waiting to read it again", logging.Job, j.info.JobID, "in", wait, "err", err)
-			time.Sleep(wait)
-			m, skipped, err = st.LatestUsableWith(accept)
-		}
-		for _, s := range skipped {
-			c.cfg.Log.Warn("skipping an unusable checkpoint", logging.Job, j.info.JobID, "err", s)
-		}
-		switch {
-		case err == nil:
-			restore, restoreMeta = m.ID, m
-		case errors.Is(err, checkpoint.ErrNoCheckpoint) && floor != 0:
-			c.cfg.Log.Info("no usable checkpoint since the savepoint; restoring the savepoint", logging.Job, j.info.JobID, logging.Checkpoint, floor)
-		case errors.Is(err, checkpoint.ErrNoCheckpoint) && len(skipped) > 0:
-			// Checkpoints completed, so sinks committed on them: empty
-			// state would publish again what they committed, and a file
-			// sink's recovery would delete it. A person decides.
-			return nil, 0, fmt.Errorf("not restoring: every completed checkpoint is unusable, and starting from empty state would repeat the output the sinks committed on them (restore a savepoint, or deploy the job anew to start over): %w", err)
-		case errors.Is(err, checkpoint.ErrNoCheckpoint) && !j.adopting:
-			c.cfg.Log.Warn("no usable checkpoint; restarting from the beginning", logging.Job, j.info.JobID)
-		case errors.Is(err, checkpoint.ErrNoCheckpoint):
-		case errors.Is(err, checkpoint.ErrUnavailable):
-			// Not from empty state, nor from an older checkpoint: the
-			// attempt fails, and the restart strategy tries again later.
-			return nil, 0, fmt.Errorf("not restoring: %w", err)
-		default:
+		if rp, err = c.planRestore(j, nc, st); err != nil {
 			return nil, 0, err
 		}
-		ids, err := st.Completed()
-		if err != nil {
-			return nil, 0, err
-		}
-		for _, id := range ids {
-			m, err := st.ReadMetadata(id)
-			switch {
-			case errors.Is(err, checkpoint.ErrUnavailable):
-				// Its shared files would look unreferenced to the sweep.
-				return nil, 0, fmt.Errorf("not restoring: %w", err)
-			case err != nil:
-				continue
-			}
-			cp := checkpoint.Completed{ID: m.ID, Kind: m.Kind, Trigger: m.Trigger, Done: m.Done, Tasks: m.Tasks}
-			if id > restore || id < floor || m.Kind != checkpoint.KindCheckpoint {
-				// Newer but unusable: keeping it would make it "retained";
-				// older than the savepoint: of another plan, maybe. Its
-				// files stay until this attempt completes a checkpoint.
-				outside = append(outside, cp)
-				continue
-			}
-			retained = append(retained, cp)
-		}
-	}
-	if j.attempt > 0 || j.adopting {
 		ctx, cancel := context.WithTimeout(context.Background(), kvTimeout)
-		if err := c.purgeEndedAttempts(ctx, nc, j.info.JobID, j.attempt, restoreMeta); err != nil {
+		if err := c.purgeEndedAttempts(ctx, nc, j.info.JobID, j.attempt, rp.meta); err != nil {
 			c.cfg.Log.Warn("purging the data of ended attempts", logging.Job, j.info.JobID, "err", err)
 		}
 		cancel()
 	}
-	next, err := st.MaxID()
+	next, err := c.lastCheckpointID(j, st)
 	if err != nil {
 		return nil, 0, err
 	}
-	// Sinks name their output by checkpoint id: a job started from a
-	// savepoint continues the savepoint's numbering.
-	next = max(next, j.savepointID)
-	if c.ids != nil {
-		// The counter is the authority: storage forgets the ids of
-		// checkpoints it deleted (incomplete ones, exported savepoints).
-		// An unreachable bucket fails the deployment, and the restart
-		// strategy tries again.
-		ctx, cancel := context.WithTimeout(context.Background(), kvTimeout)
-		used, _, err := c.ids.current(ctx, j.info.JobID)
-		cancel()
-		if err != nil {
-			return nil, 0, err
-		}
-		next = max(next, used)
-	}
-	// An id whose trigger failed before the counter could be raised (NATS
-	// was down) reached no subtask, but the history shows it: never again.
-	if hist, err := ReadHistory(c.cfg.DataDir, j.info.JobID); err == nil {
-		for _, h := range hist {
-			next = max(next, h.ID)
-		}
-	}
-	cs := j.plan.Checkpoint
-	cfg := checkpoint.Config{
-		Interval: cs.Interval, MinPause: cs.MinPause, MaxConcurrent: cs.MaxConcurrent,
-		Timeout: cs.Timeout, TolerableFailures: cs.TolerableFailures, Retain: cs.Retain,
-	}
-	// A random initial delay spreads the first checkpoints of many jobs
-	// (seed 002: the coordinator's first trigger).
-	if span := cs.Interval - cs.MinPause; span > 0 {
-		cfg.InitialDelay = cs.MinPause + time.Now().UnixNano()%span
-	} else {
-		cfg.InitialDelay = cs.Interval
-	}
-	g, err := job.Build(j.plan)
+	tasks, sources, err := ckptTasks(j.plan)
 	if err != nil {
 		return nil, 0, err
 	}
-	var tasks, sources []checkpoint.TaskID
-	for _, ch := range g.Chains {
-		for s := 0; s < ch.Parallelism; s++ {
-			id := checkpoint.TaskID{Chain: ch.Index, Subtask: s}
-			tasks = append(tasks, id)
-			if ch.Vertices[0].Kind == job.KindSource {
-				sources = append(sources, id)
-			}
-		}
-	}
-	sm, err := checkpoint.NewCoordinator(cfg, tasks, next+1, time.Now().UnixMilli())
+	sm, err := checkpoint.NewCoordinator(ckptConfig(j.plan.Checkpoint), tasks, next+1, time.Now().UnixMilli())
 	if err != nil {
 		return nil, 0, err
 	}
-	if len(retained) > 0 {
-		if err := sm.Recover(retained); err != nil {
+	if len(rp.retained) > 0 {
+		if err := sm.Recover(rp.retained); err != nil {
 			return nil, 0, err
 		}
 	}
-	// The history stays on the coordinator's disk wherever the checkpoints
-	// go: ReadHistory and `wstream checkpoints` read it there.
-	histDir := CheckpointRoot(c.cfg.DataDir, j.info.JobID)
-	if err := os.MkdirAll(histDir, 0o755); err != nil {
-		return nil, 0, err
-	}
-	hist, err := os.OpenFile(filepath.Join(histDir, "history.jsonl"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	hist, err := openHistory(c.cfg.DataDir, j.info.JobID)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -569,13 +423,13 @@ func (c *Coordinator) newCkptDriver(j *jobState) (*ckptDriver, int64, error) {
 		in: make(chan func()), loopDone: make(chan struct{}),
 		plan: j.plan.JSON(), digest: j.digest, maxParallelism: j.plan.MaxParallelism}
 	d.ctx, d.cancel = context.WithCancel(context.Background())
-	for _, cp := range slices.Concat(retained, outside) {
+	for _, cp := range slices.Concat(rp.retained, rp.outside) {
 		for _, t := range cp.Tasks {
 			d.reg.acked(cp.ID, t)
 		}
 		d.reg.completedCheckpoint(cp.ID)
 	}
-	for _, cp := range outside {
+	for _, cp := range rp.outside {
 		d.outside = append(d.outside, cp.ID)
 	}
 	// Nothing is pending yet: shared files that no retained checkpoint
@@ -588,7 +442,7 @@ func (c *Coordinator) newCkptDriver(j *jobState) (*ckptDriver, int64, error) {
 	}
 	d.sub = sub
 	go d.loop()
-	return d, restore, nil
+	return d, rp.id, nil
 }
 
 // tick is how often the driver gives the state machine the time.
