@@ -6,11 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
-	"path/filepath"
 	"slices"
-	"sort"
 	"sync"
 	"time"
 
@@ -18,223 +15,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/wstream/wstream/checkpoint"
-	"github.com/wstream/wstream/internal/durable"
 	"github.com/wstream/wstream/internal/logging"
-	"github.com/wstream/wstream/job"
 	"github.com/wstream/wstream/transport"
 )
-
-// JobDir is a job's directory under a data directory.
-func JobDir(dataDir, id string) string { return filepath.Join(dataDir, "jobs", id) }
-
-// CheckpointRoot is a job's checkpoint storage directory.
-func CheckpointRoot(dataDir, id string) string {
-	return filepath.Join(JobDir(dataDir, id), "checkpoints")
-}
-
-// ReadRecord reads a job's record (its spec, as the coordinator last wrote
-// it to DATA/jobs/JOB/job.json).
-func ReadRecord(dataDir, id string) (*JobSpec, error) {
-	b, err := os.ReadFile(filepath.Join(JobDir(dataDir, id), "job.json"))
-	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return nil, fmt.Errorf("no job %q in %s", id, dataDir)
-		}
-		return nil, err
-	}
-	var r JobSpec
-	if err := json.Unmarshal(b, &r); err != nil {
-		return nil, fmt.Errorf("job record %s: %w", filepath.Join(JobDir(dataDir, id), "job.json"), err)
-	}
-	return &r, nil
-}
-
-// ListRecords returns the records of every job in a data directory, most
-// recently updated last.
-func ListRecords(dataDir string) ([]*JobSpec, error) {
-	entries, err := os.ReadDir(filepath.Join(dataDir, "jobs"))
-	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return nil, nil
-		}
-		return nil, err
-	}
-	var out []*JobSpec
-	for _, e := range entries {
-		if !e.IsDir() {
-			continue
-		}
-		if r, err := ReadRecord(dataDir, e.Name()); err == nil {
-			out = append(out, r)
-		}
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Updated.Before(out[j].Updated) })
-	return out, nil
-}
-
-func (c *Coordinator) readRecord(id string) (*JobSpec, error) {
-	if c.cfg.DataDir == "" {
-		return nil, errors.New("this coordinator keeps no job records (no data directory)")
-	}
-	return ReadRecord(c.cfg.DataDir, id)
-}
-
-// writeRecord saves a job's record as it stands, atomically, and then its
-// spec in the job bucket. Each write takes its view of the job under
-// j.recordMu, so that an older view never replaces a newer one. It returns
-// the record's error, which it has logged: a new job's submission fails
-// on it (carry); a later write can only be logged.
-func (c *Coordinator) writeRecord(j *jobState) error {
-	j.recordMu.Lock()
-	defer j.recordMu.Unlock()
-	c.mu.Lock()
-	state := j.info.State
-	r := c.specLocked(j, state)
-	sp, spID := r.FromSavepoint, r.SavepointID
-	c.mu.Unlock()
-	// The spec after the file: a client may take a job's result from
-	// the spec, and find the file up to date then. The bucket gets the
-	// job as it is then, not r: a checkpoint may have completed
-	// meanwhile, and its spec must not be replaced by an older view.
-	defer c.storeSpec(j, state)
-	if c.cfg.DataDir == "" {
-		return nil
-	}
-	dir := JobDir(c.cfg.DataDir, r.JobID)
-	if _, err := c.fence(); err != nil {
-		// A deposed leader's view of the job is not the job's.
-		return fmt.Errorf("not saving the record of job %s: %w", r.JobID, err)
-	}
-	if err := writeJSONAtomic(dir, "job.json", r); err != nil {
-		c.cfg.Log.Error("saving the job's record", logging.Job, r.JobID, "err", err)
-		return fmt.Errorf("saving its record in %s: %w", dir, err)
-	}
-	if sp != "" {
-		if rp, _ := ReadRestorePoint(c.cfg.DataDir, r.JobID); rp == nil || rp.ID != spID {
-			c.writeRestorePoint(r.JobID, sp, spID)
-		}
-	}
-	return nil
-}
-
-// writeJSONAtomic replaces dir/name with v as JSON, durably: the file is
-// synced before it is renamed into place, and dir after, as is the parent
-// of every directory it had to create. Without the directories' syncs a
-// crash of the machine could lose the rename or the new job's directory,
-// and with it a record the job's submission waited for precisely so that a
-// restarted coordinator finds the job.
-func writeJSONAtomic(dir, name string, v any) error {
-	if err := mkdirDurable(dir); err != nil {
-		return err
-	}
-	b, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
-		return err
-	}
-	f, err := os.CreateTemp(dir, "."+name+".tmp-*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	_, werr := f.Write(b)
-	serr := f.Sync()
-	cerr := f.Close()
-	if err := errors.Join(werr, serr, cerr); err != nil {
-		_ = os.Remove(tmp)
-		return err
-	}
-	if err := os.Rename(tmp, filepath.Join(dir, name)); err != nil {
-		_ = os.Remove(tmp)
-		return err
-	}
-	return syncDir(dir)
-}
-
-// mkdirDurable is os.MkdirAll, and then syncs the parent of every directory
-// it created, top down, so that they survive a crash of the machine.
-func mkdirDurable(dir string) error {
-	// The directories that do not exist yet, deepest first.
-	var missing []string
-	for d := filepath.Clean(dir); ; d = filepath.Dir(d) {
-		if _, err := os.Stat(d); err == nil {
-			break
-		} else if !errors.Is(err, fs.ErrNotExist) {
-			return err
-		}
-		missing = append(missing, d)
-		if filepath.Dir(d) == d {
-			break
-		}
-	}
-	if len(missing) == 0 {
-		return nil
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	for k := len(missing) - 1; k >= 0; k-- {
-		if err := syncDir(filepath.Dir(missing[k])); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// syncDir is durable.SyncDir, a variable for the tests.
-var syncDir = durable.SyncDir
-
-// HistoryEntry is one line of a job's checkpoint history
-// (checkpoints/history.jsonl), which `wstream checkpoints` prints.
-type HistoryEntry struct {
-	ID       int64           `json:"id"`
-	Kind     checkpoint.Kind `json:"kind"`
-	Attempt  int             `json:"attempt"`
-	Status   string          `json:"status"` // completed | aborted
-	Reason   string          `json:"reason,omitempty"`
-	Trigger  int64           `json:"trigger"` // unix ms
-	Done     int64           `json:"done"`    // unix ms
-	Duration time.Duration   `json:"duration"`
-	// Sums over subtasks, and the slowest subtask's alignment, sync and
-	// async durations.
-	StateSize     int64         `json:"stateSize"`
-	Uploaded      int64         `json:"uploaded"`
-	InFlightBytes int64         `json:"inFlightBytes"`
-	Alignment     time.Duration `json:"alignment"`
-	Sync          time.Duration `json:"sync"`
-	Async         time.Duration `json:"async"`
-	Unaligned     bool          `json:"unaligned,omitempty"`
-	// DeadLetters: records and timers sent to dead-letter sinks in the
-	// checkpoint's interval, summed over subtasks.
-	DeadLetters int64 `json:"deadLetters,omitempty"`
-}
-
-// ReadHistory reads a job's checkpoint history.
-func ReadHistory(dataDir, id string) ([]HistoryEntry, error) {
-	return readJSONLines[HistoryEntry](filepath.Join(CheckpointRoot(dataDir, id), "history.jsonl"))
-}
-
-// readJSONLines reads a file of JSON lines (nothing when it does not
-// exist).
-func readJSONLines[T any](path string) ([]T, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return nil, nil
-		}
-		return nil, err
-	}
-	var out []T
-	dec := json.NewDecoder(bytesReader(b))
-	for dec.More() {
-		var e T
-		if err := dec.Decode(&e); err != nil {
-			// A crash can cut the last line short: keep what is whole.
-			break
-		}
-		out = append(out, e)
-	}
-	return out, nil
-}
 
 // ckptDriver runs the checkpoint coordinator of one attempt of a job: one
 // goroutine (loop) owns the pure state machine and everything below in, and
@@ -302,74 +85,6 @@ type ckptDriver struct {
 	outside []int64
 }
 
-// registry counts references to shared state files (incremental
-// checkpoints upload an SST file once and reference it from every later
-// checkpoint that still has it) and deletes a file when no retained
-// checkpoint, and no pending one, references it any more (seed 000 §4.2,
-// SharedStateRegistry). A pending checkpoint's references are known only
-// from its acks, and a subtask reuses any shared file it finds in storage
-// (PutShared), so while any checkpoint is pending a file freed by a
-// discard may be referenced by an ack still to come: such files are left
-// to the sweep, which runs once nothing is pending (deletable).
-type registry struct {
-	refs      map[string]int
-	pending   map[int64][]string // checkpoint id → shared paths its acks reference
-	completed map[int64][]string // retained checkpoint id → shared paths
-}
-
-func newRegistry() *registry {
-	return &registry{refs: map[string]int{}, pending: map[int64][]string{}, completed: map[int64][]string{}}
-}
-
-func sharedPaths(st checkpoint.SubtaskState) []string {
-	var out []string
-	for _, f := range st.State {
-		if f.Shared {
-			out = append(out, f.Path)
-		}
-	}
-	return out
-}
-
-func (r *registry) acked(id int64, st checkpoint.SubtaskState) {
-	for _, p := range sharedPaths(st) {
-		r.refs[p]++
-		r.pending[id] = append(r.pending[id], p)
-	}
-}
-
-func (r *registry) completedCheckpoint(id int64) {
-	r.completed[id] = r.pending[id]
-	delete(r.pending, id)
-}
-
-// release drops the references of an aborted or discarded checkpoint and
-// returns the files nothing references any more.
-func (r *registry) release(id int64) []string {
-	paths := r.pending[id]
-	delete(r.pending, id)
-	paths = append(paths, r.completed[id]...)
-	delete(r.completed, id)
-	var free []string
-	for _, p := range paths {
-		r.refs[p]--
-		if r.refs[p] <= 0 {
-			delete(r.refs, p)
-			free = append(free, p)
-		}
-	}
-	return free
-}
-
-// deletable returns the files of free (released by a discard) that may be
-// deleted now: all of them when no checkpoint is pending, none otherwise.
-func (r *registry) deletable(free []string, pending int) []string {
-	if pending > 0 {
-		return nil
-	}
-	return free
-}
-
 // restoreRetries are the waits between reads of checkpoint storage for a
 // restore while a checkpoint cannot be read now (ErrUnavailable); after
 // the last the deployment fails, and the restart strategy decides.
@@ -381,184 +96,39 @@ var restoreRetries = []time.Duration{250 * time.Millisecond, 500 * time.Millisec
 // for an older one or for empty state: sinks committed on it, and a file
 // sink restored with no checkpoint deletes what it committed.
 func (c *Coordinator) newCkptDriver(j *jobState) (*ckptDriver, int64, error) {
-	if c.cfg.DataDir == "" {
-		return nil, 0, errors.New("checkpoints need a data directory for their storage")
-	}
-	nc, err := c.jobConn(j)
+	nc, st, err := c.openCkptStorage(j)
 	if err != nil {
 		return nil, 0, err
 	}
-	st, err := checkpoint.OpenReplicatedStorageAt(j.checkpointRoot(c.cfg.DataDir), nc, c.replicas())
-	if err != nil {
-		return nil, 0, err
-	}
-	// Directories of checkpoints that never completed hold nothing usable.
-	if _, err := st.CleanIncomplete(); err != nil {
-		return nil, 0, err
-	}
-	// A savepoint is in the job's storage only between its metadata and its
-	// export; one found here was interrupted, and its caller told so.
-	if ids, err := st.Completed(); err == nil {
-		for _, id := range ids {
-			if m, err := st.ReadMetadata(id); err == nil && m.Kind == checkpoint.KindSavepoint {
-				c.cfg.Log.Info("removing a savepoint interrupted before its export", logging.Job, j.info.JobID, logging.Checkpoint, id)
-				if err := st.Discard(id); err != nil {
-					return nil, 0, err
-				}
-			}
-		}
-	}
-	var restore int64
-	var restoreMeta *checkpoint.Metadata
-	var retained, outside []checkpoint.Completed
+	var rp restorePlan
 	if j.attempt > 0 || j.adopting {
-		floor := j.savepointID
-		if j.fromSavepoint == "" {
-			floor = 0
-		}
-		accept := func(m *checkpoint.Metadata) error {
-			if m.Kind != checkpoint.KindCheckpoint {
-				return fmt.Errorf("it is a %s: a failover restores checkpoints only", m.Kind)
-			}
-			if m.ID < floor {
-				// Taken before the savepoint the job (re)started from: an
-				// upgrade's sinks committed on that savepoint.
-				return fmt.Errorf("it is older than savepoint %d, which the job started from", floor)
-			}
-			return c.rangesPresent(nc, m)
-		}
-		m, skipped, err := st.LatestUsableWith(accept)
-		for _, wait := range restoreRetries {
-			if !errors.Is(err, checkpoint.ErrUnavailable) {
-				break
-			}
-			c.cfg.Log.Warn("a checkpoint cannot be read now; waiting to read it again", logging.Job, j.info.JobID, "in", wait, "err", err)
-			time.Sleep(wait)
-			m, skipped, err = st.LatestUsableWith(accept)
-		}
-		for _, s := range skipped {
-			c.cfg.Log.Warn("skipping an unusable checkpoint", logging.Job, j.info.JobID, "err", s)
-		}
-		switch {
-		case err == nil:
-			restore, restoreMeta = m.ID, m
-		case errors.Is(err, checkpoint.ErrNoCheckpoint) && floor != 0:
-			c.cfg.Log.Info("no usable checkpoint since the savepoint; restoring the savepoint", logging.Job, j.info.JobID, logging.Checkpoint, floor)
-		case errors.Is(err, checkpoint.ErrNoCheckpoint) && len(skipped) > 0:
-			// Checkpoints completed, so sinks committed on them: empty
-			// state would publish again what they committed, and a file
-			// sink's recovery would delete it. A person decides.
-			return nil, 0, fmt.Errorf("not restoring: every completed checkpoint is unusable, and starting from empty state would repeat the output the sinks committed on them (restore a savepoint, or deploy the job anew to start over): %w", err)
-		case errors.Is(err, checkpoint.ErrNoCheckpoint) && !j.adopting:
-			c.cfg.Log.Warn("no usable checkpoint; restarting from the beginning", logging.Job, j.info.JobID)
-		case errors.Is(err, checkpoint.ErrNoCheckpoint):
-		case errors.Is(err, checkpoint.ErrUnavailable):
-			// Not from empty state, nor from an older checkpoint: the
-			// attempt fails, and the restart strategy tries again later.
-			return nil, 0, fmt.Errorf("not restoring: %w", err)
-		default:
+		if rp, err = c.planRestore(j, nc, st); err != nil {
 			return nil, 0, err
 		}
-		ids, err := st.Completed()
-		if err != nil {
-			return nil, 0, err
-		}
-		for _, id := range ids {
-			m, err := st.ReadMetadata(id)
-			switch {
-			case errors.Is(err, checkpoint.ErrUnavailable):
-				// Its shared files would look unreferenced to the sweep.
-				return nil, 0, fmt.Errorf("not restoring: %w", err)
-			case err != nil:
-				continue
-			}
-			cp := checkpoint.Completed{ID: m.ID, Kind: m.Kind, Trigger: m.Trigger, Done: m.Done, Tasks: m.Tasks}
-			if id > restore || id < floor || m.Kind != checkpoint.KindCheckpoint {
-				// Newer but unusable: keeping it would make it "retained";
-				// older than the savepoint: of another plan, maybe. Its
-				// files stay until this attempt completes a checkpoint.
-				outside = append(outside, cp)
-				continue
-			}
-			retained = append(retained, cp)
-		}
-	}
-	if j.attempt > 0 || j.adopting {
 		ctx, cancel := context.WithTimeout(context.Background(), kvTimeout)
-		if err := c.purgeEndedAttempts(ctx, nc, j.info.JobID, j.attempt, restoreMeta); err != nil {
+		if err := c.purgeEndedAttempts(ctx, nc, j.info.JobID, j.attempt, rp.meta); err != nil {
 			c.cfg.Log.Warn("purging the data of ended attempts", logging.Job, j.info.JobID, "err", err)
 		}
 		cancel()
 	}
-	next, err := st.MaxID()
+	next, err := c.lastCheckpointID(j, st)
 	if err != nil {
 		return nil, 0, err
 	}
-	// Sinks name their output by checkpoint id: a job started from a
-	// savepoint continues the savepoint's numbering.
-	next = max(next, j.savepointID)
-	if c.ids != nil {
-		// The counter is the authority: storage forgets the ids of
-		// checkpoints it deleted (incomplete ones, exported savepoints).
-		// An unreachable bucket fails the deployment, and the restart
-		// strategy tries again.
-		ctx, cancel := context.WithTimeout(context.Background(), kvTimeout)
-		used, _, err := c.ids.current(ctx, j.info.JobID)
-		cancel()
-		if err != nil {
-			return nil, 0, err
-		}
-		next = max(next, used)
-	}
-	// An id whose trigger failed before the counter could be raised (NATS
-	// was down) reached no subtask, but the history shows it: never again.
-	if hist, err := ReadHistory(c.cfg.DataDir, j.info.JobID); err == nil {
-		for _, h := range hist {
-			next = max(next, h.ID)
-		}
-	}
-	cs := j.plan.Checkpoint
-	cfg := checkpoint.Config{
-		Interval: cs.Interval, MinPause: cs.MinPause, MaxConcurrent: cs.MaxConcurrent,
-		Timeout: cs.Timeout, TolerableFailures: cs.TolerableFailures, Retain: cs.Retain,
-	}
-	// A random initial delay spreads the first checkpoints of many jobs
-	// (seed 002: the coordinator's first trigger).
-	if span := cs.Interval - cs.MinPause; span > 0 {
-		cfg.InitialDelay = cs.MinPause + time.Now().UnixNano()%span
-	} else {
-		cfg.InitialDelay = cs.Interval
-	}
-	g, err := job.Build(j.plan)
+	tasks, sources, err := ckptTasks(j.plan)
 	if err != nil {
 		return nil, 0, err
 	}
-	var tasks, sources []checkpoint.TaskID
-	for _, ch := range g.Chains {
-		for s := 0; s < ch.Parallelism; s++ {
-			id := checkpoint.TaskID{Chain: ch.Index, Subtask: s}
-			tasks = append(tasks, id)
-			if ch.Vertices[0].Kind == job.KindSource {
-				sources = append(sources, id)
-			}
-		}
-	}
-	sm, err := checkpoint.NewCoordinator(cfg, tasks, next+1, time.Now().UnixMilli())
+	sm, err := checkpoint.NewCoordinator(ckptConfig(j.plan.Checkpoint), tasks, next+1, time.Now().UnixMilli())
 	if err != nil {
 		return nil, 0, err
 	}
-	if len(retained) > 0 {
-		if err := sm.Recover(retained); err != nil {
+	if len(rp.retained) > 0 {
+		if err := sm.Recover(rp.retained); err != nil {
 			return nil, 0, err
 		}
 	}
-	// The history stays on the coordinator's disk wherever the checkpoints
-	// go: ReadHistory and `wstream checkpoints` read it there.
-	histDir := CheckpointRoot(c.cfg.DataDir, j.info.JobID)
-	if err := os.MkdirAll(histDir, 0o755); err != nil {
-		return nil, 0, err
-	}
-	hist, err := os.OpenFile(filepath.Join(histDir, "history.jsonl"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	hist, err := openHistory(c.cfg.DataDir, j.info.JobID)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -569,13 +139,13 @@ func (c *Coordinator) newCkptDriver(j *jobState) (*ckptDriver, int64, error) {
 		in: make(chan func()), loopDone: make(chan struct{}),
 		plan: j.plan.JSON(), digest: j.digest, maxParallelism: j.plan.MaxParallelism}
 	d.ctx, d.cancel = context.WithCancel(context.Background())
-	for _, cp := range slices.Concat(retained, outside) {
+	for _, cp := range slices.Concat(rp.retained, rp.outside) {
 		for _, t := range cp.Tasks {
 			d.reg.acked(cp.ID, t)
 		}
 		d.reg.completedCheckpoint(cp.ID)
 	}
-	for _, cp := range outside {
+	for _, cp := range rp.outside {
 		d.outside = append(d.outside, cp.ID)
 	}
 	// Nothing is pending yet: shared files that no retained checkpoint
@@ -588,7 +158,7 @@ func (c *Coordinator) newCkptDriver(j *jobState) (*ckptDriver, int64, error) {
 	}
 	d.sub = sub
 	go d.loop()
-	return d, restore, nil
+	return d, rp.id, nil
 }
 
 // tick is how often the driver gives the state machine the time.

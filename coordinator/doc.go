@@ -131,8 +131,9 @@
 // commit.
 //
 // Readers that list (`wstream list`, `wstream workers`, the REST API's
-// overview, jobs and workers, the metrics endpoint) read an immutable view
-// of the jobs and workers (view.go), which every release of Coordinator.mu
+// overview, jobs and workers, the metrics endpoint) and the detail readers
+// (a job, a vertex, the checkpoint overview) read an immutable view of the
+// jobs and workers (view.go), which every release of Coordinator.mu
 // publishes first: they never wait for the lock, and see every change whose
 // lock was released before they read.
 //

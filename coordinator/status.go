@@ -281,18 +281,20 @@ type SubtaskStatus struct {
 	Backpressure      string  `json:"backpressure"`
 }
 
-// Job returns the detail of job id.
+// Job returns the detail of job id, from the readers' view: it never
+// waits for the coordinator's lock.
 func (c *Coordinator) Job(who Caller, id string) (*JobDetail, error) {
-	c.mu.Lock()
-	j, err := c.lookupLocked(id, who)
+	jv, err := c.viewedJob(who, id)
 	if err != nil {
-		c.mu.Unlock()
 		return nil, err
 	}
-	g, gerr := job.Build(j.plan)
-	d := &JobDetail{JobInfo: c.jobRowLocked(j), Now: c.nowMillis(), Module: j.module, ModuleDigest: j.digest,
-		MaxParallelism: j.plan.MaxParallelism, Checkpointing: checkpointSettings(j), RestartLog: slices.Clone(j.restartLog),
-		Edges: slices.Clone(j.plan.Edges)}
+	g, err := job.Build(jv.plan)
+	if err != nil {
+		return nil, fmt.Errorf("job %s: its plan: %w", id, err)
+	}
+	d := &JobDetail{JobInfo: jv.row, Now: c.nowMillis(), Module: jv.module, ModuleDigest: jv.digest,
+		MaxParallelism: jv.plan.MaxParallelism, Checkpointing: checkpointSettings(jv.plan), RestartLog: slices.Clone(jv.restartLog),
+		Edges: slices.Clone(jv.plan.Edges)}
 	if d.RestartLog == nil {
 		d.RestartLog = []RestartEntry{}
 	}
@@ -304,24 +306,23 @@ func (c *Coordinator) Job(who Caller, id string) (*JobDetail, error) {
 	for i := range d.RestartLog {
 		d.RestartLog[i].Reason = c.tenantText(w, d.RestartLog[i].Reason)
 	}
-	if j.result != nil {
-		r := *j.result
+	if jv.result != nil {
+		r := *jv.result
 		r.Error = c.tenantText(w, r.Error)
 		d.Result = &r
 		d.DurationMillis = r.Duration.Milliseconds()
 	} else {
-		d.DurationMillis = c.now().Sub(j.started).Milliseconds()
+		d.DurationMillis = c.now().Sub(jv.started).Milliseconds()
+	}
+	chainIndex := map[string]int{}
+	for _, ch := range g.Chains {
+		chainIndex[ch.ID] = ch.Index
 	}
 	workerOf := map[transport.TaskRef]string{}
-	for w, refs := range j.placement {
-		for _, r := range refs {
-			workerOf[r] = w
+	for w, subs := range jv.placed {
+		for _, s := range subs {
+			workerOf[transport.TaskRef{Chain: chainIndex[s.Chain], Subtask: s.Subtask}] = w
 		}
-	}
-	attempt := j.attempt
-	c.mu.Unlock()
-	if gerr != nil {
-		return nil, fmt.Errorf("job %s: its plan: %w", id, gerr)
 	}
 	d.Upgrades = []UpgradeEntry{}
 	if c.cfg.DataDir != "" {
@@ -331,7 +332,7 @@ func (c *Coordinator) Job(who Caller, id string) (*JobDetail, error) {
 		}
 		d.Upgrades = append(d.Upgrades, ups...)
 	}
-	samples := c.currentSamples(id, attempt)
+	samples := c.currentSamples(id, jv.attempt)
 	for _, ch := range g.Chains {
 		for _, v := range ch.Vertices {
 			d.Vertices = append(d.Vertices, c.vertexStatus(id, ch, v, workerOf, samples))
@@ -339,7 +340,7 @@ func (c *Coordinator) Job(who Caller, id string) (*JobDetail, error) {
 	}
 	// Plan order reads best: the graph is drawn from it.
 	order := map[string]int{}
-	for i, v := range j.plan.Vertices {
+	for i, v := range jv.plan.Vertices {
 		order[v.ID] = i
 	}
 	sort.SliceStable(d.Vertices, func(i, k int) bool { return order[d.Vertices[i].ID] < order[d.Vertices[k].ID] })
@@ -474,8 +475,8 @@ func (r *ratioTracker) drop(jobID string) {
 	}
 }
 
-func checkpointSettings(j *jobState) *CheckpointSettings {
-	cs := j.plan.Checkpoint
+func checkpointSettings(plan *job.Plan) *CheckpointSettings {
+	cs := plan.Checkpoint
 	if !cs.Enabled() {
 		return nil
 	}
@@ -533,20 +534,19 @@ func nameOf(chains []string, i int) string {
 	return fmt.Sprintf("chain %d", i)
 }
 
-// Checkpoints returns the checkpoint overview of job id.
+// Checkpoints returns the checkpoint overview of job id, from the readers'
+// view and the driver's loop: it never waits for the coordinator's lock.
 func (c *Coordinator) Checkpoints(who Caller, id string) (*CheckpointOverview, error) {
-	c.mu.Lock()
-	j, err := c.lookupLocked(id, who)
+	jv, err := c.viewedJob(who, id)
 	if err != nil {
-		c.mu.Unlock()
 		return nil, err
 	}
-	out := &CheckpointOverview{JobID: id, Settings: checkpointSettings(j), InProgress: []CheckpointStats{}}
-	if j.restored.ID != 0 {
-		r := j.restored
+	out := &CheckpointOverview{JobID: id, Settings: checkpointSettings(jv.plan), InProgress: []CheckpointStats{}}
+	if jv.restored.ID != 0 {
+		r := jv.restored
 		out.Latest.Restored = &r
 	}
-	if d := j.ckpt; d != nil {
+	if d := jv.ckpt; d != nil {
 		d.do(func() {
 			for cid, trig := range d.pending {
 				out.InProgress = append(out.InProgress, CheckpointStats{ID: cid, Kind: d.kinds[cid].String(), Status: CheckpointInProgress,
@@ -554,9 +554,8 @@ func (c *Coordinator) Checkpoints(who Caller, id string) (*CheckpointOverview, e
 			}
 		})
 	}
-	c.mu.Unlock()
 	sort.Slice(out.InProgress, func(i, k int) bool { return out.InProgress[i].ID < out.InProgress[k].ID })
-	s := &j.stats
+	s := jv.stats
 	s.mu.Lock()
 	s.loadLocked(c, id)
 	out.Counts = CheckpointCounts{Restored: s.restores, Completed: s.completed, Failed: s.failed, InProgress: len(out.InProgress)}

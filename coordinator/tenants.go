@@ -668,18 +668,13 @@ func (c *Coordinator) tenantOp(req transport.TenantRequest) (transport.TenantRep
 	if _, err := transport.ParseTenantOp(string(req.Op)); err != nil {
 		return transport.TenantReply{}, err
 	}
-	a := c.cfg.Tenants
 	var q tenant.Quotas
 	if len(req.Quotas) > 0 {
 		if err := json.Unmarshal(req.Quotas, &q); err != nil {
 			return transport.TenantReply{}, fmt.Errorf("bad quotas: %w", err)
 		}
 	}
-	var (
-		t   tenant.Tenant
-		jwt string
-		err error
-	)
+	a := c.cfg.Tenants
 	switch req.Op {
 	case transport.TenantList:
 		var out transport.TenantReply
@@ -688,22 +683,8 @@ func (c *Coordinator) tenantOp(req transport.TenantRequest) (transport.TenantRep
 			out.Tenants = append(out.Tenants, b)
 		}
 		return out, nil
-	case transport.TenantAdd:
-		t, jwt, err = a.Add(req.Name, q)
-	case transport.TenantUpdate:
-		t, jwt, err = a.Update(req.Name, q)
-	case transport.TenantRemove:
-		c.mu.Lock()
-		for _, j := range c.jobs {
-			if !j.done && j.info.Tenant == req.Name {
-				c.mu.Unlock()
-				return transport.TenantReply{}, fmt.Errorf("tenant %s still runs job %s: cancel its jobs first", req.Name, j.info.JobID)
-			}
-		}
-		c.mu.Unlock()
-		t, jwt, err = a.Remove(req.Name)
-	case transport.TenantCreds:
-		t, _ = a.Get(req.Name)
+	case transport.TenantAdd, transport.TenantUpdate, transport.TenantRemove, transport.TenantCreds:
+		return c.tenantChange(req, q)
 	case transport.TenantWorkerRevoke:
 		j, err := a.RevokeWorker(req.Name)
 		if err != nil {
@@ -727,9 +708,33 @@ func (c *Coordinator) tenantOp(req transport.TenantRequest) (transport.TenantRep
 			return transport.TenantReply{}, err
 		}
 		return transport.TenantReply{Creds: string(f)}, nil
-	default:
-		// ParseTenantOp above admits only the operations handled here.
-		return transport.TenantReply{}, fmt.Errorf("tenant operation %q not handled", req.Op)
+	}
+	// ParseTenantOp above admits only the operations handled here.
+	return transport.TenantReply{}, fmt.Errorf("tenant operation %q not handled", req.Op)
+}
+
+// tenantChange adds, updates or removes a tenant, or gives it new
+// credentials: the account's new JWT reaches NATS before the reply, and
+// the reply of an add or new credentials carries them with a new REST
+// API token (the old one stops working).
+func (c *Coordinator) tenantChange(req transport.TenantRequest, q tenant.Quotas) (transport.TenantReply, error) {
+	a := c.cfg.Tenants
+	var (
+		t   tenant.Tenant
+		jwt string
+		err error
+	)
+	switch req.Op {
+	case transport.TenantAdd:
+		t, jwt, err = a.Add(req.Name, q)
+	case transport.TenantUpdate:
+		t, jwt, err = a.Update(req.Name, q)
+	case transport.TenantRemove:
+		if err = c.tenantIdle(req.Name); err == nil {
+			t, jwt, err = a.Remove(req.Name)
+		}
+	case transport.TenantCreds:
+		t, _ = a.Get(req.Name)
 	}
 	if err != nil {
 		return transport.TenantReply{}, err
@@ -765,13 +770,23 @@ func (c *Coordinator) tenantOp(req transport.TenantRequest) (transport.TenantRep
 			return transport.TenantReply{}, err
 		}
 		out.Creds = string(f)
-		// New credentials come with a new REST API token; the old one
-		// stops working.
 		if out.APIToken, err = a.IssueAPIToken(req.Name); err != nil {
 			return transport.TenantReply{}, err
 		}
 	}
 	return out, nil
+}
+
+// tenantIdle refuses to remove a tenant that still runs a job.
+func (c *Coordinator) tenantIdle(name string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, j := range c.jobs {
+		if !j.done && j.info.Tenant == name {
+			return fmt.Errorf("tenant %s still runs job %s: cancel its jobs first", name, j.info.JobID)
+		}
+	}
+	return nil
 }
 
 // tenantModule makes sure the module of a tenant's job is in the tenant's

@@ -5,13 +5,15 @@ import (
 	"sync"
 	"time"
 
+	"github.com/wstream/wstream/job"
 	"github.com/wstream/wstream/lifecycle"
 	"github.com/wstream/wstream/transport"
 )
 
 // The readers' view. `wstream list`, `wstream workers`, the REST API's
-// overview, jobs and workers, and the metrics endpoint read an immutable
-// copy of the coordinator's jobs and workers (view), never c.mu: whoever
+// overview, jobs, a job's detail, vertices and checkpoint overview,
+// workers, and the metrics endpoint read an immutable copy of the
+// coordinator's jobs and workers (view), never c.mu: whoever
 // releases c.mu publishes it first (stateMu), so a reader that comes after
 // a change sees it, and a slow reader stalls nothing.
 
@@ -48,6 +50,23 @@ type jobView struct {
 	// placed lists the subtasks of its current attempt by worker (none
 	// once the job has ended).
 	placed map[string][]PlacedSubtask
+	jobDetailView
+}
+
+// jobDetailView is what the detail readers (Job, Vertex, Checkpoints)
+// read: values, and pointers to what is replaced rather than changed in
+// place (the plan, the restart log, the result) or has a lock of its own
+// (the checkpoint statistics; the checkpoint driver, asked on its loop).
+type jobDetailView struct {
+	plan           *job.Plan
+	module, digest string
+	restartLog     []RestartEntry
+	result         *transport.JobResult
+	started        time.Time
+	attempt        int
+	restored       RestoredCheckpoint
+	ckpt           *ckptDriver
+	stats          *ckptStats
 }
 
 // workerView is a registered worker; whether it is live is judged when it
@@ -63,7 +82,9 @@ type workerView struct {
 func (c *Coordinator) publishLocked() {
 	v := &view{jobs: make([]jobView, 0, len(c.jobs)), workers: make([]workerView, 0, len(c.workers)), startedAt: c.startedAt}
 	for _, j := range c.jobs {
-		jv := jobView{row: c.jobRowLocked(j), state: j.lc.State()}
+		jv := jobView{row: c.jobRowLocked(j), state: j.lc.State(), jobDetailView: jobDetailView{
+			plan: j.plan, module: j.module, digest: j.digest, restartLog: j.restartLog, result: j.result,
+			started: j.started, attempt: j.attempt, restored: j.restored, ckpt: j.ckpt, stats: &j.stats}}
 		if !j.done && len(j.placement) > 0 {
 			chains := j.chainNames()
 			jv.placed = make(map[string][]PlacedSubtask, len(j.placement))
@@ -99,6 +120,18 @@ func (c *Coordinator) live(w workerView) bool { return c.now().Sub(w.lastSeen) <
 
 func (c *Coordinator) workerRow(w workerView) transport.WorkerRow {
 	return transport.WorkerRow{ID: w.info.ID, Slots: w.info.Slots, Used: w.used, LastSeen: w.lastSeen, Live: c.live(w)}
+}
+
+// viewedJob returns job id from the readers' view, when who may see it.
+func (c *Coordinator) viewedJob(who Caller, id string) (*jobView, error) {
+	v := c.readView()
+	for i := range v.jobs {
+		if jv := &v.jobs[i]; jv.row.JobID == id && jv.visible(who.internal()) {
+			return jv, nil
+		}
+	}
+	// Another tenant's job is as absent as one that never was.
+	return nil, errNoJob(id)
 }
 
 // visible reports whether who may see the job.

@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"errors"
 	"testing"
 	"time"
 
@@ -63,5 +64,72 @@ func TestReadersUseTheView(t *testing.T) {
 	}
 	if got := c.Jobs(Caller{}); len(got) != 1 || got[0].State == lifecycle.Created.String() {
 		t.Fatalf("after the cancellation: %+v, want v-1 no longer CREATED", got)
+	}
+}
+
+// TestDetailReadersUseTheView: a job's detail, a vertex and the checkpoint
+// overview answer while the coordinator's lock is held, with the job as
+// the last release of the lock left it, and another tenant's job stays
+// absent.
+func TestDetailReadersUseTheView(t *testing.T) {
+	c, client := startTestCoordinatorWith(t, func(cfg *Config) { cfg.WorkerTimeout = time.Hour })
+	startFakeWorker(t, client, "fw")
+	waitUntil(t, "the worker never registered by its heartbeat", func() bool { return len(c.Workers()) == 1 })
+	j := addJob(t, c, "d-1", "", statusPlan)
+	c.mu.Lock()
+	_ = j.lc.Submit(c.nowMillis())
+	_ = c.applyLocked(j)
+	j.placement = placement{"fw": j.refs}
+	c.mu.Unlock()
+
+	c.mu.Lock()
+	answered := make(chan struct{})
+	var (
+		d        *JobDetail
+		v        *VertexStatus
+		ov       *CheckpointOverview
+		derr     error
+		verr     error
+		oerr     error
+		otherErr error
+	)
+	go func() {
+		defer close(answered)
+		d, derr = c.Job(Caller{}, "d-1")
+		if derr == nil && len(d.Vertices) > 0 {
+			v, verr = c.Vertex(Caller{}, "d-1", d.Vertices[0].ID)
+		}
+		ov, oerr = c.Checkpoints(Caller{}, "d-1")
+		_, otherErr = c.Job(Caller{Tenant: "bolt"}, "d-1")
+	}()
+	select {
+	case <-answered:
+	case <-time.After(20 * time.Second):
+		c.mu.Unlock()
+		t.Fatal("a detail reader waited for the coordinator's lock")
+	}
+	c.mu.Unlock()
+	if derr != nil || verr != nil || oerr != nil {
+		t.Fatalf("job %v, vertex %v, checkpoints %v", derr, verr, oerr)
+	}
+	if d.JobID != "d-1" || d.State != lifecycle.Created.String() || len(d.Vertices) == 0 {
+		t.Fatalf("detail %+v, want d-1 CREATED with its vertices", d)
+	}
+	placed := 0
+	for _, vs := range d.Vertices {
+		for _, s := range vs.Subtasks {
+			if s.Worker == "fw" {
+				placed++
+			}
+		}
+	}
+	if placed == 0 {
+		t.Fatalf("no subtask of d-1 is shown on fw: %+v", d.Vertices)
+	}
+	if v == nil || v.ID != d.Vertices[0].ID || ov == nil || ov.JobID != "d-1" {
+		t.Fatalf("vertex %+v, overview %+v", v, ov)
+	}
+	if !errors.Is(otherErr, ErrNoJob) {
+		t.Fatalf("another tenant's detail: %v, want ErrNoJob", otherErr)
 	}
 }

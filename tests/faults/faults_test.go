@@ -26,6 +26,7 @@ import (
 	"github.com/wstream/wstream/checkpoint"
 	"github.com/wstream/wstream/coordinator"
 	"github.com/wstream/wstream/internal/testkit/testmod"
+	"github.com/wstream/wstream/tenant"
 	"github.com/wstream/wstream/transport"
 )
 
@@ -54,14 +55,25 @@ type schedule struct {
 	keys      int
 	gap       [2]time.Duration  // quiet time between a recovery and the next fault
 	skip      map[string]string // fault kinds left out, with the reason
+	// tenants runs the cluster with accounts and the job as tenant acme.
+	tenants bool
 }
 
 func scheduleFromEnv(t *testing.T) schedule {
+	// The short schedule runs its job as a tenant, the long one without
+	// tenants: both set-ups meet the faults.
 	s := schedule{name: "short", nemesis: 60 * time.Second, rate: 80, keys: 48,
-		gap: [2]time.Duration{time.Second, 3 * time.Second}, skip: map[string]string{}}
+		gap: [2]time.Duration{time.Second, 3 * time.Second}, skip: map[string]string{}, tenants: true}
 	if os.Getenv("WSTREAM_FAULTS") == "long" {
 		s = schedule{name: "long", nemesis: 30 * time.Minute, minFaults: 200, rate: 60, keys: 64,
 			gap: [2]time.Duration{500 * time.Millisecond, 2 * time.Second}, skip: map[string]string{}}
+	}
+	switch v := os.Getenv("WSTREAM_FAULTS_TENANTS"); v {
+	case "":
+	case "on", "off":
+		s.tenants = v == "on"
+	default:
+		t.Fatalf("WSTREAM_FAULTS_TENANTS=%q: want on or off", v)
 	}
 	// WSTREAM_FAULTS_SKIP=kind,… leaves kinds out (to bisect a failure).
 	for _, k := range strings.Split(os.Getenv("WSTREAM_FAULTS_SKIP"), ",") {
@@ -129,8 +141,16 @@ type cluster struct {
 	coords  []*proc
 	workers []*proc
 	proxies map[string]*proxy
-	nc      *nats.Conn
+	nc      *nats.Conn // the job's account: the input and output streams
 	js      jetstream.JetStream
+	// admin is in the service account: the job bucket and the lease (nc
+	// without tenants).
+	admin   *nats.Conn
+	adminJS jetstream.JetStream
+	// creds are the credentials files of the clients (by process name,
+	// "tenant" and "admin"), with tenants on.
+	creds   map[string]string
+	authDir string
 	job     string
 	deploy  *proc
 	begin   time.Time
@@ -173,7 +193,7 @@ func TestFaults(t *testing.T) {
 	}
 	t.Logf("fault suite, %s schedule, seed %d; run directory %s", sched.name, seed, dir)
 	replay := fmt.Sprintf("WSTREAM_FAULT_SEED=%d", seed)
-	for _, k := range []string{"WSTREAM_FAULTS", "WSTREAM_FAULTS_DURATION", "WSTREAM_FAULTS_SKIP"} {
+	for _, k := range []string{"WSTREAM_FAULTS", "WSTREAM_FAULTS_DURATION", "WSTREAM_FAULTS_SKIP", "WSTREAM_FAULTS_TENANTS"} {
 		if v := os.Getenv(k); v != "" {
 			replay += " " + k + "=" + v
 		}
@@ -197,7 +217,7 @@ func TestFaults(t *testing.T) {
 	if c.events, err = os.Create(filepath.Join(dir, "events.log")); err != nil {
 		t.Fatal(err)
 	}
-	c.event("seed %d, %s schedule", seed, sched.name)
+	c.event("seed %d, %s schedule, tenants %v", seed, sched.name, sched.tenants)
 	for k, why := range sched.skip {
 		t.Logf("fault kind %s left out of this schedule: %s", k, why)
 	}
@@ -232,8 +252,12 @@ func (c *cluster) setUp() {
 			t.Fatal(err)
 		}
 	}
+	var auth *tenant.Authority
+	if c.sched.tenants {
+		auth = c.setUpTenants()
+	}
 	for i := range 3 {
-		conf, err := writeNATSConfig(c.dir, i, ports, routes)
+		conf, err := writeNATSConfig(c.dir, i, ports, routes, auth)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -245,12 +269,24 @@ func (c *cluster) setUp() {
 		c.nodes = append(c.nodes, n)
 		c.urls = append(c.urls, fmt.Sprintf("nats://127.0.0.1:%d", ports[i]))
 	}
-	c.nc, err = nats.Connect(strings.Join(c.urls, ","), nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond),
-		nats.RetryOnFailedConnect(true))
-	if err != nil {
-		t.Fatal(err)
+	connect := func(creds string) *nats.Conn {
+		opts := []nats.Option{nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond), nats.RetryOnFailedConnect(true)}
+		if creds != "" {
+			opts = append(opts, nats.UserCredentials(creds))
+		}
+		nc, err := nats.Connect(strings.Join(c.urls, ","), opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return nc
 	}
+	c.nc = connect(c.creds["tenant"])
 	c.js, _ = jetstream.New(c.nc)
+	c.admin, c.adminJS = c.nc, c.js
+	if c.sched.tenants {
+		c.admin = connect(c.creds["admin"])
+		c.adminJS, _ = jetstream.New(c.admin)
+	}
 	c.poll(time.Minute, "a JetStream meta leader", func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
@@ -280,11 +316,19 @@ func (c *cluster) setUp() {
 		}
 		c.proxies[name] = px
 		args = append(args, "--nats", px.url(), "--data", filepath.Join(c.dir, name))
+		if f := c.creds[name]; f != "" {
+			args = append(args, "--nats-creds", f)
+		}
 		return &proc{name: name, bin: c.wstream, args: args, dir: c.dir, log: filepath.Join(c.dir, name+".log")}
 	}
 	for i := range 2 {
-		p := newProc(fmt.Sprintf("c%d", i), i, "server", "-v", "--tenants=false", "--replicas", "3",
-			"--lease", lease.String(), "--http", "127.0.0.1:0", "--worker-timeout", "5s")
+		tenants := []string{"--tenants=false"}
+		if c.sched.tenants {
+			// The coordinators share the authority, as on shared storage.
+			tenants = []string{"--tenants", "--auth-dir", c.authDir}
+		}
+		p := newProc(fmt.Sprintf("c%d", i), i, append([]string{"server", "-v", "--replicas", "3",
+			"--lease", lease.String(), "--http", "127.0.0.1:0", "--worker-timeout", "5s"}, tenants...)...)
 		if err := p.start(); err != nil {
 			t.Fatal(err)
 		}
@@ -323,8 +367,8 @@ func (c *cluster) setUp() {
 		t.Fatal(err)
 	}
 	c.deploy = &proc{name: "deploy", bin: c.wstream, dir: c.dir, log: filepath.Join(c.dir, "deploy.log"),
-		args: []string{"deploy", "--nats", strings.Join(c.urls, ","), "--plan", "plan.json",
-			"--checkpoint-storage", "nats-obj://faults_checkpoints", mod}}
+		args: append(append([]string{"deploy"}, c.clientCreds()...), "--nats", strings.Join(c.urls, ","), "--plan", "plan.json",
+			"--checkpoint-storage", "nats-obj://faults_checkpoints", mod)}
 	if err := c.deploy.start(); err != nil {
 		t.Fatal(err)
 	}
@@ -339,6 +383,55 @@ func (c *cluster) setUp() {
 	c.event("job %s deployed", c.job)
 	go c.monitor()
 	go c.supervise()
+}
+
+// setUpTenants creates the tenant authority that the coordinators share,
+// tenant acme, and the credentials files of the test's clients (acme's
+// and the admin's) and of each worker.
+func (c *cluster) setUpTenants() *tenant.Authority {
+	t := c.t
+	c.authDir = filepath.Join(c.dir, "auth")
+	auth, err := tenant.Open(c.authDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := auth.Add("acme", tenant.Quotas{}); err != nil {
+		t.Fatal(err)
+	}
+	c.creds = map[string]string{}
+	write := func(name string, cr tenant.Creds, err error) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := cr.File()
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := filepath.Join(c.dir, name+".creds")
+		if err := os.WriteFile(p, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		c.creds[name] = p
+	}
+	cr, err := auth.TenantUser("acme", "faults")
+	write("tenant", cr, err)
+	cr, err = auth.AdminUser("faults-admin")
+	write("admin", cr, err)
+	for i := range 3 {
+		name := fmt.Sprintf("w%d", i)
+		cr, err := auth.WorkerUser(name)
+		write(name, cr, err)
+	}
+	return auth
+}
+
+// clientCreds are the flags of a CLI command that make it act as tenant
+// acme, with tenants on.
+func (c *cluster) clientCreds() []string {
+	if f := c.creds["tenant"]; f != "" {
+		return []string{"--nats-creds", f}
+	}
+	return nil
 }
 
 // poll waits until cond holds, failing the test after d.
@@ -364,7 +457,7 @@ func (c *cluster) monitor() {
 		case <-time.After(200 * time.Millisecond):
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		if s, err := coordinator.ReadJobSpec(ctx, c.nc, c.job); err == nil {
+		if s, err := coordinator.ReadJobSpec(ctx, c.admin, c.job); err == nil {
 			c.mu.Lock()
 			last := int64(0)
 			if n := len(c.cps); n > 0 {
@@ -379,7 +472,7 @@ func (c *cluster) monitor() {
 			c.mu.Unlock()
 		}
 		if kv == nil {
-			kv, _ = c.js.KeyValue(ctx, coordinator.LeaderBucket)
+			kv, _ = c.adminJS.KeyValue(ctx, coordinator.LeaderBucket)
 		}
 		if kv != nil {
 			if e, err := kv.Get(ctx, "coordinator"); err == nil {
@@ -762,8 +855,8 @@ func (c *cluster) finish(expected map[string]int, written int) {
 	// declined while the cluster settles) leaves the job running: try again.
 	for i := 0; ; i++ {
 		c.event("wstream stop %s", c.job)
-		cmd := exec.Command(c.wstream, "stop", "--nats", strings.Join(c.urls, ","), "--timeout", "2m",
-			"--savepoint", "nats-obj://faults_savepoints", c.job)
+		cmd := exec.Command(c.wstream, append(append([]string{"stop"}, c.clientCreds()...), "--nats", strings.Join(c.urls, ","), "--timeout", "2m",
+			"--savepoint", "nats-obj://faults_savepoints", c.job)...)
 		cmd.Dir = c.dir
 		out, err := cmd.CombinedOutput()
 		c.event("wstream stop: %v\n%s", err, out)
@@ -790,7 +883,7 @@ func (c *cluster) finish(expected map[string]int, written int) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	s, err := coordinator.ReadJobSpec(ctx, c.nc, c.job)
+	s, err := coordinator.ReadJobSpec(ctx, c.admin, c.job)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1023,6 +1116,9 @@ func (c *cluster) shutdown() {
 	}
 	for _, px := range c.proxies {
 		px.close()
+	}
+	if c.admin != nil && c.admin != c.nc {
+		c.admin.Close()
 	}
 	if c.nc != nil {
 		c.nc.Close()
