@@ -41,6 +41,9 @@ func clusterCheckpoints(c *cli.Context, id string) (job string, hist []coordinat
 		if err != nil {
 			return "", nil, nil, err
 		}
+		if len(jobs) == 0 {
+			return "", nil, nil, fmt.Errorf("no job on the cluster at %s", c.String("nats"))
+		}
 		if len(jobs) != 1 {
 			var ids []string
 			for _, j := range jobs {
@@ -49,6 +52,8 @@ func clusterCheckpoints(c *cli.Context, id string) (job string, hist []coordinat
 			return "", nil, nil, usageError{fmt.Errorf("checkpoints: %d jobs on the cluster (%s): name one", len(jobs), strings.Join(ids, ", "))}
 		}
 		id = jobs[0].JobID
+	} else if _, err := findJob(ctx, e.Conn(), id); err != nil {
+		return "", nil, nil, err
 	}
 	base, token, err := restOf(ctx, c, e.Conn())
 	if err != nil {
@@ -81,19 +86,8 @@ func restOf(ctx context.Context, c *cli.Context, nc *nats.Conn) (base, token str
 	}
 	base, token = settings["server"], settings["token"]
 	if base == "" {
-		js, err := jetstream.New(nc)
-		if err != nil {
+		if base, err = leaderHTTP(ctx, nc); err != nil {
 			return "", "", err
-		}
-		kv, err := js.KeyValue(ctx, coordinator.LeaderBucket)
-		if err == nil {
-			var e jetstream.KeyValueEntry
-			if e, err = kv.Get(ctx, "coordinator"); err == nil {
-				var l coordinator.LeaderInfo
-				if err = json.Unmarshal(e.Value(), &l); err == nil {
-					base = l.HTTP
-				}
-			}
 		}
 		if base == "" {
 			return "", "", fmt.Errorf("checkpoints --nats: the cluster's coordinator names no REST API (start wstream server with --http, or give the context a server URL: wstream context add --server URL)")
@@ -157,4 +151,44 @@ func upgradeEntryOf(u api.Upgrade) coordinator.UpgradeEntry {
 		e.Downtime, e.DowntimeKnown = time.Duration(*u.DowntimeMillis)*time.Millisecond, true
 	}
 	return e
+}
+
+// leaderHTTP is the REST API's URL the leading coordinator's lease names
+// ("" when it serves none). A coordinator writes it with the renewal
+// after it started serving: a lease without one is read again for up to
+// a lease period.
+func leaderHTTP(ctx context.Context, nc *nats.Conn) (string, error) {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return "", err
+	}
+	kv, err := js.KeyValue(ctx, coordinator.LeaderBucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return "", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	start, lease := time.Now(), coordinator.DefaultLease
+	for {
+		var l coordinator.LeaderInfo
+		e, err := kv.Get(ctx, "coordinator")
+		if err == nil {
+			err = json.Unmarshal(e.Value(), &l)
+		}
+		if err == nil && l.HTTP != "" {
+			return l.HTTP, nil
+		}
+		if err == nil && l.LeaseMillis > 0 {
+			lease = time.Duration(l.LeaseMillis) * time.Millisecond
+		}
+		if time.Since(start) > lease {
+			return "", nil
+		}
+		select {
+		case <-ctx.Done():
+			return "", ctx.Err()
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
 }
