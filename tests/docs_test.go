@@ -47,7 +47,12 @@ type docBlock struct {
 // docTestMark marks a block to run, optionally with the word count module
 // (the wat project wstream init writes, built) as wordcount.wasm in its
 // directory.
-var docTestMark = regexp.MustCompile(`^<!-- doc-test( wordcount\.wasm)? -->$`)
+//
+// <!-- doc-test server --> runs the block against a `wstream server` of its
+// own (tenants on, one in-process worker, data directory srv, which
+// WSTREAM_DATA names for the block's commands): the block's
+// nats://127.0.0.1:4222 stands for the server's URL.
+var docTestMark = regexp.MustCompile(`^<!-- doc-test( wordcount\.wasm| server)? -->$`)
 
 // inlineCommand is a command in a code span of the text: `wstream …`.
 var inlineCommand = regexp.MustCompile("`(wstream [^`]+)`")
@@ -382,6 +387,9 @@ func TestDocsOutputs(t *testing.T) {
 	}
 }
 
+// docNATSURL is the server a doc-test server block names.
+const docNATSURL = "nats://127.0.0.1:4222"
+
 // runDocBlock runs the `$ ` lines of b in a directory of its own, with
 // contexts of its own.
 func runDocBlock(t *testing.T, bin string, b docBlock) {
@@ -401,6 +409,12 @@ func runDocBlock(t *testing.T, bin string, b docBlock) {
 		if err := os.WriteFile(filepath.Join(dir, "wordcount.wasm"), wasm, 0o644); err != nil {
 			t.Fatal(err)
 		}
+	}
+	natsURL := ""
+	if b.setup == "server" {
+		srv := startTestServer(t, dir)
+		natsURL = srv.url
+		env = append(env, "WSTREAM_DATA="+srv.data)
 	}
 	lastCode := -1
 	for i := 0; i < len(b.lines); {
@@ -423,6 +437,11 @@ func runDocBlock(t *testing.T, bin string, b docBlock) {
 			continue
 		}
 		words := shellWords(cmdLine)
+		for k, w := range words {
+			if natsURL != "" && w == docNATSURL {
+				words[k] = natsURL
+			}
+		}
 		if len(words) == 0 || words[0] != "wstream" {
 			t.Fatalf("%s: a doc-test block runs wstream and echo $? only, got %q", where, cmdLine)
 		}
@@ -441,8 +460,12 @@ func runDocBlock(t *testing.T, bin string, b docBlock) {
 		case err != nil:
 			t.Fatalf("%s: %s: %v", where, cmdLine, err)
 		}
-		if !outputMatches(want, out.String()) {
-			t.Errorf("%s: %s printed\n%s\nthe doc shows\n%s", where, cmdLine, out.String(), want)
+		got := out.String()
+		if natsURL != "" {
+			got = strings.ReplaceAll(got, natsURL, docNATSURL)
+		}
+		if !outputMatches(want, got) {
+			t.Errorf("%s: %s printed\n%s\nthe doc shows\n%s", where, cmdLine, got, want)
 		}
 	}
 }

@@ -2,6 +2,7 @@ package tests
 
 import (
 	"encoding/json"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -66,6 +67,35 @@ func TestFollowEvents(t *testing.T) {
 		out.Result.DurationMillis == nil || len(out.Result.Metrics) == 0 || !strings.Contains(r.stderr, "finished: exit 0") {
 		t.Errorf("follow -o json of a finishing job: exit %d, %v\nstdout: %s\nstderr: %s", r.code, err, r.stdout, r.stderr)
 	}
+	// The same fields as GET /v1/jobs/{id} for the job and its result.
+	m := httpLine.FindStringSubmatch(srv.proc.stderr.String())
+	if m == nil {
+		t.Fatalf("the server names no REST API:\n%s", srv.proc.stderr.String())
+	}
+	token := readToken(t, filepath.Join(srv.data, "auth", "admin.token"))
+	var cliOut any
+	if err := json.Unmarshal([]byte(r.stdout), &cliOut); err != nil {
+		t.Fatal(err)
+	}
+	code, rest := restCall(t, http.MethodGet, m[1]+"/v1/jobs/"+id, token)
+	if code != http.StatusOK {
+		t.Fatalf("GET /v1/jobs/%s: %d %v", id, code, rest)
+	}
+	sameShape(t, "follow", cliOut, onlyKeys(rest, "jobId", "result"), "")
+
+	// cancel -o json answers as POST /v1/jobs/{id}/cancel does.
+	a, b := deployD("plan.json"), deployD("plan.json")
+	for _, j := range []string{a, b} {
+		clusterPoll(t, time.Minute, "the job does not run", func() bool { return srv.jobState(t, dir, j) == "RUNNING" })
+	}
+	r = runCLI(t, dir, append([]string{"cancel", "-o", "json", a}, srv.args()...)...)
+	if err := json.Unmarshal([]byte(r.stdout), &cliOut); r.code != 0 || err != nil {
+		t.Fatalf("cancel -o json: exit %d, %v\n%s%s", r.code, err, r.stdout, r.stderr)
+	}
+	if code, rest = restCall(t, http.MethodPost, m[1]+"/v1/jobs/"+b+"/cancel", token); code != http.StatusAccepted {
+		t.Fatalf("POST /v1/jobs/%s/cancel: %d %v", b, code, rest)
+	}
+	sameShape(t, "cancel", cliOut, rest, "")
 
 	// Failed: exit 1.
 	if err := os.WriteFile(filepath.Join(dir, "fails.json"), []byte(`{"name":"fails","vertices":[

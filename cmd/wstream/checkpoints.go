@@ -15,13 +15,19 @@ import (
 func checkpointsCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "checkpoints",
-		Usage:     "list the checkpoint history of a job in --data",
+		Usage:     "list the checkpoint history of a job in --data, or of a cluster's job through --nats",
 		ArgsUsage: "[JOB]",
-		Description: `Prints one line per checkpoint of the job (the only job in --data when
-JOB is omitted): id, status, duration, state size, persisted in-flight bytes,
-and the slowest subtask's alignment, sync and async times; then the
-checkpoints retained on disk.`,
-		Flags: []cli.Flag{dataFlag, outputFlag},
+		Description: `Prints one line per checkpoint of the job (the only job when JOB is
+omitted): id, status, duration, state size, persisted in-flight bytes, and the
+slowest subtask's alignment, sync and async times; then the checkpoints retained
+on disk, and the job's upgrades.
+
+A job whose files are in --data (a local deploy's, or a server's on this host) is
+read from there. Otherwise, with --nats, through the cluster: the leading
+coordinator's REST API, which its lease names (or the context's server URL), with
+the admin's token of --data's auth directory or the context's token; the
+checkpoints retained are then not listed.`,
+		Flags: []cli.Flag{dataFlag, natsFlag, outputFlag},
 		Action: func(c *cli.Context) error {
 			asJSON, err := jsonOutput(c)
 			if err != nil {
@@ -29,6 +35,13 @@ checkpoints retained on disk.`,
 			}
 			dir := c.String("data")
 			id := c.Args().First()
+			if c.String("nats") != "" && !localJob(dir, id) {
+				id, hist, ups, err := clusterCheckpoints(c, id)
+				if err != nil {
+					return err
+				}
+				return printCheckpoints(c.App.Writer, asJSON, id, hist, nil, ups)
+			}
 			if id == "" {
 				recs, err := coordinator.ListRecords(dir)
 				if err != nil {
@@ -101,4 +114,15 @@ func printCheckpoints(w io.Writer, asJSON bool, id string, hist []coordinator.Hi
 	fmt.Fprintf(w, "retained: %v (* = unaligned)\n", ids)
 	printUpgrades(w, ups)
 	return nil
+}
+
+// localJob reports whether job id (any job, for "") has its files in the
+// data directory dir.
+func localJob(dir, id string) bool {
+	if id == "" {
+		recs, err := coordinator.ListRecords(dir)
+		return err == nil && len(recs) > 0
+	}
+	_, err := coordinator.ReadRecord(dir, id)
+	return err == nil
 }
