@@ -69,7 +69,7 @@ type Outcome struct {
 // ErrFinished is returned for an event that reaches a finished Machine.
 var ErrFinished = errors.New("subtask: the subtask has finished")
 
-// snapState is the snapshot between SnapshotSync and Ack.
+// snapState is a snapshot between SnapshotSync and Persist.
 type snapState struct {
 	id        int64
 	unaligned bool
@@ -89,7 +89,10 @@ type Machine struct {
 	open    int
 	actions []Action
 
-	snaps        []*snapState // in progress, oldest first
+	snaps []*snapState // before Persist, oldest first
+	// lastSnapshot is the newest checkpoint the subtask took its part of;
+	// aborting, the checkpoint the coordinator aborted while the handler
+	// drops it (no decline then).
 	lastSnapshot int64
 	aborting     int64
 	// ended: every input ended; the subtask waits for its final checkpoint
@@ -203,8 +206,9 @@ func (m *Machine) Data(ch int, bytes int) error {
 	return nil
 }
 
-// afterInput ends the work of one input message: an alignment that timed
-// out is not checked here but in Tick; the output goes out.
+// afterInput ends the work of one input message: the output goes out. (An
+// alignment past its timeout switches in Tick: the driver ticks when
+// NextWake has passed, between messages too.)
 func (m *Machine) afterInput() { m.emit(Flush{}) }
 
 // Barrier handles barrier id of kind read from channel ch at time now.

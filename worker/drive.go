@@ -270,6 +270,9 @@ func (t *task) newSnapshot(id int64) *snapshotInProgress {
 // the snapshot.
 func (t *task) forwardBarrier(ctx context.Context, a subtask.ForwardBarrier) error {
 	snap := t.snap
+	// The wait to forward the barrier is not the snapshot's sync time.
+	start := time.Now()
+	defer func() { t.snapStart = t.snapStart.Add(time.Since(start)) }()
 	barrier := transport.Message{Kind: transport.KindBarrier, Checkpoint: a.ID, CheckpointKind: uint8(a.Kind), Timestamp: snap.trigger}
 	for _, o := range t.outs {
 		if t.ended {

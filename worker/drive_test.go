@@ -110,3 +110,82 @@ func TestSyncPhaseFailureDeclines(t *testing.T) {
 		}
 	}
 }
+
+// TestAlignedTimeoutSwitchesWithoutInput: an aligned checkpoint whose
+// alignment outlives the aligned timeout switches to unaligned when the
+// gate's timer wakes the subtask, with no input arriving: the barrier goes
+// downstream before the late channel delivers its own, the data that
+// channel delivers before its barrier is channel state, and the ack says
+// the snapshot was unaligned.
+func TestAlignedTimeoutSwitchesWithoutInput(t *testing.T) {
+	st, err := checkpoint.OpenStorage(filepath.Join(t.TempDir(), "checkpoints"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	acks := make(chan transport.CheckpointAck, 8)
+	a, b := transport.NewLocalChannel(8), transport.NewLocalChannel(8)
+	out := transport.NewLocalChannel(64)
+	tk := &task{
+		id: checkpoint.TaskID{Chain: 1, Subtask: 0}, label: "op/0", now: time.Now, wm: abi.MinWatermark,
+		chain: &job.Chain{Vertices: []*job.Vertex{{ID: "op"}}},
+		ckpt: &ckptEnv{storage: st, mode: checkpoint.ExactlyOnce, alignedTimeout: 50, tmpDir: t.TempDir(),
+			publish: func(a transport.CheckpointAck) { acks <- a }},
+		mbox: newMailbox(), triggerTS: map[int64]int64{},
+		gate:   transport.NewInputGate([]transport.InputChannel{a, b}),
+		inputs: []inputRef{{edge: 0, peer: 0}, {edge: 0, peer: 1}},
+		outs: []*outEdge{{edge: &job.ChainEdge{Partition: job.PartitionForward}, peers: []int{0},
+			chans: []transport.OutputChannel{out}, bufs: make([]abi.Builder, 1), maxPar: 128}},
+	}
+	tk.mbox.poke = tk.gate.Interrupt
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- tk.runGate(ctx) }()
+
+	barrier := transport.Message{Kind: transport.KindBarrier, Checkpoint: 1,
+		CheckpointKind: uint8(checkpoint.KindCheckpoint), Timestamp: time.Now().UnixMilli()}
+	if err := a.Send(ctx, barrier); err != nil {
+		t.Fatal(err)
+	}
+	// Nothing more arrives: only the timer can make the subtask forward
+	// the barrier.
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		m, ok := out.TryRecv()
+		if ok {
+			if m.Kind != transport.KindBarrier || m.Checkpoint != 1 {
+				t.Fatalf("downstream got %v of %d, want barrier 1", m.Kind, m.Checkpoint)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the barrier was not forwarded after the aligned timeout")
+		}
+		time.Sleep(5 * time.Millisecond) // polling, with the deadline above
+	}
+	var rec abi.Builder
+	rec.Add(0, 0, nil, []byte("late"))
+	if err := b.Send(ctx, transport.Message{Kind: transport.KindData, Data: rec.Bytes()}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Send(ctx, barrier); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case ack := <-acks:
+		if ack.ID != 1 || ack.Decline != "" || !ack.Metrics.Unaligned {
+			t.Fatalf("ack %+v, want an unaligned snapshot of checkpoint 1", ack)
+		}
+		if ack.State == nil || len(ack.State.Channels) != 1 {
+			t.Fatalf("channel state %+v, want the late channel's data", ack.State)
+		}
+	case err := <-done:
+		t.Fatalf("the subtask ended: %v", err)
+	case <-time.After(60 * time.Second):
+		t.Fatal("no ack of checkpoint 1")
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("runGate: %v", err)
+	}
+}

@@ -104,8 +104,9 @@ type task struct {
 	inputs    []inputRef // gate index → channel
 	triggerTS map[int64]int64
 	snap      *snapshotInProgress
-	// snapStart is when the snapshot in progress started, and syncErr why
-	// its synchronous phase failed.
+	// snapStart is when the snapshot in progress started (moved on by the
+	// time its barrier took to go out), and syncErr why its synchronous
+	// phase failed.
 	snapStart time.Time
 	syncErr   error
 	// prio wakes a send blocked by backpressure for a checkpoint trigger or
