@@ -26,6 +26,7 @@ import (
 	"github.com/wstream/wstream/checkpoint"
 	"github.com/wstream/wstream/coordinator"
 	"github.com/wstream/wstream/internal/testmod"
+	"github.com/wstream/wstream/tenant"
 	"github.com/wstream/wstream/transport"
 )
 
@@ -251,12 +252,12 @@ func (c *cluster) setUp() {
 			t.Fatal(err)
 		}
 	}
-	nodeAuth := func(int) string { return "" }
+	var auth *tenant.Authority
 	if c.sched.tenants {
-		nodeAuth = c.setUpTenants()
+		auth = c.setUpTenants()
 	}
 	for i := range 3 {
-		conf, err := writeNATSConfig(c.dir, i, ports, routes, nodeAuth(i))
+		conf, err := writeNATSConfig(c.dir, i, ports, routes, auth)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -382,6 +383,55 @@ func (c *cluster) setUp() {
 	c.event("job %s deployed", c.job)
 	go c.monitor()
 	go c.supervise()
+}
+
+// setUpTenants creates the tenant authority that the coordinators share,
+// tenant acme, and the credentials files of the test's clients (acme's
+// and the admin's) and of each worker.
+func (c *cluster) setUpTenants() *tenant.Authority {
+	t := c.t
+	c.authDir = filepath.Join(c.dir, "auth")
+	auth, err := tenant.Open(c.authDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := auth.Add("acme", tenant.Quotas{}); err != nil {
+		t.Fatal(err)
+	}
+	c.creds = map[string]string{}
+	write := func(name string, cr tenant.Creds, err error) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := cr.File()
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := filepath.Join(c.dir, name+".creds")
+		if err := os.WriteFile(p, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		c.creds[name] = p
+	}
+	cr, err := auth.TenantUser("acme", "faults")
+	write("tenant", cr, err)
+	cr, err = auth.AdminUser("faults-admin")
+	write("admin", cr, err)
+	for i := range 3 {
+		name := fmt.Sprintf("w%d", i)
+		cr, err := auth.WorkerUser(name)
+		write(name, cr, err)
+	}
+	return auth
+}
+
+// clientCreds are the flags of a CLI command that make it act as tenant
+// acme, with tenants on.
+func (c *cluster) clientCreds() []string {
+	if f := c.creds["tenant"]; f != "" {
+		return []string{"--nats-creds", f}
+	}
+	return nil
 }
 
 // poll waits until cond holds, failing the test after d.

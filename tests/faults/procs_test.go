@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/wstream/wstream/internal/testmod"
+	"github.com/wstream/wstream/tenant"
 )
 
 // build builds the wstream CLI and the nats-server of the module the
@@ -195,8 +196,9 @@ type natsNode struct {
 // writeNATSConfig writes node i's configuration: JetStream syncing every
 // write, routes to the other nodes, and no advertising of the cluster's
 // addresses, so that clients stay behind their proxies.
-// auth is appended (tenants: the operator the node trusts).
-func writeNATSConfig(dir string, i int, ports, routes []int, auth string) (string, error) {
+// With auth, the node trusts the tenant authority's operator, with a
+// resolver of its own.
+func writeNATSConfig(dir string, i int, ports, routes []int, auth *tenant.Authority) (string, error) {
 	var rs []string
 	for j, r := range routes {
 		if j != i {
@@ -216,7 +218,9 @@ cluster {
   routes: [%s]
 }
 `, i, ports[i], filepath.Join(dir, fmt.Sprintf("n%d-store", i)), routes[i], strings.Join(rs, ", "))
-	conf += auth
+	if auth != nil {
+		conf += auth.ServerConfig(filepath.Join(dir, fmt.Sprintf("n%d-jwt", i)))
+	}
 	path := filepath.Join(dir, fmt.Sprintf("n%d.conf", i))
 	return path, os.WriteFile(path, []byte(conf), 0o644)
 }
