@@ -86,6 +86,12 @@ func TestDeposedLeaderCompletesNoCheckpoint(t *testing.T) {
 	acks.mu.Lock()
 	acks.manual = make(chan transport.CheckpointControl, 16)
 	acks.mu.Unlock()
+	// A trigger sent before the subscription was lost, and would hold
+	// back the next one until its timeout: abort it (as startCkptJob does).
+	c.mu.Lock()
+	d := c.jobs[id].ckpt
+	c.mu.Unlock()
+	d.abortPending("the test's worker subscribed")
 	var ctl transport.CheckpointControl
 	select {
 	case ctl = <-acks.manual:
