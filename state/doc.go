@@ -124,7 +124,8 @@
 // timers seeks a key group once every few windows, not once a window. Open and ImportCanonical load
 // no timers: a store that did not start empty reads them as it needs
 // them, so a subtask with ten million pending timers opens at once and
-// holds 5-10 MiB of them per operator and domain.
+// holds 5-10 MiB of them per operator and domain, and up to 4 MiB of
+// runs read ahead.
 //
 // PopTimers hands due timers to the runtime as an abi timer batch, at most
 // MaxTimersPerPop a call. The deletions of fired timers wait in a buffer
