@@ -20,7 +20,8 @@ const minMemoryBudget = 16 << 20
 // bounds the changes the stores' caches gather between flushes (a key
 // written again before its flush costs Pebble one write), and half the
 // clean entries they keep; both are split evenly among the stores open at
-// each flush. Pebble's memtables (budgetMemTableSize a store, grown as
+// each flush, and a store's changes may take what its clean entries leave
+// of their share (Store.CacheEntries). Pebble's memtables (budgetMemTableSize a store, grown as
 // writes come) are outside it.
 // A Budget is safe for concurrent use.
 type Budget struct {

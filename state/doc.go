@@ -69,7 +69,12 @@
 // cache, a quarter bounds the changed entries each store gathers between
 // flushes (CacheEntries, which callers flush at), and half the clean
 // entries the caches keep, in bytes, entry overhead included; the stores
-// open at a flush split both evenly. A tenant's memory quota
+// open at a flush split both evenly; the changes may also take what the
+// clean entries leave of their share (CacheEntries grows by it), so that a
+// state that fits the budget, a keyed count over 1M keys on the default,
+// changes every key between two checkpoints without a flush in between,
+// while the clean entries and the changes stay within the two shares
+// together. A tenant's memory quota
 // (Options.MemoryBytes) bounds its store further. A store that started
 // empty knows every entry it wrote to Pebble was in its cache: until the
 // cache evicts one, a key it does not hold is absent, and reading it costs
@@ -119,7 +124,8 @@
 // timers seeks a key group once every few windows, not once a window. Open and ImportCanonical load
 // no timers: a store that did not start empty reads them as it needs
 // them, so a subtask with ten million pending timers opens at once and
-// holds 5-10 MiB of them per operator and domain.
+// holds 5-10 MiB of them per operator and domain, and up to 4 MiB of
+// runs read ahead.
 //
 // PopTimers hands due timers to the runtime as an abi timer batch, at most
 // MaxTimersPerPop a call. The deletions of fired timers wait in a buffer

@@ -225,7 +225,7 @@ func (v *VertexState) NextTimer(domain int32) (ts int64, ok bool) {
 // order, merged from the owned key groups. When they are all, the queue
 // holds every timer and is no longer partial.
 //
-// Each key group's timers come from a run read ahead (timerAhead): one
+// Each key group's timers come from a run read ahead (aheadRun): one
 // iterator seek reads the next timerAheadRun of them, and later refills
 // take what is left of it before they seek again, so that a queue of
 // millions of timers seeks a key group once every few windows rather than
@@ -305,6 +305,10 @@ func (v *VertexState) refill(domain int32) error {
 // many timers as its window.
 var timerAheadRun = 1024
 
+// timerAheadBytes bounds the keys of one run read ahead, so that a queue's
+// runs hold at most 4 MiB over 128 key groups whatever its keys' size.
+const timerAheadBytes = 32 << 10
+
 // aheadRun is the timers of one key group read ahead from Pebble for the
 // refills of a queue, from pos on, in key order: every timer of the key
 // group from the queue's bound up to the last one read, and none of them
@@ -361,7 +365,7 @@ func (v *VertexState) readAhead(q *timerQueue, g int, pfx []byte) error {
 		ok = it.First()
 	}
 	r.keys, r.ends, r.pos, r.read = r.keys[:0], r.ends[:0], 0, true
-	for ; ok && len(r.ends) < timerAheadRun; ok = it.Next() {
+	for ; ok && len(r.ends) < timerAheadRun && len(r.keys) < timerAheadBytes; ok = it.Next() {
 		r.keys = append(r.keys, it.Key()...)
 		r.ends = append(r.ends, int32(len(r.keys)))
 	}
