@@ -62,7 +62,7 @@ type deadLetterState struct {
 	// left (a stack: the last runs first) and the range running now.
 	stage     int
 	sizeBound bool
-	todo      []settleRange
+	left      []settleRange
 	running   *settleRange
 }
 
@@ -121,9 +121,9 @@ func (m *Machine) Trap(f Failure) error {
 	if d.running != nil {
 		r.oneByOne = d.running.oneByOne
 		d.running = nil
-		if n := len(d.todo); n > 0 && d.todo[n-1].lo == f.Hi {
+		if n := len(d.left); n > 0 && d.left[n-1].lo == f.Hi {
 			// A left half failed: its right half is no longer known to.
-			d.todo[n-1].bad = false
+			d.left[n-1].bad = false
 		}
 	}
 	switch {
@@ -135,8 +135,8 @@ func (m *Machine) Trap(f Failure) error {
 		m.deadLetter(f.Lo)
 		if r.oneByOne {
 			// After a bad record, the rest of the range whole.
-			if n := len(d.todo); n > 0 && d.todo[n-1].oneByOne {
-				d.todo[n-1].oneByOne = false
+			if n := len(d.left); n > 0 && d.left[n-1].oneByOne {
+				d.left[n-1].oneByOne = false
 			}
 		}
 	case f.Trap:
@@ -159,9 +159,9 @@ func (m *Machine) RangeDone(stage, lo, hi int) error {
 	d.running = nil
 	if r.oneByOne && r.hi-r.lo == 1 {
 		// Good record: go on one by one.
-		if n := len(d.todo); n > 0 && d.todo[n-1].oneByOne && d.todo[n-1].lo == r.hi {
-			rest := d.todo[n-1]
-			d.todo = d.todo[:n-1]
+		if n := len(d.left); n > 0 && d.left[n-1].oneByOne && d.left[n-1].lo == r.hi {
+			rest := d.left[n-1]
+			d.left = d.left[:n-1]
 			if rest.hi-rest.lo > 1 {
 				d.push(settleRange{lo: rest.lo + 1, hi: rest.hi, oneByOne: true})
 			}
@@ -182,7 +182,7 @@ func (d *deadLetterState) split(r settleRange) {
 
 func (d *deadLetterState) push(r settleRange) {
 	if r.hi > r.lo {
-		d.todo = append(d.todo, r)
+		d.left = append(d.left, r)
 	}
 }
 
@@ -190,9 +190,9 @@ func (d *deadLetterState) push(r settleRange) {
 // known to fail without running them.
 func (m *Machine) next() {
 	d := &m.dl
-	for len(d.todo) > 0 && !m.finished {
-		r := d.todo[len(d.todo)-1]
-		d.todo = d.todo[:len(d.todo)-1]
+	for len(d.left) > 0 && !m.finished {
+		r := d.left[len(d.left)-1]
+		d.left = d.left[:len(d.left)-1]
 		if r.bad {
 			if r.hi-r.lo == 1 {
 				m.deadLetter(r.lo)
