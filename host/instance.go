@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -143,11 +144,22 @@ type Instance struct {
 // an expired or cancelled call closes the instance for good. Host functions
 // recover the instance from it with a type assertion.
 type callCtx struct {
-	inst     *Instance
-	done     chan struct{}
-	timer    *time.Timer
+	inst  *Instance
+	done  chan struct{}
+	timer *time.Timer
+	ended atomic.Int32 // ctxLive, ctxExpired or ctxCanceled
+	// mu guards the call's budget below, which the timer's goroutine reads
+	// when it fires.
+	mu       sync.Mutex
+	armed    bool // a call is running under the deadline
+	start    time.Time
+	budget   time.Duration
 	deadline time.Time
-	ended    atomic.Int32 // ctxLive, ctxExpired or ctxCanceled
+	// waiter tells the call's storage waits, which do not count against
+	// the budget (operator.StorageWaiter); waited0 is its reading at the
+	// call's start. nil: every moment counts.
+	waiter  operator.StorageWaiter
+	waited0 time.Duration
 	// unwatch stops watching the context the instance was created with.
 	unwatch func() bool
 	// stop is the instance's stop flag (instrument.StopExport), set once
@@ -169,7 +181,7 @@ type instanceKey struct{}
 func (c *callCtx) init(i *Instance) {
 	c.inst = i
 	c.done = make(chan struct{})
-	c.timer = time.AfterFunc(time.Hour, c.expire)
+	c.timer = time.AfterFunc(time.Hour, c.fire)
 	c.timer.Stop()
 }
 
@@ -207,18 +219,59 @@ func (c *callCtx) end(why int32) {
 
 func (c *callCtx) canceled() bool { return c.ended.Load() == ctxCanceled }
 
-// armAt starts the deadline of a call that started at now.
-func (c *callCtx) armAt(now time.Time, d time.Duration) {
-	c.deadline = now.Add(d)
+// armAt starts the deadline of a call that started at now; w (nil for
+// none) tells the storage waits that the deadline leaves out.
+func (c *callCtx) armAt(now time.Time, d time.Duration, w operator.StorageWaiter) {
+	c.mu.Lock()
+	c.armed, c.start, c.budget, c.deadline = true, now, d, now.Add(d)
+	c.waiter, c.waited0 = w, 0
+	if w != nil {
+		c.waited0 = w.StorageWait()
+	}
 	c.timer.Reset(d)
+	c.mu.Unlock()
 }
 
-// disarm stops the deadline timer and reports whether it fired. A timer
-// that fired after the guest returned still counts: the call took its whole
-// budget, and the context is done for good.
+// leftLocked is what remains of the call's budget at now: the time since
+// its start, less the storage waits since, counts against it.
+func (c *callCtx) leftLocked(now time.Time) time.Duration {
+	used := now.Sub(c.start)
+	if c.waiter != nil {
+		used -= c.waiter.StorageWait() - c.waited0
+	}
+	return c.budget - used
+}
+
+// fire runs when the timer fires: the call expires, unless storage waits
+// give it more time, for which the timer is set again.
+func (c *callCtx) fire() {
+	c.mu.Lock()
+	if !c.armed {
+		c.mu.Unlock()
+		return
+	}
+	now := time.Now()
+	if left := c.leftLocked(now); left > 0 {
+		c.deadline = now.Add(left)
+		c.timer.Reset(left)
+		c.mu.Unlock()
+		return
+	}
+	c.mu.Unlock()
+	c.expire()
+}
+
+// disarm stops the deadline timer and reports whether the call expired. A
+// timer that fired after the guest returned, or is firing now, still counts
+// when the call used its whole budget: the context is done for good.
 func (c *callCtx) disarm() bool {
-	if !c.timer.Stop() {
+	c.mu.Lock()
+	c.armed = false
+	if !c.timer.Stop() && c.ended.Load() == ctxLive && c.leftLocked(time.Now()) <= 0 {
+		c.mu.Unlock()
 		c.expire()
+	} else {
+		c.mu.Unlock()
 	}
 	return c.ended.Load() == ctxExpired
 }
@@ -234,8 +287,12 @@ func (c *callCtx) sleep(ns int64) {
 	}
 }
 
-func (c *callCtx) Deadline() (time.Time, bool) { return c.deadline, true }
-func (c *callCtx) Done() <-chan struct{}       { return c.done }
+func (c *callCtx) Deadline() (time.Time, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.deadline, true
+}
+func (c *callCtx) Done() <-chan struct{} { return c.done }
 func (c *callCtx) Err() error {
 	switch c.ended.Load() {
 	case ctxExpired:
@@ -585,7 +642,11 @@ func (i *Instance) call(s *slot, ph phase, out operator.Collector, fn api.Functi
 	i.emitted, i.emitBytes, i.stateBytes = 0, 0, 0
 	i.stderr.resetTail()
 	start := time.Now()
-	i.cc.armAt(start, i.r.timeout)
+	var waiter operator.StorageWaiter
+	if s != nil {
+		waiter = s.waiter
+	}
+	i.cc.armAt(start, i.r.timeout, waiter)
 	err := fn.CallWithStack(&i.cc, i.stack[:max(n, 1)])
 	expired := i.cc.disarm()
 	if s != nil && s.stats != nil {

@@ -28,7 +28,8 @@ type slot struct {
 	spec    operator.Spec
 	outputs []string // spec.Outputs, or ["main"]
 	svc     operator.Services
-	who     string // "vertex (operator)" for errors and logs
+	waiter  operator.StorageWaiter // svc's, when it tells its storage waits
+	who     string                 // "vertex (operator)" for errors and logs
 	// stats, when set, counts the slot's guest and host calls.
 	stats *CallStats
 
@@ -59,6 +60,7 @@ func (s *slot) Open(spec operator.Spec, svc operator.Services) error {
 		s.outputs = []string{"main"}
 	}
 	s.svc = svc
+	s.waiter, _ = svc.(operator.StorageWaiter)
 	// The plan is the module's: its names are guest text too.
 	s.who = EscapeGuestText([]byte(spec.VertexID), 256, false)
 	if spec.Operator != "" && spec.Operator != spec.VertexID {

@@ -6,6 +6,7 @@ package operator
 
 import (
 	"errors"
+	"time"
 
 	"github.com/wstream/wstream/abi"
 )
@@ -121,6 +122,17 @@ type StateManyGetter interface {
 // is a hint: a ref that no longer leads to its pair, or never did, makes
 // the put find the pair as StatePut does. Zero is none.
 type StateRef uint32
+
+// StorageWaiter is Services that tells how long its state has waited on
+// storage (reads that missed memory, writes a full memtable stalled) in
+// the operator's calls. A guest's call deadline leaves that time out: the
+// deadline bounds the guest's own work, and a loaded disk is not the
+// guest's doing. StorageWait is safe for concurrent use.
+type StorageWaiter interface {
+	// StorageWait is the time waited so far, since the state was opened,
+	// a wait in progress included; it never decreases.
+	StorageWait() time.Duration
+}
 
 // StateRefPutter is KeyedState that takes the StateRef of a pair with a
 // put, as the host does for a guest's state_write_batch after the

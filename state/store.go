@@ -125,6 +125,7 @@ type Options struct {
 // cache of recently used entries, and the timers of the subtask's operators.
 // It is not safe for concurrent use: the subtask's goroutine owns it.
 type Store struct {
+	io     ioClock
 	dir    string
 	db     *pebble.DB
 	maxPar int
@@ -462,6 +463,8 @@ func (s *Store) ready() error {
 	}
 	po := s.lazy
 	s.lazy = nil
+	s.io.enter()
+	defer s.io.leave()
 	db, err := pebble.Open(s.dir, po)
 	if err != nil {
 		s.err = fmt.Errorf("state: open pebble in %s: %w", s.dir, err)
@@ -655,6 +658,8 @@ func (s *Store) commit() error {
 		return nil
 	}
 	n := len(s.batch.Repr())
+	s.io.enter()
+	defer s.io.leave()
 	if err := s.batch.Commit(pebble.NoSync); err != nil {
 		return s.fail("commit batch", err)
 	}
@@ -819,6 +824,8 @@ func (s *Store) load(pk []byte, h uint64) (int32, error) {
 		// never reached Pebble (Store.filter).
 		return s.cache.insert(pk, h), nil
 	}
+	s.io.enter()
+	defer s.io.leave()
 	val, closer, err := s.db.Get(pk)
 	if err != nil {
 		if errors.Is(err, pebble.ErrNotFound) {

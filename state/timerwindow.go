@@ -342,6 +342,8 @@ func (v *VertexState) readAhead(q *timerQueue, g int, pfx []byte) error {
 	if r.left() > 0 || r.done {
 		return nil
 	}
+	s.io.enter()
+	defer s.io.leave()
 	kg := s.groups.Start + g
 	pfx[0], pfx[1] = byte(kg>>8), byte(kg)
 	var from []byte
@@ -423,6 +425,8 @@ func (s *Store) timerExists(pk []byte) (bool, error) {
 	if err := s.ready(); err != nil {
 		return false, err
 	}
+	s.io.enter()
+	defer s.io.leave()
 	_, closer, err := s.db.Get(pk)
 	if errors.Is(err, pebble.ErrNotFound) {
 		return false, nil

@@ -221,6 +221,15 @@ func (s *stageServices) Watermark() int64            { return s.t.wm }
 func (s *stageServices) ProcessingTime() int64       { return s.t.now().UnixMilli() }
 func (s *stageServices) Log(level int32, msg string) { s.log(level, msg) }
 
+// StorageWait is the stage's state's (operator.StorageWaiter); 0 for a
+// stage without keyed state.
+func (s *stageServices) StorageWait() time.Duration {
+	if w, ok := s.keyedState.(operator.StorageWaiter); ok {
+		return w.StorageWait()
+	}
+	return 0
+}
+
 // noKeyedState refuses keyed state: the stage's input is not key-partitioned.
 type noKeyedState struct{}
 
