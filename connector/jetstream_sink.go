@@ -672,7 +672,7 @@ func (s *jsSink) deleteStagedOf(o txnOwner, op string) error {
 	if parent == nil {
 		parent = context.Background()
 	}
-	objs, err := objlist.List(parent, s.obs, jsConnectTimeout)
+	objs, err := objlist.List(parent, s.obs, jsConnectTimeout, objlist.Policy)
 	if errors.Is(err, jetstream.ErrNoObjectsFound) {
 		return nil
 	}
