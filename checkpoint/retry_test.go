@@ -4,170 +4,32 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"io"
 	"io/fs"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/wstream/wstream/internal/testkit/objfault"
 	"github.com/wstream/wstream/internal/transient"
 )
-
-// tooManyRequests is what the client makes of the answer of a JetStream
-// server whose stream's inbound queue is full (a server that syncs every
-// write, on a busy machine): a fault of the moment.
-var tooManyRequests = &jetstream.APIError{Code: 429, ErrorCode: 10167, Description: "too many requests"}
 
 // fastRetry is transient.Default's number of attempts with waits a test
 // does not notice.
 var fastRetry = transient.Policy{Attempts: transient.Default.Attempts, Base: time.Millisecond, Max: 5 * time.Millisecond}
 
-// flakyOp names a request of the object store that a flakyStore faults.
-type flakyOp string
-
-const (
-	opPut    flakyOp = "put"
-	opGet    flakyOp = "get"
-	opInfo   flakyOp = "info"
-	opList   flakyOp = "list"
-	opDelete flakyOp = "delete"
-)
-
-// flakyStore is a real JetStream object store whose requests first meet
-// faults of the moment, each as the real client meets it: a put is
-// refused with 429 after its first chunk went to the server (which the
-// client then purges), a get's info request and a list time out (the real
-// client called with a deadline that passed), an info request is answered
-// 429, a delete finds no responders. fail says how many calls of an
-// operation on one object fail before one goes through; with once, only
-// the first call of each operation on each object fails, however many
-// callers there are.
-type flakyStore struct {
-	jetstream.ObjectStore
-	mu    sync.Mutex
-	fail  map[flakyOp]int
-	once  bool
-	seen  map[string]bool // with once: op and object that failed already
-	calls map[flakyOp]int // calls that met a fault
-}
-
-func (f *flakyStore) setFail(op flakyOp, n int) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.fail == nil {
-		f.fail = map[flakyOp]int{}
-	}
-	f.fail[op] = n
-}
-
-func (f *flakyStore) faulted(op flakyOp) int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.calls[op]
-}
-
-// hit says whether this call of op on name meets a fault, and counts it.
-func (f *flakyStore) hit(op flakyOp, name string) bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.calls == nil {
-		f.calls, f.seen = map[flakyOp]int{}, map[string]bool{}
-	}
-	switch {
-	case f.once:
-		key := string(op) + " " + name
-		if f.seen[key] {
-			return false
-		}
-		f.seen[key] = true
-	case f.fail[op] > 0:
-		f.fail[op]--
-	default:
-		return false
-	}
-	f.calls[op]++
-	return true
-}
-
-// expired is a context whose deadline passed: the real client's request
-// times out at once.
-func expired(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithDeadline(ctx, time.Now().Add(-time.Second))
-}
-
-func (f *flakyStore) Put(ctx context.Context, meta jetstream.ObjectMeta, r io.Reader) (*jetstream.ObjectInfo, error) {
-	if f.hit(opPut, meta.Name) {
-		r = &refusedAfter{r: r, n: 128 << 10}
-	}
-	return f.ObjectStore.Put(ctx, meta, r)
-}
-
-// refusedAfter reads n bytes of r, then fails with 429: the put has sent
-// its first chunk when it meets the fault.
-type refusedAfter struct {
-	r io.Reader
-	n int
-}
-
-func (a *refusedAfter) Read(p []byte) (int, error) {
-	if a.n <= 0 {
-		return 0, tooManyRequests
-	}
-	n, err := a.r.Read(p[:min(len(p), a.n)])
-	a.n -= n
-	if err == io.EOF {
-		// Shorter than a chunk: refused all the same.
-		return n, tooManyRequests
-	}
-	return n, err
-}
-
-func (f *flakyStore) Get(ctx context.Context, name string, opts ...jetstream.GetObjectOpt) (jetstream.ObjectResult, error) {
-	if f.hit(opGet, name) {
-		ectx, cancel := expired(ctx)
-		defer cancel()
-		return f.ObjectStore.Get(ectx, name, opts...)
-	}
-	return f.ObjectStore.Get(ctx, name, opts...)
-}
-
-func (f *flakyStore) GetInfo(ctx context.Context, name string, opts ...jetstream.GetObjectInfoOpt) (*jetstream.ObjectInfo, error) {
-	if f.hit(opInfo, name) {
-		return nil, tooManyRequests
-	}
-	return f.ObjectStore.GetInfo(ctx, name, opts...)
-}
-
-func (f *flakyStore) List(ctx context.Context, opts ...jetstream.ListObjectsOpt) ([]*jetstream.ObjectInfo, error) {
-	if f.hit(opList, "") {
-		ectx, cancel := expired(ctx)
-		defer cancel()
-		return f.ObjectStore.List(ectx, opts...)
-	}
-	return f.ObjectStore.List(ctx, opts...)
-}
-
-func (f *flakyStore) Delete(ctx context.Context, name string) error {
-	if f.hit(opDelete, name) {
-		return nats.ErrNoResponders
-	}
-	return f.ObjectStore.Delete(ctx, name)
-}
-
-// makeFlaky puts a flakyStore under the object backend of s, with
+// makeFlaky puts an objfault.Flaky under the object backend of s, with
 // fastRetry.
-func makeFlaky(t *testing.T, s *Storage) *flakyStore {
+func makeFlaky(t *testing.T, s *Storage) *objfault.Flaky {
 	t.Helper()
 	ob, ok := s.b.(*objBackend)
 	if !ok {
 		t.Fatalf("storage %s is not in an object store", s.Root())
 	}
-	f := &flakyStore{ObjectStore: ob.obs}
+	f := objfault.NewFlaky(ob.obs)
 	ob.obs, ob.retry = f, fastRetry
 	return f
 }
@@ -177,7 +39,7 @@ func makeFlaky(t *testing.T, s *Storage) *flakyStore {
 // must come out as it does on a store that answers at once.
 func flakyObjStorage(t *testing.T) backend {
 	b := objStorage(t)
-	makeFlaky(t, b.s).once = true
+	makeFlaky(t, b.s).Once = true
 	return b
 }
 
@@ -191,13 +53,13 @@ func TestObjectPutRetried(t *testing.T) {
 	for _, refusals := range []int{1, fastRetry.Attempts - 1} {
 		b := objStorage(t)
 		f := makeFlaky(t, b.s)
-		f.setFail(opPut, refusals)
+		f.Fail(objfault.OpPut, refusals)
 		h, err := b.s.WriteFile(1, "tasks/0-1/channels/in-0-0", data)
 		if err != nil {
 			t.Fatalf("WriteFile refused %d times: %v", refusals, err)
 		}
-		if f.faulted(opPut) != refusals {
-			t.Fatalf("%d puts refused, want %d", f.faulted(opPut), refusals)
+		if f.Faulted(objfault.OpPut) != refusals {
+			t.Fatalf("%d puts refused, want %d", f.Faulted(objfault.OpPut), refusals)
 		}
 		if got := b.read(DirName(1) + "/tasks/0-1/channels/in-0-0"); !bytes.Equal(got, data) {
 			t.Fatalf("stored %d bytes after %d refusals, want the %d written", len(got), refusals, len(data))
@@ -217,10 +79,10 @@ func TestObjectPutRetried(t *testing.T) {
 	before := b.names()
 	msgs := streamMsgs(t, b.nc)
 	f := makeFlaky(t, b.s)
-	f.setFail(opPut, fastRetry.Attempts)
+	f.Fail(objfault.OpPut, fastRetry.Attempts)
 	_, err := b.s.WriteFile(2, "tasks/0-1/channels/in-0-0", data)
 	var ex *transient.Exhausted
-	if !errors.As(err, &ex) || ex.Attempts != fastRetry.Attempts || !errors.Is(err, tooManyRequests) {
+	if !errors.As(err, &ex) || ex.Attempts != fastRetry.Attempts || !errors.Is(err, objfault.TooManyRequests) {
 		t.Fatalf("WriteFile refused every time = %v; want the 429 after %d attempts", err, fastRetry.Attempts)
 	}
 	for _, what := range []string{"too many requests", "gave up after", "chk-0000000002/tasks/0-1/channels/in-0-0", "bucket ckpt", "nats-obj://ckpt/jobs/j1"} {
@@ -264,23 +126,23 @@ func streamMsgs(t *testing.T, nc *nats.Conn) uint64 {
 // missing or corrupt, nothing is skipped or deleted, and it is found once
 // the store answers.
 func TestObjectReadRetried(t *testing.T) {
-	for _, op := range []flakyOp{opGet, opInfo, opList} {
+	for _, op := range []objfault.ObjectOp{objfault.OpGet, objfault.OpInfo, objfault.OpList} {
 		t.Run(string(op), func(t *testing.T) {
 			b := objStorage(t)
 			writeTestCheckpoint(t, b.s, 1)
 			writeTestCheckpoint(t, b.s, 2)
 			f := makeFlaky(t, b.s)
 
-			f.setFail(op, fastRetry.Attempts-1)
+			f.Fail(op, fastRetry.Attempts-1)
 			m, skipped, err := b.s.LatestUsable()
 			if err != nil || m.ID != 2 || len(skipped) != 0 {
 				t.Fatalf("LatestUsable, %d faults = %v, %v, %v; want checkpoint 2", fastRetry.Attempts-1, m, skipped, err)
 			}
-			if f.faulted(op) != fastRetry.Attempts-1 {
-				t.Fatalf("%d calls met a fault, want %d", f.faulted(op), fastRetry.Attempts-1)
+			if f.Faulted(op) != fastRetry.Attempts-1 {
+				t.Fatalf("%d calls met a fault, want %d", f.Faulted(op), fastRetry.Attempts-1)
 			}
 
-			f.setFail(op, 1000)
+			f.Fail(op, 1000)
 			m, skipped, err = b.s.LatestUsable()
 			if !errors.Is(err, ErrUnavailable) || errors.Is(err, ErrCorrupt) || errors.Is(err, ErrNoCheckpoint) ||
 				errors.Is(err, fs.ErrNotExist) || m != nil || len(skipped) != 0 {
@@ -290,7 +152,7 @@ func TestObjectReadRetried(t *testing.T) {
 			if !errors.As(err, &ex) || ex.Attempts != fastRetry.Attempts || !strings.Contains(err.Error(), "gave up after") {
 				t.Fatalf("error %q does not say the attempts were spent", err)
 			}
-			f.setFail(op, 0)
+			f.Fail(op, 0)
 			if ids, err := b.s.Completed(); err != nil || !slices.Equal(ids, []int64{1, 2}) {
 				t.Fatalf("Completed once the store answers = %v, %v; want both kept", ids, err)
 			}
@@ -327,7 +189,7 @@ func TestObjectAnswersNotRetried(t *testing.T) {
 	if err := b.s.Verify(m); !errors.Is(err, ErrCorrupt) || errors.Is(err, ErrUnavailable) || calls > intact {
 		t.Fatalf("Verify of a damaged file = %v after %d gets (%d when intact); want ErrCorrupt, no get again", err, calls, intact)
 	}
-	if n := f.faulted(opGet) + f.faulted(opInfo); n != 0 {
+	if n := f.Faulted(objfault.OpGet) + f.Faulted(objfault.OpInfo); n != 0 {
 		t.Fatalf("%d faults injected; want none", n)
 	}
 }
@@ -350,14 +212,14 @@ func TestObjectDeleteRetried(t *testing.T) {
 	writeTestCheckpoint(t, b.s, 1)
 	writeTestCheckpoint(t, b.s, 2)
 	f := makeFlaky(t, b.s)
-	f.setFail(opDelete, fastRetry.Attempts-1)
+	f.Fail(objfault.OpDelete, fastRetry.Attempts-1)
 	if err := b.s.Discard(1); err != nil {
 		t.Fatalf("Discard with %d deletes unanswered: %v", fastRetry.Attempts-1, err)
 	}
 	if ids, err := b.s.Completed(); err != nil || !slices.Equal(ids, []int64{2}) {
 		t.Fatalf("Completed = %v, %v; want [2]", ids, err)
 	}
-	f.setFail(opDelete, 1000)
+	f.Fail(objfault.OpDelete, 1000)
 	err := b.s.Discard(2)
 	if err == nil || !errors.Is(err, nats.ErrNoResponders) || !strings.Contains(err.Error(), "gave up after") {
 		t.Fatalf("Discard with every delete unanswered = %v; want no responders, attempts spent", err)
