@@ -13,8 +13,9 @@ import (
 
 // lostPullBound is how soon a record published once a lost pull's server
 // is back must arrive. Two missed 500 ms heartbeats are a second; without
-// the option nats.go asks for 5 s heartbeats and notices after 10 s, and a
-// pull whose heartbeats nobody watches waits for its 30 s expiry.
+// the option the ordered consumer's pulls ask for nats.go's 5 s heartbeats
+// and notice after 10 s, and a pull whose heartbeats nobody watches waits
+// for its 30 s expiry.
 const lostPullBound = 5 * time.Second
 
 // TestJetStreamSourceLostPull: a source reading through a leaf node whose
