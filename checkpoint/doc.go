@@ -199,7 +199,7 @@
 // A request that meets a fault of the moment (a 429 "too many requests"
 // from a server that syncs every write on a busy machine, a timeout, no
 // responders while a stream's leader moves) is tried again with backoff
-// and jitter (internal/transient: 6 attempts, about 6 s of waiting); a
+// and jitter (internal/transient: 6 attempts, 3 to 6 s of waiting in all); a
 // put calls its fill again from the start. An answer (not found, a digest
 // that does not match) is not asked again. When every attempt meets such a
 // fault, a read is ErrUnavailable, never missing or corrupt, and a put

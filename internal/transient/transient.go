@@ -62,7 +62,7 @@ type Policy struct {
 	Base, Max time.Duration
 }
 
-// Default rides out a burst a busy server refused (about 6 s of waiting
+// Default rides out a burst a busy server refused (3 to 6 s of waiting
 // in all) without keeping a checkpoint or a deploy waiting long for a
 // server that is gone.
 var Default = Policy{Attempts: 6, Base: 200 * time.Millisecond, Max: 3 * time.Second}
