@@ -34,6 +34,8 @@ type Backend interface {
 	// Put stores what fill writes as the object name, atomically: it
 	// appears complete, or not at all (an existing object of that name is
 	// then kept). An error of fill comes back wrapped, so errors.Is finds it.
+	// fill may be called again, when a put that met a fault of the moment
+	// is tried again: each call writes the whole content from its start.
 	Put(name string, o PutOptions, fill func(io.Writer) error) error
 	// Open opens the object name for reading its stored bytes.
 	Open(name string) (ObjectReader, error)

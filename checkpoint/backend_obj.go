@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/wstream/wstream/internal/objlist"
+	"github.com/wstream/wstream/internal/transient"
 )
 
 // ObjectScheme begins the location of a storage kept in a JetStream object
@@ -126,7 +127,7 @@ func OpenObjectStorage(js jetstream.JetStream, bucket, prefix string, replicas i
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint: open object store %s: %w", location, err)
 	}
-	b := &objBackend{obs: obs, bucket: bucket, location: location}
+	b := &objBackend{obs: obs, bucket: bucket, location: location, retry: transient.Default}
 	if prefix != "" {
 		b.prefix = prefix + "/"
 	}
@@ -139,23 +140,35 @@ func OpenObjectStorage(js jetstream.JetStream, bucket, prefix string, replicas i
 // after all its chunks, and a put cut short leaves no object, so there are
 // no temporaries; puts replace atomically, so NoReplace is not needed (the
 // last put of a shared object wins, with the same bytes). It has no
-// directories to sync.
+// directories to sync. Every request that meets a fault of the moment (a
+// 429, a timeout, no responders) is tried again as retry says; a read that
+// meets one every time is unavailable, never missing or corrupt.
 type objBackend struct {
 	obs      jetstream.ObjectStore
 	bucket   string
 	prefix   string // "" or ending in "/"
 	location string
+	retry    transient.Policy
 }
 
 func (b *objBackend) Location() string { return b.location }
 
 func (b *objBackend) objName(name string) string { return b.prefix + name }
 
-func opContext() (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.Background(), objectOpTimeout)
+// Put stores the object, trying again (with fill called again) when the
+// server met a fault of the moment: a server that syncs every write
+// answers a burst of chunks with 429 on a busy machine.
+func (b *objBackend) Put(name string, o PutOptions, fill func(io.Writer) error) error {
+	err := transient.Do(context.Background(), b.retry, func(context.Context) error {
+		return b.putOnce(name, o, fill)
+	})
+	if err != nil {
+		return fmt.Errorf("put object %s into bucket %s: %w", b.objName(name), b.bucket, err)
+	}
+	return nil
 }
 
-func (b *objBackend) Put(name string, o PutOptions, fill func(io.Writer) error) error {
+func (b *objBackend) putOnce(name string, o PutOptions, fill func(io.Writer) error) error {
 	pr, pw := io.Pipe()
 	sum := sha256.New()
 	var n int64
@@ -175,18 +188,19 @@ func (b *objBackend) Put(name string, o PutOptions, fill func(io.Writer) error) 
 	ferr := <-filled
 	switch {
 	case err != nil && ferr != nil && errors.Is(err, ferr):
-		return ferr // fill failed: the put read its error
+		// fill failed, and the put read its error: trying again would
+		// not mend what fill reads from.
+		return transient.Permanent(ferr)
 	case err != nil:
-		return fmt.Errorf("put object %s into bucket %s: %w", b.objName(name), b.bucket, err)
+		return err
 	case ferr != nil:
 		// Not expected: the put stored a stream that ended in an error.
 		_ = b.Delete(name)
-		return ferr
+		return transient.Permanent(ferr)
 	}
 	want := hex.EncodeToString(sum.Sum(nil))
 	if got, derr := jetstream.DecodeObjectDigest(info.Digest); derr != nil || hex.EncodeToString(got) != want || int64(info.Size) != n {
-		return fmt.Errorf("put object %s into bucket %s: stored %d bytes with digest %s, wrote %d with SHA-256 %s",
-			b.objName(name), b.bucket, info.Size, info.Digest, n, want)
+		return fmt.Errorf("stored %d bytes with digest %s, wrote %d with SHA-256 %s", info.Size, info.Digest, n, want)
 	}
 	return nil
 }
@@ -215,19 +229,27 @@ func (r *objReader) Close() error { return r.r.Close() }
 func (r *objReader) Size() int64  { return r.size }
 
 func (b *objBackend) Open(name string) (ObjectReader, error) {
-	res, err := b.obs.Get(context.Background(), b.objName(name))
+	var r *objReader
+	err := transient.Do(context.Background(), b.retry, func(ctx context.Context) error {
+		res, err := b.obs.Get(ctx, b.objName(name))
+		if err != nil {
+			return err
+		}
+		info, err := res.Info()
+		if err != nil {
+			res.Close()
+			return err
+		}
+		r = &objReader{r: res, name: name, size: int64(info.Size)}
+		return nil
+	})
 	if errors.Is(err, jetstream.ErrObjectNotFound) {
 		return nil, fmt.Errorf("object %s of bucket %s: %w", b.objName(name), b.bucket, fs.ErrNotExist)
 	}
 	if err != nil {
 		return nil, unavailable(fmt.Errorf("object %s of bucket %s: %w", b.objName(name), b.bucket, err))
 	}
-	info, err := res.Info()
-	if err != nil {
-		res.Close()
-		return nil, unavailable(fmt.Errorf("object %s of bucket %s: %w", b.objName(name), b.bucket, err))
-	}
-	return &objReader{r: res, name: name, size: int64(info.Size)}, nil
+	return r, nil
 }
 
 func (b *objBackend) info(name string, oi *jetstream.ObjectInfo) ObjectInfo {
@@ -239,9 +261,14 @@ func (b *objBackend) info(name string, oi *jetstream.ObjectInfo) ObjectInfo {
 }
 
 func (b *objBackend) Stat(name string) (ObjectInfo, error) {
-	ctx, cancel := opContext()
-	defer cancel()
-	oi, err := b.obs.GetInfo(ctx, b.objName(name))
+	var oi *jetstream.ObjectInfo
+	err := transient.Do(context.Background(), b.retry, func(ctx context.Context) error {
+		ctx, cancel := context.WithTimeout(ctx, objectOpTimeout)
+		defer cancel()
+		var err error
+		oi, err = b.obs.GetInfo(ctx, b.objName(name))
+		return err
+	})
 	switch {
 	case errors.Is(err, jetstream.ErrObjectNotFound):
 		return ObjectInfo{}, fmt.Errorf("object %s of bucket %s: %w", b.objName(name), b.bucket, fs.ErrNotExist)
@@ -253,7 +280,7 @@ func (b *objBackend) Stat(name string) (ObjectInfo, error) {
 
 // all returns every object whose name begins with dir, by name.
 func (b *objBackend) all(dir string) (map[string]*jetstream.ObjectInfo, error) {
-	infos, err := objlist.List(context.Background(), b.obs, objectOpTimeout)
+	infos, err := objlist.List(context.Background(), b.obs, objectOpTimeout, b.retry)
 	if errors.Is(err, jetstream.ErrNoObjectsFound) {
 		return map[string]*jetstream.ObjectInfo{}, nil
 	}
@@ -293,9 +320,11 @@ func (b *objBackend) List(dir string) ([]ObjectInfo, error) {
 }
 
 func (b *objBackend) Delete(name string) error {
-	ctx, cancel := opContext()
-	defer cancel()
-	err := b.obs.Delete(ctx, b.objName(name))
+	err := transient.Do(context.Background(), b.retry, func(ctx context.Context) error {
+		ctx, cancel := context.WithTimeout(ctx, objectOpTimeout)
+		defer cancel()
+		return b.obs.Delete(ctx, b.objName(name))
+	})
 	if err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {
 		return fmt.Errorf("delete object %s of bucket %s: %w", b.objName(name), b.bucket, err)
 	}

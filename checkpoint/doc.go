@@ -110,8 +110,9 @@
 // unavailable one stays ErrUnavailable and is never taken for damage, so
 // LatestUsable stops there instead of passing the checkpoint over, and
 // nothing is deleted because it could not be read. The tests run every
-// behaviour against both backends and a third that injects faults (slow,
-// unavailable, corrupt, missing, failed puts) around them.
+// behaviour against both backends, a third that injects faults (slow,
+// unavailable, corrupt, missing, failed puts) around them, and the object
+// store with a fault of the moment before every request.
 //
 // The layout, in a directory or as object names:
 //
@@ -194,6 +195,16 @@
 // several hosts both upload it, and the last put wins; the bytes are the
 // same, since a job's workers compress at the plan's level and zstd's
 // output for a level is deterministic.
+//
+// A request that meets a fault of the moment (a 429 "too many requests"
+// from a server that syncs every write on a busy machine, a timeout, no
+// responders while a stream's leader moves) is tried again with backoff
+// and jitter (internal/transient: 6 attempts, 3 to 6 s of waiting in all); a
+// put calls its fill again from the start. An answer (not found, a digest
+// that does not match) is not asked again. When every attempt meets such a
+// fault, a read is ErrUnavailable, never missing or corrupt, and a put
+// fails with the last error, naming the object and the bucket: the
+// subtask declines that checkpoint.
 //
 // CopyCheckpoint copies a complete checkpoint with the shared files it
 // references into another Storage of either kind, stored bytes as they

@@ -183,13 +183,14 @@ func faultStorage(t *testing.T) backend {
 }
 
 // forBackends runs fn against every backend: a directory, the object
-// store of a real embedded JetStream server, and the fault-injecting
-// backend over a directory.
+// store of a real embedded JetStream server, the fault-injecting backend
+// over a directory, and the object store whose every request first meets
+// a fault of the moment.
 func forBackends(t *testing.T, fn func(t *testing.T, b backend)) {
 	for _, c := range []struct {
 		name string
 		open func(*testing.T) backend
-	}{{"dir", dirStorage}, {"obj", objStorage}, {"fault", faultStorage}} {
+	}{{"dir", dirStorage}, {"obj", objStorage}, {"fault", faultStorage}, {"obj-flaky", flakyObjStorage}} {
 		t.Run(c.name, func(t *testing.T) { fn(t, c.open(t)) })
 	}
 }

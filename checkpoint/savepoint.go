@@ -134,13 +134,14 @@ func (s *Storage) copyStored(id int64, h FileHandle, dst *Storage) error {
 	if h.Shared && dst.verifyFile(id, h) == nil {
 		return nil // dst holds it already
 	}
-	r, err := s.open(id, h)
-	if err != nil {
-		return err
-	}
-	defer r.Close()
+	// Opened by each call: a put tried again calls fill again.
 	fill := func(w io.Writer) error {
-		_, err := io.Copy(w, r)
+		r, err := s.open(id, h)
+		if err != nil {
+			return err
+		}
+		defer r.Close()
+		_, err = io.Copy(w, r)
 		return err
 	}
 	o := writeOpts{check: storedCheck(h)}

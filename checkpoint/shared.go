@@ -116,8 +116,7 @@ func (s *Storage) PutShared(src string, rawSHA256 string) (h FileHandle, uploade
 	// Never replace a file another process may have just written; a
 	// damaged one is replaced.
 	w, err := s.put(rel, opts, PutOptions{Meta: meta, NoReplace: state == sharedAbsent}, func(dst io.Writer) error {
-		_, err := io.Copy(dst, f)
-		return err
+		return copyFrom(dst, f)
 	})
 	if errors.Is(err, fs.ErrExist) {
 		existing, state, ierr := s.inspectShared(rel, rawSHA256)

@@ -137,7 +137,9 @@ func (s *Storage) WriteFile(id int64, rel string, data []byte) (FileHandle, erro
 // WriteFrom stores in checkpoint id's file rel what fill writes, as it is:
 // for content that is compressed already (a canonical savepoint), which
 // compressing again would only slow down. It streams: nothing is staged in
-// a temporary copy.
+// a temporary copy, so fill is called again when a put to an object store
+// is tried again, and must write the whole content from its start each
+// time.
 func (s *Storage) WriteFrom(id int64, rel string, fill func(io.Writer) error) (FileHandle, error) {
 	rel, err := s.checkWritable(id, rel)
 	if err != nil {
@@ -180,11 +182,21 @@ func (s *Storage) copyFile(id int64, rel string, src string, level int) (FileHan
 	}
 	defer f.Close()
 	return s.writeAtomic(id, rel, level, func(w io.Writer) error {
-		if _, err := io.Copy(w, f); err != nil {
+		if err := copyFrom(w, f); err != nil {
 			return fmt.Errorf("copy from %s: %w", src, err)
 		}
 		return nil
 	})
+}
+
+// copyFrom copies f to w from its start, for a fill that a put tried again
+// calls again.
+func copyFrom(w io.Writer, f *os.File) error {
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return err
+	}
+	_, err := io.Copy(w, f)
+	return err
 }
 
 // CopyDir copies every regular file below srcDir to the directory rel

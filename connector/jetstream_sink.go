@@ -19,6 +19,7 @@ import (
 
 	"github.com/wstream/wstream/abi"
 	"github.com/wstream/wstream/internal/objlist"
+	"github.com/wstream/wstream/internal/transient"
 )
 
 // jsSinkConfig is the configuration of the "jetstream" sink.
@@ -495,9 +496,18 @@ func (s *jsSink) PreCommit(id int64) ([]byte, error) {
 	if n := s.open.Len(); n > 0 {
 		data := append([]byte(nil), s.open.Bytes()...)
 		name := s.objectName(id)
-		ctx, cancel := apiContext(s.ctx)
-		_, err := s.obs.PutBytes(ctx, name, data)
-		cancel()
+		// A server that syncs every write may refuse a burst with 429 on a
+		// busy machine: the put is tried again before the sink fails.
+		parent := s.ctx
+		if parent == nil {
+			parent = context.Background()
+		}
+		err := transient.Do(parent, transient.Default, func(ctx context.Context) error {
+			ctx, cancel := apiContext(ctx)
+			defer cancel()
+			_, err := s.obs.PutBytes(ctx, name, data)
+			return err
+		})
 		if err != nil {
 			s.err = fmt.Errorf("%s: precommit %d: stage the transaction as %s: %w", s.what, id, name, err)
 			return nil, s.err
@@ -672,7 +682,7 @@ func (s *jsSink) deleteStagedOf(o txnOwner, op string) error {
 	if parent == nil {
 		parent = context.Background()
 	}
-	objs, err := objlist.List(parent, s.obs, jsConnectTimeout)
+	objs, err := objlist.List(parent, s.obs, jsConnectTimeout, objlist.Policy)
 	if errors.Is(err, jetstream.ErrNoObjectsFound) {
 		return nil
 	}

@@ -13,6 +13,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/wstream/wstream/abi"
+	"github.com/wstream/wstream/internal/testkit/objfault"
+	"github.com/wstream/wstream/internal/transient"
 )
 
 // outStream creates stream "out" on out.> with a duplicate window.
@@ -529,5 +531,44 @@ func TestJetStreamSinkRecoverFrom(t *testing.T) {
 	}
 	if err := m.RecoverFrom([][]byte{states[1]}, 4); err == nil || !strings.Contains(err.Error(), "taken at checkpoint 5") {
 		t.Errorf("a state of another checkpoint: %v", err)
+	}
+}
+
+// TestJetStreamSinkStagingRetried: staging a transaction whose put is
+// refused with 429 fewer times than the limit pre-commits it, and its
+// commit publishes every record; refused every time, the pre-commit fails
+// saying which transaction, which object and why.
+func TestJetStreamSinkStagingRetried(t *testing.T) {
+	url, js := startJetStream(t)
+	outStream(t, js)
+	s := openJSSink(t, url, true, nil)
+	flaky := objfault.NewFlaky(s.obs)
+	s.obs = flaky
+	flaky.Fail(objfault.OpPut, transient.Default.Attempts-1)
+	if err := s.Write(recBatch(0, 5)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.PreCommit(1); err != nil {
+		t.Fatalf("PreCommit with its put refused %d times: %v", transient.Default.Attempts-1, err)
+	}
+	if n := flaky.Faulted(objfault.OpPut); n != transient.Default.Attempts-1 {
+		t.Fatalf("%d puts refused, want %d", n, transient.Default.Attempts-1)
+	}
+	if err := s.Commit(1); err != nil {
+		t.Fatal(err)
+	}
+	if got := streamMsgs(t, js, "out"); !slices.Equal(data(got), vals(0, 5)) {
+		t.Fatalf("after commit 1 the stream holds %q", data(got))
+	}
+
+	flaky.Fail(objfault.OpPut, transient.Default.Attempts)
+	if err := s.Write(recBatch(5, 8)); err != nil {
+		t.Fatal(err)
+	}
+	_, err := s.PreCommit(2)
+	var spent *transient.Exhausted
+	if !errors.As(err, &spent) || !errors.Is(err, objfault.TooManyRequests) || !strings.Contains(err.Error(), "precommit 2") ||
+		!strings.Contains(err.Error(), s.objectName(2)) {
+		t.Fatalf("PreCommit refused every time = %v; want the 429 for transaction 2's object, attempts spent", err)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/wstream/wstream/internal/transient"
 	"github.com/wstream/wstream/transport"
 )
 
@@ -52,11 +53,17 @@ func (m *ModuleStore) Store(ctx context.Context, digest string, wasm []byte) (st
 	obs := m.obs
 	m.mu.Unlock()
 	if obs != nil {
-		if err := putModule(ctx, obs, digest, wasm); err == nil {
+		err := putModule(ctx, obs, digest, wasm)
+		if err == nil {
 			return digest, nil
 		}
 		// The bucket may have gone since (a server that lost its store):
-		// look it up, or make it, again.
+		// look it up, or make it, again; unless the put was tried till
+		// its attempts were spent, or the caller gave up.
+		var spent *transient.Exhausted
+		if errors.As(err, &spent) || ctx.Err() != nil {
+			return "", err
+		}
 	}
 	obs, err := openModuleBucket(ctx, m.nc)
 	if err != nil {
@@ -80,18 +87,23 @@ func openModuleBucket(ctx context.Context, nc *nats.Conn) (jetstream.ObjectStore
 	if err != nil {
 		return nil, err
 	}
-	// Looked up first: creating (or updating) the bucket is two requests
-	// and a write of the stream's configuration.
-	obs, err := js.ObjectStore(ctx, transport.ModuleBucket)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		// One copy: the coordinator raises it to the cluster's --replicas
-		// (replicateModules) before a job runs from it.
-		obs, err = js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
-			Bucket:      transport.ModuleBucket,
-			Description: moduleBucketDescription,
-			Storage:     jetstream.FileStorage,
-		})
-	}
+	var obs jetstream.ObjectStore
+	err = transient.Do(ctx, transient.Default, func(ctx context.Context) error {
+		// Looked up first: creating (or updating) the bucket is two
+		// requests and a write of the stream's configuration.
+		var err error
+		obs, err = js.ObjectStore(ctx, transport.ModuleBucket)
+		if errors.Is(err, jetstream.ErrBucketNotFound) {
+			// One copy: the coordinator raises it to the cluster's
+			// --replicas (replicateModules) before a job runs from it.
+			obs, err = js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
+				Bucket:      transport.ModuleBucket,
+				Description: moduleBucketDescription,
+				Storage:     jetstream.FileStorage,
+			})
+		}
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("opening module store %s: %w", transport.ModuleBucket, err)
 	}
@@ -101,13 +113,19 @@ func openModuleBucket(ctx context.Context, nc *nats.Conn) (jetstream.ObjectStore
 // putModule puts wasm into obs under digest unless obs holds it already:
 // an object whose record gives the module's size and SHA-256. Other bytes
 // under the name (a broken upload) are replaced; the record is only the
-// uploader's word, and whoever fetches the module checks the bytes.
+// uploader's word, and whoever fetches the module checks the bytes. A put
+// that meets a fault of the moment (a server that syncs every write
+// answers a burst of chunks with 429 on a busy machine) is tried again.
 func putModule(ctx context.Context, obs jetstream.ObjectStore, digest string, wasm []byte) error {
-	if info, err := obs.GetInfo(ctx, digest); err == nil && info.Size == uint64(len(wasm)) && info.Digest == objectDigest(digest) {
-		return nil
-	}
-	if _, err := obs.PutBytes(ctx, digest, wasm); err != nil {
-		return fmt.Errorf("storing module %s: %w", digest, err)
+	err := transient.Do(ctx, transient.Default, func(ctx context.Context) error {
+		if info, err := obs.GetInfo(ctx, digest); err == nil && info.Size == uint64(len(wasm)) && info.Digest == objectDigest(digest) {
+			return nil
+		}
+		_, err := obs.PutBytes(ctx, digest, wasm)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("storing module %s (%d bytes) in %s: %w", digest, len(wasm), transport.ModuleBucket, err)
 	}
 	return nil
 }

@@ -12,6 +12,8 @@ import (
 	"strings"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/wstream/wstream/internal/transient"
 )
 
 // DefaultMaxModuleBytes is the largest module a coordinator or worker
@@ -92,15 +94,20 @@ func ReadModule(ctx context.Context, obs jetstream.ObjectStore, tenant, digest s
 }
 
 // FetchModule returns the bytes of module digest from obs, as ReadModule
-// reads them.
+// reads them. A fetch that meets a fault of the moment (a timeout, a 429,
+// no responders) is tried again from the start.
 func FetchModule(ctx context.Context, obs jetstream.ObjectStore, tenant, digest string, limit int64) ([]byte, error) {
-	size, err := StatModule(ctx, obs, tenant, digest, limit)
-	if err != nil {
-		return nil, err
-	}
 	var buf bytes.Buffer
-	buf.Grow(int(size)) // at most limit
-	if err := readModule(ctx, obs, tenant, digest, size, limit, &buf); err != nil {
+	err := transient.Do(ctx, transient.Default, func(ctx context.Context) error {
+		size, err := StatModule(ctx, obs, tenant, digest, limit)
+		if err != nil {
+			return err
+		}
+		buf.Reset()
+		buf.Grow(int(size)) // at most limit
+		return readModule(ctx, obs, tenant, digest, size, limit, &buf)
+	})
+	if err != nil {
 		return nil, err
 	}
 	return buf.Bytes(), nil

@@ -12,6 +12,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/wstream/wstream/internal/testkit/natstest"
+	"github.com/wstream/wstream/internal/testkit/objfault"
+	"github.com/wstream/wstream/internal/transient"
 	"github.com/wstream/wstream/transport"
 )
 
@@ -148,4 +150,60 @@ func TestFetchModule(t *testing.T) {
 	if _, err := transport.FetchModule(ctx, obs, "bolt", "module.wasm", 1<<20); err == nil || !strings.Contains(err.Error(), "64 lower-case hex digits") {
 		t.Fatalf("a name that is no digest: %v", err)
 	}
+}
+
+// TestFetchModuleRetried: a fetch whose info request is refused with 429
+// or whose get times out fewer times than the limit returns the module;
+// when every attempt times out, the error says so and which module; a
+// module whose bytes do not match its digest is an answer, fetched once.
+func TestFetchModuleRetried(t *testing.T) {
+	obs, _ := moduleStore(t)
+	ctx := testCtx(t)
+	wasm := bytes.Repeat([]byte("\x00asm\x01\x00\x00\x00"), 50000)
+	digest := transport.ModuleDigest(wasm)
+	if _, err := obs.PutBytes(ctx, digest, wasm); err != nil {
+		t.Fatal(err)
+	}
+	flaky := objfault.NewFlaky(obs)
+	flaky.Fail(objfault.OpInfo, 2)
+	flaky.Fail(objfault.OpGet, 2)
+	got, err := transport.FetchModule(ctx, flaky, "", digest, transport.DefaultMaxModuleBytes)
+	if err != nil || !bytes.Equal(got, wasm) {
+		t.Fatalf("FetchModule through 4 faults = %d bytes, %v; want the module", len(got), err)
+	}
+	if flaky.Faulted(objfault.OpInfo) != 2 || flaky.Faulted(objfault.OpGet) != 2 {
+		t.Fatalf("faults met: %d infos, %d gets; want 2 and 2", flaky.Faulted(objfault.OpInfo), flaky.Faulted(objfault.OpGet))
+	}
+
+	flaky.Fail(objfault.OpGet, 1000)
+	_, err = transport.FetchModule(ctx, flaky, "", digest, transport.DefaultMaxModuleBytes)
+	var spent *transient.Exhausted
+	if !errors.As(err, &spent) || !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), digest) {
+		t.Fatalf("FetchModule, every get timing out = %v; want the timeout, attempts spent, naming the module", err)
+	}
+
+	flaky.Fail(objfault.OpGet, 0)
+	liar := transport.ModuleDigest([]byte("another module"))
+	if _, err := obs.PutBytes(ctx, liar, make([]byte, 10)); err != nil {
+		t.Fatal(err)
+	}
+	before := flaky.Faulted(objfault.OpGet)
+	counting := &countingGets{ObjectStore: flaky}
+	if _, err := transport.FetchModule(ctx, counting, "", liar, transport.DefaultMaxModuleBytes); !errors.Is(err, transport.ErrModuleDigest) || counting.gets != 1 {
+		t.Fatalf("FetchModule of other bytes = %v after %d gets; want ErrModuleDigest after 1", err, counting.gets)
+	}
+	if flaky.Faulted(objfault.OpGet) != before {
+		t.Fatal("a fault was injected where none was asked for")
+	}
+}
+
+// countingGets counts the gets of an object store.
+type countingGets struct {
+	jetstream.ObjectStore
+	gets int
+}
+
+func (c *countingGets) Get(ctx context.Context, name string, opts ...jetstream.GetObjectOpt) (jetstream.ObjectResult, error) {
+	c.gets++
+	return c.ObjectStore.Get(ctx, name, opts...)
 }

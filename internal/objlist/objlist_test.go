@@ -37,10 +37,10 @@ func TestListRetriesTimeouts(t *testing.T) {
 		{"at once", &stalls{}, 1, nil},
 		{"after one stall", &stalls{n: 1}, 2, nil},
 		{"after two stalls", &stalls{n: 2}, 3, nil},
-		{"every attempt stalls", &stalls{n: Attempts}, Attempts, context.DeadlineExceeded},
+		{"every attempt stalls", &stalls{n: Policy.Attempts}, Policy.Attempts, context.DeadlineExceeded},
 		{"other errors are not retried", &stalls{err: jetstream.ErrNoObjectsFound}, 1, jetstream.ErrNoObjectsFound},
 	} {
-		objs, err := List(context.Background(), tc.lister, time.Millisecond)
+		objs, err := List(context.Background(), tc.lister, time.Millisecond, Policy)
 		if !errors.Is(err, tc.wantErr) || (err == nil) != (tc.wantErr == nil) {
 			t.Errorf("%s: error %v, want %v", tc.name, err, tc.wantErr)
 		}
@@ -54,8 +54,8 @@ func TestListRetriesTimeouts(t *testing.T) {
 	// The caller's own deadline ends it without another attempt.
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	s := &stalls{n: Attempts}
-	if _, err := List(ctx, s, time.Hour); !errors.Is(err, context.Canceled) || s.calls != 1 {
+	s := &stalls{n: Policy.Attempts}
+	if _, err := List(ctx, s, time.Hour, Policy); !errors.Is(err, context.Canceled) || s.calls != 1 {
 		t.Errorf("cancelled caller: %v after %d lists, want context.Canceled after 1", err, s.calls)
 	}
 }

@@ -3,6 +3,10 @@
 // the binary never links them:
 //
 //   - natstest starts embedded NATS JetStream servers for tests.
+//   - natsleaf starts a JetStream hub behind a leaf node, so a test can lose
+//     the pulls parked on the hub without its clients being told.
+//   - objfault wraps a real object store so that its requests meet faults
+//     of the moment (429, timeouts, no responders), deterministically.
 //   - testmod builds the example and test WASM modules (Go, C, Rust,
 //     AssemblyScript, WAT) and caches them by content.
 //   - wasmtest is a minimal host that drives guest modules next to their Go
