@@ -139,7 +139,7 @@ func (d *deadLetterState) failedBatch() {
 func (m *Machine) Call(stage, n int) error {
 	d := &m.dl
 	switch {
-	case m.finished:
+	case m.failed:
 		return ErrFinished
 	case !m.cfg.DeadLetters:
 		return fmt.Errorf("subtask: a guarded call of stage %d without dead letters", stage)
@@ -179,7 +179,7 @@ func (m *Machine) DeadLetterCount() int64 { return m.dl.count }
 // Trap handles a failed guest call. Without dead letters it fails the
 // subtask; with them the call is undone and its records settled.
 func (m *Machine) Trap(f Failure) error {
-	if m.finished {
+	if m.failed {
 		return ErrFinished
 	}
 	if f.Lo < 0 || f.Hi < f.Lo || f.Done < 0 || (f.Hi > f.Lo && f.Done >= f.Hi-f.Lo) {
@@ -236,7 +236,7 @@ func (m *Machine) Trap(f Failure) error {
 
 // RangeDone reports that RunRange [lo, hi) at stage succeeded.
 func (m *Machine) RangeDone(stage, lo, hi int) error {
-	if m.finished {
+	if m.failed {
 		return ErrFinished
 	}
 	d := &m.dl
@@ -282,7 +282,7 @@ func (d *deadLetterState) push(r settleRange) {
 // known to fail without running them.
 func (m *Machine) next() {
 	d := &m.dl
-	for len(d.left) > 0 && !m.finished {
+	for len(d.left) > 0 && !m.failed {
 		r := d.left[len(d.left)-1]
 		d.left = d.left[:len(d.left)-1]
 		switch {

@@ -103,6 +103,10 @@ type Machine struct {
 	ended    bool
 	finalID  int64
 	finished bool
+	// failed: finished with an error. The dead-letter events report the
+	// work of actions emitted before a Finish (EndOfInput fires the
+	// timers into the guest), so a normal Finish does not refuse them.
+	failed bool
 	// idle: a source stopped emitting for the stop-with-savepoint stopID.
 	idle   bool
 	stopID int64
@@ -562,5 +566,6 @@ func (m *Machine) runHandler() {
 
 func (m *Machine) finish(f Finish) {
 	m.finished = true
+	m.failed = m.failed || f.Err != ""
 	m.emit(f)
 }

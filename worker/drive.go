@@ -33,6 +33,9 @@ func (t *task) newMachine() error {
 			cfg.AlignedTimeout = t.ckpt.alignedTimeout
 		}
 	}
+	if t.dl != nil {
+		cfg.DeadLetters, cfg.MaxDeadLetters, cfg.DeadLettersPerCheckpoint = true, t.dl.max, t.dl.perCkpt
+	}
 	m, err := subtask.NewMachine(cfg)
 	if err != nil {
 		return fmt.Errorf("subtask %s: %w", t.label, err)
