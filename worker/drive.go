@@ -20,8 +20,8 @@ import (
 // mailbox and the clock bring, and carries out the machine's actions in
 // their order (do).
 
-// newMachine makes the subtask's machine, once its input gate and its
-// checkpoint environment are known.
+// newMachine makes the subtask's machine, once its input gate, its
+// checkpoint environment and its dead letters are known.
 func (t *task) newMachine() error {
 	var cfg subtask.Config
 	if t.gate != nil {
