@@ -9,8 +9,8 @@
 // keyed state stores) in parallel, each in three steps (newtask.go): open
 // (channels, and the keyed store on the restored checkpoint's files),
 // restore (a savepoint's keyed state, rescaled or migrated, and source
-// positions), wire (sources, sinks, operators, fair share, dead letters, then the
-// subtask machine).
+// positions), wire (sources, sinks, operators, fair share, dead letters,
+// then the subtask machine).
 //
 // A subtask's loop, per input message:
 //
