@@ -107,7 +107,8 @@ type deadLetterState struct {
 	stage        int
 	sizeBound    bool
 	left         []settleRange
-	running      *settleRange
+	running      settleRange
+	isRunning    bool
 }
 
 func (d *deadLetterState) wary() bool {
@@ -143,7 +144,7 @@ func (m *Machine) Call(stage, n int) error {
 		return ErrFinished
 	case !m.cfg.DeadLetters:
 		return fmt.Errorf("subtask: a guarded call of stage %d without dead letters", stage)
-	case d.running != nil || len(d.left) > 0:
+	case d.isRunning || len(d.left) > 0:
 		return fmt.Errorf("subtask: a call of stage %d while stage %d is settling", stage, d.stage)
 	case n < 0:
 		return fmt.Errorf("subtask: a call of stage %d on %d records", stage, n)
@@ -153,7 +154,7 @@ func (m *Machine) Call(stage, n int) error {
 	d.batches++
 	d.failed, d.causes, d.stage, d.sizeBound = false, 0, stage, false
 	if !wary || n <= WaryPiece {
-		d.running = &settleRange{lo: 0, hi: n}
+		d.running, d.isRunning = settleRange{lo: 0, hi: n}, true
 		m.emit(RunRange{Stage: stage, Lo: 0, Hi: n, CommitPoints: d.commitPoints})
 		return nil
 	}
@@ -190,7 +191,7 @@ func (m *Machine) Trap(f Failure) error {
 		return nil
 	}
 	d := &m.dl
-	if r := d.running; r == nil || d.stage != f.Stage || r.lo != f.Lo || r.hi != f.Hi {
+	if r := d.running; !d.isRunning || d.stage != f.Stage || r.lo != f.Lo || r.hi != f.Hi {
 		return fmt.Errorf("subtask: failure on records [%d,%d) of stage %d, but they are not running", f.Lo, f.Hi, f.Stage)
 	}
 	m.emit(Undo{Stage: f.Stage})
@@ -201,8 +202,8 @@ func (m *Machine) Trap(f Failure) error {
 	d.sizeBound = f.SizeBound
 	cause := d.causes
 	d.causes++
-	r := *d.running
-	d.running = nil
+	r := d.running
+	d.isRunning = false
 	if n := len(d.left); n > 0 && d.left[n-1].bad && d.left[n-1].lo == f.Hi {
 		// A left half failed: its right half is no longer known to.
 		d.left[n-1].bad = false
@@ -240,11 +241,11 @@ func (m *Machine) RangeDone(stage, lo, hi int) error {
 		return ErrFinished
 	}
 	d := &m.dl
-	if r := d.running; r == nil || d.stage != stage || r.lo != lo || r.hi != hi {
+	if r := d.running; !d.isRunning || d.stage != stage || r.lo != lo || r.hi != hi {
 		return fmt.Errorf("subtask: range [%d,%d) of stage %d done, but it is not running", lo, hi, stage)
 	}
-	r := *d.running
-	d.running = nil
+	r := d.running
+	d.isRunning = false
 	if n := len(d.left); r.oneByOne && r.hi-r.lo == 1 && n > 0 && d.left[n-1].oneByOne && d.left[n-1].lo == r.hi {
 		// Good record: go on one by one. When only the last is left,
 		// every record before it succeeded: it is the bad one, unless
@@ -291,7 +292,7 @@ func (m *Machine) next() {
 		case r.bad:
 			d.split(r)
 		default:
-			d.running = &r
+			d.running, d.isRunning = r, true
 			m.emit(RunRange{Stage: d.stage, Lo: r.lo, Hi: r.hi, CommitPoints: d.commitPoints})
 			return
 		}
@@ -306,7 +307,7 @@ func (m *Machine) deadLetter(i, cause int) {
 	over := d.max >= 0 && d.count > d.max
 	m.emit(DeadLetter{Stage: d.stage, Record: i, Cause: cause, Over: over})
 	if over {
-		d.left, d.running = nil, nil
+		d.left, d.isRunning = nil, false
 		m.finish(Finish{Err: fmt.Sprintf("more than %d dead letters", d.max)})
 	}
 }

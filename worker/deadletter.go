@@ -373,7 +373,7 @@ func (t *task) runRange(k int, in *batchInput, a subtask.RunRange) error {
 		if cp.journal != nil {
 			t.store.CommitUndo()
 		}
-		return t.machine.RangeDone(k, a.Lo, a.Hi)
+		return t.machineErr(t.machine.RangeDone(k, a.Lo, a.Hi))
 	}
 	t.dlErrs = append(t.dlErrs, err)
 	if !deadLettered(err) {
@@ -389,7 +389,16 @@ func (t *task) runRange(k int, in *batchInput, a subtask.RunRange) error {
 		}
 		f.Trap = t.inst.Broken()
 	}
-	return t.machine.Trap(f)
+	return t.machineErr(t.machine.Trap(f))
+}
+
+// machineErr names the subtask in an error of its machine (the driver's
+// bug: it reported what the machine did not ask for).
+func (t *task) machineErr(err error) error {
+	if err != nil {
+		return fmt.Errorf("subtask %s: %w", t.label, err)
+	}
+	return nil
 }
 
 // undo rolls the failed call of stage k back: its state changes to the
@@ -572,8 +581,8 @@ func (t *task) processGuarded(ctx context.Context, k int, batch []byte, timers b
 	in.reset(batch, timers)
 	defer func() { in.src = nil }()
 	t.dlErrs = t.dlErrs[:0]
-	if err := t.machine.Call(k, in.n); err != nil {
-		return fmt.Errorf("subtask %s: %w", t.label, err)
+	if err := t.machineErr(t.machine.Call(k, in.n)); err != nil {
+		return err
 	}
 	if err := t.settle(ctx, k, in); err != nil {
 		return err
@@ -615,7 +624,8 @@ func (t *task) settle(ctx context.Context, k int, in *batchInput) error {
 			case subtask.DeadLetter:
 				err = t.deadLetter(k, in, a)
 			default:
-				// A DeadLetter past the budget returned its error.
+				// (Finish comes only after a DeadLetter past the budget,
+				// which returned its error first.)
 				err = fmt.Errorf("subtask %s: the worker cannot carry out %v while settling a call", t.label, a)
 			}
 			if err != nil {
