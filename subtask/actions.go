@@ -20,13 +20,10 @@ type Hold struct{ What string }
 
 // Deliver: put the data batch just read from channel Ch through the
 // operator chain. Capture is the unaligned checkpoint whose input channel
-// state the batch also is (0: none). Pieces > 0: a dead-letter subtask
-// that failed often lately feeds the batch to the guest in pieces of that
-// many records.
+// state the batch also is (0: none).
 type Deliver struct {
 	Ch      int
 	Capture int64
-	Pieces  int
 }
 
 // Flush: send the output gathered so far (after each input message).
@@ -108,13 +105,22 @@ type Undo struct{ Stage int }
 // open every guest stage again.
 type RenewInstance struct{}
 
-// RunRange: run records [Lo, Hi) of the failed batch at Stage again, and
-// report with RangeDone.
-type RunRange struct{ Stage, Lo, Hi int }
+// RunRange: run records [Lo, Hi) of the batch of the Call at Stage (all of
+// them, or a piece, or a part of a failed range), and report with
+// RangeDone or Trap. CommitPoints: ask the guest to mark commit points (a
+// call failed lately).
+type RunRange struct {
+	Stage, Lo, Hi int
+	CommitPoints  bool
+}
 
-// DeadLetter: send record Record of the failed batch at Stage to the
-// dead-letter sink.
-type DeadLetter struct{ Stage, Record int }
+// DeadLetter: send record Record of the batch of the Call at Stage to the
+// dead-letter sink. Cause numbers the call's Trap (from 0) whose failure
+// it is; Over: it is one past the budget, and Finish follows.
+type DeadLetter struct {
+	Stage, Record, Cause int
+	Over                 bool
+}
 
 // Finish: the subtask is done; Err is why it failed ("" for a normal end),
 // Stopped that it stopped with a savepoint.
@@ -149,9 +155,6 @@ func (a Deliver) String() string {
 	if a.Capture > 0 {
 		s += " capture=" + strconv.FormatInt(a.Capture, 10)
 	}
-	if a.Pieces > 0 {
-		s += " pieces=" + strconv.Itoa(a.Pieces)
-	}
 	return s
 }
 func (Flush) String() string          { return "flush" }
@@ -178,10 +181,10 @@ func (EndOfInput) String() string      { return "end-of-input" }
 func (a Undo) String() string          { return "undo stage=" + strconv.Itoa(a.Stage) }
 func (RenewInstance) String() string   { return "renew-instance" }
 func (a RunRange) String() string {
-	return fmt.Sprintf("run-range stage=%d records=[%d,%d)", a.Stage, a.Lo, a.Hi)
+	return fmt.Sprintf("run-range stage=%d records=[%d,%d)%s", a.Stage, a.Lo, a.Hi, flag(a.CommitPoints, " commit-points"))
 }
 func (a DeadLetter) String() string {
-	return fmt.Sprintf("dead-letter stage=%d record=%d", a.Stage, a.Record)
+	return fmt.Sprintf("dead-letter stage=%d record=%d cause=%d%s", a.Stage, a.Record, a.Cause, flag(a.Over, " over"))
 }
 func (a Finish) String() string {
 	switch {

@@ -15,9 +15,10 @@
 //	(message | timer |      │      (trigger, complete,    │
 //	 interrupt)             ▼       abort, stop)          ▼
 //	                 ┌───────────────────────────────────────────┐
-//	guest failure ──▶│ Machine                                   │◀── snapshot phase done
-//	(Trap,RangeDone) │   Data Barrier CancelMarker EndOfInput    │    (SnapshotDone sync/async)
-//	time ───────────▶│   Tick Control Trap SnapshotDone          │
+//	guest call ─────▶│ Machine                                   │◀── snapshot phase done
+//	(Call, Trap,     │   Data Barrier CancelMarker EndOfInput    │    (SnapshotDone sync/async)
+//	 RangeDone)      │   Tick Control SnapshotDone               │
+//	time ───────────▶│   Call Trap RangeDone                     │
 //	                 │   ┌─────────────┐                         │
 //	                 │   │ Handler     │ aligned / at-least-once │
 //	                 │   │ (barriers)  │ unaligned / timeout     │
@@ -104,15 +105,19 @@
 //     after the end completing is the subtask's Finish (DESIGN.md checkpoint
 //     path step 8).
 //
-// Dead letters (Trap, RangeDone, RunRange, DeadLetter, Undo,
-// RenewInstance, and Deliver.Pieces for a wary subtask) model how
-// worker/deadletter.go settles a batch that a guest failed on; the worker
-// still settles with its own code (which also uses the guest's commit
-// points) and runs its machine without Config.DeadLetters, so guest
-// failures do not reach it yet. Config.SinkCanAbort is false in the worker:
-// no sink can abort a transaction whose pre-commit failed.
+// Dead letters (deadletter.go): in dead-letter mode the driver guards each
+// guest call of a stage on a batch or its timers (Call); the machine asks
+// for the ranges to run (RunRange: the batch whole, or in pieces while
+// failures are frequent), and for each that failed (Trap) to undo it
+// (Undo, RenewInstance), which records to run again and which to
+// dead-letter (DeadLetter), within the budget it counts.
+// Config.SinkCanAbort is false in the worker: no sink can abort a
+// transaction whose pre-commit failed.
 //
 // Actions the driver carries out may lead to further events (SnapshotDone
-// after SnapshotSync, RangeDone or Trap after RunRange); it feeds them before
-// taking the next GateEvent.
+// after SnapshotSync; Call while Deliver, FireTimers or EndOfInput runs a
+// guest, then RangeDone or Trap after each RunRange); it feeds them, and
+// carries out what they ask, before taking the next GateEvent. A machine
+// that finished normally still takes the dead-letter events of the actions
+// before its Finish (EndOfInput fires every timer).
 package subtask

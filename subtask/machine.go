@@ -19,6 +19,9 @@ type Config struct {
 	// subtask.
 	DeadLetters    bool
 	MaxDeadLetters int64
+	// DeadLettersPerCheckpoint: the budget counts the dead letters since
+	// the subtask's last snapshot rather than over the job's life.
+	DeadLettersPerCheckpoint bool
 	// SinkCanAbort: the sink's failed pre-commit leaves a transaction it can
 	// still abort, so the checkpoint is declined; otherwise what the
 	// transaction held is gone and only a restore brings it back.
@@ -100,6 +103,10 @@ type Machine struct {
 	ended    bool
 	finalID  int64
 	finished bool
+	// failed: finished with an error. The dead-letter events report the
+	// work of actions emitted before a Finish (EndOfInput fires the
+	// timers into the guest), so a normal Finish does not refuse them.
+	failed bool
 	// idle: a source stopped emitting for the stop-with-savepoint stopID.
 	idle   bool
 	stopID int64
@@ -120,7 +127,7 @@ func NewMachine(cfg Config) (*Machine, error) {
 		}
 		m.h = h
 	}
-	m.dl.max = cfg.MaxDeadLetters
+	m.dl.max, m.dl.perCkpt = cfg.MaxDeadLetters, cfg.DeadLettersPerCheckpoint
 	return m, nil
 }
 
@@ -196,7 +203,7 @@ func (m *Machine) Data(ch int, bytes int) error {
 		return err
 	}
 	m.emit(Hold{What: "its input"})
-	d := Deliver{Ch: ch, Pieces: m.dl.begin(m.cfg.DeadLetters)}
+	d := Deliver{Ch: ch}
 	if m.h != nil {
 		d.Capture, _ = m.h.Capturing(ch)
 		m.h.Data(ch, bytes)
@@ -483,6 +490,11 @@ func (m *Machine) SnapshotDone(id int64, phase Phase, out Outcome) error {
 		}
 		return nil
 	}
+	if out.Err == "" {
+		// The dead letters went into the snapshot, dropped meanwhile or
+		// not: their transaction ended in it.
+		m.dl.snapshotted()
+	}
 	s := m.snap(id)
 	if s == nil || s.synced {
 		return nil
@@ -554,5 +566,6 @@ func (m *Machine) runHandler() {
 
 func (m *Machine) finish(f Finish) {
 	m.finished = true
+	m.failed = m.failed || f.Err != ""
 	m.emit(f)
 }

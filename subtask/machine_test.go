@@ -12,7 +12,7 @@ import (
 // file drives one Machine (or several, one per "new") and prints the
 // actions of Ready after each command:
 //
-//	new channels=2 [mode=aligned] [timeout=0] [dead-letters=MAX] [sink-can-abort]
+//	new channels=2 [mode=aligned] [timeout=0] [dead-letters=MAX [per-checkpoint]] [sink-can-abort]
 //	data ch=0 [bytes=100]
 //	barrier ch=0 id=1 now=10 [kind=savepoint]
 //	cancel ch=1 id=1 [now=20]
@@ -24,8 +24,12 @@ import (
 //	stop
 //	sync id=1 [err=why] [precommit]
 //	async id=1 [err=why]
-//	trap [stage=0] lo=0 hi=8 [at=3] [trap] [size-bound] [err=why]
+//	call [stage=0] n=8
+//	trap [stage=0] lo=0 hi=8 [done=2] [at=3] [trap] [size-bound] [err=why]
 //	range-done [stage=0] lo=0 hi=4
+//	commits
+//	restore-dead-letters n=3
+//	dead-letter-count
 //	wait
 //
 // Hold actions (the fair-share slot) are printed only by files that ask
@@ -55,6 +59,7 @@ func TestMachineScenarios(t *testing.T) {
 				if d.HasArg("dead-letters") {
 					cfg.DeadLetters = true
 					d.ScanArgs(t, "dead-letters", &cfg.MaxDeadLetters)
+					cfg.DeadLettersPerCheckpoint = d.HasArg("per-checkpoint")
 				}
 				cfg.SinkCanAbort = d.HasArg("sink-can-abort")
 				holds = d.HasArg("holds")
@@ -115,6 +120,7 @@ func TestMachineScenarios(t *testing.T) {
 				d.MaybeScanArgs(t, "stage", &f.Stage)
 				d.ScanArgs(t, "lo", &f.Lo)
 				d.ScanArgs(t, "hi", &f.Hi)
+				d.MaybeScanArgs(t, "done", &f.Done)
 				d.MaybeScanArgs(t, "at", &f.At)
 				d.MaybeScanArgs(t, "err", &f.Err)
 				err = m.Trap(f)
@@ -124,6 +130,19 @@ func TestMachineScenarios(t *testing.T) {
 				d.ScanArgs(t, "lo", &lo)
 				d.ScanArgs(t, "hi", &hi)
 				err = m.RangeDone(stage, lo, hi)
+			case "call":
+				var stage, n int
+				d.MaybeScanArgs(t, "stage", &stage)
+				d.ScanArgs(t, "n", &n)
+				err = m.Call(stage, n)
+			case "commits":
+				m.MarksCommitPoints()
+			case "restore-dead-letters":
+				var n int64
+				d.ScanArgs(t, "n", &n)
+				m.RestoreDeadLetters(n)
+			case "dead-letter-count":
+				return fmt.Sprintf("%d\n", m.DeadLetterCount())
 			case "wait":
 				s := "wait " + m.Wait().String()
 				if at, ok := m.NextWake(); ok {

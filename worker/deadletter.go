@@ -17,6 +17,7 @@ import (
 	"github.com/wstream/wstream/job"
 	"github.com/wstream/wstream/operator/builtin"
 	"github.com/wstream/wstream/state"
+	"github.com/wstream/wstream/subtask"
 )
 
 // Dead-letter mode (plan field onGuestError, docs/dead-letters.md): a guest
@@ -33,25 +34,17 @@ import (
 //     unusable is replaced by a new one in which every guest stage of the
 //     chain is opened again (the guests' own memory is lost; keyed state
 //     is not).
-//  3. The batch is settled (settle). The records before the last commit
-//     point the guest marked in the failed call (commit, asked for after a
-//     recent failure) are done and stay so; the rest is settled. A guest
-//     that says which record it was at when it failed (progress_at) has
-//     that record taken out and the records before and after it run again
-//     as two calls. Otherwise,
-//     after a failure that left the instance usable (fail, a status), by
-//     halves: a half that succeeds is kept, its output collected; a half
-//     that fails is rolled back and split again, down to single records.
-//     After a trap, which costs a new instance each time, record by
-//     record, and the rest of the batch whole after each bad record. A
-//     range known to fail whose other records all succeeded has its bad
-//     record found without running it, for failures that are a property
-//     of the record (traps, fail, a non-zero status); a failure that may
-//     depend on the call's size (the deadline, a quota, the memory limit)
-//     is run again each time.
+//  3. The batch is settled as the subtask's machine says
+//     (subtask.Machine.Call; subtask/deadletter.go has the rules and
+//     testdata/machine/dead-letters.txt the scenarios): processGuarded
+//     runs the ranges it asks for (RunRange), tells it how each went
+//     (RangeDone, or Trap with the guest's last commit point, the record
+//     it said it was at, whether the instance broke and whether the
+//     failure is a record's or may be the call's size), and carries out
+//     Undo, RenewInstance and DeadLetter (settle).
 //  4. Each single record (or timer) that fails goes to the dead-letter
-//     sink as one JSON object, counted against the budget; one more than
-//     the budget fails the subtask.
+//     sink as one JSON object, counted against the budget (by the
+//     machine); one more than the budget fails the subtask.
 //  5. Once the whole batch is settled, the output of its good records goes
 //     down the chain in their order, as a batch's output does (a send
 //     blocked by backpressure may take a snapshot, which must find the
@@ -69,11 +62,11 @@ type deadLetters struct {
 	// key names the sink's state among the subtask's operator states.
 	key       string
 	connector string
-	max       int64 // -1: unlimited
-	perCkpt   bool
-	// count is what the budget counts: dead letters since the subtask's
-	// last checkpoint, or over the job's life (restored from checkpoints).
-	count int64
+	// max (-1: unlimited) and perCkpt configure the budget, which the
+	// subtask's machine counts: dead letters since the subtask's last
+	// checkpoint, or over the job's life (restored from checkpoints).
+	max     int64
+	perCkpt bool
 	// sinceSnapshot counts the dead letters since the subtask's last
 	// snapshot, for the checkpoint history (stage.dead counts them for
 	// the metrics).
@@ -230,7 +223,10 @@ func (t *task) openDeadLetters(ctx context.Context, j *jobRun) error {
 		}
 	}
 	if !d.perCkpt {
-		d.count = count
+		if err := t.ensureMachine(); err != nil {
+			return err
+		}
+		t.machine.RestoreDeadLetters(count)
 	}
 	return nil
 }
@@ -248,10 +244,10 @@ func (t *task) preCommitDeadLetters(id int64) ([]byte, error) {
 		}
 		st.Sink = s
 	}
-	if d.perCkpt {
-		d.count = 0
-	} else {
-		st.Count = d.count
+	if !d.perCkpt {
+		// (A budget per checkpoint starts again with the snapshot: the
+		// machine hears of it with the synchronous phase.)
+		st.Count = t.machine.DeadLetterCount()
 	}
 	return json.Marshal(st)
 }
@@ -308,20 +304,6 @@ func recordBound(err error) bool {
 	return !errors.Is(err, host.ErrDeadlineExceeded) && !errors.Is(err, host.ErrMemoryLimit) && !errors.As(err, &q)
 }
 
-// failure is a guest call's failure that dead-letter mode absorbs.
-type failure struct {
-	err error
-	// renewed: the failure broke the instance (a trap), which was reset
-	// or replaced.
-	renewed bool
-	// at is the index in the call's batch of the record the guest said it
-	// was at (progress_at), -1 when it did not say.
-	at int
-	// done is how many records at the start of the call's batch the guest
-	// marked done (commit): their work was kept.
-	done int
-}
-
 // commitPoints is what a guarded call keeps of its work when it fails:
 // the records before the last commit point its guest marked (the import
 // commit), with their output (up to mark in the stage's collector) and
@@ -352,50 +334,86 @@ func (p *commitPoints) commit(c *stageCollector, n int) {
 // (BenchmarkCommitPoints in package host; BENCHMARKS.md, "Commit points").
 const commitEvery = 128
 
-// guarded runs one guest call of stage k whose failure the subtask
-// survives: on success its state changes stay; on a guest failure they are
-// rolled back to the call's start, or to the last commit point the guest
-// marked, what it emitted since is dropped, and a broken instance is reset
-// or replaced (recoverInstance).
-// It returns the guest failure (nil on success), or a fatal error.
-func (t *task) guarded(k int, call func() error) (*failure, error) {
+// runRange makes one guarded call of stage k on records [a.Lo, a.Hi) of
+// in, a guest call whose failure the subtask survives, and tells the
+// machine how it went (RangeDone, or Trap with what the guest said of its
+// failure). On success its state changes stay; a guest failure is undone
+// when the machine asks (Undo, RenewInstance). Its error is a fatal one.
+func (t *task) runRange(k int, in *batchInput, a subtask.RunRange) error {
 	s := t.stages[k]
+	b := in.src
+	if a.Lo != 0 || a.Hi != in.n {
+		if err := in.load(); err != nil {
+			return err
+		}
+		b = in.rangeBatch(a.Lo, a.Hi)
+	}
 	cp := &t.dlCommit
-	*cp = commitPoints{every: t.dlEvery, mark: s.coll.b.Mark()}
+	*cp = commitPoints{mark: s.coll.b.Mark()}
+	if a.CommitPoints {
+		cp.every = commitEvery
+	}
 	if t.store != nil && k == 0 {
 		cp.journal = t.store
 		t.store.BeginUndo()
 	}
 	s.coll.cp = cp
-	err := call()
+	var err error
+	if in.timers {
+		err = s.op.OnTimers(b, &s.coll)
+	} else {
+		err = s.op.Process(b, &s.coll)
+	}
 	s.coll.cp = nil
-	t.dlCommits = t.dlCommits || cp.done > 0
+	if cp.done > 0 && !t.dlCommits {
+		t.dlCommits = true
+		t.machine.MarksCommitPoints()
+	}
 	if err == nil {
 		if cp.journal != nil {
 			t.store.CommitUndo()
 		}
-		return nil, nil
+		return t.machineErr(t.machine.RangeDone(k, a.Lo, a.Hi))
 	}
-	if cp.journal != nil {
-		if rerr := t.store.RollbackUndo(); rerr != nil {
-			return nil, fmt.Errorf("subtask %s: rolling back the state of a failed call: %w (the call: %v)", t.label, rerr, err)
-		}
-	}
-	s.coll.b.Truncate(cp.mark)
+	t.dlErrs = append(t.dlErrs, err)
 	if !deadLettered(err) {
-		return nil, t.stageError(s, "failed", err)
+		if uerr := t.undo(k); uerr != nil {
+			return uerr
+		}
+		return t.stageError(s, "failed", err)
 	}
-	f := &failure{err: err, at: -1, done: cp.done}
+	f := subtask.Failure{Stage: k, Lo: a.Lo, Hi: a.Hi, Done: cp.done, At: -1, SizeBound: !recordBound(err), Err: err.Error()}
 	if t.inst != nil {
-		f.at = t.inst.FailedAt()
-		if t.inst.Broken() {
-			if rerr := t.recoverInstance(); rerr != nil {
-				return nil, fmt.Errorf("subtask %s: replacing the instance after %v: %w", t.label, err, rerr)
-			}
-			f.renewed = true
+		if at := t.inst.FailedAt(); at >= 0 {
+			f.At = a.Lo + at
+		}
+		f.Trap = t.inst.Broken()
+	}
+	return t.machineErr(t.machine.Trap(f))
+}
+
+// machineErr names the subtask in an error of its machine (the driver's
+// bug: it reported what the machine did not ask for).
+func (t *task) machineErr(err error) error {
+	if err != nil {
+		return fmt.Errorf("subtask %s: %w", t.label, err)
+	}
+	return nil
+}
+
+// undo rolls the failed call of stage k back: its state changes to the
+// call's start, or to the last commit point its guest marked, and what it
+// emitted since.
+func (t *task) undo(k int) error {
+	cp := &t.dlCommit
+	if cp.journal != nil {
+		cp.journal = nil
+		if err := t.store.RollbackUndo(); err != nil {
+			return fmt.Errorf("subtask %s: rolling back the state of a failed call: %w (the call: %v)", t.label, err, t.dlErrs[len(t.dlErrs)-1])
 		}
 	}
-	return f, nil
+	t.stages[k].coll.b.Truncate(cp.mark)
+	return nil
 }
 
 // recoverInstance makes the subtask's broken instance usable again. A
@@ -500,16 +518,27 @@ func (t *task) dropSpare() error {
 // calls, so that the wary batches do not allocate.
 type batchInput struct {
 	timers bool
-	src    []byte       // the batch
-	recs   []abi.Record // its records, aliasing src
+	src    []byte // the batch
+	n      int    // its records
+	loaded bool
+	recs   []abi.Record // its records, aliasing src (once loaded)
 	offs   []int        // where record i starts in src; offs[len(recs)] is its end
 	buf    []byte       // the batch of the range being run
 }
 
-// load decodes batch into in.
-func (in *batchInput) load(batch []byte, timers bool) error {
-	in.timers, in.src, in.recs, in.offs = timers, batch, in.recs[:0], in.offs[:0]
-	rd, err := abi.NewReader(batch)
+// reset makes in the input of a call on batch, decoded when a range or a
+// dead letter needs its records.
+func (in *batchInput) reset(batch []byte, timers bool) {
+	in.timers, in.src, in.n, in.loaded = timers, batch, abi.Count(batch), false
+}
+
+// load decodes the batch's records, once.
+func (in *batchInput) load() error {
+	if in.loaded {
+		return nil
+	}
+	in.recs, in.offs = in.recs[:0], in.offs[:0]
+	rd, err := abi.NewReader(in.src)
 	if err != nil {
 		return err
 	}
@@ -521,6 +550,7 @@ func (in *batchInput) load(batch []byte, timers bool) error {
 			return err
 		}
 		if !ok {
+			in.loaded = true
 			return nil
 		}
 		in.recs = append(in.recs, r)
@@ -537,62 +567,25 @@ func (in *batchInput) rangeBatch(lo, hi int) []byte {
 }
 
 // processGuarded feeds batch to stage k in dead-letter mode and sends its
-// output down the chain.
+// output down the chain. The machine (subtask.Machine.Call) says which
+// ranges of it to run, whole or in pieces, and how to settle a failure;
+// the worker runs them and writes the dead letters.
 //
 // A failed call costs the records it ran before the failure: once the
 // failing record is known (the guest says where it was, or a search finds
 // it), they run again, and the records after it run for the first time.
-// That is half a call's worth of records per bad record. While failures
-// are frequent (wary), the subtask feeds the guest its batches in pieces
-// of waryPiece records, and a bad record then costs half a piece; but each
-// piece is a guest call of its own.
+// That is half a call's worth of records per bad record, or half a piece
+// while failures are frequent (wary).
 func (t *task) processGuarded(ctx context.Context, k int, batch []byte, timers bool) error {
-	s := t.stages[k]
-	call := func(b []byte) func() error {
-		if timers {
-			return func() error { return s.op.OnTimers(b, &s.coll) }
-		}
-		return func() error { return s.op.Process(b, &s.coll) }
-	}
-	wary := t.wary()
-	t.dlEvery = 0
-	if t.failedLately() {
-		t.dlEvery = commitEvery
-	}
-	t.dlBatches++
-	var f *failure
-	if !wary || abi.Count(batch) <= waryPiece {
-		var fatal error
-		f, fatal = t.guarded(k, call(batch))
-		if fatal != nil {
-			return fatal
-		}
-		if f == nil {
-			return t.drain(ctx, k)
-		}
-	}
 	in := &t.dlIn
+	in.reset(batch, timers)
 	defer func() { in.src = nil }()
-	if err := in.load(batch, timers); err != nil {
+	t.dlErrs = t.dlErrs[:0]
+	if err := t.machineErr(t.machine.Call(k, in.n)); err != nil {
 		return err
 	}
-	if f != nil {
-		if _, err := t.settle(ctx, k, in, call, 0, len(in.recs), f); err != nil {
-			return err
-		}
-		t.failedBatch()
-	} else {
-		clean := true
-		for lo := 0; lo < len(in.recs); lo += waryPiece {
-			ok, err := t.settle(ctx, k, in, call, lo, min(lo+waryPiece, len(in.recs)), nil)
-			if err != nil {
-				return err
-			}
-			clean = clean && ok
-		}
-		if !clean {
-			t.failedBatch()
-		}
+	if err := t.settle(ctx, k, in); err != nil {
+		return err
 	}
 	// The output of the ranges that succeeded goes down the chain only
 	// now: a send blocked by backpressure may take a snapshot, which must
@@ -600,149 +593,46 @@ func (t *task) processGuarded(ctx context.Context, k int, batch []byte, timers b
 	return t.drain(ctx, k)
 }
 
-// failedBatch notes that the current batch (number dlBatches) had a
-// failure.
-func (t *task) failedBatch() {
-	t.dlFails[t.dlNext] = t.dlBatches
-	t.dlNext = (t.dlNext + 1) % waryFails
-	t.dlNFails = min(t.dlNFails+1, waryFails)
-}
-
-// wary reports whether the next batch goes to the guest in pieces: when
-// waryFails of the last waryWindow batches failed, and the guest does not
-// mark commit points, which bound what a failure costs at less than
-// pieces do.
-func (t *task) wary() bool {
-	return !t.dlCommits && t.dlNFails == waryFails && t.dlBatches+1-t.dlFails[t.dlNext] <= waryWindow
-}
-
-// failedLately reports whether one of the last waryWindow batches failed:
-// then the next one asks the guest for commit points. A subtask without
-// failures does not pay for them (BenchmarkCommitPoints in package host:
-// under 1% of a Go guest's keyed count at 128 records).
-func (t *task) failedLately() bool {
-	if t.dlNFails == 0 {
-		return false
-	}
-	last := t.dlFails[(t.dlNext+waryFails-1)%waryFails]
-	return t.dlBatches+1-last <= waryWindow
-}
-
-// Whether pieces pay: they cost about (n/p - 1) more calls per batch of
-// n records in pieces of p, and save about (n - p)/2 records per failed
-// batch, so they pay when more than 2c/(p·r) of the batches fail, whatever
-// n, for a call that costs c more than its records at r each. With a Go
-// guest (c about as much as 6 records) and p = 128 that is about one batch
-// in 10, the rate at which BenchmarkPoisonRecords found pieces neither
-// gaining nor losing (BENCHMARKS.md). Poison records often come in runs (a
-// bad producer, a bad day of data), and then nearly every batch fails.
-// Counting 8 failures rather than fewer tells the rates apart better: at
-// one failed batch in 15 the subtask is wary about a sixth of the time, at
-// one in 4 always. (It used to turn wary for 64 batches after two failures
-// within 8 batches, which thin failures often are.)
-const (
-	waryFails  = 8
-	waryWindow = 80
-	waryPiece  = 128
-)
-
-// settle processes in.recs[lo:hi] at stage k; bad, when not nil, is the
-// failure the range is known to have. It reports whether the range ran
-// without a failure.
-//
-// A guest that reports the record it was at (progress_at, as the Go SDK
-// does) has that record dead-lettered and the records before and after it
-// run as two calls. Otherwise, failures that leave the instance usable
-// (fail, a status) are found by halving, in about 2·log2(n) calls, and
-// failures that cost a new instance (a trap) by running the records one by
-// one: a new instance costs milliseconds (a Go guest runs its runtime's
-// initialisation) where a call of one record costs microseconds, and one
-// by one needs one more instance per bad record where halving needs about
-// log2(n)/2.
-func (t *task) settle(ctx context.Context, k int, in *batchInput, call func([]byte) func() error, lo, hi int, bad *failure) (bool, error) {
-	if err := ctx.Err(); err != nil {
-		return false, err
-	}
-	if bad == nil {
-		f, fatal := t.runRange(k, in, call, lo, hi)
-		if fatal != nil {
-			return false, fatal
+// settle carries out the machine's actions for the call of stage k on in
+// until it asks for no more: the call is settled.
+func (t *task) settle(ctx context.Context, k int, in *batchInput) error {
+	for {
+		actions := t.machine.Ready()
+		if len(actions) == 0 {
+			return nil
 		}
-		if f == nil {
-			return true, nil
-		}
-		bad = f
-	}
-	if bad.done > 0 {
-		// The records before the guest's last commit point are done (the
-		// host keeps done below the call's count): the failure is in the
-		// rest.
-		lo += bad.done
-		if bad.at -= bad.done; bad.at < 0 {
-			bad.at = -1 // a guest that failed at a record it said was done
-		}
-		bad.done = 0
-	}
-	if hi-lo == 1 {
-		return false, t.deadLetter(k, in, lo, bad.err)
-	}
-	if bad.at >= 0 && bad.at < hi-lo && recordBound(bad.err) {
-		p := lo + bad.at
-		if p > lo {
-			if _, err := t.settle(ctx, k, in, call, lo, p, nil); err != nil {
-				return false, err
+		for _, a := range actions {
+			var err error
+			switch a := a.(type) {
+			case subtask.RunRange:
+				if a.Lo != 0 || a.Hi != in.n {
+					// A part of the batch: the subtask may be stopping.
+					err = ctx.Err()
+				}
+				if err == nil {
+					err = t.runRange(k, in, a)
+				}
+			case subtask.Undo:
+				err = t.undo(k)
+			case subtask.RenewInstance:
+				// (A chain without an instance is a test's fake guest.)
+				if t.inst != nil {
+					if err = t.recoverInstance(); err != nil {
+						err = fmt.Errorf("subtask %s: replacing the instance after %v: %w", t.label, t.dlErrs[len(t.dlErrs)-1], err)
+					}
+				}
+			case subtask.DeadLetter:
+				err = t.deadLetter(k, in, a)
+			default:
+				// (Finish comes only after a DeadLetter past the budget,
+				// which returned its error first.)
+				err = fmt.Errorf("subtask %s: the worker cannot carry out %v while settling a call", t.label, a)
+			}
+			if err != nil {
+				return err
 			}
 		}
-		if err := t.deadLetter(k, in, p, bad.err); err != nil {
-			return false, err
-		}
-		if p+1 < hi {
-			_, err := t.settle(ctx, k, in, call, p+1, hi, nil)
-			return false, err
-		}
-		return false, nil
 	}
-	if bad.renewed {
-		for i := lo; i < hi; i++ {
-			if i == hi-1 && recordBound(bad.err) {
-				// Every record before it ran: the last is the one.
-				return false, t.deadLetter(k, in, i, bad.err)
-			}
-			f, fatal := t.runRange(k, in, call, i, i+1)
-			if fatal != nil {
-				return false, fatal
-			}
-			if f == nil {
-				continue
-			}
-			if err := t.deadLetter(k, in, i, f.err); err != nil {
-				return false, err
-			}
-			if i+1 == hi {
-				return false, nil
-			}
-			// The rest may well be good: try it whole.
-			_, err := t.settle(ctx, k, in, call, i+1, hi, nil)
-			return false, err
-		}
-		return false, nil
-	}
-	mid := lo + (hi-lo)/2
-	clean, err := t.settle(ctx, k, in, call, lo, mid, nil)
-	if err != nil {
-		return false, err
-	}
-	var right *failure
-	if clean && recordBound(bad.err) {
-		right = &failure{err: bad.err, at: -1}
-	}
-	_, err = t.settle(ctx, k, in, call, mid, hi, right)
-	return false, err
-}
-
-// runRange makes one guarded call of stage k on in.recs[lo:hi].
-func (t *task) runRange(k int, in *batchInput, call func([]byte) func() error, lo, hi int) (*failure, error) {
-	return t.guarded(k, call(in.rangeBatch(lo, hi)))
 }
 
 // deadLetter is the JSON object written for a failed record or timer.
@@ -765,11 +655,15 @@ type deadLetter struct {
 	ValueText string          `json:"valueText,omitempty"`
 }
 
-// deadLetter sends record i of in, which failed at stage k with err, to
-// the dead-letter sink, and fails the subtask past the budget.
-func (t *task) deadLetter(k int, in *batchInput, i int, err error) error {
+// deadLetter sends record a.Record of in, which failed at stage k, to the
+// dead-letter sink, and fails the subtask past the budget.
+func (t *task) deadLetter(k int, in *batchInput, a subtask.DeadLetter) error {
+	if lerr := in.load(); lerr != nil {
+		return lerr
+	}
 	d := t.dl
 	s := t.stages[k]
+	i, err := a.Record, t.dlErrs[a.Cause]
 	r := &in.recs[i]
 	dl := deadLetter{Error: err.Error(), Job: t.jobID, Vertex: s.vertex.ID, Operator: s.vertex.Operator,
 		Subtask: t.subtask, Attempt: t.attempt, Call: "process", Key: r.Key, EventTime: r.Timestamp,
@@ -796,17 +690,16 @@ func (t *task) deadLetter(k int, in *batchInput, i int, err error) error {
 	if werr := d.sink.Write(d.b.Bytes()); werr != nil {
 		return fmt.Errorf("dead-letter sink %q of subtask %s: %w", d.connector, t.label, werr)
 	}
-	d.count++
 	d.sinceSnapshot++
 	s.dead.Add(1)
-	if d.max >= 0 && d.count > d.max {
+	if a.Over {
 		scope := "over the job's life"
 		if d.perCkpt {
 			scope = "since the subtask's last checkpoint"
 		}
 		return t.stageError(s, "exceeded its dead-letter budget",
 			fmt.Errorf("%d dead letters %s, more than the budget of %d (--max-dead-letters; plan onGuestError.maxDeadLetters); the last: %w",
-				d.count, scope, d.max, err))
+				t.machine.DeadLetterCount(), scope, d.max, err))
 	}
 	return nil
 }

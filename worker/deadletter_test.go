@@ -20,6 +20,7 @@ import (
 	"github.com/wstream/wstream/job"
 	"github.com/wstream/wstream/operator"
 	"github.com/wstream/wstream/state"
+	"github.com/wstream/wstream/subtask"
 	"github.com/wstream/wstream/transport"
 )
 
@@ -395,24 +396,33 @@ func TestSettleFindsEveryBadRecord(t *testing.T) {
 				for i := range n {
 					b.Add(0, int64(i), []byte("k"), []byte(fmt.Sprintf("v%d", i)))
 				}
-				in := &batchInput{}
-				if err := in.load(b.Bytes(), false); err != nil {
+				if err := tk.ensureMachine(); err != nil {
 					t.Fatal(err)
 				}
-				call := func(b []byte) func() error { return func() error { return st.op.Process(b, &st.coll) } }
-				whole := &failure{err: &host.GuestError{Operator: "v", Message: "bad", Err: host.ErrGuestFailed}, at: -1,
-					renewed: mode == "one-by-one"}
+				// The call of the whole batch failed (not run: the test
+				// says how).
+				if err := tk.machine.Call(0, n); err != nil {
+					t.Fatal(err)
+				}
+				tk.machine.Ready()
+				whole := subtask.Failure{Lo: 0, Hi: n, At: -1, Trap: mode == "one-by-one", Err: "bad"}
 				if mode == "hinted" {
 					// The first bad record, as a guest reporting its
 					// progress says (the fake reports none later).
 					for i := range n {
 						if bad[fmt.Sprintf("v%d", i)] {
-							whole.at = i
+							whole.At = i
 							break
 						}
 					}
 				}
-				if _, err := tk.settle(context.Background(), 0, in, call, 0, n, whole); err != nil {
+				in := &tk.dlIn
+				in.reset(b.Bytes(), false)
+				tk.dlErrs = []error{&host.GuestError{Operator: "v", Message: "bad", Err: host.ErrGuestFailed}}
+				if err := tk.machine.Trap(whole); err != nil {
+					t.Fatal(err)
+				}
+				if err := tk.settle(context.Background(), 0, in); err != nil {
 					t.Fatal(err)
 				}
 				var got, want, wantBad []string
@@ -495,11 +505,14 @@ func fakeGuestTask(op *fakeGuest) (*task, *stage, *memSink, *valueSink) {
 		dl:    &deadLetters{sink: dead, max: -1}, sink: out}
 	st := &stage{vertex: tk.chain.Vertices[0], op: op, state: noKeyedState{}, coll: stageCollector{nOut: 1, keep: -1}, guest: true}
 	tk.stages = []*stage{st}
+	if err := tk.ensureMachine(); err != nil {
+		panic(err)
+	}
 	return tk, st, dead, out
 }
 
-// TestWaryWhileFailuresAreFrequent: once waryFails of the last waryWindow
-// batches failed, batches reach the guest in pieces of at most waryPiece
+// TestWaryWhileFailuresAreFrequent: once subtask.WaryFails of the last subtask.WaryWindow
+// batches failed, batches reach the guest in pieces of at most subtask.WaryPiece
 // records, so that a bad record costs its piece rather than its batch; bad
 // records spread more thinly leave batches whole.
 func TestWaryWhileFailuresAreFrequent(t *testing.T) {
@@ -509,11 +522,11 @@ func TestWaryWhileFailuresAreFrequent(t *testing.T) {
 	// from batch 8 on, while batch 0's failure is within the window of
 	// the next batch, and batch 30's failure (found within its piece)
 	// moves that on by a batch: wary up to batch 81.
-	for b := range waryFails {
+	for b := range subtask.WaryFails {
 		bad[fmt.Sprintf("b%d-%d", b, 100*b+50)] = true
 	}
 	bad["b30-100"] = true
-	const lastWary = waryWindow + 1
+	const lastWary = subtask.WaryWindow + 1
 	// Then one batch in 12 fails, which never makes it wary.
 	for b := 90; b <= 190; b += 12 {
 		bad[fmt.Sprintf("b%d-%d", b, b)] = true
@@ -541,7 +554,7 @@ func TestWaryWhileFailuresAreFrequent(t *testing.T) {
 	}
 	for batch := 0; batch <= 200; batch++ {
 		sizes, hasBad := feed(batch)
-		if batch < waryFails || batch > lastWary {
+		if batch < subtask.WaryFails || batch > lastWary {
 			if sizes[0] != n {
 				t.Fatalf("batch %d: calls of %v records, want one of %d first", batch, sizes, n)
 			}
@@ -551,7 +564,7 @@ func TestWaryWhileFailuresAreFrequent(t *testing.T) {
 			continue
 		}
 		for _, m := range sizes {
-			if m > waryPiece {
+			if m > subtask.WaryPiece {
 				t.Fatalf("batch %d: a call of %d records while wary (calls %v)", batch, m, sizes)
 			}
 		}
@@ -563,8 +576,8 @@ func TestWaryWhileFailuresAreFrequent(t *testing.T) {
 			for _, m := range sizes {
 				extra += m
 			}
-			if extra-n > 2*waryPiece {
-				t.Errorf("batch 30: %d records ran again for one bad record, want at most %d", extra-n, 2*waryPiece)
+			if extra-n > 2*subtask.WaryPiece {
+				t.Errorf("batch 30: %d records ran again for one bad record, want at most %d", extra-n, 2*subtask.WaryPiece)
 			}
 		}
 	}
@@ -580,7 +593,7 @@ func TestWaryWhileFailuresAreFrequent(t *testing.T) {
 // commit points is asked for them, and has the work before the last one
 // kept when it fails: the records after it run again, none before, and the
 // output still comes out whole and in order, each bad record
-// dead-lettered once. Without a failure in the last waryWindow batches it
+// dead-lettered once. Without a failure in the last subtask.WaryWindow batches it
 // is asked for none, and it is never fed in pieces.
 func TestCommitPointsKeepWork(t *testing.T) {
 	const n = 1000
@@ -615,9 +628,9 @@ func TestCommitPointsKeepWork(t *testing.T) {
 			if op.intervals[0] != 0 {
 				t.Errorf("the first batch asked for commit points every %d records, before any failure", op.intervals[0])
 			}
-			// Then, waryFails and more failing batches: commit points, and
+			// Then, subtask.WaryFails and more failing batches: commit points, and
 			// the batches stay whole.
-			for batch := 1; batch <= waryFails+1; batch++ {
+			for batch := 1; batch <= subtask.WaryFails+1; batch++ {
 				feed(batch, badAt)
 				if op.intervals[0] != commitEvery || op.sizes[0] != n {
 					t.Fatalf("batch %d after a failure: the first call had %d records and commit points every %d, want %d and %d",
@@ -632,11 +645,11 @@ func TestCommitPointsKeepWork(t *testing.T) {
 						batch, op.firsts, from, first)
 				}
 			}
-			// waryWindow clean batches later, no commit points.
-			for batch := waryFails + 2; batch < 2*waryWindow; batch++ {
+			// subtask.WaryWindow clean batches later, no commit points.
+			for batch := subtask.WaryFails + 2; batch < 2*subtask.WaryWindow; batch++ {
 				feed(batch, nil)
 				wantEvery := commitEvery
-				if batch > waryFails+1+waryWindow {
+				if batch > subtask.WaryFails+1+subtask.WaryWindow {
 					wantEvery = 0
 				}
 				if len(op.intervals) != 1 || op.intervals[0] != wantEvery {

@@ -9,7 +9,8 @@
 // keyed state stores) in parallel, each in three steps (newtask.go): open
 // (channels, and the keyed store on the restored checkpoint's files),
 // restore (a savepoint's keyed state, rescaled or migrated, and source
-// positions), wire (sources, sinks, operators, fair share, dead letters).
+// positions), wire (sources, sinks, operators, fair share, dead letters,
+// then the subtask machine).
 //
 // A subtask's loop, per input message:
 //
@@ -46,6 +47,14 @@
 //	        │     Persist ──▶ goroutine: upload, then ack or decline  │
 //	        │     ForwardCancel, Decline, NotifyComplete/Aborted,     │
 //	        │     EndOfInput, Finish                                  │
+//	        │                                                         │
+//	        │   a guest stage in dead-letter mode, per batch or timers│
+//	        │   (processGuarded, inside Deliver, FireTimers, ...):    │
+//	        │     Machine.Call ─▶ settle: for a in Ready(): ◀─────┐   │
+//	        │       RunRange → guest call ─▶ RangeDone | Trap ────┤   │
+//	        │       Undo → state and output rolled back           │   │
+//	        │       RenewInstance → instance reset or replaced    │   │
+//	        │       DeadLetter → dead-letter sink ────────────────┘   │
 //	        └─────────────────────────────────────────────────────────┘
 //
 // A source subtask has no gate: it feeds Control (triggers) and, when its
@@ -55,8 +64,9 @@
 //
 // With the plan's onGuestError in dead-letter mode, a guest failure in a
 // batch or timer call is undone and the failing records are found and sent
-// to a dead-letter sink instead of failing the subtask (deadletter.go,
-// docs/dead-letters.md).
+// to a dead-letter sink instead of failing the subtask: the machine says
+// which ranges to run and which records to dead-letter, the task runs them
+// (deadletter.go, docs/dead-letters.md).
 //
 // Keyed state changes gather in the state store's write-back cache and
 // reach Pebble when enough have gathered (for a tenant's job, as soon as

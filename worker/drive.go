@@ -20,8 +20,8 @@ import (
 // mailbox and the clock bring, and carries out the machine's actions in
 // their order (do).
 
-// newMachine makes the subtask's machine, once its input gate and its
-// checkpoint environment are known.
+// newMachine makes the subtask's machine, once its input gate, its
+// checkpoint environment and its dead letters are known.
 func (t *task) newMachine() error {
 	var cfg subtask.Config
 	if t.gate != nil {
@@ -32,6 +32,9 @@ func (t *task) newMachine() error {
 		if cfg.Channels > 0 {
 			cfg.AlignedTimeout = t.ckpt.alignedTimeout
 		}
+	}
+	if t.dl != nil {
+		cfg.DeadLetters, cfg.MaxDeadLetters, cfg.DeadLettersPerCheckpoint = true, t.dl.max, t.dl.perCkpt
 	}
 	m, err := subtask.NewMachine(cfg)
 	if err != nil {

@@ -161,7 +161,7 @@ func (b *taskBuild) openInputs(channel channels) error {
 	if t.prio != nil {
 		t.gate.NotifyPriority(t.prio)
 	}
-	return t.newMachine()
+	return nil
 }
 
 // openOutputs connects the output edges of the chain's tail.
@@ -331,7 +331,9 @@ func (w *Worker) wireTask(b *taskBuild) error {
 		// channels as it is emitted.
 		t.stages[len(t.stages)-1].coll.tail = nil
 	}
-	return nil
+	// The machine, once its input gate, its checkpointing and its dead
+	// letters are known.
+	return t.newMachine()
 }
 
 // wireSource opens source vertex v.

@@ -152,8 +152,8 @@ func TestOpenTask(t *testing.T) {
 			if b.t.gate != nil && b.t.gate.Len() != 1 {
 				t.Fatalf("gate of %d channels, want 1 (one source subtask)", b.t.gate.Len())
 			}
-			if got, want := b.t.machine != nil, j.ckpt != nil && b.t.gate != nil; got != want {
-				t.Fatalf("subtask machine made: %v, want %v", got, want)
+			if b.t.machine != nil {
+				t.Fatal("subtask machine made before the dead letters are wired")
 			}
 			if got, want := b.t.prio != nil, j.ckpt != nil && j.ckpt.mode == checkpoint.Unaligned; got != want {
 				t.Fatalf("priority channel made: %v, want %v", got, want)
@@ -424,6 +424,13 @@ func TestWireTask(t *testing.T) {
 			}
 			if tail := s.coll.tail == b.t; tail == dl {
 				t.Fatalf("the last stage's output routed as emitted: %v, with dead letters %v", tail, dl)
+			}
+			// The machine guards guest calls with dead letters only.
+			if b.t.machine == nil {
+				t.Fatal("no subtask machine after wiring")
+			}
+			if err := b.t.machine.Call(0, 1); (err == nil) != dl {
+				t.Fatalf("a guarded call: %v, want one with dead letters %v", err, dl)
 			}
 		})
 	}

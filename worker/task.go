@@ -179,21 +179,13 @@ type task struct {
 	newInstance func() (*host.Instance, error)
 	renewals    int // instances replaced after a failure
 	resets      int // instances reset to their snapshot after a trap
-	// dlBatches counts a dead-letter subtask's guarded batches, and
-	// dlFails holds the numbers of the last waryFails that failed, the
-	// oldest at dlFails[dlNext] once dlNFails reaches waryFails: whether
-	// the subtask is wary (processGuarded). dlIn is the records of a batch
-	// fed in ranges.
-	dlBatches int64
-	dlFails   [waryFails]int64
-	dlNext    int
-	dlNFails  int
+	// dlIn is the batch of the guarded call in progress (processGuarded),
+	// dlErrs the failures of its ranges (the machine's Trap causes),
+	// dlCommit the commit points of the range running, and dlCommits
+	// whether the guest ever marked one.
 	dlIn      batchInput
-	// dlCommit is the commit points of the guarded call in progress,
-	// dlEvery the interval asked of the guest during the batch (0: none,
-	// failedLately), and dlCommits whether the guest ever marked one.
+	dlErrs    []error
 	dlCommit  commitPoints
-	dlEvery   int
 	dlCommits bool
 	// spare delivers the instance made ahead for the next renewal (nil:
 	// none is being made); spareCloser: dropSpare is among the closers.
