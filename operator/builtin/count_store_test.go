@@ -76,3 +76,40 @@ func TestCountBatchedOverStore(t *testing.T) {
 		}
 	}
 }
+
+// A key several times in one batch counts every time, through the batched
+// path: in a row, apart, and on both sides of a StateGetMany chunk (128
+// pairs), with the state read back after the batch.
+func TestCountBatchedRepeatsInOneBatch(t *testing.T) {
+	store, err := state.Open(state.Options{Dir: t.TempDir(), MaxParallelism: 128, KeyGroups: abi.KeyGroupRange{Start: 0, End: 127}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	svc := storeServices{store.Vertex("count", true)}
+	op, _ := New("count")
+	if err := op.Open(operator.Spec{VertexID: "count", Keyed: true}, svc); err != nil {
+		t.Fatal(err)
+	}
+	keys := []string{"a", "b", "a", "a", "c", "b", "a"}
+	for i := range 300 {
+		keys = append(keys, "k"+strconv.Itoa(i%7), "a")
+	}
+	want := map[string]uint64{}
+	var b abi.Builder
+	for _, k := range keys {
+		want[k]++
+		b.Add(0, 0, []byte(k), nil)
+	}
+	for round := 1; round <= 2; round++ {
+		if err := op.Process(b.Bytes(), nil); err != nil {
+			t.Fatal(err)
+		}
+		for k, n := range want {
+			v, err := svc.StateGet(0, []byte(k), nil, nil)
+			if err != nil || len(v) != 8 || leUint64(v) != uint64(round)*n {
+				t.Errorf("round %d: state of %q = %x, %v; want %d", round, k, v, err, uint64(round)*n)
+			}
+		}
+	}
+}
