@@ -186,10 +186,11 @@ type count struct {
 	num []byte
 	out abi.Builder
 	// many and ref are the state's batched get and put when it has them
-	// (the worker's and the state store's do), keys the batch's keys.
+	// (the worker's and the state store's do); b is the batched path's
+	// scratch (countbatch.go).
 	many operator.StateManyGetter
 	ref  operator.StateRefPutter
-	keys [][]byte
+	b    countBatch
 }
 
 func (c *count) Open(_ operator.Spec, svc operator.Services) error {
@@ -203,57 +204,33 @@ func (c *count) Open(_ operator.Spec, svc operator.Services) error {
 }
 
 func (c *count) Process(batch []byte, _ operator.Collector) error {
-	if c.many == nil || c.ref == nil {
-		return each(batch, func(r *abi.Record) error {
-			v, err := c.svc.StateGet(c.h, r.Key, nil, c.buf)
-			if err := c.add(r.Key, v, err); err != nil {
-				return err
-			}
-			return c.svc.StatePut(c.h, r.Key, nil, c.buf)
-		})
+	if c.many != nil && c.ref != nil {
+		return c.processBatched(batch)
 	}
-	// The batch's gets at once, so that the state overlaps their cache
-	// misses (a million keys' entries do not fit the processor's caches),
-	// each pair read when its turn comes: a key twice in a batch sees
-	// its first put.
-	c.keys = c.keys[:0]
-	if err := each(batch, func(r *abi.Record) error {
-		c.keys = append(c.keys, r.Key)
-		return nil
-	}); err != nil {
-		return err
-	}
-	err := c.many.StateGetMany(c.h, len(c.keys), func(j int) ([]byte, []byte) { return c.keys[j], nil },
-		func(j int, v []byte, ref operator.StateRef, err error) error {
-			if err := c.add(c.keys[j], v, err); err != nil {
-				return err
-			}
-			return c.ref.StatePutRef(c.h, c.keys[j], nil, c.buf, ref)
-		})
-	clear(c.keys) // the batch's memory is the caller's
-	return err
-}
-
-// add sets buf to the count of key after one more record, from the value
-// and error its get returned, and registers the key's end-of-input timer
-// when it is new.
-func (c *count) add(key, v []byte, err error) error {
-	var n uint64
-	switch {
-	case err == nil && len(v) == 8:
-		n = leUint64(v)
-	case err == nil:
-		return fmt.Errorf("count: state for key %q holds %d bytes, want 8", key, len(v))
-	case err != operator.ErrNotFound:
-		return err
-	default:
-		if err := c.svc.RegisterTimer(abi.TimeEvent, key, nil, abi.MaxWatermark); err != nil {
+	return each(batch, func(r *abi.Record) error {
+		v, err := c.svc.StateGet(c.h, r.Key, nil, c.buf)
+		n, err := c.stored(r.Key, v, err)
+		if err != nil {
 			return err
 		}
+		c.buf = putLEUint64(c.buf[:0], n+1)
+		return c.svc.StatePut(c.h, r.Key, nil, c.buf)
+	})
+}
+
+// stored returns the count of key before this batch's records, from the
+// value and error its get returned, and registers the key's end-of-input
+// timer when it is new.
+func (c *count) stored(key, v []byte, err error) (uint64, error) {
+	switch {
+	case err == nil && len(v) == 8:
+		return leUint64(v), nil
+	case err == nil:
+		return 0, fmt.Errorf("count: state for key %q holds %d bytes, want 8", key, len(v))
+	case err != operator.ErrNotFound:
+		return 0, err
 	}
-	n++
-	c.buf = putLEUint64(c.buf[:0], n)
-	return nil
+	return 0, c.svc.RegisterTimer(abi.TimeEvent, key, nil, abi.MaxWatermark)
 }
 
 func (c *count) OnTimers(timers []byte, out operator.Collector) error {

@@ -78,8 +78,8 @@ func TestCountBatchedOverStore(t *testing.T) {
 }
 
 // A key several times in one batch counts every time, through the batched
-// path: in a row, apart, and on both sides of a StateGetMany chunk (128
-// pairs), with the state read back after the batch.
+// path: in a row, apart, and in several of the count's chunks (countChunk
+// records), with the state read back after the batch.
 func TestCountBatchedRepeatsInOneBatch(t *testing.T) {
 	store, err := state.Open(state.Options{Dir: t.TempDir(), MaxParallelism: 128, KeyGroups: abi.KeyGroupRange{Start: 0, End: 127}})
 	if err != nil {
