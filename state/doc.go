@@ -50,13 +50,12 @@
 // makes durable itself. StateGet reads
 // the cache first; entries read from Pebble, including absent ones, stay
 // cached in a bounded set of hot keys (clock eviction). StateGetMany, which answers a
-// guest's state_get_many and the native count's reads (operator/builtin),
-// reads the cache slots and entries of a chunk of
+// guest's state_get_many, reads the cache slots and entries of a chunk of
 // keys in loops whose reads do not depend on each other before it looks
 // each key up, so that the chunk's cache misses overlap instead of coming
 // one lookup after another. It gives the host a StateRef per pair, the
 // cache entry it found; StatePutRef, which a put of the pair in the
-// guest's state_write_batch (or the native count's put) comes through, checks that the entry still
+// guest's state_write_batch comes through, checks that the entry still
 // holds the pair (its Pebble key but for the key group, which the key
 // decides) and writes there, without building, hashing and looking up
 // the key again.
