@@ -183,10 +183,11 @@ func (g *getMany) run(i *Instance, s *slot, mem api.Memory, h int32, req []byte,
 		return key, ns
 	}
 	var callErr error
+	var refs *stateRefs
 	answer := func(u int, v []byte, ref operator.StateRef, err error) error {
 		if ref != 0 {
 			r := req[int(g.ask[u])*requestSize:]
-			i.stateRefs().put(h, binary.LittleEndian.Uint64(r), binary.LittleEndian.Uint64(r[8:]), ref)
+			refs.put(h, binary.LittleEndian.Uint64(r), binary.LittleEndian.Uint64(r[8:]), ref)
 		}
 		res := g.res[int(g.ask[u])*resultSize:]
 		vlen, vptr := int32(0), uint32(0)
@@ -214,6 +215,8 @@ func (g *getMany) run(i *Instance, s *slot, mem api.Memory, h int32, req []byte,
 		return nil
 	}
 	if many, ok := s.svc.(operator.StateManyGetter); ok {
+		refs = i.stateRefs()
+		refs.begin()
 		if err := many.StateGetMany(h, len(g.ask), pair, answer); err != nil && callErr == nil {
 			callErr = err
 		}
@@ -391,19 +394,31 @@ var hostStateWriteBatch = api.GoModuleFunc(func(ctx context.Context, mod api.Mod
 // pair: (h, key_ptr, key_len, ns_ptr, ns_len). The SDKs write a pair back
 // through the pointers they read it by, so state_write_batch finds its
 // puts' refs here, and the store skips finding their entries again. It is
-// direct-mapped: a pair takes the place of an older one with the same
-// hash. A ref is a hint, which the store checks against the pair's bytes:
-// a stale or wrong one costs a lookup, never a wrong write.
-type stateRefs [stateRefSlots]stateRef
+// set-associative, stateRefWays pairs a set, and a pair takes the place of
+// the one of the oldest call in its set: a direct-mapped table lost about
+// one ref in twenty of a call's 256 pairs to another pair of the same
+// call, and each such put looked its entry up again. A ref is a hint, which the
+// store checks against the pair's bytes: a stale or wrong one costs a
+// lookup, never a wrong write.
+type stateRefs struct {
+	set  [stateRefSlots / stateRefWays][stateRefWays]stateRef
+	call uint32 // the state_get_many calls so far; a slot's call 0 is empty
+}
 
 // stateRefSlots holds a few state_get_many calls of the SDKs' 256 pairs,
-// in 24 KiB an instance allocates at its first state_get_many.
-const stateRefSlots = 1024
+// in 32 KiB an instance allocates at its first state_get_many. A set of
+// two 32-byte refs is one cache line.
+const (
+	stateRefSetBits = 9
+	stateRefWays    = 2
+	stateRefSlots   = stateRefWays << stateRefSetBits
+)
 
 type stateRef struct {
 	key, ns uint64 // pointer | length<<32, as in the request
 	h       int32
 	ref     operator.StateRef
+	call    uint32 // stateRefs.call when put
 }
 
 func (i *Instance) stateRefs() *stateRefs {
@@ -413,18 +428,37 @@ func (i *Instance) stateRefs() *stateRefs {
 	return i.refs
 }
 
-func (t *stateRefs) slot(h int32, key, ns uint64) *stateRef {
+// begin starts the refs of a new state_get_many call.
+func (t *stateRefs) begin() { t.call++ }
+
+func (t *stateRefs) ways(h int32, key, ns uint64) *[stateRefWays]stateRef {
 	x := (key ^ ns*0x9e3779b97f4a7c15 ^ uint64(uint32(h))<<40) * 0xff51afd7ed558ccd
-	return &t[x>>(64-10)]
+	return &t.set[x>>(64-stateRefSetBits)]
 }
 
 func (t *stateRefs) put(h int32, key, ns uint64, ref operator.StateRef) {
-	*t.slot(h, key, ns) = stateRef{key: key, ns: ns, h: h, ref: ref}
+	w := t.ways(h, key, ns)
+	old := 0
+	for j := range w {
+		if r := &w[j]; r.key == key && r.ns == ns && r.h == h {
+			old = j
+			break
+		}
+		// Unsigned distance from now: a counter that wrapped still finds
+		// the oldest.
+		if t.call-w[j].call > t.call-w[old].call {
+			old = j
+		}
+	}
+	w[old] = stateRef{key: key, ns: ns, h: h, ref: ref, call: t.call}
 }
 
 func (t *stateRefs) get(h int32, key, ns uint64) operator.StateRef {
-	if r := t.slot(h, key, ns); r.key == key && r.ns == ns && r.h == h {
-		return r.ref
+	w := t.ways(h, key, ns)
+	for j := range w {
+		if r := &w[j]; r.key == key && r.ns == ns && r.h == h && r.call != 0 {
+			return r.ref
+		}
 	}
 	return 0
 }
