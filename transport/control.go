@@ -67,6 +67,10 @@ type CredsRenewal struct {
 	Attempt int    `json:"attempt"`
 	JWT     string `json:"jwt"`
 	Seed    string `json:"seed"`
+	// Epoch is the leadership epoch of the coordinator that minted them:
+	// a worker takes none from a deposed one, whose credentials the new
+	// leader would not know to revoke.
+	Epoch uint64 `json:"epoch,omitempty"`
 }
 
 // WorkerDeploySubject is where the coordinator sends a worker its tasks.
@@ -272,6 +276,12 @@ type RunningAttempt struct {
 	Tasks  []TaskRef `json:"tasks,omitempty"`
 	Module string    `json:"module,omitempty"`
 	Epoch  uint64    `json:"epoch,omitempty"`
+	// Creds are the user JWTs (never the seeds) of the attempt's
+	// credentials that the worker holds and that have not expired (on a
+	// cluster with tenants): a new leader that adopts the attempt checks
+	// that they are the attempt's, in the job's account, and revokes them
+	// when the attempt ends, as it does those it mints itself.
+	Creds []string `json:"creds,omitempty"`
 }
 
 // TaskRef names one subtask of a job: chain index in the physical graph and
