@@ -263,14 +263,7 @@ func (c *Coordinator) takeAttemptCreds(j *jobState, s *JobSpec, held heldCreds, 
 	if c.cfg.Tenants == nil {
 		return
 	}
-	c.minted.mu.Lock()
-	if c.minted.keys == nil {
-		c.minted.keys = map[string]mintedAttempt{}
-	}
-	for k, exp := range held {
-		c.minted.keys[k] = mintedAttempt{tenant: s.Tenant, job: s.JobID, attempt: s.Attempt, expires: exp}
-	}
-	c.minted.mu.Unlock()
+	c.keepCreds(s.Tenant, s.JobID, s.Attempt, held)
 	c.mu.Lock()
 	running := !j.done && j.attempt == s.Attempt && j.placement != nil
 	c.mu.Unlock()
@@ -281,6 +274,51 @@ func (c *Coordinator) takeAttemptCreds(j *jobState, s *JobSpec, held heldCreds, 
 	for _, w := range pl.workers() {
 		c.sendCreds(w, s.Tenant, s.JobID, s.Attempt)
 	}
+}
+
+// keepCreds adds credentials of attempt of job that this coordinator did
+// not mint to those it revokes once the attempt has ended.
+func (c *Coordinator) keepCreds(tenantName, job string, attempt int, held heldCreds) {
+	c.minted.mu.Lock()
+	defer c.minted.mu.Unlock()
+	if c.minted.keys == nil {
+		c.minted.keys = map[string]mintedAttempt{}
+	}
+	for k, exp := range held {
+		if _, known := c.minted.keys[k]; !known {
+			c.minted.keys[k] = mintedAttempt{tenant: tenantName, job: job, attempt: attempt, expires: exp}
+		}
+	}
+}
+
+// learnAttemptCreds keeps, to revoke once it has ended, the credentials
+// that workers list for an attempt of j being cancelled: a new leader
+// that resumed the job instead of adopting its attempt did not mint them,
+// and they would otherwise stay valid until they expire. Only those the
+// authority finds are that attempt's, in the account of j's tenant, count.
+func (c *Coordinator) learnAttemptCreds(j *jobState, attempt int, workers []string) {
+	if c.cfg.Tenants == nil {
+		return
+	}
+	var jwts []string
+	c.mu.Lock()
+	for _, w := range workers {
+		if ws := c.workers[w]; ws != nil {
+			for _, r := range ws.info.Running {
+				if r.JobID == j.info.JobID && r.Attempt == attempt {
+					jwts = append(jwts, r.Creds...)
+				}
+			}
+		}
+	}
+	c.mu.Unlock()
+	held := heldCreds{}
+	for _, uj := range jwts {
+		if key, exp, err := c.cfg.Tenants.AttemptUserKey(j.info.Tenant, j.info.JobID, attempt, uj); err == nil {
+			held[key] = exp
+		}
+	}
+	c.keepCreds(j.info.Tenant, j.info.JobID, attempt, held)
 }
 
 // deployOrAdopt sends attempt a's deployment, or, for the attempt of an
