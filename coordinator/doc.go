@@ -64,7 +64,9 @@
 // jobs that the bucket says are running: it learns the workers from their
 // heartbeats (a heartbeat carries what registration needs), and adopts the
 // attempt they run when every subtask of it is listed with the job's module
-// and the workers have heard its epoch (adopt.go); otherwise it cancels the
+// and the workers have heard its epoch, and, with tenants, list the
+// attempt's credentials, which the authority finds are that attempt's in
+// the account of the job's tenant (adopt.go); otherwise it cancels the
 // old attempt wherever a heartbeat still lists it, and starts a new attempt
 // from the latest completed checkpoint, as after a restart.
 //
