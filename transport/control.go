@@ -278,9 +278,10 @@ type RunningAttempt struct {
 	Epoch  uint64    `json:"epoch,omitempty"`
 	// Creds are the user JWTs (never the seeds) of the attempt's
 	// credentials that the worker holds and that have not expired (on a
-	// cluster with tenants): a new leader that adopts the attempt checks
-	// that they are the attempt's, in the job's account, and revokes them
-	// when the attempt ends, as it does those it mints itself.
+	// cluster with tenants), listed for a while after the worker heard a
+	// new leader's epoch: the leader, which did not mint them, checks that
+	// they are the attempt's, in the job's account, before it adopts the
+	// attempt, and revokes them when the attempt ends.
 	Creds []string `json:"creds,omitempty"`
 }
 

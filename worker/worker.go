@@ -110,6 +110,9 @@ type Worker struct {
 	// epoch is the highest leadership epoch of a coordinator that spoke to
 	// the worker: commands of lower epochs come from a deposed one.
 	epoch atomic.Uint64
+	// epochRose is when epoch last rose (Unix nanoseconds): heartbeats
+	// list the attempts' credentials for a while after (listCreds).
+	epochRose atomic.Int64
 }
 
 // admit raises the worker's epoch to a command's and reports whether the
@@ -121,7 +124,11 @@ func (w *Worker) admit(epoch uint64, what string) bool {
 			w.log.Warn("refusing a command of a deposed coordinator", "command", what, "epoch", epoch, "leader epoch", cur)
 			return false
 		}
-		if epoch == cur || w.epoch.CompareAndSwap(cur, epoch) {
+		if epoch == cur {
+			return true
+		}
+		if w.epoch.CompareAndSwap(cur, epoch) {
+			w.epochRose.Store(time.Now().UnixNano())
 			return true
 		}
 	}
@@ -306,14 +313,23 @@ func (w *Worker) heartbeat() {
 	}
 }
 
+// credsListing is how long after a new leader's epoch heartbeats list the
+// credentials of the attempts the worker runs: a leader adopts within
+// three heartbeat intervals of its take-over, or cancels.
+const credsListing = 30 * time.Second
+
 // beat is the worker's heartbeat message.
 func (w *Worker) beat() []byte {
 	info := transport.WorkerInfo{ID: w.cfg.ID, Slots: w.cfg.Slots, Reconnects: w.cfg.NATS.Stats().Reconnects, Epoch: w.epoch.Load()}
 	now := time.Now()
+	// A new leader needs the attempts' credentials as it takes them over
+	// (adopted or cancelled), shortly after it announced its epoch; they
+	// are kilobytes each, too many to send every heartbeat.
+	listCreds := now.Sub(time.Unix(0, w.epochRose.Load())) < max(credsListing, 10*w.cfg.HeartbeatInterval)
 	w.mu.Lock()
 	for id, j := range w.jobs {
 		r := transport.RunningAttempt{JobID: id, Attempt: j.attempt, Module: j.digest, Epoch: j.epoch}
-		if j.creds != nil {
+		if j.creds != nil && listCreds {
 			r.Creds = j.creds.unexpired(now)
 		}
 		for _, t := range j.tasks {
