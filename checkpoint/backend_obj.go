@@ -23,7 +23,8 @@ import (
 // store: nats-obj://BUCKET or nats-obj://BUCKET/PREFIX.
 const ObjectScheme = "nats-obj://"
 
-// objectOpTimeout bounds one request about objects (info, list, delete);
+// objectOpTimeout bounds one request about an object's info or deletion
+// (its tries included, objectOpTries) and each try of a bucket's list;
 // transfers of object contents are bounded by JetStream's own timeouts.
 const objectOpTimeout = 30 * time.Second
 
@@ -151,8 +152,34 @@ func (b *objBackend) Location() string { return b.location }
 
 func (b *objBackend) objName(name string) string { return b.prefix + name }
 
-func opContext() (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.Background(), objectOpTimeout)
+// objectOpTries are the deadlines of the tries of one idempotent request
+// about an object (its info, its deletion), objectOpTimeout in all. A
+// request that reached a stream's leader as its NATS node died is never
+// answered: a first, short try gives it up in seconds (it held a
+// checkpoint's discard, and with it the checkpoint driver, for the whole
+// 30 s), and the later, longer ones leave a slow server its time.
+var objectOpTries = []time.Duration{5 * time.Second, 10 * time.Second, 15 * time.Second}
+
+// tryOp runs op with the deadlines of objectOpTries until it is answered:
+// an error other than a timeout or a missing answer ends it too.
+func tryOp(op func(ctx context.Context) error) error {
+	var err error
+	for _, d := range objectOpTries {
+		ctx, cancel := context.WithTimeout(context.Background(), d)
+		err = op(ctx)
+		cancel()
+		if !unanswered(err) {
+			return err
+		}
+	}
+	return err
+}
+
+// unanswered says that a request got no answer (in time): asking again
+// may get one.
+func unanswered(err error) bool {
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
+		errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse)
 }
 
 func (b *objBackend) Put(name string, o PutOptions, fill func(io.Writer) error) error {
@@ -239,9 +266,11 @@ func (b *objBackend) info(name string, oi *jetstream.ObjectInfo) ObjectInfo {
 }
 
 func (b *objBackend) Stat(name string) (ObjectInfo, error) {
-	ctx, cancel := opContext()
-	defer cancel()
-	oi, err := b.obs.GetInfo(ctx, b.objName(name))
+	var oi *jetstream.ObjectInfo
+	err := tryOp(func(ctx context.Context) (err error) {
+		oi, err = b.obs.GetInfo(ctx, b.objName(name))
+		return err
+	})
 	switch {
 	case errors.Is(err, jetstream.ErrObjectNotFound):
 		return ObjectInfo{}, fmt.Errorf("object %s of bucket %s: %w", b.objName(name), b.bucket, fs.ErrNotExist)
@@ -293,9 +322,10 @@ func (b *objBackend) List(dir string) ([]ObjectInfo, error) {
 }
 
 func (b *objBackend) Delete(name string) error {
-	ctx, cancel := opContext()
-	defer cancel()
-	err := b.obs.Delete(ctx, b.objName(name))
+	// A try that published the deletion but was not answered is repeated
+	// whole: the object's info is still found (deleted), and its chunks
+	// purged then.
+	err := tryOp(func(ctx context.Context) error { return b.obs.Delete(ctx, b.objName(name)) })
 	if err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {
 		return fmt.Errorf("delete object %s of bucket %s: %w", b.objName(name), b.bucket, err)
 	}
