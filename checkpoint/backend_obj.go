@@ -24,7 +24,8 @@ import (
 // store: nats-obj://BUCKET or nats-obj://BUCKET/PREFIX.
 const ObjectScheme = "nats-obj://"
 
-// objectOpTimeout bounds one request about objects (info, list, delete);
+// objectOpTimeout bounds one request about an object's info or deletion
+// (its tries included, objectOpTries) and each try of a bucket's list;
 // transfers of object contents are bounded by JetStream's own timeouts.
 const objectOpTimeout = 30 * time.Second
 
@@ -155,6 +156,27 @@ func (b *objBackend) Location() string { return b.location }
 
 func (b *objBackend) objName(name string) string { return b.prefix + name }
 
+// objectOpTries are the deadlines of the tries of one idempotent request
+// about an object (its info, its deletion), the last one for every try
+// after. A request that reached a stream's leader as its NATS node died is never
+// answered: a first, short try gives it up in seconds (it held a
+// checkpoint's discard, and with it the checkpoint driver, for the whole
+// 30 s), and the later, longer ones leave a slow server its time.
+var objectOpTries = []time.Duration{5 * time.Second, 10 * time.Second, 15 * time.Second}
+
+// request runs op, an idempotent request about an object, tried again with
+// b.retry's backoff when it meets a fault of the moment, each try under
+// its deadline of objectOpTries.
+func (b *objBackend) request(op func(ctx context.Context) error) error {
+	try := 0
+	return transient.Do(context.Background(), b.retry, func(ctx context.Context) error {
+		ctx, cancel := context.WithTimeout(ctx, objectOpTries[min(try, len(objectOpTries)-1)])
+		defer cancel()
+		try++
+		return op(ctx)
+	})
+}
+
 // Put stores the object, trying again (with fill called again) when the
 // server met a fault of the moment: a server that syncs every write
 // answers a burst of chunks with 429 on a busy machine.
@@ -262,10 +284,7 @@ func (b *objBackend) info(name string, oi *jetstream.ObjectInfo) ObjectInfo {
 
 func (b *objBackend) Stat(name string) (ObjectInfo, error) {
 	var oi *jetstream.ObjectInfo
-	err := transient.Do(context.Background(), b.retry, func(ctx context.Context) error {
-		ctx, cancel := context.WithTimeout(ctx, objectOpTimeout)
-		defer cancel()
-		var err error
+	err := b.request(func(ctx context.Context) (err error) {
 		oi, err = b.obs.GetInfo(ctx, b.objName(name))
 		return err
 	})
@@ -320,11 +339,10 @@ func (b *objBackend) List(dir string) ([]ObjectInfo, error) {
 }
 
 func (b *objBackend) Delete(name string) error {
-	err := transient.Do(context.Background(), b.retry, func(ctx context.Context) error {
-		ctx, cancel := context.WithTimeout(ctx, objectOpTimeout)
-		defer cancel()
-		return b.obs.Delete(ctx, b.objName(name))
-	})
+	// A try that published the deletion but was not answered is repeated
+	// whole: the object's info is still found (deleted), and its chunks
+	// purged then.
+	err := b.request(func(ctx context.Context) error { return b.obs.Delete(ctx, b.objName(name)) })
 	if err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {
 		return fmt.Errorf("delete object %s of bucket %s: %w", b.objName(name), b.bucket, err)
 	}

@@ -5,6 +5,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/jwt/v2"
+
+	"github.com/wstream/wstream/tenant"
 	"github.com/wstream/wstream/transport"
 )
 
@@ -52,7 +55,7 @@ func TestAdoptPlacement(t *testing.T) {
 			c.workers["gone"] = &workerState{info: transport.WorkerInfo{ID: "gone", Epoch: epoch,
 				Running: []transport.RunningAttempt{run(refs...)}}, lastSeen: now.Add(-time.Hour)}
 			j := &jobState{info: transport.JobInfo{JobID: "j"}, refs: refs}
-			pl, why := c.adoptPlacementLocked(j, spec, epoch)
+			pl, _, why := c.adoptPlacementLocked(j, spec, epoch)
 			if tc.why == "" {
 				if pl == nil || why != "" {
 					t.Fatalf("not adopted: %s", why)
@@ -64,6 +67,94 @@ func TestAdoptPlacement(t *testing.T) {
 			}
 			if pl != nil || !strings.Contains(why, tc.why) {
 				t.Fatalf("placement %v, reason %q; want none, because %q", pl, why, tc.why)
+			}
+		})
+	}
+}
+
+// TestAdoptTenantCreds checks the attempt credentials a new leader wants
+// from the workers on a cluster with tenants: it adopts the attempt of a
+// tenant's job only when each worker lists valid credentials of that very
+// attempt, signed by that tenant's account (never another tenant's, even
+// when the heartbeat says nothing else is amiss), and keeps their keys to
+// revoke; expired credentials count for nothing.
+func TestAdoptTenantCreds(t *testing.T) {
+	auth, err := tenant.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []string{"acme", "other", "gone"} {
+		if _, _, err := auth.Add(n, tenant.Quotas{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	refs := []transport.TaskRef{{Chain: 0, Subtask: 0}, {Chain: 0, Subtask: 1}}
+	const epoch = 40
+	mint := func(tn, job string, attempt int, ttl time.Duration) string {
+		cr, err := auth.AttemptUser(tn, job, attempt, ttl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cr.JWT
+	}
+	good1, good2 := mint("acme", "j", 2, time.Hour), mint("acme", "j", 2, time.Hour)
+	gone := mint("gone", "j", 2, time.Hour)
+	if _, _, err := auth.Remove("gone"); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name   string
+		tenant string
+		w1, w2 []string // the JWTs each worker lists
+		why    string   // "": adopted
+	}{
+		{"the attempt's credentials", "acme", []string{good1}, []string{good2}, ""},
+		{"an expired one beside a valid one", "acme", []string{mint("acme", "j", 2, time.Nanosecond), good1}, []string{good2}, ""},
+		{"none listed", "acme", []string{good1}, nil, "worker w2 lists no valid credentials"},
+		{"only expired ones", "acme", []string{good1}, []string{mint("acme", "j", 2, time.Nanosecond)}, "worker w2 lists no valid credentials"},
+		{"another tenant's", "acme", []string{good1}, []string{mint("other", "j", 2, time.Hour)}, "not the job's"},
+		{"the admin's account", "acme", []string{good1}, []string{mint("", "j", 2, time.Hour)}, "not the job's"},
+		{"another attempt's", "acme", []string{good1}, []string{mint("acme", "j", 1, time.Hour)}, "not those of attempt 2"},
+		{"another job's", "acme", []string{good1}, []string{mint("acme", "k", 2, time.Hour)}, "not those of attempt 2"},
+		{"not a JWT", "acme", []string{good1}, []string{"eyJ0eXAi.bad.jwt"}, "not the job's"},
+		{"a removed tenant", "gone", []string{gone}, []string{gone}, `no tenant "gone"`},
+		{"an admin's job with a tenant's credentials", "", []string{good1}, []string{good2}, "not the job's"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			now := time.Now()
+			spec := &JobSpec{JobID: "j", Attempt: 2, ModuleDigest: "m", Tenant: tc.tenant}
+			c := &Coordinator{cfg: Config{WorkerTimeout: time.Minute, Tenants: auth}, now: func() time.Time { return now }, workers: map[string]*workerState{}}
+			for i, creds := range [][]string{tc.w1, tc.w2} {
+				id := "w" + string(rune('1'+i))
+				r := transport.RunningAttempt{JobID: "j", Attempt: 2, Module: "m", Epoch: 30, Tasks: refs[i : i+1], Creds: creds}
+				c.workers[id] = &workerState{info: transport.WorkerInfo{ID: id, Epoch: epoch, Running: []transport.RunningAttempt{r}}, lastSeen: now}
+			}
+			j := &jobState{info: transport.JobInfo{JobID: "j", Tenant: tc.tenant}, refs: refs}
+			pl, held, why := c.adoptPlacementLocked(j, spec, epoch)
+			if tc.why != "" {
+				if pl != nil || !strings.Contains(why, tc.why) {
+					t.Fatalf("placement %v, reason %q; want none, because %q", pl, why, tc.why)
+				}
+				return
+			}
+			if pl == nil || why != "" {
+				t.Fatalf("not adopted: %s", why)
+			}
+			// The leader keeps both valid keys, to revoke at the end.
+			want := map[string]bool{}
+			for _, jw := range []string{good1, good2} {
+				uc, err := jwt.DecodeUserClaims(jw)
+				if err != nil {
+					t.Fatal(err)
+				}
+				want[uc.Subject] = true
+				if held[uc.Subject] != uc.Expires {
+					t.Errorf("key %s: expiry %d kept, want %d", uc.Subject, held[uc.Subject], uc.Expires)
+				}
+			}
+			if len(held) != len(want) {
+				t.Errorf("kept %d keys, want %d", len(held), len(want))
 			}
 		})
 	}

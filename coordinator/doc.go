@@ -64,7 +64,9 @@
 // jobs that the bucket says are running: it learns the workers from their
 // heartbeats (a heartbeat carries what registration needs), and adopts the
 // attempt they run when every subtask of it is listed with the job's module
-// and the workers have heard its epoch (adopt.go); otherwise it cancels the
+// and the workers have heard its epoch, and, with tenants, list the
+// attempt's credentials, which the authority finds are that attempt's in
+// the account of the job's tenant (adopt.go); otherwise it cancels the
 // old attempt wherever a heartbeat still lists it, and starts a new attempt
 // from the latest completed checkpoint, as after a restart.
 //
@@ -155,7 +157,10 @@
 // acks, ticks, savepoint requests and the outcomes of its I/O are messages
 // to it, and it never waits for c.mu, so c.mu may be held while sending it
 // one (a driver is stopped under c.mu, when the lifecycle asks for it, and
-// waits for its I/O). What the driver learns for the lifecycle goes, in
+// waits for its I/O). Heartbeats do not wait for it: a reconnection they
+// report hands the driver its abort without waiting (outage.go), since
+// the driver's I/O may take seconds and c.mu would keep every heartbeat
+// out as long. What the driver learns for the lifecycle goes, in
 // order, into the job's inbox (inbox.go), which is handed to the lifecycle
 // under c.mu before any other event of the job. A job's checkpoint
 // statistics and exceptions, and the inbox, have locks of their own, taken

@@ -135,6 +135,7 @@ func (c *Coordinator) carry(j *jobState, acts []lifecycle.Action, first bool) er
 	for i, a := range acts {
 		switch a := a.(type) {
 		case lifecycle.CancelAttempt:
+			c.learnAttemptCreds(j, a.Attempt, a.Workers)
 			go c.cancelAll(a.Workers, id, a.Attempt, a.Failed)
 		case lifecycle.Deploy:
 			if a.Module != lifecycle.ModuleCurrent {

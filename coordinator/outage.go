@@ -15,6 +15,13 @@ import (
 // at once after one), and the coordinator then aborts the pending
 // checkpoints concerned; the next periodic trigger follows as usual.
 
+// Both run under c.mu (a heartbeat, a reconnection) and hand the abort to
+// each checkpoint driver's loop without waiting for it to run: a loop may
+// be busy for seconds in its synchronous I/O (discarding a checkpoint from
+// an object store whose NATS node just died), and a heartbeat that held
+// c.mu meanwhile kept every other heartbeat out, until the liveness
+// monitor declared the workers lost and the job restarted.
+
 // workerReconnected aborts the pending checkpoints of the jobs with subtasks
 // on worker, whose NATS connection was down. c.mu is held.
 func (c *Coordinator) workerReconnectedLocked(worker string) {
@@ -24,7 +31,7 @@ func (c *Coordinator) workerReconnectedLocked(worker string) {
 		}
 		for _, w := range j.placement.workers() {
 			if w == worker {
-				j.ckpt.abortPending(fmt.Sprintf("worker %s reconnected to NATS: checkpoint messages may have been lost", worker))
+				go j.ckpt.abortPending(fmt.Sprintf("worker %s reconnected to NATS: checkpoint messages may have been lost", worker))
 				break
 			}
 		}
@@ -36,7 +43,7 @@ func (c *Coordinator) workerReconnectedLocked(worker string) {
 func (c *Coordinator) connectionRestoredLocked() {
 	for _, j := range c.jobs {
 		if j.ckpt != nil && !j.done {
-			j.ckpt.abortPending("the coordinator reconnected to NATS: checkpoint messages may have been lost")
+			go j.ckpt.abortPending("the coordinator reconnected to NATS: checkpoint messages may have been lost")
 		}
 	}
 }

@@ -594,14 +594,26 @@ func (c *Coordinator) renewRunningAttempts() {
 	}
 	c.mu.Unlock()
 	for _, s := range out {
-		cr, err := c.attemptUser(s.tenant, s.job, s.attempt)
-		if err != nil {
-			c.cfg.Log.Warn("renewing a job attempt's credentials", logging.Job, s.job, "err", err)
-			continue
-		}
-		b, _ := json.Marshal(transport.CredsRenewal{JobID: s.job, Attempt: s.attempt, JWT: cr.JWT, Seed: cr.Seed})
-		_ = c.cfg.NATS.Publish(transport.WorkerCredsSubject(s.worker), b)
+		c.sendCreds(s.worker, s.tenant, s.job, s.attempt)
 	}
+}
+
+// sendCreds sends worker new credentials of attempt of job. Like a
+// command it carries the leader's epoch, and a leader that no longer holds
+// its lease mints none: a key it minted the next leader would not know to
+// revoke.
+func (c *Coordinator) sendCreds(worker, tenantName, job string, attempt int) {
+	epoch, err := c.fence()
+	if err != nil {
+		return
+	}
+	cr, err := c.attemptUser(tenantName, job, attempt)
+	if err != nil {
+		c.cfg.Log.Warn("renewing a job attempt's credentials", logging.Job, job, "err", err)
+		return
+	}
+	b, _ := json.Marshal(transport.CredsRenewal{JobID: job, Attempt: attempt, JWT: cr.JWT, Seed: cr.Seed, Epoch: epoch})
+	_ = c.cfg.NATS.Publish(transport.WorkerCredsSubject(worker), b)
 }
 
 // statusFromWorker makes h take a task status only from the subject of the

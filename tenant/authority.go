@@ -594,7 +594,52 @@ func (a *Authority) AttemptUser(tenantName, job string, attempt int, ttl time.Du
 		}
 		acct = kp
 	}
-	return user(acct, fmt.Sprintf("wstream-job-%s-%d", job, attempt), AttemptPermissions(job, attempt), ttl, TagAttempt)
+	return user(acct, attemptName(job, attempt), AttemptPermissions(job, attempt), ttl, TagAttempt)
+}
+
+// attemptName is the user name AttemptUser gives the credentials of
+// attempt of job.
+func attemptName(job string, attempt int) string {
+	return fmt.Sprintf("wstream-job-%s-%d", job, attempt)
+}
+
+// ErrAttemptUserExpired says that attempt credentials are past their
+// expiry: nothing can use them any more.
+var ErrAttemptUserExpired = errors.New("tenant: the attempt's credentials have expired")
+
+// AttemptUserKey checks that userJWT is credentials AttemptUser minted for
+// attempt of job of tenant ("" the admin: the service account), as a new
+// leader that adopts the attempt learns them from the workers that hold
+// them, and returns the user's public key and expiry (to revoke it when
+// the attempt ends). The JWT's signature, its issuer (the account the
+// authority keeps for tenantName, never one the JWT names for itself),
+// its tag and its name must all be the attempt's; an expired one is
+// ErrAttemptUserExpired.
+func (a *Authority) AttemptUserKey(tenantName, job string, attempt int, userJWT string) (string, int64, error) {
+	acct := pub(a.service)
+	if tenantName != "" {
+		t, ok := a.Get(tenantName)
+		if !ok || t.Removed {
+			return "", 0, fmt.Errorf("no tenant %q", tenantName)
+		}
+		acct = t.Account
+	}
+	uc, err := jwt.DecodeUserClaims(userJWT)
+	if err != nil {
+		return "", 0, fmt.Errorf("attempt credentials: %w", err)
+	}
+	switch {
+	case uc.Issuer != acct || (uc.IssuerAccount != "" && uc.IssuerAccount != acct):
+		return "", 0, fmt.Errorf("attempt credentials of account %s, not of the job's account %s", uc.Issuer, acct)
+	case !uc.Tags.Contains(TagAttempt) || uc.Name != attemptName(job, attempt):
+		return "", 0, fmt.Errorf("credentials %q are not those of attempt %d of job %s", uc.Name, attempt, job)
+	case uc.Expires == 0:
+		// AttemptUser always sets an expiry.
+		return "", 0, fmt.Errorf("attempt credentials %q without an expiry", uc.Name)
+	case uc.Expires <= time.Now().Unix():
+		return "", 0, ErrAttemptUserExpired
+	}
+	return uc.Subject, uc.Expires, nil
 }
 
 // RevokeAttemptUsers revokes users that AttemptUser minted for tenant

@@ -36,6 +36,8 @@ type leaderRun struct {
 	worker   *edgeProc
 	deploy   *edgeProc
 	job      string
+	// tenants are the servers' flags for tenants (default: off).
+	tenants []string
 }
 
 var (
@@ -73,8 +75,12 @@ func startLeaderRun(t *testing.T) *leaderRun {
 // server starts `wstream server` with data directory dir/name.
 func (r *leaderRun) server(t *testing.T, name string, env []string, args ...string) *edgeProc {
 	t.Helper()
-	args = append([]string{"server", "-v", "--tenants=false", "--lease", leaderLease.String(), "--http", "127.0.0.1:0",
-		"--worker-timeout", "5s", "--data", filepath.Join(r.dir, name)}, args...)
+	tenants := r.tenants
+	if tenants == nil {
+		tenants = []string{"--tenants=false"}
+	}
+	args = append(append([]string{"server", "-v", "--lease", leaderLease.String(), "--http", "127.0.0.1:0",
+		"--worker-timeout", "5s", "--data", filepath.Join(r.dir, name)}, tenants...), args...)
 	return startEdgeEnv(t, r.dir, env, args...)
 }
 

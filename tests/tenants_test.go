@@ -239,13 +239,11 @@ func natsServerBin(t *testing.T) string {
 	return natsServerPath
 }
 
-// TestTenantsExternalServer runs the tenants of a cluster on an external
-// NATS server configured with the fragment `wstream tenant init` writes:
-// the coordinator pushes the accounts of tenants added later through the
-// system account, and a tenant's job runs with exact output.
-func TestTenantsExternalServer(t *testing.T) {
-	mod := module(t, "testops")
-	dir := t.TempDir()
+// startTenantNATS starts a nats-server configured with the fragment
+// `wstream tenant init` writes for the tenant authority dir/auth, and
+// returns its URL and the authority's directory.
+func startTenantNATS(t *testing.T, dir string) (string, string) {
+	t.Helper()
 	auth := filepath.Join(dir, "auth")
 	if r := runCLI(t, dir, "tenant", "init", "--auth-dir", auth, "--resolver-dir", filepath.Join(dir, "jwt")); r.code != 0 {
 		t.Fatalf("tenant init: exit %d\n%s", r.code, r.stderr)
@@ -289,6 +287,17 @@ func TestTenantsExternalServer(t *testing.T) {
 		time.Sleep(20 * time.Millisecond) // polling interval
 	}
 
+	return url, auth
+}
+
+// TestTenantsExternalServer runs the tenants of a cluster on an external
+// NATS server configured with the fragment `wstream tenant init` writes:
+// the coordinator pushes the accounts of tenants added later through the
+// system account, and a tenant's job runs with exact output.
+func TestTenantsExternalServer(t *testing.T) {
+	mod := module(t, "testops")
+	dir := t.TempDir()
+	url, auth := startTenantNATS(t, dir)
 	data := filepath.Join(dir, "server")
 	srv := startEdge(t, dir, "server", "--tenants", "--auth-dir", auth, "--nats", url, "--data", data)
 	srv.until(t, "server running", false, func() bool { return strings.Contains(srv.stderr.String(), "coordinator running") })

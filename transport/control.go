@@ -67,6 +67,10 @@ type CredsRenewal struct {
 	Attempt int    `json:"attempt"`
 	JWT     string `json:"jwt"`
 	Seed    string `json:"seed"`
+	// Epoch is the leadership epoch of the coordinator that minted them:
+	// a worker takes none from a deposed one, whose credentials the new
+	// leader would not know to revoke.
+	Epoch uint64 `json:"epoch,omitempty"`
 }
 
 // WorkerDeploySubject is where the coordinator sends a worker its tasks.
@@ -272,6 +276,13 @@ type RunningAttempt struct {
 	Tasks  []TaskRef `json:"tasks,omitempty"`
 	Module string    `json:"module,omitempty"`
 	Epoch  uint64    `json:"epoch,omitempty"`
+	// Creds are the user JWTs (never the seeds) of the attempt's
+	// credentials that the worker holds and that have not expired (on a
+	// cluster with tenants), listed for a while after the worker heard a
+	// new leader's epoch: the leader, which did not mint them, checks that
+	// they are the attempt's, in the job's account, before it adopts the
+	// attempt, and revokes them when the attempt ends.
+	Creds []string `json:"creds,omitempty"`
 }
 
 // TaskRef names one subtask of a job: chain index in the physical graph and

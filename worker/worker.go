@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nkeys"
@@ -109,6 +110,9 @@ type Worker struct {
 	// epoch is the highest leadership epoch of a coordinator that spoke to
 	// the worker: commands of lower epochs come from a deposed one.
 	epoch atomic.Uint64
+	// epochRose is when epoch last rose (Unix nanoseconds): heartbeats
+	// list the attempts' credentials for a while after (listCreds).
+	epochRose atomic.Int64
 }
 
 // admit raises the worker's epoch to a command's and reports whether the
@@ -120,7 +124,11 @@ func (w *Worker) admit(epoch uint64, what string) bool {
 			w.log.Warn("refusing a command of a deposed coordinator", "command", what, "epoch", epoch, "leader epoch", cur)
 			return false
 		}
-		if epoch == cur || w.epoch.CompareAndSwap(cur, epoch) {
+		if epoch == cur {
+			return true
+		}
+		if w.epoch.CompareAndSwap(cur, epoch) {
+			w.epochRose.Store(time.Now().UnixNano())
 			return true
 		}
 	}
@@ -305,12 +313,25 @@ func (w *Worker) heartbeat() {
 	}
 }
 
+// credsListing is how long after a new leader's epoch heartbeats list the
+// credentials of the attempts the worker runs: a leader adopts within
+// three heartbeat intervals of its take-over, or cancels.
+const credsListing = 30 * time.Second
+
 // beat is the worker's heartbeat message.
 func (w *Worker) beat() []byte {
 	info := transport.WorkerInfo{ID: w.cfg.ID, Slots: w.cfg.Slots, Reconnects: w.cfg.NATS.Stats().Reconnects, Epoch: w.epoch.Load()}
+	now := time.Now()
+	// A new leader needs the attempts' credentials as it takes them over
+	// (adopted or cancelled), shortly after it announced its epoch; they
+	// are kilobytes each, too many to send every heartbeat.
+	listCreds := now.Sub(time.Unix(0, w.epochRose.Load())) < max(credsListing, 10*w.cfg.HeartbeatInterval)
 	w.mu.Lock()
 	for id, j := range w.jobs {
 		r := transport.RunningAttempt{JobID: id, Attempt: j.attempt, Module: j.digest, Epoch: j.epoch}
+		if j.creds != nil && listCreds {
+			r.Creds = j.creds.unexpired(now)
+		}
 		for _, t := range j.tasks {
 			if !t.inputEnded.Load() {
 				r.Tasks = append(r.Tasks, transport.TaskRef{Chain: t.id.Chain, Subtask: t.id.Subtask})
@@ -549,7 +570,8 @@ func (w *Worker) dataConn(j *jobRun, d transport.Deployment) error {
 	if w.cfg.Dial == nil {
 		return fmt.Errorf("worker %s cannot run job %s: it has no way to connect with the job's credentials", w.cfg.ID, d.JobID)
 	}
-	j.creds = &attemptCreds{attempt: d.Attempt, jwt: d.TenantJWT, seed: d.TenantSeed}
+	j.creds = &attemptCreds{attempt: d.Attempt}
+	j.creds.set(d.TenantJWT, d.TenantSeed)
 	// Renewals may come while the attempt deploys (module, restore).
 	w.mu.Lock()
 	w.creds[d.JobID] = j.creds
@@ -579,6 +601,49 @@ type attemptCreds struct {
 	attempt   int
 	mu        sync.Mutex
 	jwt, seed string
+	// held are the user JWTs the worker was given for the attempt that
+	// have not expired, newest last: connections made before a renewal
+	// still use older ones, so a new leader that adopts the attempt must
+	// know them all to revoke them when it ends (heartbeats list them).
+	held []heldJWT
+}
+
+type heldJWT struct {
+	jwt     string
+	expires int64 // Unix seconds; 0: unknown
+}
+
+// maxHeldJWTs bounds the JWTs a heartbeat lists per attempt: renewals
+// come every third of the credentials' lifetime, so about three are
+// unexpired at a time.
+const maxHeldJWTs = 8
+
+// set makes userJWT and seed the credentials that (re)connections use.
+func (c *attemptCreds) set(userJWT, seed string) {
+	var exp int64
+	if uc, err := jwt.DecodeUserClaims(userJWT); err == nil {
+		exp = uc.Expires
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.jwt, c.seed = userJWT, seed
+	c.held = append(c.held, heldJWT{userJWT, exp})
+	if n := len(c.held) - maxHeldJWTs; n > 0 {
+		c.held = slices.Delete(c.held, 0, n)
+	}
+}
+
+// unexpired returns the JWTs held that have not expired at now.
+func (c *attemptCreds) unexpired(now time.Time) []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []string
+	for _, h := range c.held {
+		if h.expires == 0 || h.expires > now.Unix() {
+			out = append(out, h.jwt)
+		}
+	}
+	return out
 }
 
 // forgetCreds drops j's credentials once it no longer runs.
@@ -618,12 +683,10 @@ func (w *Worker) onCreds(m *nats.Msg) {
 	w.mu.Lock()
 	c := w.creds[r.JobID]
 	w.mu.Unlock()
-	if c == nil || c.attempt != r.Attempt || r.JWT == "" || r.Seed == "" {
+	if c == nil || c.attempt != r.Attempt || r.JWT == "" || r.Seed == "" || !w.admit(r.Epoch, "credentials renewal") {
 		return
 	}
-	c.mu.Lock()
-	c.jwt, c.seed = r.JWT, r.Seed
-	c.mu.Unlock()
+	c.set(r.JWT, r.Seed)
 }
 
 // gate is the worker's fair-share gate.

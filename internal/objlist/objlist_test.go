@@ -9,53 +9,98 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// stalls is a Lister whose first n lists wait for their deadline.
-type stalls struct {
+// watches is a bucket whose first n watches deliver nothing (until their
+// context ends), and whose next ones deliver objs, every, one by one, then
+// the end marker; or fail with err.
+type watches struct {
 	n, calls int
+	objs     int
+	every    time.Duration
 	err      error
 }
 
-func (s *stalls) List(ctx context.Context, _ ...jetstream.ListObjectsOpt) ([]*jetstream.ObjectInfo, error) {
+type watcher struct{ ch chan *jetstream.ObjectInfo }
+
+func (w watcher) Updates() <-chan *jetstream.ObjectInfo { return w.ch }
+func (w watcher) Stop() error                           { return nil }
+
+func (s *watches) Watch(ctx context.Context, _ ...jetstream.WatchOpt) (jetstream.ObjectWatcher, error) {
 	s.calls++
-	if s.calls <= s.n {
-		<-ctx.Done()
-		return nil, ctx.Err()
-	}
 	if s.err != nil {
 		return nil, s.err
 	}
-	return []*jetstream.ObjectInfo{{ObjectMeta: jetstream.ObjectMeta{Name: "a"}}}, nil
+	w := watcher{make(chan *jetstream.ObjectInfo)}
+	if s.calls <= s.n {
+		return w, nil // a lost watch: nothing comes
+	}
+	go func() {
+		for range s.objs {
+			select {
+			case <-time.After(s.every):
+			case <-ctx.Done():
+				return
+			}
+			select {
+			case w.ch <- &jetstream.ObjectInfo{ObjectMeta: jetstream.ObjectMeta{Name: "a"}}:
+			case <-ctx.Done():
+				return
+			}
+		}
+		select {
+		case w.ch <- nil:
+		case <-ctx.Done():
+		}
+	}()
+	return w, nil
 }
 
-func TestListRetriesTimeouts(t *testing.T) {
+func TestListRetries(t *testing.T) {
 	for _, tc := range []struct {
-		name      string
-		lister    *stalls
-		wantCalls int
-		wantErr   error
+		name             string
+		watches          *watches
+		timeout, stall   time.Duration
+		wantCalls, wantN int
+		wantErr          error
+		within           time.Duration // 0: any time
 	}{
-		{"at once", &stalls{}, 1, nil},
-		{"after one stall", &stalls{n: 1}, 2, nil},
-		{"after two stalls", &stalls{n: 2}, 3, nil},
-		{"every attempt stalls", &stalls{n: Policy.Attempts}, Policy.Attempts, context.DeadlineExceeded},
-		{"other errors are not retried", &stalls{err: jetstream.ErrNoObjectsFound}, 1, jetstream.ErrNoObjectsFound},
+		{"at once", &watches{objs: 2}, time.Hour, time.Hour, 1, 2, nil, 0},
+		{"an empty bucket", &watches{}, time.Hour, time.Hour, 1, 0, jetstream.ErrNoObjectsFound, 0},
+		{"after one timeout", &watches{n: 1, objs: 1}, 20 * time.Millisecond, time.Hour, 2, 1, nil, 0},
+		{"after two timeouts", &watches{n: 2, objs: 1}, 20 * time.Millisecond, time.Hour, 3, 1, nil, 0},
+		{"every attempt times out", &watches{n: Policy.Attempts}, 20 * time.Millisecond, time.Hour, Policy.Attempts, 0, context.DeadlineExceeded, 0},
+		{"other errors are not retried", &watches{err: jetstream.ErrBucketNotFound}, time.Hour, time.Hour, 1, 0, jetstream.ErrBucketNotFound, 0},
+		// Regression: a watch lost with a NATS node held the checkpoint
+		// driver for a whole attempt's timeout (30 s).
+		{"a stalled watch is given up at once", &watches{n: 1, objs: 3}, time.Hour, 20 * time.Millisecond, 2, 3, nil, 10 * time.Second},
+		{"slow deliveries are no stall", &watches{objs: 6, every: 15 * time.Millisecond}, time.Hour, 40 * time.Millisecond, 1, 6, nil, 0},
+		{"every attempt stalls", &watches{n: 1 << 30}, time.Hour, 5 * time.Millisecond, Policy.Attempts, 0, errStalled, 30 * time.Second},
 	} {
-		objs, err := List(context.Background(), tc.lister, time.Millisecond, Policy)
-		if !errors.Is(err, tc.wantErr) || (err == nil) != (tc.wantErr == nil) {
-			t.Errorf("%s: error %v, want %v", tc.name, err, tc.wantErr)
-		}
-		if tc.wantErr == nil && len(objs) != 1 {
-			t.Errorf("%s: %d objects, want 1", tc.name, len(objs))
-		}
-		if tc.lister.calls != tc.wantCalls {
-			t.Errorf("%s: %d lists, want %d", tc.name, tc.lister.calls, tc.wantCalls)
-		}
+		t.Run(tc.name, func(t *testing.T) {
+			start := time.Now()
+			objs, err := list(context.Background(), tc.watches, tc.timeout, tc.stall, Policy)
+			took := time.Since(start)
+			if !errors.Is(err, tc.wantErr) || (err == nil) != (tc.wantErr == nil) {
+				t.Errorf("error %v, want %v", err, tc.wantErr)
+			}
+			if len(objs) != tc.wantN {
+				t.Errorf("%d objects, want %d", len(objs), tc.wantN)
+			}
+			if tc.wantCalls >= 0 && tc.watches.calls != tc.wantCalls {
+				t.Errorf("%d watches, want %d", tc.watches.calls, tc.wantCalls)
+			}
+			if tc.wantCalls < 0 && tc.watches.calls < 2 {
+				t.Errorf("%d watches: a stalled one was not tried again", tc.watches.calls)
+			}
+			if tc.within > 0 && took > tc.within {
+				t.Errorf("took %s", took)
+			}
+		})
 	}
 	// The caller's own deadline ends it without another attempt.
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	s := &stalls{n: Policy.Attempts}
+	s := &watches{n: Policy.Attempts}
 	if _, err := List(ctx, s, time.Hour, Policy); !errors.Is(err, context.Canceled) || s.calls != 1 {
-		t.Errorf("cancelled caller: %v after %d lists, want context.Canceled after 1", err, s.calls)
+		t.Errorf("cancelled caller: %v after %d watches, want context.Canceled after 1", err, s.calls)
 	}
 }

@@ -162,6 +162,17 @@ func (f *Flaky) List(ctx context.Context, opts ...jetstream.ListObjectsOpt) ([]*
 	return f.ObjectStore.List(ctx, opts...)
 }
 
+// Watch is how a list reads the bucket (internal/objlist): it meets the
+// list's faults.
+func (f *Flaky) Watch(ctx context.Context, opts ...jetstream.WatchOpt) (jetstream.ObjectWatcher, error) {
+	if f.hit(OpList, "") {
+		ectx, cancel := expired(ctx)
+		defer cancel()
+		return f.ObjectStore.Watch(ectx, opts...)
+	}
+	return f.ObjectStore.Watch(ctx, opts...)
+}
+
 func (f *Flaky) Delete(ctx context.Context, name string) error {
 	if f.hit(OpDelete, name) {
 		return nats.ErrNoResponders
