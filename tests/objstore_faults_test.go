@@ -110,4 +110,3 @@ func TestCheckpointPutsRefused(t *testing.T) {
 		}
 	}
 }
-
