@@ -3,7 +3,6 @@ package checkpoint
 import (
 	"context"
 	"crypto/sha256"
-	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -19,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/wstream/wstream/internal/objlist"
+	"github.com/wstream/wstream/internal/objwhole"
 	"github.com/wstream/wstream/internal/transient"
 )
 
@@ -139,7 +139,7 @@ func OpenObjectStorage(js jetstream.JetStream, bucket, prefix string, replicas i
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint: open object store %s: %w", location, err)
 	}
-	stream, err := js.Stream(ctx, "OBJ_"+bucket)
+	stream, err := js.Stream(ctx, objwhole.StreamName(bucket))
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint: open object store %s: %w", location, err)
 	}
@@ -197,26 +197,15 @@ func (b *objBackend) Put(name string, o PutOptions, fill func(io.Writer) error) 
 	return nil
 }
 
-// The subjects of the bucket's stream that hold an object's info (one
-// message, rolled up) and its chunks, as the object store lays them out.
+// metaSubject is the subject of the object name's info.
 func (b *objBackend) metaSubject(name string) string {
-	return "$O." + b.bucket + ".M." + base64.URLEncoding.EncodeToString([]byte(b.objName(name)))
+	return objwhole.MetaSubject(b.bucket, b.objName(name))
 }
-
-func (b *objBackend) chunkSubject(nuid string) string { return "$O." + b.bucket + ".C." + nuid }
 
 // whole says whether the bucket's stream holds every chunk that oi, an
 // object's info, names.
 func (b *objBackend) whole(ctx context.Context, oi *jetstream.ObjectInfo) (bool, error) {
-	if oi.Deleted || oi.Chunks == 0 {
-		return true, nil
-	}
-	subj := b.chunkSubject(oi.NUID)
-	si, err := b.stream.Info(ctx, jetstream.WithSubjectFilter(subj))
-	if err != nil {
-		return false, err
-	}
-	return si.State.Subjects[subj] >= uint64(oi.Chunks), nil
+	return objwhole.Whole(ctx, b.stream, oi)
 }
 
 // broken is the verdict on an object whose info names chunks the store
@@ -279,7 +268,7 @@ func (b *objBackend) deleteIfLast(ctx context.Context, name string, oi jetstream
 	}
 	// Whatever chunks the client failed to purge: the nuid is that put's
 	// alone.
-	return b.stream.Purge(ctx, jetstream.WithPurgeSubject(b.chunkSubject(oi.NUID)))
+	return b.stream.Purge(ctx, jetstream.WithPurgeSubject(objwhole.ChunkSubject(b.bucket, oi.NUID)))
 }
 
 func (b *objBackend) putOnce(name string, o PutOptions, fill func(io.Writer) error) error {
