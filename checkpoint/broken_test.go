@@ -212,3 +212,27 @@ func TestObjectRemoveBrokenKeepsLaterPut(t *testing.T) {
 		t.Fatalf("Stat after removeBroken = %v, want fs.ErrNotExist", err)
 	}
 }
+
+// BenchmarkObjectOpenSmall opens and reads a small object of a checkpoint:
+// the cost of a read's requests (the info, the chunks, and since the
+// check of a put refused after its info, the stream's count of them).
+func BenchmarkObjectOpenSmall(b *testing.B) {
+	s, err := OpenStorageAt("nats-obj://bench", startJetStream(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := s.WriteFile(1, "tasks/0-1/state/MANIFEST-000001", bytes.Repeat([]byte("m"), 1<<10)); err != nil {
+		b.Fatal(err)
+	}
+	name := DirName(1) + "/tasks/0-1/state/MANIFEST-000001"
+	for b.Loop() {
+		r, err := s.b.Open(name)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := io.Copy(io.Discard, r); err != nil {
+			b.Fatal(err)
+		}
+		r.Close()
+	}
+}
