@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/wstream/wstream/internal/testkit/objfault"
@@ -234,5 +235,41 @@ func BenchmarkObjectOpenSmall(b *testing.B) {
 			b.Fatal(err)
 		}
 		r.Close()
+	}
+}
+
+// stalledResult is an object's read whose chunks stopped coming: every
+// read fails as the client's does when the read's deadline passes.
+type stalledResult struct{ jetstream.ObjectResult }
+
+func (stalledResult) Read([]byte) (int, error) { return 0, nats.ErrTimeout }
+func (stalledResult) Close() error             { return nil }
+
+// TestObjectStalledReadKind: a read whose chunks stopped coming is
+// unavailable while the store holds them, and corrupt once it does not.
+func TestObjectStalledReadKind(t *testing.T) {
+	b := objStorage(t)
+	f := makeFlaky(t, b.s)
+	ob := b.s.b.(*objBackend)
+	const name = "chk-0000000001/tasks/0-1/state/000002.sst"
+	if err := ob.Put(name, PutOptions{}, func(w io.Writer) error { _, err := w.Write([]byte("bytes")); return err }); err != nil {
+		t.Fatal(err)
+	}
+	read := func() error {
+		oi, err := f.GetInfo(context.Background(), ob.objName(name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := &objReader{r: stalledResult{}, cancel: func() {}, b: ob, info: oi, name: name}
+		defer r.Close()
+		_, err = r.Read(make([]byte, 10))
+		return err
+	}
+	if err := read(); !errors.Is(err, ErrUnavailable) || errors.Is(err, ErrCorrupt) {
+		t.Fatalf("a stalled read of a whole object = %v, want ErrUnavailable", err)
+	}
+	breakObject(t, f, name, nil, []byte("other bytes"))
+	if err := read(); !errors.Is(err, ErrCorrupt) || errors.Is(err, ErrUnavailable) {
+		t.Fatalf("a stalled read of an object whose chunks are gone = %v, want ErrCorrupt", err)
 	}
 }
