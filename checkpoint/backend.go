@@ -19,14 +19,17 @@ import (
 //     error wrapping fs.ErrNotExist. The Storage turns it into corruption
 //     when the metadata names the object.
 //   - corrupt: bytes that are not what was stored (a chunk that does not
-//     match its object's digest) wrap ErrCorrupt.
+//     match its object's digest), or an object whose stored bytes are gone
+//     for good (an object's info naming chunks the store no longer holds),
+//     wrap ErrCorrupt. Stat reports the latter too.
 //   - unavailable: anything else that stops Open, Stat, List or a read
 //     (a timeout, no responders, a lost connection, a disk error) wraps
 //     ErrUnavailable: the same call may succeed later, and it says nothing
 //     about the object.
 //
-// Writes fail with ordinary errors; a failed Put leaves nothing under the
-// name.
+// Writes fail with ordinary errors; a failed Put leaves nothing readable
+// under the name. Reads never wait without bound: a read that stops
+// making progress fails, unavailable.
 type Backend interface {
 	// Location names the store in messages: a directory's absolute path,
 	// or nats-obj://BUCKET/PREFIX.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -17,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/wstream/wstream/internal/objlist"
+	"github.com/wstream/wstream/internal/objwhole"
 	"github.com/wstream/wstream/internal/transient"
 )
 
@@ -24,10 +26,20 @@ import (
 // store: nats-obj://BUCKET or nats-obj://BUCKET/PREFIX.
 const ObjectScheme = "nats-obj://"
 
-// objectOpTimeout bounds one request about an object's info or deletion
-// (its tries included, objectOpTries) and each try of a bucket's list;
-// transfers of object contents are bounded by JetStream's own timeouts.
+// objectOpTimeout bounds each try of a bucket's list and is the floor of
+// a read's deadline; a request about an object's info or deletion has the
+// tries of objectOpTries.
 const objectOpTimeout = 30 * time.Second
+
+// minReadRate is the slowest transfer a read's deadline allows for: an
+// object's read has objectOpTimeout plus its size at this rate.
+const minReadRate = 1 << 20 // bytes per second
+
+// readTimeout bounds the whole read of an object of size bytes, so that
+// a read whose chunks stop coming fails instead of waiting for ever.
+func readTimeout(size uint64) time.Duration {
+	return objectOpTimeout + time.Duration(size/minReadRate)*time.Second
+}
 
 // IsObjectLocation says whether location names an object store
 // (nats-obj://…) rather than a directory.
@@ -128,7 +140,11 @@ func OpenObjectStorage(js jetstream.JetStream, bucket, prefix string, replicas i
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint: open object store %s: %w", location, err)
 	}
-	b := &objBackend{obs: obs, bucket: bucket, location: location, retry: transient.Default}
+	stream, err := js.Stream(ctx, objwhole.StreamName(bucket))
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint: open object store %s: %w", location, err)
+	}
+	b := &objBackend{obs: obs, js: js, stream: stream, bucket: bucket, location: location, retry: transient.Default}
 	if prefix != "" {
 		b.prefix = prefix + "/"
 	}
@@ -144,8 +160,17 @@ func OpenObjectStorage(js jetstream.JetStream, bucket, prefix string, replicas i
 // directories to sync. Every request that meets a fault of the moment (a
 // 429, a timeout, no responders) is tried again as retry says; a read that
 // meets one every time is unavailable, never missing or corrupt.
+//
+// One put can break that atomicity: the client sends the chunks and the
+// info without waiting for each acknowledgement, so a chunk refused after
+// the info was stored leaves the name pointing at chunks the client then
+// purged. Such an object can never be read, so Stat and Open report it
+// corrupt (never unavailable, and before any read waits for chunks), and
+// a put that finally failed removes what it left (removeBroken).
 type objBackend struct {
 	obs      jetstream.ObjectStore
+	js       jetstream.JetStream
+	stream   jetstream.Stream // the bucket's, OBJ_<bucket>
 	bucket   string
 	prefix   string // "" or ending in "/"
 	location string
@@ -185,9 +210,87 @@ func (b *objBackend) Put(name string, o PutOptions, fill func(io.Writer) error) 
 		return b.putOnce(name, o, fill)
 	})
 	if err != nil {
-		return fmt.Errorf("put object %s into bucket %s: %w", b.objName(name), b.bucket, err)
+		err = fmt.Errorf("put object %s into bucket %s: %w", b.objName(name), b.bucket, err)
+		if rerr := b.removeBroken(name); rerr != nil {
+			err = fmt.Errorf("%w; what it may have left could not be checked: %v", err, rerr)
+		}
+		return err
 	}
 	return nil
+}
+
+// metaSubject is the subject of the object name's info.
+func (b *objBackend) metaSubject(name string) string {
+	return objwhole.MetaSubject(b.bucket, b.objName(name))
+}
+
+// whole says whether the bucket's stream holds every chunk that oi, an
+// object's info, names.
+func (b *objBackend) whole(ctx context.Context, oi *jetstream.ObjectInfo) (bool, error) {
+	return objwhole.Whole(ctx, b.stream, oi)
+}
+
+// broken is the verdict on an object whose info names chunks the store
+// does not hold: no later read can find them.
+func broken(name string, oi *jetstream.ObjectInfo) error {
+	return &corruptError{path: name, problem: fmt.Sprintf(
+		"the object's info names %d chunks the store no longer holds (a put that failed left it)", oi.Chunks)}
+}
+
+// removeBroken deletes the object name if its info names chunks the store
+// does not hold, as a put that failed after its info was stored leaves
+// it. The delete marker is published only if the info is still the one
+// found broken (the stream's last sequence on the info's subject), so a
+// good put of the same name by another writer that landed meanwhile is
+// kept; one that lands after replaces the marker. Names are unique to a
+// checkpoint's subtask except shared files, whose every put carries the
+// same bytes: a broken shared object is as good as absent, and the next
+// PutShared of it uploads it again.
+func (b *objBackend) removeBroken(name string) error {
+	return transient.Do(context.Background(), b.retry, func(ctx context.Context) error {
+		ctx, cancel := context.WithTimeout(ctx, objectOpTimeout)
+		defer cancel()
+		subj := b.metaSubject(name)
+		m, err := b.stream.GetLastMsgForSubject(ctx, subj)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		var oi jetstream.ObjectInfo
+		if err := json.Unmarshal(m.Data, &oi); err != nil {
+			return transient.Permanent(fmt.Errorf("info of object %s: %w", b.objName(name), err))
+		}
+		if ok, err := b.whole(ctx, &oi); err != nil || ok {
+			return err
+		}
+		return b.deleteIfLast(ctx, name, oi, m.Sequence)
+	})
+}
+
+// deleteIfLast deletes the object name, whose info oi is the message seq
+// of the bucket's stream, unless another info replaced it since.
+func (b *objBackend) deleteIfLast(ctx context.Context, name string, oi jetstream.ObjectInfo, seq uint64) error {
+	oi.Deleted, oi.Size, oi.Chunks, oi.Digest, oi.ModTime = true, 0, 0, "", time.Time{}
+	marker := nats.NewMsg(b.metaSubject(name))
+	marker.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
+	var err error
+	if marker.Data, err = json.Marshal(&oi); err != nil {
+		return transient.Permanent(err)
+	}
+	_, err = b.js.PublishMsg(ctx, marker, jetstream.WithExpectLastSequencePerSubject(seq))
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant) {
+		return nil // another writer's put replaced it: theirs stays
+	}
+	if err != nil {
+		return err
+	}
+	// Whatever chunks the client failed to purge: the nuid is that put's
+	// alone.
+	return b.stream.Purge(ctx, jetstream.WithPurgeSubject(objwhole.ChunkSubject(b.bucket, oi.NUID)))
 }
 
 func (b *objBackend) putOnce(name string, o PutOptions, fill func(io.Writer) error) error {
@@ -228,11 +331,14 @@ func (b *objBackend) putOnce(name string, o PutOptions, fill func(io.Writer) err
 }
 
 // objReader reads an object's stored bytes; a mismatch of the chunks with
-// the object's own digest is corruption, any other failure unavailability.
+// the object's own digest, or chunks the store no longer holds, is
+// corruption, any other failure unavailability.
 type objReader struct {
-	r    jetstream.ObjectResult
-	name string
-	size int64
+	r      jetstream.ObjectResult
+	cancel context.CancelFunc // ends the read's deadline
+	b      *objBackend
+	info   *jetstream.ObjectInfo
+	name   string
 }
 
 func (r *objReader) Read(p []byte) (int, error) {
@@ -242,36 +348,83 @@ func (r *objReader) Read(p []byte) (int, error) {
 	case errors.Is(err, jetstream.ErrDigestMismatch):
 		err = &corruptError{path: r.name, problem: "stored chunks do not match the object's digest"}
 	default:
-		err = unavailable(err)
+		err = r.diagnose(err)
 	}
 	return n, err
 }
 
-func (r *objReader) Close() error { return r.r.Close() }
-func (r *objReader) Size() int64  { return r.size }
+// diagnose tells a read that failed (its chunks stopped coming before its
+// deadline) because the store lost them from one that could not read now.
+func (r *objReader) diagnose(err error) error {
+	ctx, cancel := context.WithTimeout(context.Background(), objectOpTimeout)
+	defer cancel()
+	cur, ierr := r.b.obs.GetInfo(ctx, r.b.objName(r.name))
+	if ierr == nil && cur.NUID == r.info.NUID {
+		if ok, werr := r.b.whole(ctx, cur); werr == nil && !ok {
+			return broken(r.name, cur)
+		}
+	}
+	return unavailable(err)
+}
 
+func (r *objReader) Close() error {
+	defer r.cancel()
+	return r.r.Close()
+}
+
+func (r *objReader) Size() int64 { return int64(r.info.Size) }
+
+// Open checks that the store holds the object's chunks before it reads
+// them, and gives the read a deadline by the object's size.
 func (b *objBackend) Open(name string) (ObjectReader, error) {
 	var r *objReader
 	err := transient.Do(context.Background(), b.retry, func(ctx context.Context) error {
-		res, err := b.obs.Get(ctx, b.objName(name))
+		oi, err := b.wholeInfo(ctx, name)
 		if err != nil {
+			return err
+		}
+		rctx, cancel := context.WithTimeout(ctx, readTimeout(oi.Size))
+		res, err := b.obs.Get(rctx, b.objName(name))
+		if err != nil {
+			cancel()
 			return err
 		}
 		info, err := res.Info()
 		if err != nil {
 			res.Close()
+			cancel()
 			return err
 		}
-		r = &objReader{r: res, name: name, size: int64(info.Size)}
+		r = &objReader{r: res, cancel: cancel, b: b, info: info, name: name}
 		return nil
 	})
-	if errors.Is(err, jetstream.ErrObjectNotFound) {
+	switch {
+	case errors.Is(err, jetstream.ErrObjectNotFound):
 		return nil, fmt.Errorf("object %s of bucket %s: %w", b.objName(name), b.bucket, fs.ErrNotExist)
-	}
-	if err != nil {
+	case errors.Is(err, ErrCorrupt):
+		return nil, err
+	case err != nil:
 		return nil, unavailable(fmt.Errorf("object %s of bucket %s: %w", b.objName(name), b.bucket, err))
 	}
 	return r, nil
+}
+
+// wholeInfo returns the info of the object name, or the verdict that the
+// store no longer holds its chunks (marked Permanent: an answer).
+func (b *objBackend) wholeInfo(ctx context.Context, name string) (*jetstream.ObjectInfo, error) {
+	ctx, cancel := context.WithTimeout(ctx, objectOpTimeout)
+	defer cancel()
+	oi, err := b.obs.GetInfo(ctx, b.objName(name))
+	if err != nil {
+		return nil, err
+	}
+	switch ok, err := b.whole(ctx, oi); {
+	case err != nil:
+		return nil, err
+	case !ok:
+		return nil, transient.Permanent(broken(name, oi))
+	}
+	return oi, nil
 }
 
 func (b *objBackend) info(name string, oi *jetstream.ObjectInfo) ObjectInfo {
@@ -285,12 +438,14 @@ func (b *objBackend) info(name string, oi *jetstream.ObjectInfo) ObjectInfo {
 func (b *objBackend) Stat(name string) (ObjectInfo, error) {
 	var oi *jetstream.ObjectInfo
 	err := b.request(func(ctx context.Context) (err error) {
-		oi, err = b.obs.GetInfo(ctx, b.objName(name))
+		oi, err = b.wholeInfo(ctx, name)
 		return err
 	})
 	switch {
 	case errors.Is(err, jetstream.ErrObjectNotFound):
 		return ObjectInfo{}, fmt.Errorf("object %s of bucket %s: %w", b.objName(name), b.bucket, fs.ErrNotExist)
+	case errors.Is(err, ErrCorrupt):
+		return ObjectInfo{}, err
 	case err != nil:
 		return ObjectInfo{}, unavailable(fmt.Errorf("object %s of bucket %s: %w", b.objName(name), b.bucket, err))
 	}

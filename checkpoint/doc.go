@@ -152,6 +152,11 @@
 //     synced. In an object store: the object's info, which makes it
 //     visible, is published after its last chunk, and a put cut short (a
 //     failed fill, a wrong SHA-256, a lost connection) discards its chunks.
+//     The client publishes the info before the server has acknowledged
+//     every chunk, so a chunk refused then leaves an info naming chunks
+//     that are gone: a put that finally failed deletes such an info (only
+//     if it is still the last one of its name), and Stat and Open report
+//     one that remains (another writer's) as corrupt, at once.
 //  2. WriteMetadata makes the names of the checkpoint's files durable
 //     (Backend.Sync: every directory of the checkpoint), then writes
 //     _metadata the same way. _metadata is JSON with Format
@@ -204,7 +209,11 @@
 // that does not match) is not asked again. When every attempt meets such a
 // fault, a read is ErrUnavailable, never missing or corrupt, and a put
 // fails with the last error, naming the object and the bucket: the
-// subtask declines that checkpoint.
+// subtask declines that checkpoint. A read has a deadline of 30 s plus a
+// second a MiB of the object: one whose chunks stop coming fails then,
+// unavailable, unless the store no longer holds them (corrupt: no later
+// read finds them). PutShared does not reuse a shared object whose chunks
+// are gone; it uploads the file again.
 //
 // CopyCheckpoint copies a complete checkpoint with the shared files it
 // references into another Storage of either kind, stored bytes as they

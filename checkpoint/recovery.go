@@ -34,6 +34,10 @@ func (s *Storage) list() ([]dirState, error) {
 			dirs = append(dirs, dirState{id: id, complete: true})
 		case errors.Is(err, fs.ErrNotExist):
 			dirs = append(dirs, dirState{id: id})
+		case errors.Is(err, ErrCorrupt):
+			// Complete but damaged: reading the metadata says so, and
+			// LatestUsable passes it over as it does other damage.
+			dirs = append(dirs, dirState{id: id, complete: true})
 		default:
 			return nil, fmt.Errorf("checkpoint: list %s: %w", s.root, unavailable(err))
 		}

@@ -30,6 +30,7 @@ func makeFlaky(t *testing.T, s *Storage) *objfault.Flaky {
 		t.Fatalf("storage %s is not in an object store", s.Root())
 	}
 	f := objfault.NewFlaky(ob.obs)
+	f.JS = ob.js
 	ob.obs, ob.retry = f, fastRetry
 	return f
 }
@@ -194,10 +195,16 @@ func TestObjectAnswersNotRetried(t *testing.T) {
 	}
 }
 
-// countingStore counts the gets of an object store.
+// countingStore counts the gets of an object store: of an object's info
+// or its contents.
 type countingStore struct {
 	jetstream.ObjectStore
 	gets *int
+}
+
+func (c *countingStore) GetInfo(ctx context.Context, name string, opts ...jetstream.GetObjectInfoOpt) (*jetstream.ObjectInfo, error) {
+	*c.gets++
+	return c.ObjectStore.GetInfo(ctx, name, opts...)
 }
 
 func (c *countingStore) Get(ctx context.Context, name string, opts ...jetstream.GetObjectOpt) (jetstream.ObjectResult, error) {

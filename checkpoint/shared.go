@@ -150,11 +150,16 @@ const (
 func (s *Storage) inspectShared(rel, rawSum string) (FileHandle, int, error) {
 	name := path.Base(rel)
 	info, err := s.b.Stat(rel)
-	if errors.Is(err, fs.ErrNotExist) {
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
 		s.forget(name)
 		return FileHandle{}, sharedAbsent, nil
-	}
-	if err != nil {
+	case errors.Is(err, ErrCorrupt):
+		// An object whose chunks the store lost (a failed put of another
+		// writer left it): no checkpoint may refer to it, a put mends it.
+		s.forget(name)
+		return FileHandle{}, sharedDamaged, nil
+	case err != nil:
 		return FileHandle{}, 0, err
 	}
 	if info.Digest != "" {

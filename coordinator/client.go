@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/wstream/wstream/internal/objwhole"
 	"github.com/wstream/wstream/internal/transient"
 	"github.com/wstream/wstream/transport"
 )
@@ -53,7 +54,7 @@ func (m *ModuleStore) Store(ctx context.Context, digest string, wasm []byte) (st
 	obs := m.obs
 	m.mu.Unlock()
 	if obs != nil {
-		err := putModule(ctx, obs, digest, wasm)
+		err := m.putModule(ctx, obs, digest, wasm)
 		if err == nil {
 			return digest, nil
 		}
@@ -69,7 +70,7 @@ func (m *ModuleStore) Store(ctx context.Context, digest string, wasm []byte) (st
 	if err != nil {
 		return "", err
 	}
-	if err := putModule(ctx, obs, digest, wasm); err != nil {
+	if err := m.putModule(ctx, obs, digest, wasm); err != nil {
 		return "", err
 	}
 	m.mu.Lock()
@@ -111,15 +112,23 @@ func openModuleBucket(ctx context.Context, nc *nats.Conn) (jetstream.ObjectStore
 }
 
 // putModule puts wasm into obs under digest unless obs holds it already:
-// an object whose record gives the module's size and SHA-256. Other bytes
-// under the name (a broken upload) are replaced; the record is only the
-// uploader's word, and whoever fetches the module checks the bytes. A put
-// that meets a fault of the moment (a server that syncs every write
-// answers a burst of chunks with 429 on a busy machine) is tried again.
-func putModule(ctx context.Context, obs jetstream.ObjectStore, digest string, wasm []byte) error {
+// an object whose record gives the module's size and SHA-256 and whose
+// chunks the bucket's stream holds (a put refused after its record was
+// stored leaves the record and purges the chunks). Other bytes under the
+// name (a broken upload) are replaced; the record is only the uploader's
+// word, and whoever fetches the module checks the bytes. A put that meets
+// a fault of the moment (a server that syncs every write answers a burst
+// of chunks with 429 on a busy machine) is tried again.
+func (m *ModuleStore) putModule(ctx context.Context, obs jetstream.ObjectStore, digest string, wasm []byte) error {
 	err := transient.Do(ctx, transient.Default, func(ctx context.Context) error {
 		if info, err := obs.GetInfo(ctx, digest); err == nil && info.Size == uint64(len(wasm)) && info.Digest == objectDigest(digest) {
-			return nil
+			whole, err := m.whole(ctx, info)
+			if err != nil {
+				return err
+			}
+			if whole {
+				return nil
+			}
 		}
 		_, err := obs.PutBytes(ctx, digest, wasm)
 		return err
@@ -128,6 +137,20 @@ func putModule(ctx context.Context, obs jetstream.ObjectStore, digest string, wa
 		return fmt.Errorf("storing module %s (%d bytes) in %s: %w", digest, len(wasm), transport.ModuleBucket, err)
 	}
 	return nil
+}
+
+// whole says whether the module bucket's stream holds every chunk info
+// names.
+func (m *ModuleStore) whole(ctx context.Context, info *jetstream.ObjectInfo) (bool, error) {
+	js, err := jetstream.New(m.nc)
+	if err != nil {
+		return false, err
+	}
+	st, err := js.Stream(ctx, objwhole.StreamName(info.Bucket))
+	if err != nil {
+		return false, err
+	}
+	return objwhole.Whole(ctx, st, info)
 }
 
 // objectDigest is the object store's record of the SHA-256 of a module

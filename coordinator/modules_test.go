@@ -105,3 +105,34 @@ func TestStoreModuleRetried(t *testing.T) {
 		t.Fatalf("after the refused puts the store has %s: %v", ModuleDigest(other), err)
 	}
 }
+
+// TestStoreModuleRefusedAfterInfo: a put of a module refused after its
+// record was stored (the client purged its chunks) leaves a record with
+// the module's size and SHA-256: the next attempt must not take it for the
+// module, and the module can be fetched once Store returns.
+func TestStoreModuleRefusedAfterInfo(t *testing.T) {
+	_, js := natstest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	obs, err := js.CreateObjectStore(ctx, jetstream.ObjectStoreConfig{Bucket: transport.ModuleBucket})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wasm := bytes.Repeat([]byte("\x00asm\x01\x00\x00\x00 module "), 40000) // several chunks
+	flaky := objfault.NewFlaky(obs)
+	flaky.JS = js
+	flaky.Fail(objfault.OpPutAfterInfo, 1)
+	m := NewModuleStore(js.Conn())
+	m.obs = flaky
+	digest, err := m.Store(ctx, "", wasm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := flaky.Faulted(objfault.OpPutAfterInfo); n != 1 {
+		t.Fatalf("%d puts refused after their record, want 1", n)
+	}
+	got, err := transport.FetchModule(ctx, obs, "", digest, int64(len(wasm)))
+	if err != nil || !bytes.Equal(got, wasm) {
+		t.Fatalf("fetching the module after Store: %d bytes, %v", len(got), err)
+	}
+}

@@ -30,6 +30,12 @@ const (
 	// the server, which the client then purges (PutBytes and PutString
 	// are puts too).
 	OpPut ObjectOp = "put"
+	// OpPutAfterInfo is refused with TooManyRequests after the object's
+	// info was stored and its chunks purged: the name is left pointing at
+	// chunks that are gone. nats.go leaves this when the server refuses a
+	// chunk whose publish was not yet acknowledged when the info went out.
+	// Only a Flaky with JS set injects it.
+	OpPutAfterInfo ObjectOp = "put-after-info"
 	// OpGet times out: the real client is called with a deadline that
 	// passed.
 	OpGet ObjectOp = "get"
@@ -50,6 +56,9 @@ const (
 type Flaky struct {
 	jetstream.ObjectStore
 	Once bool
+	// JS is the JetStream of the store, through which OpPutAfterInfo
+	// purges the chunks of the object it stored.
+	JS jetstream.JetStream
 
 	mu    sync.Mutex
 	fail  map[ObjectOp]int
@@ -103,6 +112,9 @@ func expired(ctx context.Context) (context.Context, context.CancelFunc) {
 }
 
 func (f *Flaky) Put(ctx context.Context, meta jetstream.ObjectMeta, r io.Reader) (*jetstream.ObjectInfo, error) {
+	if f.JS != nil && f.hit(OpPutAfterInfo, meta.Name) {
+		return nil, f.putAfterInfo(ctx, meta, r)
+	}
 	if f.hit(OpPut, meta.Name) {
 		r = &refusedAfter{r: r, n: 128 << 10}
 	}
@@ -115,6 +127,24 @@ func (f *Flaky) PutBytes(ctx context.Context, name string, data []byte) (*jetstr
 
 func (f *Flaky) PutString(ctx context.Context, name string, data string) (*jetstream.ObjectInfo, error) {
 	return f.PutBytes(ctx, name, []byte(data))
+}
+
+// putAfterInfo stores the object, then purges its chunks, as the client
+// does when a chunk's publish comes back refused after the info was
+// stored, and returns that refusal.
+func (f *Flaky) putAfterInfo(ctx context.Context, meta jetstream.ObjectMeta, r io.Reader) error {
+	info, err := f.ObjectStore.Put(ctx, meta, r)
+	if err != nil {
+		return err
+	}
+	st, err := f.JS.Stream(ctx, "OBJ_"+info.Bucket)
+	if err != nil {
+		return err
+	}
+	if err := st.Purge(ctx, jetstream.WithPurgeSubject("$O."+info.Bucket+".C."+info.NUID)); err != nil {
+		return err
+	}
+	return TooManyRequests
 }
 
 // refusedAfter reads n bytes of r, then fails with TooManyRequests: the
