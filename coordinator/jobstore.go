@@ -16,6 +16,8 @@ import (
 
 	"github.com/wstream/wstream/checkpoint"
 	"github.com/wstream/wstream/internal/logging"
+	"github.com/wstream/wstream/internal/objlist"
+	"github.com/wstream/wstream/internal/transient"
 	"github.com/wstream/wstream/transport"
 )
 
@@ -91,6 +93,10 @@ func (s *JobSpec) UnmarshalJSON(b []byte) error {
 
 // kvTimeout bounds one call to the key-value bucket.
 const kvTimeout = 5 * time.Second
+
+// kvListTimeout bounds one attempt to list the job bucket, which may hold
+// many keys; a lost watch is given up sooner (objlist.Stall).
+const kvListTimeout = 3 * kvTimeout
 
 // OpenJobs opens (creating it on first use, with replicas copies on a
 // cluster) the bucket where coordinators keep their jobs.
@@ -378,19 +384,30 @@ func (c *Coordinator) storeSpec(j *jobState, state string) {
 	c.mu.Unlock()
 }
 
-// runningSpecs lists the specs of the bucket's running jobs.
+// runningSpecs lists the specs of the bucket's running jobs. A listing or
+// a read that gets no answer is asked again (a take-over follows the NATS
+// node that led the bucket's stream dying, and a watch or request made on
+// it gets nothing): the caller then gets either every running job or an
+// error, never a shorter list. A record that does not decode is an error
+// of its own, not tried again.
 func runningSpecs(ctx context.Context, kv jetstream.KeyValue) ([]*JobSpec, error) {
-	lister, err := kv.ListKeys(ctx)
-	if err != nil {
-		return nil, err
+	keys, err := objlist.Keys(ctx, kv, kvListTimeout, objlist.Policy)
+	if errors.Is(err, jetstream.ErrNoKeysFound) {
+		return nil, nil
 	}
-	var keys []string
-	for k := range lister.Keys() {
-		keys = append(keys, k)
+	if err != nil {
+		return nil, fmt.Errorf("listing the jobs: %w", err)
 	}
 	var out []*JobSpec
 	for _, k := range keys {
-		s, err := getSpec(ctx, kv, k)
+		var s *JobSpec
+		err := transient.Do(ctx, objlist.Policy, func(ctx context.Context) error {
+			ctx, cancel := context.WithTimeout(ctx, kvTimeout)
+			defer cancel()
+			var err error
+			s, err = getSpec(ctx, kv, k)
+			return err
+		})
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
 			continue
 		}
