@@ -131,7 +131,7 @@ func TestStoreModuleRefusedAfterInfo(t *testing.T) {
 	if n := flaky.Faulted(objfault.OpPutAfterInfo); n != 1 {
 		t.Fatalf("%d puts refused after their record, want 1", n)
 	}
-	got, err := transport.FetchModule(ctx, obs, "", digest, int64(len(wasm)))
+	got, err := transport.FetchModule(ctx, js, obs, "", digest, int64(len(wasm)))
 	if err != nil || !bytes.Equal(got, wasm) {
 		t.Fatalf("fetching the module after Store: %d bytes, %v", len(got), err)
 	}

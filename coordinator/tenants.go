@@ -855,7 +855,7 @@ func (c *Coordinator) tenantModule(ctx context.Context, owner string, who caller
 	if err != nil {
 		return fmt.Errorf("opening module store %s: %w", transport.ModuleBucket, err)
 	}
-	wasm, err := transport.FetchModule(ctx, aobs, "", digest, limit)
+	wasm, err := transport.FetchModule(ctx, js, aobs, "", digest, limit)
 	if err != nil {
 		return err
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/wstream/wstream/internal/objwhole"
 	"github.com/wstream/wstream/internal/transient"
 )
 
@@ -29,6 +30,10 @@ var (
 	// ErrModuleDigest: the module's bytes do not hash to the digest that
 	// names it.
 	ErrModuleDigest = errors.New("module bytes do not match their digest")
+	// ErrModuleIncomplete: the module's object names chunks that its
+	// bucket's stream does not hold (a put refused after its record was
+	// stored). Reading it would wait for chunks that never come.
+	ErrModuleIncomplete = errors.New("module object incomplete")
 )
 
 // ModuleDigest is the digest by which a module is stored and named:
@@ -64,21 +69,29 @@ func ModuleStoreName(tenant string) string {
 // its own object). The record is the uploader's word: ReadModule does not
 // trust it.
 func StatModule(ctx context.Context, obs jetstream.ObjectStore, tenant, digest string, limit int64) (int64, error) {
+	info, err := statModule(ctx, obs, tenant, digest, limit)
+	if err != nil {
+		return 0, err
+	}
+	return int64(info.Size), nil
+}
+
+func statModule(ctx context.Context, obs jetstream.ObjectStore, tenant, digest string, limit int64) (*jetstream.ObjectInfo, error) {
 	where := ModuleStoreName(tenant)
 	if err := CheckModuleDigest(digest); err != nil {
-		return 0, err
+		return nil, err
 	}
 	info, err := obs.GetInfo(ctx, digest)
 	if err != nil {
-		return 0, fmt.Errorf("module %s in %s: %w", digest, where, err)
+		return nil, fmt.Errorf("module %s in %s: %w", digest, where, err)
 	}
 	if info.Opts != nil && info.Opts.Link != nil {
-		return 0, fmt.Errorf("module %s in %s is a link to another object, not a module", digest, where)
+		return nil, fmt.Errorf("module %s in %s is a link to another object, not a module", digest, where)
 	}
 	if info.Size > uint64(limit) {
-		return 0, moduleError{fmt.Sprintf("module %s in %s is %d bytes, over the limit of %d bytes", digest, where, info.Size, limit), ErrModuleTooLarge}
+		return nil, moduleError{fmt.Sprintf("module %s in %s is %d bytes, over the limit of %d bytes", digest, where, info.Size, limit), ErrModuleTooLarge}
 	}
-	return int64(info.Size), nil
+	return info, nil
 }
 
 // ReadModule streams module digest from obs into w, reading at most limit
@@ -94,23 +107,51 @@ func ReadModule(ctx context.Context, obs jetstream.ObjectStore, tenant, digest s
 }
 
 // FetchModule returns the bytes of module digest from obs, as ReadModule
-// reads them. A fetch that meets a fault of the moment (a timeout, a 429,
-// no responders) is tried again from the start.
-func FetchModule(ctx context.Context, obs jetstream.ObjectStore, tenant, digest string, limit int64) ([]byte, error) {
+// reads them, after checking through js, the JetStream of obs, that the
+// bucket's stream holds every chunk the object's record names: an
+// incomplete object is ErrModuleIncomplete at once, where reading it would
+// time out on every attempt. A fetch that meets a fault of the moment (a
+// timeout, a 429, no responders) is tried again from the start, the check
+// included.
+func FetchModule(ctx context.Context, js jetstream.JetStream, obs jetstream.ObjectStore, tenant, digest string, limit int64) ([]byte, error) {
 	var buf bytes.Buffer
 	err := transient.Do(ctx, transient.Default, func(ctx context.Context) error {
-		size, err := StatModule(ctx, obs, tenant, digest, limit)
+		info, err := statModule(ctx, obs, tenant, digest, limit)
 		if err != nil {
 			return err
 		}
+		if err := checkWhole(ctx, js, tenant, digest, info); err != nil {
+			return err
+		}
 		buf.Reset()
-		buf.Grow(int(size)) // at most limit
-		return readModule(ctx, obs, tenant, digest, size, limit, &buf)
+		buf.Grow(int(info.Size)) // at most limit
+		return readModule(ctx, obs, tenant, digest, int64(info.Size), limit, &buf)
 	})
 	if err != nil {
 		return nil, err
 	}
 	return buf.Bytes(), nil
+}
+
+// checkWhole refuses module digest, whose record is info, if its bucket's
+// stream lacks any of the chunks the record names. Not being able to ask
+// the stream now is the stream's error, for the caller to try again.
+func checkWhole(ctx context.Context, js jetstream.JetStream, tenant, digest string, info *jetstream.ObjectInfo) error {
+	where := ModuleStoreName(tenant)
+	stream := objwhole.StreamName(info.Bucket)
+	st, err := js.Stream(ctx, stream)
+	if err != nil {
+		return fmt.Errorf("module %s in %s: opening stream %s to count its chunks: %w", digest, where, stream, err)
+	}
+	whole, err := objwhole.Whole(ctx, st, info)
+	if err != nil {
+		return fmt.Errorf("module %s in %s: counting its chunks in stream %s: %w", digest, where, stream, err)
+	}
+	if !whole {
+		return moduleError{fmt.Sprintf("module %s in %s (bucket %s): its record names %d chunks that stream %s does not all hold: the put that stored it was refused after its record; store the module again",
+			digest, where, info.Bucket, info.Chunks, stream), ErrModuleIncomplete}
+	}
+	return nil
 }
 
 func readModule(ctx context.Context, obs jetstream.ObjectStore, tenant, digest string, size, limit int64, w io.Writer) error {
@@ -149,7 +190,7 @@ func checkSum(h hash.Hash, tenant, digest string) error {
 }
 
 // moduleError is a refused module: msg says which and why, kind is
-// ErrModuleTooLarge or ErrModuleDigest.
+// ErrModuleTooLarge, ErrModuleDigest or ErrModuleIncomplete.
 type moduleError struct {
 	msg  string
 	kind error

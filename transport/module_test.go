@@ -84,13 +84,13 @@ func TestFetchModule(t *testing.T) {
 	wasm := bytes.Repeat([]byte("module"), 100_000) // several chunks
 	d := transport.ModuleDigest(wasm)
 	put(d, wasm)
-	got, err := transport.FetchModule(ctx, obs, "acme", d, int64(len(wasm)))
+	got, err := transport.FetchModule(ctx, js, obs, "acme", d, int64(len(wasm)))
 	if err != nil || !bytes.Equal(got, wasm) {
 		t.Fatalf("fetching a module at its limit: %d bytes, %v", len(got), err)
 	}
 
 	// One byte over the limit: refused by its record, before any chunk.
-	_, err = transport.FetchModule(ctx, obs, "acme", d, int64(len(wasm))-1)
+	_, err = transport.FetchModule(ctx, js, obs, "acme", d, int64(len(wasm))-1)
 	want := "module " + d + " in tenant acme's store is 600000 bytes, over the limit of 599999 bytes"
 	if !errors.Is(err, transport.ErrModuleTooLarge) || err.Error() != want {
 		t.Fatalf("over the limit: %v, want %q", err, want)
@@ -100,7 +100,7 @@ func TestFetchModule(t *testing.T) {
 	acme := transport.ModuleDigest([]byte("acme's module"))
 	junk := []byte("0123456789abcdef")
 	put(acme, junk)
-	_, err = transport.FetchModule(ctx, obs, "bolt", acme, 1<<20)
+	_, err = transport.FetchModule(ctx, js, obs, "bolt", acme, 1<<20)
 	want = "module " + acme + " in tenant bolt's store: its bytes hash to " + transport.ModuleDigest(junk)
 	if !errors.Is(err, transport.ErrModuleDigest) || err.Error() != want {
 		t.Fatalf("junk: %v, want %q", err, want)
@@ -126,13 +126,13 @@ func TestFetchModule(t *testing.T) {
 	if cw.n > 64<<10+1 {
 		t.Fatalf("read %d bytes past a limit of %d", cw.n, 64<<10)
 	}
-	if _, err := transport.FetchModule(ctx, obs, "bolt", bd, 64<<10); !errors.Is(err, transport.ErrModuleTooLarge) {
+	if _, err := transport.FetchModule(ctx, js, obs, "bolt", bd, 64<<10); !errors.Is(err, transport.ErrModuleTooLarge) {
 		t.Fatalf("a lying record, fetched: %v", err)
 	}
 
 	// Missing, a link, a name that is no digest.
 	missing := transport.ModuleDigest([]byte("nothing"))
-	if _, err := transport.FetchModule(ctx, obs, "bolt", missing, 1<<20); !errors.Is(err, jetstream.ErrObjectNotFound) ||
+	if _, err := transport.FetchModule(ctx, js, obs, "bolt", missing, 1<<20); !errors.Is(err, jetstream.ErrObjectNotFound) ||
 		!strings.Contains(err.Error(), "tenant bolt's store") {
 		t.Fatalf("missing: %v", err)
 	}
@@ -143,11 +143,11 @@ func TestFetchModule(t *testing.T) {
 	if _, err := obs.AddLink(ctx, missing, info); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := transport.FetchModule(ctx, obs, "bolt", missing, 1<<20); err == nil || !strings.Contains(err.Error(), "is a link") {
+	if _, err := transport.FetchModule(ctx, js, obs, "bolt", missing, 1<<20); err == nil || !strings.Contains(err.Error(), "is a link") {
 		t.Fatalf("a link: %v", err)
 	}
 	put("module.wasm", wasm)
-	if _, err := transport.FetchModule(ctx, obs, "bolt", "module.wasm", 1<<20); err == nil || !strings.Contains(err.Error(), "64 lower-case hex digits") {
+	if _, err := transport.FetchModule(ctx, js, obs, "bolt", "module.wasm", 1<<20); err == nil || !strings.Contains(err.Error(), "64 lower-case hex digits") {
 		t.Fatalf("a name that is no digest: %v", err)
 	}
 }
@@ -157,7 +157,7 @@ func TestFetchModule(t *testing.T) {
 // when every attempt times out, the error says so and which module; a
 // module whose bytes do not match its digest is an answer, fetched once.
 func TestFetchModuleRetried(t *testing.T) {
-	obs, _ := moduleStore(t)
+	obs, js := moduleStore(t)
 	ctx := testCtx(t)
 	wasm := bytes.Repeat([]byte("\x00asm\x01\x00\x00\x00"), 50000)
 	digest := transport.ModuleDigest(wasm)
@@ -167,7 +167,7 @@ func TestFetchModuleRetried(t *testing.T) {
 	flaky := objfault.NewFlaky(obs)
 	flaky.Fail(objfault.OpInfo, 2)
 	flaky.Fail(objfault.OpGet, 2)
-	got, err := transport.FetchModule(ctx, flaky, "", digest, transport.DefaultMaxModuleBytes)
+	got, err := transport.FetchModule(ctx, js, flaky, "", digest, transport.DefaultMaxModuleBytes)
 	if err != nil || !bytes.Equal(got, wasm) {
 		t.Fatalf("FetchModule through 4 faults = %d bytes, %v; want the module", len(got), err)
 	}
@@ -176,7 +176,7 @@ func TestFetchModuleRetried(t *testing.T) {
 	}
 
 	flaky.Fail(objfault.OpGet, 1000)
-	_, err = transport.FetchModule(ctx, flaky, "", digest, transport.DefaultMaxModuleBytes)
+	_, err = transport.FetchModule(ctx, js, flaky, "", digest, transport.DefaultMaxModuleBytes)
 	var spent *transient.Exhausted
 	if !errors.As(err, &spent) || !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), digest) {
 		t.Fatalf("FetchModule, every get timing out = %v; want the timeout, attempts spent, naming the module", err)
@@ -189,7 +189,7 @@ func TestFetchModuleRetried(t *testing.T) {
 	}
 	before := flaky.Faulted(objfault.OpGet)
 	counting := &countingGets{ObjectStore: flaky}
-	if _, err := transport.FetchModule(ctx, counting, "", liar, transport.DefaultMaxModuleBytes); !errors.Is(err, transport.ErrModuleDigest) || counting.gets != 1 {
+	if _, err := transport.FetchModule(ctx, js, counting, "", liar, transport.DefaultMaxModuleBytes); !errors.Is(err, transport.ErrModuleDigest) || counting.gets != 1 {
 		t.Fatalf("FetchModule of other bytes = %v after %d gets; want ErrModuleDigest after 1", err, counting.gets)
 	}
 	if flaky.Faulted(objfault.OpGet) != before {
@@ -206,4 +206,72 @@ type countingGets struct {
 func (c *countingGets) Get(ctx context.Context, name string, opts ...jetstream.GetObjectOpt) (jetstream.ObjectResult, error) {
 	c.gets++
 	return c.ObjectStore.Get(ctx, name, opts...)
+}
+
+// TestFetchModuleIncomplete: a module whose put was refused after its
+// record was stored (its chunks purged) is refused at once as incomplete,
+// naming the module and its bucket, without reading it or trying again,
+// where reading it would wait out the fetch's deadline. A fault of the
+// moment while counting the chunks is tried again; the module stored
+// again is fetched.
+func TestFetchModuleIncomplete(t *testing.T) {
+	obs, js := moduleStore(t)
+	ctx := testCtx(t)
+	wasm := bytes.Repeat([]byte("\x00asm\x01\x00\x00\x00 module "), 40000) // several chunks
+	digest := transport.ModuleDigest(wasm)
+	refusing := objfault.NewFlaky(obs)
+	refusing.JS = js
+	refusing.Fail(objfault.OpPutAfterInfo, 1)
+	if _, err := refusing.PutBytes(ctx, digest, wasm); !errors.Is(err, objfault.TooManyRequests) {
+		t.Fatalf("the put refused after its record = %v", err)
+	}
+	if info, err := obs.GetInfo(ctx, digest); err != nil || info.Size != uint64(len(wasm)) || info.Chunks < 2 {
+		t.Fatalf("the record left by the refused put: %+v, %v; want its size and chunks", info, err)
+	}
+
+	// Reading the object waits for its chunks until the deadline: well
+	// under the test's, so that a fetch that reads fails the test, not
+	// times it out.
+	fctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	counting := &countingGets{ObjectStore: obs}
+	sjs := &stallingJS{JetStream: js, faults: 2}
+	_, err := transport.FetchModule(fctx, sjs, counting, "acme", digest, transport.DefaultMaxModuleBytes)
+	var spent *transient.Exhausted
+	if !errors.Is(err, transport.ErrModuleIncomplete) || errors.As(err, &spent) || transient.Is(err) {
+		t.Fatalf("FetchModule of an incomplete object = %v; want ErrModuleIncomplete, no attempts spent", err)
+	}
+	for _, s := range []string{digest, "tenant acme's store", "bucket " + transport.ModuleBucket, "store the module again"} {
+		if !strings.Contains(err.Error(), s) {
+			t.Errorf("error %q does not say %q", err, s)
+		}
+	}
+	if counting.gets != 0 || sjs.faulted != 2 || sjs.calls != 3 {
+		t.Fatalf("%d gets, %d stream lookups of which %d faults; want no get, 3 lookups through 2 faults", counting.gets, sjs.calls, sjs.faulted)
+	}
+
+	// Stored again, whole: fetched.
+	if _, err := obs.PutBytes(ctx, digest, wasm); err != nil {
+		t.Fatal(err)
+	}
+	got, err := transport.FetchModule(ctx, js, obs, "acme", digest, transport.DefaultMaxModuleBytes)
+	if err != nil || !bytes.Equal(got, wasm) {
+		t.Fatalf("FetchModule of the module stored again = %d bytes, %v", len(got), err)
+	}
+}
+
+// stallingJS answers its first faults stream lookups with a 429, as a
+// busy server does.
+type stallingJS struct {
+	jetstream.JetStream
+	faults, faulted, calls int
+}
+
+func (s *stallingJS) Stream(ctx context.Context, name string) (jetstream.Stream, error) {
+	s.calls++
+	if s.faulted < s.faults {
+		s.faulted++
+		return nil, objfault.TooManyRequests
+	}
+	return s.JetStream.Stream(ctx, name)
 }

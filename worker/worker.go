@@ -470,7 +470,7 @@ func (w *Worker) module(ctx context.Context, js jetstream.JetStream, tenant, dig
 	if err != nil {
 		return nil, fmt.Errorf("opening module store %s: %w", transport.ModuleBucket, err)
 	}
-	wasm, err := transport.FetchModule(ctx, obs, tenant, digest, limit)
+	wasm, err := transport.FetchModule(ctx, js, obs, tenant, digest, limit)
 	if err != nil {
 		return nil, fmt.Errorf("module %s: %w", name, err)
 	}
