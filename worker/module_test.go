@@ -13,6 +13,7 @@ import (
 	"github.com/wstream/wstream/host"
 	"github.com/wstream/wstream/internal/logging"
 	"github.com/wstream/wstream/internal/testkit/natstest"
+	"github.com/wstream/wstream/internal/testkit/objfault"
 	"github.com/wstream/wstream/internal/testkit/testmod"
 	"github.com/wstream/wstream/transport"
 )
@@ -113,5 +114,50 @@ func TestModuleFetchVerified(t *testing.T) {
 	}
 	if len(w.modules) != 2 {
 		t.Errorf("the worker holds %d modules, want acme's and bolt's", len(w.modules))
+	}
+}
+
+// TestModuleIncompleteRefused: a module whose object in the tenant's store
+// names chunks that are gone fails the deployment's fetch at once with
+// ErrModuleIncomplete (the coordinator's restart strategy then decides),
+// is not kept, and is fetched once stored again.
+func TestModuleIncompleteRefused(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	rt, err := host.NewRuntime(ctx, host.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close(ctx)
+	w := &Worker{cfg: Config{ID: "w", MaxModuleBytes: 1 << 20}, log: logging.Discard(), rt: rt, modules: map[moduleKey]*host.Module{}}
+	defer func() {
+		for _, m := range w.modules {
+			_ = m.Close(ctx)
+		}
+	}()
+	js, obs := moduleBucket(t)
+	wasm := testmod.WAT(t, hostileEventWAT)
+	digest := transport.ModuleDigest(wasm)
+	refusing := objfault.NewFlaky(obs)
+	refusing.JS = js
+	refusing.Fail(objfault.OpPutAfterInfo, 1)
+	if _, err := refusing.PutBytes(ctx, digest, wasm); !errors.Is(err, objfault.TooManyRequests) {
+		t.Fatalf("the put refused after its record = %v", err)
+	}
+	// Reading the object would wait for its chunks until this deadline.
+	fctx, fcancel := context.WithTimeout(ctx, 20*time.Second)
+	defer fcancel()
+	_, err = w.module(fctx, js, "acme", digest, "acme.wasm", 0)
+	if !errors.Is(err, transport.ErrModuleIncomplete) || !strings.Contains(err.Error(), "module acme.wasm:") || !strings.Contains(err.Error(), digest) {
+		t.Fatalf("an incomplete module = %v; want ErrModuleIncomplete naming it", err)
+	}
+	if len(w.modules) != 0 {
+		t.Fatalf("kept %d modules after a refused fetch", len(w.modules))
+	}
+	if _, err := obs.PutBytes(ctx, digest, wasm); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := w.module(ctx, js, "acme", digest, "acme.wasm", 0); err != nil || m.Digest() != digest {
+		t.Fatalf("the module stored again: %v", err)
 	}
 }
