@@ -32,7 +32,8 @@
 //     re-armed per call without allocating, and which is also done when the
 //     context given to NewInstance (the job's) is. The time the operator's
 //     state waited on storage during the call (operator.StorageWaiter) does
-//     not count: the timer, when it fires, gives that time back. When the
+//     not count, up to maxStorageCredit budgets: the timer, when it fires,
+//     gives that time back. When the
 //     deadline passes, the
 //     instance's stop flag is set (package instrument rewrote the module to
 //     check it) and the instance is closed; the call returns a GuestError

@@ -232,12 +232,21 @@ func (c *callCtx) armAt(now time.Time, d time.Duration, w operator.StorageWaiter
 	c.mu.Unlock()
 }
 
+// maxStorageCredit bounds what storage waits give a call: at most this
+// many budgets more. A guest that reads keys beyond the state cache in a
+// loop makes the host wait on Pebble for it (reading blocks is CPU too), so
+// without a bound it could stretch one call without end; with it, a call
+// lasts at most (1+maxStorageCredit) budgets, which still rides out a
+// loaded disk's stalls.
+const maxStorageCredit = 5
+
 // leftLocked is what remains of the call's budget at now: the time since
-// its start, less the storage waits since, counts against it.
+// its start, less the storage waits since (up to maxStorageCredit
+// budgets), counts against it.
 func (c *callCtx) leftLocked(now time.Time) time.Duration {
 	used := now.Sub(c.start)
 	if c.waiter != nil {
-		used -= c.waiter.StorageWait() - c.waited0
+		used -= min(c.waiter.StorageWait()-c.waited0, maxStorageCredit*c.budget)
 	}
 	return c.budget - used
 }

@@ -91,6 +91,9 @@ func TestDeadlineLeavesOutStorageWaits(t *testing.T) {
 		{"one long wait", "1_", func() operator.Services { return &waitingStorage{slowStorage: slow(3 * time.Second)} }, false},
 		// The same waits untold count against the budget.
 		{"waits untold", "8_", func() operator.Services { s := slow(400 * time.Millisecond); return &s }, true},
+		// Waits give at most maxStorageCredit budgets more: a guest
+		// that makes the host read for it without end still expires.
+		{"waits past the credit", "1_", func() operator.Services { return &waitingStorage{slowStorage: slow((maxStorageCredit + 2) * budget)} }, true},
 		// The guest's own work still expires, after its waits.
 		{"wait then spin", "1s", func() operator.Services { return &waitingStorage{slowStorage: slow(1500 * time.Millisecond)} }, true},
 	}
