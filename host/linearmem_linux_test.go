@@ -122,8 +122,11 @@ func TestZeroKeepsThenDrops(t *testing.T) {
 	after, _ := vma(t, addr)
 	// The kept half stays resident (the pages written, not the others,
 	// which zero only read), the half past keep is given back. Measured
-	// before the check below, whose reads map zero pages.
-	if want := written / 2; after > want+8 {
+	// before the check below, whose reads map zero pages. The slack of an
+	// eighth of what was written allows for pages the kernel maps beside
+	// the test on a shared machine (seen: 76 KiB over); a half not given
+	// back would be twice the bound.
+	if want := written / 2; after > want+written/8 {
 		t.Errorf("resident %d KiB after zero, want at most about %d (half of the %d KiB written)", after, want, written)
 	}
 	if k := slices.IndexFunc(b, func(c byte) bool { return c != 0 }); k >= 0 {
