@@ -49,6 +49,24 @@ type Transactional interface {
 	Abort() error
 }
 
+// PreCommitAborter is implemented by transactional sinks that can take
+// back a PreCommit that failed, so that the checkpoint is declined instead
+// of the subtask failing (DESIGN.md "Checkpoint path" step 6: a failed
+// synchronous phase declines).
+type PreCommitAborter interface {
+	// AbortPreCommit is called at once after PreCommit(id) failed. It
+	// removes whatever that pre-commit left under id (a pending file, a
+	// staged object), so that no later commit and no restore ever makes it
+	// visible, and keeps the records it was to end in the open transaction:
+	// the next PreCommit ends them with the records written since, so a
+	// later checkpoint commits them exactly once (or a restore to an older
+	// one replays them). An error means the records could not be kept (a
+	// failed flush or fsync leaves a file whose contents nobody can vouch
+	// for): the subtask must fail, and a restore replays them. The sink
+	// takes writes and pre-commits again only after it returned nil.
+	AbortPreCommit(id int64) error
+}
+
 // TakesOver is implemented by transactional sinks whose pending
 // transactions live where a subtask finds only its own by itself (a
 // JetStream object store). After a restore from a savepoint, or from a
@@ -62,7 +80,10 @@ type TakesOver interface {
 	RecoverFrom(states [][]byte, restoredID int64) error
 }
 
-var _ Transactional = (*fileSink)(nil)
+var (
+	_ Transactional    = (*fileSink)(nil)
+	_ PreCommitAborter = (*fileSink)(nil)
+)
 
 // File names inside the directory of a transactional file sink. Ids are
 // zero-padded to 10 digits so that a subtask's parts sort by id.
@@ -193,6 +214,20 @@ type fileTxns struct {
 	pending  []txnEntry // pre-committed, not committed, by ascending id
 	err      error      // the first write or pre-commit failure
 	openPath string
+	// kept is the failed pre-commit whose file is whole (synced, at the
+	// open path or already renamed to pending): AbortPreCommit takes it
+	// back. Nil when the failure lost the transaction's records.
+	kept *keptTxn
+	// fault, set by tests (SetPreCommitFault), fails a pre-commit once its
+	// file is pending and the directory synced: a lost reply.
+	fault func(id int64) error
+}
+
+// keptTxn is the file of a transaction whose pre-commit failed: at path,
+// the open path or its pending name.
+type keptTxn struct {
+	id   int64
+	path string
 }
 
 // BeginTransactions switches the sink to transactional mode; it must come
@@ -213,6 +248,14 @@ func (s *fileSink) PreCommit(id int64) ([]byte, error) {
 		return nil, s.notTransactional("precommit")
 	}
 	return s.txn.preCommit(id)
+}
+
+// AbortPreCommit takes back the failed PreCommit(id); see PreCommitAborter.
+func (s *fileSink) AbortPreCommit(id int64) error {
+	if s.txn == nil {
+		return s.notTransactional("abort precommit")
+	}
+	return s.txn.abortPreCommit(id)
 }
 
 // Commit makes the pending transactions up to id visible; see
@@ -324,7 +367,14 @@ func (t *fileTxns) preCommitLocked(id int64) error {
 	t.used = true
 	if t.f != nil {
 		pending := txnPendingName(t.subtask, id)
-		if err := t.finishOpenLocked(filepath.Join(t.dir, pending)); err != nil {
+		at, err := t.finishOpenLocked(filepath.Join(t.dir, pending))
+		if err == nil && t.fault != nil {
+			err = t.fault(id)
+		}
+		if err != nil {
+			if at != "" {
+				t.kept = &keptTxn{id: id, path: at}
+			}
 			t.err = fmt.Errorf("%s: precommit %d: %w", t.what, id, err)
 			return t.err
 		}
@@ -334,37 +384,77 @@ func (t *fileTxns) preCommitLocked(id int64) error {
 	return nil
 }
 
+// abortPreCommit takes back the failed pre-commit of id: its file goes
+// back to the open path (durably: a pending file of this subtask with an
+// id at or below a restored checkpoint would be committed by Recover),
+// and the open transaction continues in it.
+func (t *fileTxns) abortPreCommit(id int64) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	k := t.kept
+	t.kept = nil
+	if !t.opened || t.err == nil {
+		return fmt.Errorf("%s: abort precommit %d: no failed pre-commit to take back", t.what, id)
+	}
+	if k == nil || k.id != id || t.f != nil {
+		return fmt.Errorf("%s: abort precommit %d: the transaction's records are lost: %w", t.what, id, t.err)
+	}
+	if k.path != t.openPath {
+		if err := t.fs.rename(k.path, t.openPath); err != nil {
+			return fmt.Errorf("%s: abort precommit %d: take back %s: %w", t.what, id, filepath.Base(k.path), err)
+		}
+		if err := t.fs.syncDir(t.dir); err != nil {
+			return fmt.Errorf("%s: abort precommit %d: sync directory %s: %w", t.what, id, t.dir, err)
+		}
+	}
+	f, err := os.OpenFile(t.openPath, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		return fmt.Errorf("%s: abort precommit %d: reopen the open transaction: %w", t.what, id, err)
+	}
+	t.f = f
+	if t.w == nil {
+		t.w = bufio.NewWriterSize(f, fileBufferSize)
+	} else {
+		t.w.Reset(f)
+	}
+	t.err = nil
+	return nil
+}
+
 // finishOpenLocked flushes, fsyncs and closes the open transaction's file
 // and renames it to dst, then fsyncs the directory. The file is gone from
-// the sink whether or not this succeeds, and removed when it could not be
-// renamed.
-func (t *fileTxns) finishOpenLocked(dst string) error {
+// the sink whether or not this succeeds. When it fails, at is where the
+// file lies whole (synced: the rename or the directory's sync failed), or
+// "" when its contents are in doubt, and then it is removed: the
+// transaction's records are replayed from the previous checkpoint, and a
+// partial file must not stay behind.
+func (t *fileTxns) finishOpenLocked(dst string) (at string, err error) {
 	f := t.f
 	t.f = nil
-	err := t.w.Flush()
+	err = t.w.Flush()
 	if err != nil {
 		err = fmt.Errorf("flush %s: %w", f.Name(), err)
 	} else if serr := t.fs.syncFile(f); serr != nil {
+		// After a failed fsync the kernel may have dropped the dirty
+		// pages: what the file holds is unknown.
 		err = fmt.Errorf("sync %s: %w", f.Name(), serr)
 	}
 	if cerr := f.Close(); cerr != nil && err == nil {
 		err = fmt.Errorf("close %s: %w", f.Name(), cerr)
 	}
-	if err == nil {
-		err = t.fs.rename(f.Name(), dst)
-	}
 	if err != nil {
-		// The transaction's records are replayed from the previous
-		// checkpoint; a partial file must not stay behind.
 		if rerr := t.fs.remove(f.Name()); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
 			err = errors.Join(err, rerr)
 		}
-		return err
+		return "", err
+	}
+	if err := t.fs.rename(f.Name(), dst); err != nil {
+		return f.Name(), err
 	}
 	if err := t.fs.syncDir(t.dir); err != nil {
-		return fmt.Errorf("sync directory %s: %w", t.dir, err)
+		return dst, fmt.Errorf("sync directory %s: %w", t.dir, err)
 	}
-	return nil
+	return dst, nil
 }
 
 func (t *fileTxns) stateLocked(id int64) ([]byte, error) {
@@ -552,9 +642,15 @@ func (t *fileTxns) close() error {
 	return nil
 }
 
-// discardOpenLocked closes and removes the open transaction's file, if any,
-// and reports a removal failure.
+// discardOpenLocked closes and removes the open transaction's file, if any
+// (or the file a failed pre-commit kept), and reports a removal failure.
 func (t *fileTxns) discardOpenLocked() error {
+	if k := t.kept; k != nil {
+		t.kept = nil
+		if err := t.fs.remove(k.path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+	}
 	if t.f == nil {
 		return nil
 	}
@@ -573,7 +669,7 @@ func (t *fileTxns) abort() error {
 	defer t.mu.Unlock()
 	t.opened = false
 	var errs []error
-	removed := t.f != nil || len(t.pending) > 0
+	removed := t.f != nil || len(t.pending) > 0 || t.kept != nil
 	if err := t.discardOpenLocked(); err != nil {
 		errs = append(errs, err)
 	}

@@ -26,8 +26,8 @@ type fsLog struct {
 	synced map[string]bool // files fsynced, under their current name
 	dirty  []string        // renames and removals since the last directory fsync
 	ops    []string
-	// fail makes the next operation of that kind ("rename", "syncDir")
-	// fail once.
+	// fail makes the next operation of that kind ("rename", "syncDir",
+	// "syncFile") fail once.
 	fail map[string]bool
 }
 
@@ -71,6 +71,10 @@ func (l *fsLog) fsOps() fsOps {
 		syncFile: func(f *os.File) error {
 			l.mu.Lock()
 			defer l.mu.Unlock()
+			if l.fail["syncFile"] {
+				delete(l.fail, "syncFile")
+				return errInjected
+			}
 			l.synced[f.Name()] = true
 			l.ops = append(l.ops, "sync "+filepath.Base(f.Name()))
 			return f.Sync()
@@ -574,11 +578,12 @@ func TestTxnSinkFaults(t *testing.T) {
 		if err == nil || err.Error() != want {
 			t.Fatalf("PreCommit with a failing rename:\n got  %v\n want %s", err, want)
 		}
-		if got := dirNames(t, dir); len(got) != 0 {
-			t.Errorf("a failed PreCommit left %v", got)
+		// The file stays whole where it was, for AbortPreCommit.
+		if got := dirNames(t, dir); !slices.Equal(got, []string{".open-0"}) {
+			t.Errorf("a failed PreCommit left %v, want the open file", got)
 		}
-		// The transaction's records are lost to this sink: it refuses to go
-		// on, and the job restores from the previous checkpoint.
+		// Until AbortPreCommit takes the pre-commit back, the sink refuses
+		// to go on.
 		if _, err2 := x.s.PreCommit(2); err2 == nil || err2.Error() != err.Error() {
 			t.Errorf("PreCommit after a failure: %v, want the first error", err2)
 		}
@@ -778,4 +783,90 @@ func TestTxnSinkRecoverRescaledDown(t *testing.T) {
 	if err != nil || string(b) != ".pending-3-0000000002\n" {
 		t.Errorf("part-3-0000000002 holds %q (%v), want the pending transaction's content", b, err)
 	}
+}
+
+// TestTxnSinkAbortPreCommit: a pre-commit that failed with its file whole
+// (the rename failed, the directory sync after it failed, or the reply was
+// lost) is taken back by AbortPreCommit: nothing stays under its id, the
+// records stay in the open transaction, and the next checkpoint commits
+// them once, also through a restore from it. A pre-commit whose fsync
+// failed lost its records: AbortPreCommit says so, and the subtask fails.
+func TestTxnSinkAbortPreCommit(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		fault func(x *txnSink)
+	}{
+		{"rename", func(x *txnSink) { x.log.fail["rename"] = true }},
+		{"directory sync", func(x *txnSink) { x.log.fail["syncDir"] = true }},
+		{"lost reply", func(x *txnSink) {
+			SetPreCommitFault(x.s, func(id int64) error {
+				x.s.txn.fault = nil
+				return errInjected
+			})
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			x := openTxnSink(t, dir, 0, 1)
+			x.write("a")
+			x.preCommit(1)
+			x.write("b", "c")
+			tc.fault(x)
+			if _, err := x.s.PreCommit(2); !errors.Is(err, errInjected) {
+				t.Fatalf("PreCommit(2) with a fault: %v", err)
+			}
+			if err := x.s.AbortPreCommit(2); err != nil {
+				t.Fatalf("AbortPreCommit(2): %v", err)
+			}
+			x.log.settled("AbortPreCommit(2)")
+			if _, hidden := files(t, dir); !slices.Equal(hidden, []string{".open-0", ".pending-0-0000000001"}) {
+				t.Fatalf("after the abort: %v, want the open transaction and pending 1", hidden)
+			}
+			x.write("d")
+			st3 := x.preCommit(3)
+			var st txnSinkState
+			if err := json.Unmarshal(st3, &st); err != nil {
+				t.Fatal(err)
+			}
+			if ids := []int64{st.Pending[0].ID, st.Pending[len(st.Pending)-1].ID}; len(st.Pending) != 2 || ids[0] != 1 || ids[1] != 3 {
+				t.Fatalf("state of 3 lists %+v, want transactions 1 and 3", st.Pending)
+			}
+			// A restart from checkpoint 3 commits its transactions once.
+			x.crash()
+			y := openTxnSinkLog(t, dir, 0, 1, x.log)
+			y.recover(st3, 3)
+			if got := committed(t, dir, 0); got != "a\nb\nc\nd\n" {
+				t.Fatalf("committed %q, want every record once", got)
+			}
+			if visible, _ := files(t, dir); !slices.Equal(visible, []string{"part-0-0000000001", "part-0-0000000003"}) {
+				t.Errorf("parts %v", visible)
+			}
+		})
+	}
+	t.Run("fsync", func(t *testing.T) {
+		dir := t.TempDir()
+		x := openTxnSink(t, dir, 0, 1)
+		x.write("a")
+		x.log.fail["syncFile"] = true
+		if _, err := x.s.PreCommit(1); !errors.Is(err, errInjected) {
+			t.Fatalf("PreCommit(1) with a failing fsync: %v", err)
+		}
+		err := x.s.AbortPreCommit(1)
+		if err == nil || !strings.Contains(err.Error(), "records are lost") {
+			t.Fatalf("AbortPreCommit after a failed fsync: %v, want the records lost", err)
+		}
+		if got := dirNames(t, dir); len(got) != 0 {
+			t.Errorf("a file whose fsync failed stayed: %v", got)
+		}
+		if err := x.s.Write(batch(rec(0, "", "b"))); err == nil {
+			t.Error("the sink takes writes after its records were lost")
+		}
+	})
+	t.Run("nothing failed", func(t *testing.T) {
+		x := openTxnSink(t, t.TempDir(), 0, 1)
+		x.write("a")
+		if err := x.s.AbortPreCommit(1); err == nil {
+			t.Error("AbortPreCommit without a failed pre-commit succeeded")
+		}
+	})
 }

@@ -130,6 +130,12 @@ type jsSink struct {
 	pending  []jsTxn     // staged, not committed, by ascending id
 	used     bool        // Write or PreCommit since Open: Recover is too late
 	err      error       // the first failure of Write or PreCommit
+	// failed is the checkpoint whose pre-commit failed with the open
+	// transaction whole (AbortPreCommit takes it back); 0 if none.
+	failed int64
+	// fault, set by tests (SetPreCommitFault), fails a pre-commit once its
+	// object is stored: a lost reply.
+	fault func(id int64) error
 
 	subj []byte
 }
@@ -160,8 +166,9 @@ type jsSinkState struct {
 }
 
 var (
-	_ Transactional = (*jsSink)(nil)
-	_ Sink          = (*jsSink)(nil)
+	_ Transactional    = (*jsSink)(nil)
+	_ PreCommitAborter = (*jsSink)(nil)
+	_ Sink             = (*jsSink)(nil)
 )
 
 func (c jsSinkConfig) Connector() string { return "jetstream" }
@@ -508,7 +515,13 @@ func (s *jsSink) PreCommit(id int64) ([]byte, error) {
 			_, err := s.obs.PutBytes(ctx, name, data)
 			return err
 		})
+		if err == nil && s.fault != nil {
+			err = s.fault(id)
+		}
 		if err != nil {
+			// The records are still in the open transaction; the object
+			// may have been stored all the same (a lost reply).
+			s.failed = id
 			s.err = fmt.Errorf("%s: precommit %d: stage the transaction as %s: %w", s.what, id, name, err)
 			return nil, s.err
 		}
@@ -525,6 +538,34 @@ func (s *jsSink) PreCommit(id int64) ([]byte, error) {
 		return nil, fmt.Errorf("%s: precommit %d: encode the state: %w", s.what, id, err)
 	}
 	return b, nil
+}
+
+// AbortPreCommit takes back the failed PreCommit(id) (see
+// PreCommitAborter): the records stay in the open transaction, and the
+// object the pre-commit may have stored is deleted. Deleting it is tidiness
+// only: no state lists it, so no commit publishes it, and Recover deletes
+// every object of this subtask that its state does not list, so a failed
+// delete (or a put that lands after it) is left for Recover.
+func (s *jsSink) AbortPreCommit(id int64) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.txn {
+		return s.notTransactional("abort precommit")
+	}
+	failed := s.failed
+	s.failed = 0
+	if !s.opened || s.err == nil {
+		return fmt.Errorf("%s: abort precommit %d: no failed pre-commit to take back", s.what, id)
+	}
+	if failed != id {
+		return fmt.Errorf("%s: abort precommit %d: the transaction's records are lost: %w", s.what, id, s.err)
+	}
+	ctx, cancel := apiContext(s.ctx)
+	// A failed delete is left for Recover (see above).
+	_ = s.obs.Delete(ctx, s.objectName(id))
+	cancel()
+	s.err = nil
+	return nil
 }
 
 // Commit publishes every staged transaction with an id ≤ id, in order, and

@@ -572,3 +572,72 @@ func TestJetStreamSinkStagingRetried(t *testing.T) {
 		t.Fatalf("PreCommit refused every time = %v; want the 429 for transaction 2's object, attempts spent", err)
 	}
 }
+
+// TestJetStreamSinkAbortPreCommit: a pre-commit whose object was stored but
+// whose reply was lost is taken back by AbortPreCommit: the object goes,
+// the records stay in the open transaction, and the next checkpoint
+// publishes them once, under its own message ids; a restore from that
+// checkpoint adds nothing.
+func TestJetStreamSinkAbortPreCommit(t *testing.T) {
+	url, js := startJetStream(t)
+	outStream(t, js)
+	s := openJSSink(t, url, true, nil)
+	if err := s.Write(recBatch(0, 3)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.PreCommit(1); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Write(recBatch(3, 6)); err != nil {
+		t.Fatal(err)
+	}
+	lost := errors.New("lost reply")
+	if !SetPreCommitFault(s, func(int64) error { return lost }) {
+		t.Fatal("the jetstream sink takes no pre-commit fault")
+	}
+	if _, err := s.PreCommit(2); !errors.Is(err, lost) {
+		t.Fatalf("PreCommit(2) with a fault: %v", err)
+	}
+	SetPreCommitFault(s, nil)
+	run := s.run
+	if got := stagedObjects(t, js); !slices.Contains(got, run+"/0/0000000002") {
+		t.Fatalf("staged %q: the fault comes after the object is stored", got)
+	}
+	if err := s.AbortPreCommit(2); err != nil {
+		t.Fatalf("AbortPreCommit(2): %v", err)
+	}
+	if got, want := stagedObjects(t, js), []string{run + "/0/0000000001"}; !slices.Equal(got, want) {
+		t.Fatalf("staged %q after the abort, want %q", got, want)
+	}
+	if err := s.Write(recBatch(6, 8)); err != nil {
+		t.Fatal(err)
+	}
+	st3, err := s.PreCommit(3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Commit(3); err != nil {
+		t.Fatal(err)
+	}
+	got := streamMsgs(t, js, "out")
+	if !slices.Equal(data(got), vals(0, 8)) {
+		t.Fatalf("the stream holds %q, want every record once", data(got))
+	}
+	if id := got[3].header.Get(jetstream.MsgIDHeader); id != run+"/0/3/0" {
+		t.Errorf("the first record of the declined interval has id %q, want checkpoint 3's", id)
+	}
+	s.Release()
+	r := openJSSink(t, url, true, nil)
+	if err := r.Recover(st3, 3); err != nil {
+		t.Fatal(err)
+	}
+	if got := streamMsgs(t, js, "out"); !slices.Equal(data(got), vals(0, 8)) {
+		t.Fatalf("after a restore from 3 the stream holds %q", data(got))
+	}
+	if objs := stagedObjects(t, js); len(objs) != 0 {
+		t.Errorf("objects left: %q", objs)
+	}
+	if err := r.AbortPreCommit(4); err == nil {
+		t.Error("AbortPreCommit without a failed pre-commit succeeded")
+	}
+}
