@@ -111,8 +111,13 @@
 // failures are frequent), and for each that failed (Trap) to undo it
 // (Undo, RenewInstance), which records to run again and which to
 // dead-letter (DeadLetter), within the budget it counts.
-// Config.SinkCanAbort is false in the worker: no sink can abort a
-// transaction whose pre-commit failed.
+// The worker sets Config.SinkCanAbort when every sink that pre-commits in
+// its snapshots can take back a failed pre-commit (the file and JetStream
+// sinks: connector.PreCommitAborter): it does so before it reports the
+// SnapshotDone, the records stay in the sink's open transaction, and the
+// next checkpoint commits them. A sink that cannot keep them (a failed
+// fsync leaves a file nobody can vouch for) fails the subtask there, and a
+// restore replays them.
 //
 // Actions the driver carries out may lead to further events (SnapshotDone
 // after SnapshotSync; Call while Deliver, FireTimers or EndOfInput runs a

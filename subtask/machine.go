@@ -22,9 +22,10 @@ type Config struct {
 	// DeadLettersPerCheckpoint: the budget counts the dead letters since
 	// the subtask's last snapshot rather than over the job's life.
 	DeadLettersPerCheckpoint bool
-	// SinkCanAbort: the sink's failed pre-commit leaves a transaction it can
-	// still abort, so the checkpoint is declined; otherwise what the
-	// transaction held is gone and only a restore brings it back.
+	// SinkCanAbort: the sink's failed pre-commit was taken back, its
+	// records kept for a later checkpoint, so the checkpoint is declined;
+	// otherwise what the transaction held is gone and only a restore
+	// brings it back.
 	SinkCanAbort bool
 }
 

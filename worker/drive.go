@@ -36,11 +36,45 @@ func (t *task) newMachine() error {
 	if t.dl != nil {
 		cfg.DeadLetters, cfg.MaxDeadLetters, cfg.DeadLettersPerCheckpoint = true, t.dl.max, t.dl.perCkpt
 	}
+	cfg.SinkCanAbort = t.sinksCanAbort()
 	m, err := subtask.NewMachine(cfg)
 	if err != nil {
 		return fmt.Errorf("subtask %s: %w", t.label, err)
 	}
 	t.machine = m
+	return nil
+}
+
+// sinksCanAbort reports whether every sink of the subtask that pre-commits
+// in its snapshots can take back a failed pre-commit, so that the failure
+// declines the checkpoint (connector.PreCommitAborter).
+func (t *task) sinksCanAbort() bool {
+	canAbort := func(s connector.Sink) bool {
+		_, ok := s.(connector.PreCommitAborter)
+		return ok
+	}
+	if _, ok := t.sink.(connector.Transactional); ok && t.sinkTxn && !canAbort(t.sink) {
+		return false
+	}
+	if d := t.dl; d != nil && d.txn && d.sink != nil && !canAbort(d.sink) {
+		return false
+	}
+	return true
+}
+
+// abortPreCommit takes back the failed pre-commit of checkpoint id by sink
+// s (failed: why it failed), so that the machine declines the checkpoint
+// (Config.SinkCanAbort). When the sink cannot keep the transaction's
+// records, the subtask fails at once: a restore replays them.
+func (t *task) abortPreCommit(s connector.Sink, id int64, failed error) error {
+	a, ok := s.(connector.PreCommitAborter)
+	if !ok {
+		// What the transaction held is gone (Config.SinkCanAbort is false).
+		return failed
+	}
+	if err := a.AbortPreCommit(id); err != nil {
+		return fmt.Errorf("%w; the declined transaction cannot be kept: %w", failed, err)
+	}
 	return nil
 }
 
@@ -353,8 +387,10 @@ func (t *task) overtake(o *outEdge, i int, ch transport.OutputChannel, barrier t
 // checkpointed (hard links), the source offset, the sink's transaction and
 // the dead letters are recorded. The machine hears how it went: a failure
 // declines the checkpoint instead of failing the subtask (seed 003: the
-// task declines; the coordinator's failure count decides), unless it is a
-// sink's failed pre-commit, whose open transaction is gone.
+// task declines; the coordinator's failure count decides). A sink's failed
+// pre-commit is taken back first (its records stay in the open
+// transaction for a later checkpoint); one that cannot be taken back fails
+// the subtask, and a restore replays what the transaction held.
 func (t *task) snapshotSync(ctx context.Context, a subtask.SnapshotSync) error {
 	if a.Ended {
 		// No pre-barrier hooks and no barrier: the input has ended.
@@ -417,13 +453,20 @@ func (t *task) syncState(snap *snapshotInProgress) (subtask.Outcome, error) {
 	if tx, ok := t.sink.(connector.Transactional); ok && t.sinkTxn {
 		state, err := tx.PreCommit(id)
 		if err != nil {
-			return fail(fmt.Errorf("subtask %s: checkpoint %d: sink pre-commit: %w", t.label, id, err), true)
+			err = fmt.Errorf("subtask %s: checkpoint %d: sink pre-commit: %w", t.label, id, err)
+			if aerr := t.abortPreCommit(t.sink, id, err); aerr != nil {
+				return subtask.Outcome{}, aerr
+			}
+			return fail(err, true)
 		}
 		st.Operator[t.chain.Vertices[len(t.chain.Vertices)-1].ID] = state
 	}
 	if t.dl != nil {
 		state, err := t.preCommitDeadLetters(id)
 		if err != nil {
+			if aerr := t.abortPreCommit(t.dl.sink, id, err); aerr != nil {
+				return subtask.Outcome{}, aerr
+			}
 			return fail(err, true)
 		}
 		st.Operator[t.dl.key] = state
