@@ -45,7 +45,9 @@
 //     Transactional: after BeginTransactions, path is a directory of
 //     exactly-once part files, part-<s>-<checkpoint id>, pre-committed as
 //     hidden .pending files at each checkpoint and renamed into place when
-//     the checkpoint completes (see fileTxns).
+//     the checkpoint completes (see fileTxns). A failed pre-commit whose
+//     file is whole is taken back (PreCommitAborter), so the checkpoint is
+//     declined and the next one commits the records.
 //   - sink "discard": no fields; counts records, batches and bytes.
 //
 // Parallel subtasks split the input deterministically: subtask s of p takes
