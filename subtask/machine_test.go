@@ -27,6 +27,7 @@ import (
 //	call [stage=0] n=8
 //	trap [stage=0] lo=0 hi=8 [done=2] [at=3] [trap] [size-bound] [err=why]
 //	range-done [stage=0] lo=0 hi=4
+//	calls n=300 count=70
 //	commits
 //	restore-dead-letters n=3
 //	dead-letter-count
@@ -135,6 +136,8 @@ func TestMachineScenarios(t *testing.T) {
 				d.MaybeScanArgs(t, "stage", &stage)
 				d.ScanArgs(t, "n", &n)
 				err = m.Call(stage, n)
+			case "calls":
+				return runCalls(t, d, m)
 			case "commits":
 				m.MarksCommitPoints()
 			case "restore-dead-letters":
@@ -159,6 +162,46 @@ func TestMachineScenarios(t *testing.T) {
 			return out
 		})
 	})
+}
+
+// runCalls runs count calls of n records on stage 0, each answering every
+// RunRange with RangeDone (no failure), and prints how many calls went in
+// pieces or asked for commit points, and the actions of the last.
+func runCalls(t *testing.T, d *datadriven.TestData, m *Machine) string {
+	var n, count int
+	d.ScanArgs(t, "n", &n)
+	d.ScanArgs(t, "count", &count)
+	var last string
+	pieces, commitPoints := 0, 0
+	for i := 0; i < count; i++ {
+		if err := m.Call(0, n); err != nil {
+			d.Fatalf(t, "call %d: %v", i, err)
+		}
+		var b strings.Builder
+		ranges, asked := 0, false
+		for actions := m.Ready(); len(actions) > 0; actions = m.Ready() {
+			for _, a := range actions {
+				b.WriteString(a.String() + "\n")
+				r, ok := a.(RunRange)
+				if !ok {
+					continue
+				}
+				ranges++
+				asked = asked || r.CommitPoints
+				if err := m.RangeDone(r.Stage, r.Lo, r.Hi); err != nil {
+					d.Fatalf(t, "call %d: %v", i, err)
+				}
+			}
+		}
+		if ranges > 1 {
+			pieces++
+		}
+		if asked {
+			commitPoints++
+		}
+		last = b.String()
+	}
+	return fmt.Sprintf("%d calls: %d in pieces, %d asking for commit points; the last:\n%s", count, pieces, commitPoints, last)
 }
 
 func scanKind(t *testing.T, d *datadriven.TestData) Kind {
