@@ -633,6 +633,10 @@ func (t *fileTxns) close() error {
 	}
 	if t.f != nil {
 		if err := t.preCommitLocked(t.last + 1); err != nil {
+			// Nobody takes this pre-commit back: its file goes.
+			if derr := t.discardOpenLocked(); derr != nil {
+				err = errors.Join(err, derr)
+			}
 			return fmt.Errorf("%s: close: %w", t.what, err)
 		}
 	}

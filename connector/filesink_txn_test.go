@@ -870,3 +870,19 @@ func TestTxnSinkAbortPreCommit(t *testing.T) {
 		}
 	})
 }
+
+// TestTxnSinkCloseFailedPreCommit: a pre-commit that Close makes and that
+// fails leaves no file behind, not even a whole one: nobody takes it back,
+// and a pending file would be committed by a restore at or after its id.
+func TestTxnSinkCloseFailedPreCommit(t *testing.T) {
+	dir := t.TempDir()
+	x := openTxnSink(t, dir, 0, 1)
+	x.write("a")
+	x.log.fail["syncDir"] = true
+	if err := x.s.Close(); !errors.Is(err, errInjected) {
+		t.Fatalf("Close with a failing directory sync: %v", err)
+	}
+	if got := dirNames(t, dir); len(got) != 0 {
+		t.Errorf("a failed Close left %v", got)
+	}
+}
