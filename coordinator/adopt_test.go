@@ -1,12 +1,17 @@
 package coordinator
 
 import (
+	"crypto/rand"
+	"os"
+	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/jwt/v2"
 
+	"github.com/wstream/wstream/checkpoint"
 	"github.com/wstream/wstream/tenant"
 	"github.com/wstream/wstream/transport"
 )
@@ -157,5 +162,135 @@ func TestAdoptTenantCreds(t *testing.T) {
 				t.Errorf("kept %d keys, want %d", len(held), len(want))
 			}
 		})
+	}
+}
+
+// TestAdoptionReadsNoCheckpointFile: the checkpoint driver of an adopted
+// attempt restores nothing, so it reads no file of any checkpoint (a
+// restart's plan verifies every file of the one it restores, which took
+// seconds of a failover); it still knows the completed checkpoints, their
+// shared files' references included: once it has completed checkpoints of
+// its own and discarded the older ones, the latest one's files are all
+// there.
+func TestAdoptionReadsNoCheckpointFile(t *testing.T) {
+	plan := strings.Replace(ckptPlan, `"interval":50`, `"interval":50,"storage":"nats-obj://adopttest"`, 1)
+	c, _, id, acks := startCkptJobPlan(t, plan)
+	c.mu.Lock()
+	j := c.jobs[id]
+	old := j.ckpt
+	c.mu.Unlock()
+	// Four MiB of state in one shared file, which every checkpoint
+	// references.
+	big := make([]byte, 4<<20)
+	if _, err := rand.Read(big); err != nil {
+		t.Fatal(err)
+	}
+	src := filepath.Join(t.TempDir(), "000009.sst")
+	if err := os.WriteFile(src, big, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var (
+		hmu    sync.Mutex
+		handle checkpoint.FileHandle
+	)
+	acks.mu.Lock()
+	acks.state = func(ctl transport.CheckpointControl, task checkpoint.TaskID) *checkpoint.SubtaskState {
+		hmu.Lock()
+		defer hmu.Unlock()
+		if handle.Path == "" {
+			h, _, err := old.storage.PutShared(src, "")
+			if err != nil {
+				t.Error(err)
+				return nil
+			}
+			h.Name = "000009.sst"
+			handle = h
+		}
+		return &checkpoint.SubtaskState{Task: task, State: []checkpoint.FileHandle{handle}}
+	}
+	acks.mu.Unlock()
+	_, before := acks.count()
+	waitUntil(t, "no checkpoint with the shared file completed", func() bool { _, n := acks.count(); return n >= before+2 })
+	// The next trigger goes unanswered: once it has come, every earlier
+	// checkpoint is complete, and none completes after the stop.
+	manual := make(chan transport.CheckpointControl, 64)
+	acks.mu.Lock()
+	acks.manual = manual
+	acks.mu.Unlock()
+	select {
+	case <-manual:
+	case <-time.After(time.Minute):
+		t.Fatal("no trigger came")
+	}
+	old.stop()
+	acks.mu.Lock()
+	acks.manual = nil
+	acks.mu.Unlock()
+	st := old.storage
+	ids, err := st.Completed()
+	if err != nil || len(ids) == 0 {
+		t.Fatalf("completed checkpoints %v, %v", ids, err)
+	}
+	latest := ids[len(ids)-1]
+
+	verified, restored := checkpoint.ReadProgress()
+	start := time.Now()
+	j.adopting = true
+	d, got, err := c.newCkptDriver(j)
+	j.adopting = false
+	took := time.Since(start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, r := checkpoint.ReadProgress()
+	if v != verified || r != restored {
+		t.Errorf("adopting read %d bytes of checkpoint files to verify them and %d to restore them, want none", v-verified, r-restored)
+	}
+	if got != latest {
+		t.Errorf("the adopted attempt's latest checkpoint is %d, want %d", got, latest)
+	}
+	refs := 0
+	d.do(func() { refs = d.reg.refs[handle.Path] })
+	if refs == 0 {
+		t.Errorf("the adopted attempt's registry does not know %s, which checkpoint %d references", handle.Path, latest)
+	}
+	// A restart's plan of the same storage, for comparison: it verifies.
+	c.mu.Lock()
+	c.jobs[id].ckpt = d
+	c.mu.Unlock()
+	nc, err := c.jobConn(j)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start = time.Now()
+	if _, err := c.planRestore(j, nc, st); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("adoption's checkpoint set-up took %s; a restart's plan of the same checkpoints %s", took, time.Since(start))
+	if v2, _ := checkpoint.ReadProgress(); v2-v < int64(len(big))/2 {
+		t.Errorf("the restart's plan verified %d bytes; the test's file has %d", v2-v, len(big))
+	}
+
+	d.workers = old.workers
+	d.start()
+	_, before = acks.count()
+	waitUntil(t, "the adopted attempt's driver never discarded the checkpoints before it", func() bool {
+		_, n := acks.count()
+		if n < before+3 {
+			return false
+		}
+		_, err := st.ReadMetadata(latest)
+		return err != nil
+	})
+	ids, err = st.Completed()
+	if err != nil || len(ids) == 0 {
+		t.Fatalf("completed checkpoints %v, %v", ids, err)
+	}
+	m, err := st.ReadMetadata(ids[len(ids)-1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Verify(m); err != nil {
+		t.Fatalf("checkpoint %d of the adopted attempt: %v", m.ID, err)
 	}
 }

@@ -96,12 +96,15 @@ var restoreRetries = []time.Duration{250 * time.Millisecond, 500 * time.Millisec
 // for an older one or for empty state: sinks committed on it, and a file
 // sink restored with no checkpoint deletes what it committed.
 func (c *Coordinator) newCkptDriver(j *jobState) (*ckptDriver, int64, error) {
+	if j.adopting {
+		return c.newAdoptedCkptDriver(j)
+	}
 	nc, st, err := c.openCkptStorage(j)
 	if err != nil {
 		return nil, 0, err
 	}
 	var rp restorePlan
-	if j.attempt > 0 || j.adopting {
+	if j.attempt > 0 {
 		if rp, err = c.planRestore(j, nc, st); err != nil {
 			return nil, 0, err
 		}
@@ -111,26 +114,37 @@ func (c *Coordinator) newCkptDriver(j *jobState) (*ckptDriver, int64, error) {
 		}
 		cancel()
 	}
-	next, err := c.lastCheckpointID(j, st)
+	d, err := c.startCkptDriver(j, st, rp)
 	if err != nil {
 		return nil, 0, err
+	}
+	return d, rp.id, nil
+}
+
+// startCkptDriver makes and starts the loop of the checkpoint driver of
+// j's current attempt on storage st, with the completed checkpoints of rp
+// known to its state machine and its registry of shared files.
+func (c *Coordinator) startCkptDriver(j *jobState, st *checkpoint.Storage, rp restorePlan) (*ckptDriver, error) {
+	next, err := c.lastCheckpointID(j, st)
+	if err != nil {
+		return nil, err
 	}
 	tasks, sources, err := ckptTasks(j.plan)
 	if err != nil {
-		return nil, 0, err
+		return nil, err
 	}
 	sm, err := checkpoint.NewCoordinator(ckptConfig(j.plan.Checkpoint), tasks, next+1, time.Now().UnixMilli())
 	if err != nil {
-		return nil, 0, err
+		return nil, err
 	}
 	if len(rp.retained) > 0 {
 		if err := sm.Recover(rp.retained); err != nil {
-			return nil, 0, err
+			return nil, err
 		}
 	}
 	hist, err := openHistory(c.cfg.DataDir, j.info.JobID)
 	if err != nil {
-		return nil, 0, err
+		return nil, err
 	}
 	d := &ckptDriver{c: c, j: j, attempt: j.attempt, sm: sm, storage: st, sources: sources,
 		done: map[checkpoint.TaskID]bool{}, ended: map[checkpoint.TaskID]bool{}, pending: map[int64]int64{},
@@ -148,17 +162,22 @@ func (c *Coordinator) newCkptDriver(j *jobState) (*ckptDriver, int64, error) {
 	for _, cp := range rp.outside {
 		d.outside = append(d.outside, cp.ID)
 	}
-	// Nothing is pending yet: shared files that no retained checkpoint
-	// references were left by aborted or crashed checkpoints.
-	d.sweep()
+	if !j.adopting {
+		// Nothing is pending yet: shared files that no retained checkpoint
+		// references were left by aborted or crashed checkpoints. (The
+		// workers of an adopted attempt may still be uploading for the
+		// deposed leader's checkpoint: the sweep after the next discard
+		// with nothing pending removes what that left.)
+		d.sweep()
+	}
 	sub, err := c.cfg.NATS.Subscribe(transport.CheckpointAckSubject(j.info.JobID), c.tracked(d.onAck))
 	if err != nil {
 		hist.Close()
-		return nil, 0, err
+		return nil, err
 	}
 	d.sub = sub
 	go d.loop()
-	return d, rp.id, nil
+	return d, nil
 }
 
 // tick is how often the driver gives the state machine the time.

@@ -140,9 +140,8 @@ func (c *Coordinator) latestUsable(j *jobState, nc *nats.Conn, st *checkpoint.St
 		// state would publish again what they committed, and a file
 		// sink's recovery would delete it. A person decides.
 		return nil, fmt.Errorf("not restoring: every completed checkpoint is unusable, and starting from empty state would repeat the output the sinks committed on them (restore a savepoint, or deploy the job anew to start over): %w", err)
-	case errors.Is(err, checkpoint.ErrNoCheckpoint) && !j.adopting:
-		c.cfg.Log.Warn("no usable checkpoint; restarting from the beginning", logging.Job, j.info.JobID)
 	case errors.Is(err, checkpoint.ErrNoCheckpoint):
+		c.cfg.Log.Warn("no usable checkpoint; restarting from the beginning", logging.Job, j.info.JobID)
 	case errors.Is(err, checkpoint.ErrUnavailable):
 		// Not from empty state, nor from an older checkpoint: the
 		// attempt fails, and the restart strategy tries again later.
@@ -153,12 +152,102 @@ func (c *Coordinator) latestUsable(j *jobState, nc *nats.Conn, st *checkpoint.St
 	return nil, nil
 }
 
+// newAdoptedCkptDriver makes the checkpoint driver of an adopted attempt.
+// Nothing is restored: the workers run the attempt with its state. The
+// driver needs only the completed checkpoints' metadata: the state
+// machine's retained checkpoints, and the shared-state registry's
+// references, so that a discard deletes a shared file only when no
+// completed, retained or pending checkpoint refers to it. So each
+// metadata is read once, and no file is verified (reading every file of
+// the latest checkpoint took seconds of a failover), no range checked and
+// no stream purged: a restart, which restores, does those. Nothing is
+// cleaned either: a directory without metadata may be the deposed
+// leader's checkpoint that the workers are still writing; the next
+// restart removes it.
+func (c *Coordinator) newAdoptedCkptDriver(j *jobState) (*ckptDriver, int64, error) {
+	if c.cfg.DataDir == "" {
+		return nil, 0, errors.New("checkpoints need a data directory for their storage")
+	}
+	nc, err := c.jobConn(j)
+	if err != nil {
+		return nil, 0, err
+	}
+	st, err := checkpoint.OpenReplicatedStorageAt(j.checkpointRoot(c.cfg.DataDir), nc, c.replicas())
+	if err != nil {
+		return nil, 0, err
+	}
+	rp, err := c.planAdoption(j, st)
+	for _, wait := range restoreRetries {
+		if !errors.Is(err, checkpoint.ErrUnavailable) {
+			break
+		}
+		c.cfg.Log.Warn("a checkpoint's metadata cannot be read now; waiting to read it again", logging.Job, j.info.JobID, "in", wait, "err", err)
+		time.Sleep(wait)
+		rp, err = c.planAdoption(j, st)
+	}
+	if err != nil {
+		return nil, 0, err
+	}
+	d, err := c.startCkptDriver(j, st, rp)
+	if err != nil {
+		return nil, 0, err
+	}
+	return d, rp.id, nil
+}
+
+// planAdoption reads the metadata of every completed checkpoint of st
+// once: the checkpoints from the job's savepoint on are retained, the
+// latest of them is the one reported; older ones are outside. A savepoint
+// found in the job's storage was interrupted before its export, and is
+// removed, as openCkptStorage does.
+func (c *Coordinator) planAdoption(j *jobState, st *checkpoint.Storage) (restorePlan, error) {
+	var rp restorePlan
+	floor := j.savepointID
+	if j.fromSavepoint == "" {
+		floor = 0
+	}
+	ids, err := st.Completed()
+	if err != nil {
+		return rp, err
+	}
+	for _, id := range ids {
+		m, err := st.ReadMetadata(id)
+		switch {
+		case errors.Is(err, checkpoint.ErrUnavailable) && !errors.Is(err, checkpoint.ErrCorrupt):
+			// Its shared files would look unreferenced to the registry.
+			return rp, fmt.Errorf("not adopting: %w", err)
+		case err != nil:
+			c.cfg.Log.Warn("an unreadable checkpoint left out", logging.Job, j.info.JobID, logging.Checkpoint, id, "err", err)
+			continue
+		case m.Kind == checkpoint.KindSavepoint:
+			c.cfg.Log.Info("removing a savepoint interrupted before its export", logging.Job, j.info.JobID, logging.Checkpoint, id)
+			if err := st.Discard(id); err != nil {
+				return rp, err
+			}
+			continue
+		}
+		cp := checkpoint.Completed{ID: m.ID, Kind: m.Kind, Trigger: m.Trigger, Done: m.Done, Tasks: m.Tasks}
+		if id < floor || m.Kind != checkpoint.KindCheckpoint {
+			rp.outside = append(rp.outside, cp)
+			continue
+		}
+		rp.retained = append(rp.retained, cp)
+		rp.id, rp.meta = m.ID, m
+	}
+	return rp, nil
+}
+
 // lastCheckpointID is the highest checkpoint id job j has used: the next
 // trigger takes the one after it.
 func (c *Coordinator) lastCheckpointID(j *jobState, st *checkpoint.Storage) (int64, error) {
-	next, err := st.MaxID()
-	if err != nil {
-		return 0, err
+	var next int64
+	if !j.adopting || c.ids == nil {
+		// An adopted attempt's ids came from the counter, which is read
+		// below: listing the storage again would add nothing.
+		var err error
+		if next, err = st.MaxID(); err != nil {
+			return 0, err
+		}
 	}
 	// Sinks name their output by checkpoint id: a job started from a
 	// savepoint continues the savepoint's numbering.

@@ -131,6 +131,9 @@ type Coordinator struct {
 	monitor sync.WaitGroup
 	// store writes job specs to the job bucket (nil: no JetStream).
 	store *jobStore
+	// listRunning reads the running jobs' specs from the job bucket
+	// (runningSpecs; a test stalls it).
+	listRunning func(context.Context, jetstream.KeyValue) ([]*JobSpec, error)
 	// ids holds each job's checkpoint id counter (nil without JetStream).
 	ids       *idCounter
 	startedAt time.Time
@@ -286,7 +289,7 @@ func New(cfg Config) (*Coordinator, error) {
 		cfg.CheckpointHistory = DefaultCheckpointHistory
 	}
 	c := &Coordinator{cfg: cfg, workers: map[string]*workerState{}, jobs: map[string]*jobState{}, now: time.Now, gone: map[string]string{},
-		cancelled: map[string]time.Time{}, tconns: map[string]*nats.Conn{}}
+		cancelled: map[string]time.Time{}, tconns: map[string]*nats.Conn{}, listRunning: runningSpecs}
 	c.mu.publish = c.publishLocked
 	return c, nil
 }
@@ -365,14 +368,16 @@ func (c *Coordinator) activate(ctx context.Context) error {
 	c.startedAt = c.now()
 	c.mu.Unlock()
 	var resume []*jobState
-	var err error
 	if c.cfg.ResumeJobs {
-		c.mu.Lock()
-		resume, err = c.loadJobs(ctx)
-		c.mu.Unlock()
+		// The bucket is read before c.mu is taken: a listing tried again
+		// through a fault takes seconds, and REST reads wait for c.mu.
+		specs, err := c.listRunning(ctx, c.store.kv)
 		if err != nil {
-			return err
+			return fmt.Errorf("coordinator: reading the running jobs from %s: %w", transport.JobsBucket, err)
 		}
+		c.mu.Lock()
+		resume = c.loadJobsLocked(specs)
+		c.mu.Unlock()
 	}
 	handlers := map[string]nats.MsgHandler{
 		transport.WorkerRegisterSubject("*"):  workerSubject(c.onRegister),

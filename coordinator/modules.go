@@ -24,11 +24,12 @@ func (c *Coordinator) moduleLimit(owner string) int64 {
 	return limit
 }
 
-// verifyModule reads module digest from owner's store obs, at most limit
-// bytes, and checks that its bytes hash to digest; they are not kept, so
-// the check costs the coordinator no memory however large the module.
-func verifyModule(ctx context.Context, obs jetstream.ObjectStore, owner, digest string, limit int64) error {
-	return transport.ReadModule(ctx, obs, owner, digest, limit, io.Discard)
+// verifyModule reads module digest from owner's store obs (of JetStream
+// js), at most limit bytes, and checks that it is whole and that its
+// bytes hash to digest; they are not kept, so the check costs the
+// coordinator no memory however large the module.
+func verifyModule(ctx context.Context, js jetstream.JetStream, obs jetstream.ObjectStore, owner, digest string, limit int64) error {
+	return transport.ReadModule(ctx, js, obs, owner, digest, limit, io.Discard)
 }
 
 // adminModuleSize refuses an admin's module over limit, when the admin's

@@ -78,15 +78,16 @@ func (c *Coordinator) resumedJob(s *JobSpec) (*jobState, error) {
 	return j, nil
 }
 
-// loadJobs reads the running jobs of the bucket into c.jobs; Start calls
-// it before it subscribes, and resumes them once it has.
-func (c *Coordinator) loadJobs(ctx context.Context) ([]*jobState, error) {
-	specs, err := runningSpecs(ctx, c.store.kv)
-	if err != nil {
-		return nil, fmt.Errorf("coordinator: reading the running jobs from %s: %w", transport.JobsBucket, err)
-	}
+// loadJobsLocked makes the running jobs of the bucket, read by
+// activate before it subscribes, jobs of c.jobs; activate resumes them
+// once it has subscribed. c.mu is held. A job c.jobs has already is left
+// as it is: the bucket was read without c.mu.
+func (c *Coordinator) loadJobsLocked(specs []*JobSpec) []*jobState {
 	var out []*jobState
 	for _, s := range specs {
+		if _, known := c.jobs[s.JobID]; known {
+			continue
+		}
 		j, err := c.resumedJob(s)
 		if err != nil {
 			c.cfg.Log.Error("job cannot be resumed", logging.Job, s.JobID, "err", err)
@@ -97,7 +98,7 @@ func (c *Coordinator) loadJobs(ctx context.Context) ([]*jobState, error) {
 		c.jobs[j.info.JobID] = j
 		out = append(out, j)
 	}
-	return out, nil
+	return out
 }
 
 // resume starts a new attempt of a job loaded from the bucket: its

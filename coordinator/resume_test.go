@@ -3,6 +3,7 @@ package coordinator
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"slices"
 	"strings"
 	"sync"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/wstream/wstream/transport"
 )
@@ -315,4 +317,87 @@ func TestWaitTakesResultFromBucket(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("Wait never took the result from the bucket")
 	}
+}
+
+// TestTakeOverReadsBucketOutsideLock: a standby that takes over reads the
+// running jobs from the bucket without holding c.mu; while that read is
+// stalled (a listing tried again through a fault takes seconds), REST
+// reads are served, and once it returns the new leader has the job and
+// answers requests.
+func TestTakeOverReadsBucketOutsideLock(t *testing.T) {
+	connect := startServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	kv, err := OpenJobs(ctx, connect("setup"), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := JobSpec{JobID: "one-1", Name: "one", Plan: json.RawMessage(onePlan), State: transport.JobRunning, Started: time.Now()}
+	data, _ := json.Marshal(spec)
+	if _, err := kv.Put(ctx, spec.JobID, data); err != nil {
+		t.Fatal(err)
+	}
+	start := func(id string, set func(*Coordinator)) *Coordinator {
+		t.Helper()
+		c, err := New(Config{NATS: connect(id), DataDir: t.TempDir(), ServerID: id, Lease: time.Second, ResumeJobs: true,
+			HeartbeatInterval: 20 * time.Millisecond, WorkerTimeout: 200 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if set != nil {
+			set(c)
+		}
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(c.Close)
+		return c
+	}
+	a := start("a", nil)
+	if _, leading := a.Leader(); !leading {
+		t.Fatal("the first coordinator does not lead")
+	}
+	listing, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	defer once.Do(func() { close(release) })
+	b := start("b", func(c *Coordinator) {
+		c.listRunning = func(ctx context.Context, kv jetstream.KeyValue) ([]*JobSpec, error) {
+			close(listing)
+			<-release
+			return runningSpecs(ctx, kv)
+		}
+	})
+	if _, leading := b.Leader(); leading {
+		t.Fatal("the second coordinator leads beside the first")
+	}
+	a.Close()
+	select {
+	case <-listing:
+	case <-time.After(time.Minute):
+		t.Fatal("the standby never took over")
+	}
+	// The listing is stalled: a REST read that takes c.mu is served.
+	read := make(chan error, 1)
+	go func() {
+		_, err := b.JobPlan(Caller{}, "one-1")
+		read <- err
+	}()
+	select {
+	case err := <-read:
+		if !errors.Is(err, ErrNoJob) {
+			t.Fatalf("the plan of a job not loaded yet: %v, want %v", err, ErrNoJob)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("a REST read waited for the take-over's read of the job bucket")
+	}
+	once.Do(func() { close(release) })
+	waitUntil(t, "the new leader never loaded the job", func() bool {
+		p, err := b.JobPlan(Caller{}, "one-1")
+		return err == nil && p != nil
+	})
+	client := connect("client")
+	waitUntil(t, "the new leader never answered a list request", func() bool {
+		_, err := List(ctx, client)
+		return err == nil
+	})
 }

@@ -827,7 +827,7 @@ func (c *Coordinator) tenantModule(ctx context.Context, owner string, who caller
 	obs, err := tjs.ObjectStore(ctx, transport.ModuleBucket)
 	switch {
 	case err == nil:
-		err = verifyModule(ctx, obs, owner, digest, limit)
+		err = verifyModule(ctx, tjs, obs, owner, digest, limit)
 	case errors.Is(err, jetstream.ErrBucketNotFound):
 		err = jetstream.ErrObjectNotFound
 	default:
@@ -843,8 +843,9 @@ func (c *Coordinator) tenantModule(ctx context.Context, owner string, who caller
 		}
 		return err
 	}
-	// The admin's module replaces other bytes under its name.
-	if !missing && !errors.Is(err, transport.ErrModuleDigest) {
+	// The admin's module replaces other bytes under its name, and a copy
+	// whose put was cut short.
+	if !missing && !errors.Is(err, transport.ErrModuleDigest) && !errors.Is(err, transport.ErrModuleIncomplete) {
 		return err
 	}
 	js, err := jetstream.New(c.cfg.NATS)
@@ -868,5 +869,5 @@ func (c *Coordinator) tenantModule(ctx context.Context, owner string, who caller
 	if obs, err = tjs.ObjectStore(ctx, transport.ModuleBucket); err != nil {
 		return fmt.Errorf("opening tenant %s's module store: %w", owner, err)
 	}
-	return verifyModule(ctx, obs, owner, digest, limit)
+	return verifyModule(ctx, tjs, obs, owner, digest, limit)
 }

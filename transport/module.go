@@ -97,13 +97,20 @@ func statModule(ctx context.Context, obs jetstream.ObjectStore, tenant, digest s
 // ReadModule streams module digest from obs into w, reading at most limit
 // bytes whatever the object's record says, and checks that the SHA-256 of
 // the bytes is the digest: a module store holds what its tenant put there,
-// under any name. On an error w may have had part of the bytes.
-func ReadModule(ctx context.Context, obs jetstream.ObjectStore, tenant, digest string, limit int64, w io.Writer) error {
-	size, err := StatModule(ctx, obs, tenant, digest, limit)
+// under any name. It first checks through js, the JetStream of obs, that
+// the bucket's stream holds every chunk the record names: an incomplete
+// object is ErrModuleIncomplete at once, where reading it would wait for
+// the missing chunks until ctx ends. On an error w may have had part of
+// the bytes.
+func ReadModule(ctx context.Context, js jetstream.JetStream, obs jetstream.ObjectStore, tenant, digest string, limit int64, w io.Writer) error {
+	info, err := statModule(ctx, obs, tenant, digest, limit)
 	if err != nil {
 		return err
 	}
-	return readModule(ctx, obs, tenant, digest, size, limit, w)
+	if err := checkWhole(ctx, js, tenant, digest, info); err != nil {
+		return err
+	}
+	return readModule(ctx, obs, tenant, digest, int64(info.Size), limit, w)
 }
 
 // FetchModule returns the bytes of module digest from obs, as ReadModule

@@ -105,7 +105,7 @@ func TestFetchModule(t *testing.T) {
 	if !errors.Is(err, transport.ErrModuleDigest) || err.Error() != want {
 		t.Fatalf("junk: %v, want %q", err, want)
 	}
-	if err := transport.ReadModule(ctx, obs, "bolt", acme, 1<<20, io.Discard); !errors.Is(err, transport.ErrModuleDigest) {
+	if err := transport.ReadModule(ctx, js, obs, "bolt", acme, 1<<20, io.Discard); !errors.Is(err, transport.ErrModuleDigest) {
 		t.Fatalf("junk, read: %v", err)
 	}
 
@@ -118,7 +118,7 @@ func TestFetchModule(t *testing.T) {
 		t.Fatalf("the forged record: %+v, %v", info, err)
 	}
 	var cw countingWriter
-	err = transport.ReadModule(ctx, obs, "bolt", bd, 64<<10, &cw)
+	err = transport.ReadModule(ctx, js, obs, "bolt", bd, 64<<10, &cw)
 	want = "module " + bd + " in tenant bolt's store: more than the limit of 65536 bytes (its record says 10)"
 	if !errors.Is(err, transport.ErrModuleTooLarge) || err.Error() != want {
 		t.Fatalf("a lying record: %v, want %q", err, want)
@@ -274,4 +274,48 @@ func (s *stallingJS) Stream(ctx context.Context, name string) (jetstream.Stream,
 		return nil, objfault.TooManyRequests
 	}
 	return s.JetStream.Stream(ctx, name)
+}
+
+// TestReadModuleIncomplete: the coordinator's check of a tenant's module
+// copy (ReadModule) refuses one whose put was refused after its record was
+// stored at once as incomplete, without reading it, where reading it
+// would wait for the missing chunks until the deadline; the module stored
+// again reads.
+func TestReadModuleIncomplete(t *testing.T) {
+	obs, js := moduleStore(t)
+	ctx := testCtx(t)
+	wasm := bytes.Repeat([]byte("\x00asm\x01\x00\x00\x00 module "), 40000) // several chunks
+	digest := transport.ModuleDigest(wasm)
+	refusing := objfault.NewFlaky(obs)
+	refusing.JS = js
+	refusing.Fail(objfault.OpPutAfterInfo, 1)
+	if _, err := refusing.PutBytes(ctx, digest, wasm); !errors.Is(err, objfault.TooManyRequests) {
+		t.Fatalf("the put refused after its record = %v", err)
+	}
+	// Reading waits for the chunks until the deadline: well under the
+	// test's, so that a check that reads fails the test, not times it out.
+	rctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	counting := &countingGets{ObjectStore: obs}
+	var cw countingWriter
+	start := time.Now()
+	err := transport.ReadModule(rctx, js, counting, "acme", digest, transport.DefaultMaxModuleBytes, &cw)
+	if !errors.Is(err, transport.ErrModuleIncomplete) {
+		t.Fatalf("ReadModule of an incomplete object = %v (after %s); want ErrModuleIncomplete", err, time.Since(start))
+	}
+	if counting.gets != 0 || cw.n != 0 {
+		t.Fatalf("%d gets, %d bytes written; want none", counting.gets, cw.n)
+	}
+	for _, s := range []string{digest, "tenant acme's store", "store the module again"} {
+		if !strings.Contains(err.Error(), s) {
+			t.Errorf("error %q does not say %q", err, s)
+		}
+	}
+	if _, err := obs.PutBytes(ctx, digest, wasm); err != nil {
+		t.Fatal(err)
+	}
+	cw = countingWriter{}
+	if err := transport.ReadModule(ctx, js, obs, "acme", digest, transport.DefaultMaxModuleBytes, &cw); err != nil || cw.n != int64(len(wasm)) {
+		t.Fatalf("ReadModule of the module stored again = %d bytes, %v", cw.n, err)
+	}
 }
