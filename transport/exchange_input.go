@@ -101,6 +101,10 @@ func (in *JetStreamInput) start() error {
 		DeliverPolicy: jetstream.DeliverAllPolicy,
 		MaxAckPending: 4 * x.cfg.Window,
 		AckWait:       time.Minute,
+		// The server removes a consumer that no one has pulled from
+		// for this long: Close's delete may not reach a cluster that
+		// cannot answer now, or a process may die before it.
+		InactiveThreshold: consumerInactive,
 	})
 	if err != nil {
 		_ = sub.Unsubscribe()
@@ -544,8 +548,17 @@ func (in *JetStreamInput) Len() int {
 	return len(in.q)
 }
 
+// consumerInactive is how long a channel's consumer may go without a pull
+// before the server removes it: far longer than any pause of a live
+// subtask (a worker not heard from for seconds is declared lost and its
+// attempt restarted under new consumer names).
+const consumerInactive = 10 * time.Minute
+
 // Close implements InputChannel: it stops receiving and removes the
-// channel's stream consumer.
+// channel's stream consumer. The removal is not waited for: when the
+// cluster cannot answer now (a NATS node lost), waiting would hold the
+// attempt's teardown, and with it the restart, for the request's timeout
+// per channel; a consumer the removal misses goes after consumerInactive.
 func (in *JetStreamInput) Close() {
 	in.mu.Lock()
 	if in.closed {
@@ -562,7 +575,9 @@ func (in *JetStreamInput) Close() {
 	if in.sub != nil {
 		_ = in.sub.Unsubscribe()
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	_ = in.x.stream.DeleteConsumer(ctx, in.consumer)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = in.x.stream.DeleteConsumer(ctx, in.consumer)
+	}()
 }
