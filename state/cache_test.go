@@ -73,8 +73,8 @@ func TestHotCacheAgainstModel(t *testing.T) {
 			if (idx != noSlot) != inModel {
 				t.Fatalf("cap %d step %d: key %s cached=%t, model=%t", capacity, step, k, idx != noSlot, inModel)
 			}
-			if inModel && string(c.entries[idx].val) != model[string(k)] {
-				t.Fatalf("cap %d step %d: key %s = %q, model %q", capacity, step, k, c.entries[idx].val, model[string(k)])
+			if inModel && string(c.val(idx)) != model[string(k)] {
+				t.Fatalf("cap %d step %d: key %s = %q, model %q", capacity, step, k, c.val(idx), model[string(k)])
 			}
 			switch op := r.IntN(10); {
 			case op < 6: // write
@@ -82,7 +82,7 @@ func TestHotCacheAgainstModel(t *testing.T) {
 					idx = c.insert(k, h)
 				}
 				v := fmt.Sprint(step)
-				c.entries[idx].val = append(c.entries[idx].val[:0], v...)
+				c.setVal(idx, []byte(v))
 				c.markDirty(idx)
 				model[string(k)] = v
 				dirty[string(k)] = true
@@ -152,7 +152,7 @@ func TestHotCacheSteadyStateDoesNotAllocate(t *testing.T) {
 		if idx == noSlot {
 			idx = c.insert(k, h)
 		}
-		c.entries[idx].val = append(c.entries[idx].val[:0], val...)
+		c.setVal(idx, val)
 		c.markDirty(idx)
 		if i%8 == 7 {
 			c.flushed()
@@ -176,7 +176,7 @@ func TestHotCacheBoundsCleanBytes(t *testing.T) {
 	for i := range n {
 		k := cacheKey(i)
 		idx := c.insert(k, c.hash(k))
-		c.entries[idx].val = append(c.entries[idx].val[:0], val...)
+		c.setVal(idx, val)
 		c.entries[idx].present = true
 		c.markDirty(idx)
 	}
@@ -184,7 +184,7 @@ func TestHotCacheBoundsCleanBytes(t *testing.T) {
 	held := 0
 	for idx := range c.entries {
 		if e := &c.entries[idx]; e.used && !e.dirty {
-			held += cap(e.key) + cap(e.val)
+			held += c.spillBytes(int32(idx))
 		}
 	}
 	if held > maxCleanBytes || c.live == 0 {
@@ -196,7 +196,7 @@ func TestHotCacheBoundsCleanBytes(t *testing.T) {
 	}
 	retained := 0
 	for _, idx := range c.free {
-		retained += cap(c.entries[idx].val)
+		retained += c.spillBytes(idx)
 	}
 	if retained > len(c.free)*maxRetainedValue {
 		t.Fatalf("free entries retain %d bytes", retained)
