@@ -237,7 +237,10 @@ func (c *hotCache) insert(key []byte, h uint64) int32 {
 		c.free = c.free[:n-1]
 		c.freeBare = min(c.freeBare, n-1)
 	} else {
-		c.entries = append(c.entries, cacheEntry{})
+		if len(c.entries) == cap(c.entries) {
+			c.growEntries()
+		}
+		c.entries = c.entries[:len(c.entries)+1]
 		idx = int32(len(c.entries) - 1)
 	}
 	e := &c.entries[idx]
@@ -367,8 +370,29 @@ func (c *hotCache) place(idx int32) {
 	c.slots[i] = slotOf(idx, h)
 }
 
+// hugeFrom is the size from which the slot table and the entries are
+// advised onto huge pages (adviseHuge): a cache that small fits the
+// processor's page translation cache anyway.
+const hugeFrom = 4 << 20
+
+// growEntries makes room for more entries: twice as many while few, a
+// quarter more once many, as append does, but advised onto huge pages.
+func (c *hotCache) growEntries() {
+	n := cap(c.entries)
+	n += max(n/4, min(n, 1024), 16)
+	grown := make([]cacheEntry, len(c.entries), n)
+	if size := n * int(unsafe.Sizeof(cacheEntry{})); size >= hugeFrom {
+		adviseHuge(unsafe.Pointer(unsafe.SliceData(grown)), size)
+	}
+	copy(grown, c.entries)
+	c.entries = grown
+}
+
 func (c *hotCache) resize(size int) {
 	c.slots = make([]uint64, size)
+	if size*8 >= hugeFrom {
+		adviseHuge(unsafe.Pointer(unsafe.SliceData(c.slots)), size*8)
+	}
 	c.mask = uint64(size - 1)
 	for idx := range c.entries {
 		if c.entries[idx].used {
