@@ -11,7 +11,7 @@ import (
 // of entries changed since the last Flush (dirty) and a bounded set of
 // recently used clean entries, including cached absences, evicted by a
 // clock (second chance: an approximation of least recently used). Its storage is
-// recycled (entry buffers, slot table), so that steady-state gets and puts do
+// recycled (entries, their spills' buffers, slot table), so that steady-state gets and puts do
 // not allocate. A hand-rolled open-addressing table is used instead of a Go
 // map because a map[string] needs a new string per inserted key.
 //
