@@ -10,10 +10,11 @@ import (
 // hotCache holds state entries by encoded Pebble key: the write-back buffer
 // of entries changed since the last Flush (dirty) and a bounded set of
 // recently used clean entries, including cached absences, evicted by a
-// clock (second chance: an approximation of least recently used). Its storage is
-// recycled (entries, their spills' buffers, slot table), so that steady-state gets and puts do
-// not allocate. A hand-rolled open-addressing table is used instead of a Go
-// map because a map[string] needs a new string per inserted key.
+// clock (second chance: an approximation of least recently used). Its
+// storage is recycled (entries, their spills' buffers, slot table), so that
+// steady-state gets and puts do not allocate. A hand-rolled open-addressing
+// table is used instead of a Go map because a map[string] needs a new
+// string per inserted key.
 //
 // Dirty entries are never evicted: they are the only copy of a write until
 // Flush. The cache therefore grows past capacity when a batch dirties more
