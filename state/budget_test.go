@@ -162,7 +162,7 @@ func TestBudgetBoundsCache(t *testing.T) {
 	sum := 0
 	for idx := range c.entries {
 		if e := &c.entries[idx]; e.used && !e.dirty {
-			sum += int(e.bytes())
+			sum += int(c.bytes(int32(idx)))
 		}
 	}
 	if sum != c.cleanHeld {

@@ -3,16 +3,18 @@ package state
 import (
 	"bytes"
 	"hash/maphash"
+	"math"
 	"unsafe"
 )
 
 // hotCache holds state entries by encoded Pebble key: the write-back buffer
 // of entries changed since the last Flush (dirty) and a bounded set of
 // recently used clean entries, including cached absences, evicted by a
-// clock (second chance: an approximation of least recently used). Its storage is
-// recycled (entry buffers, slot table), so that steady-state gets and puts do
-// not allocate. A hand-rolled open-addressing table is used instead of a Go
-// map because a map[string] needs a new string per inserted key.
+// clock (second chance: an approximation of least recently used). Its
+// storage is recycled (entries, their spills' buffers, slot table), so that
+// steady-state gets and puts do not allocate. A hand-rolled open-addressing
+// table is used instead of a Go map because a map[string] needs a new
+// string per inserted key.
 //
 // Dirty entries are never evicted: they are the only copy of a write until
 // Flush. The cache therefore grows past capacity when a batch dirties more
@@ -29,6 +31,10 @@ type hotCache struct {
 	mask    uint64
 	entries []cacheEntry
 	free    []int32 // unused entries
+	// spills holds the keys and values that do not fit in their
+	// entries; spillFree the unused ones.
+	spills    []cacheSpill
+	spillFree []int32
 	// hand is where the clock (evictOne) looks next: clean entries are
 	// evicted in the order of their slots in entries, but for those used
 	// since the hand last passed them (cacheEntry.ref). Unlike a list in
@@ -57,36 +63,60 @@ type hotCache struct {
 	lost bool
 }
 
+// cacheEntry is one entry of the cache. It holds no pointers and takes one
+// 64-byte processor cache line: a key and value that fit in inline together
+// (a counter under a short key) are read with the entry's flags in one
+// memory miss after the slot's, where separate key and value buffers were a
+// third. The table of entries is then no work for the garbage collector
+// either. A key or value that does not fit lives in a cacheSpill.
 type cacheEntry struct {
-	key     []byte
-	val     []byte
-	hash    uint64
-	present bool // false: the entry is known absent (deleted or never written)
-	dirty   bool
-	used    bool // false: the entry is on the free list
+	hash uint64
+	undo uint32 // epoch of the undo journal that recorded its old value
+	// held is what the entry counts in cleanHeld while it is clean.
+	held int32
+	// nsLen is the length of the namespace that ends key, set when the
+	// entry becomes dirty (Store.dirtyBasesFor needs it).
+	nsLen int32
+	// spill is the entry's cacheSpill's index in hotCache.spills plus
+	// one, 0 when it has none.
+	spill int32
+	// klen and vlen are the lengths of the key and value in inline, or
+	// spilled when they are in the spill. The key starts inline and the
+	// value follows it (or starts inline when the key is spilled).
+	klen, vlen uint8
+	present    bool // false: the entry is known absent (deleted or never written)
+	dirty      bool
+	used       bool // false: the entry is on the free list
 	// blind: written without a read since it came into the cache (a
 	// write that needs no old value); flushed does not keep it cached.
 	blind bool
 	// ref: used since the clock hand last passed it.
-	ref  bool
-	undo uint32 // epoch of the undo journal that recorded its old value
-	// held is what the entry counts in cleanHeld while it is clean.
-	held int32
+	ref bool
 	// filtered: the key is in the store's keyFilter (added at a flush,
 	// or read from Pebble, where every key is).
 	filtered bool
-	// nsLen is the length of the namespace that ends key, set when the
-	// entry becomes dirty (Store.dirtyBasesFor needs it).
-	nsLen int32
+	inline   [inlineRoom]byte
 }
 
-// entryOverhead is what a cached entry costs besides its key and value
-// buffers: the entry itself and its share of the slot table (at most
-// half full).
-const entryOverhead = int(unsafe.Sizeof(cacheEntry{})) + 2*8
+// inlineRoom is what an entry holds of its key and value itself: the rest
+// of its cache line. An encoded Pebble key of a short vertex id, state name
+// and key (24 bytes for a word counted by vertex "count") and an 8-byte
+// counter fit.
+const inlineRoom = 32
 
-// bytes is what entry e holds.
-func (e *cacheEntry) bytes() int32 { return int32(cap(e.key) + cap(e.val) + entryOverhead) }
+// spilled is the length of a key or value that is in the entry's spill.
+const spilled = math.MaxUint8
+
+// cacheSpill holds what does not fit in an entry: its key, its value, or
+// both. A free entry keeps its spill's buffers for reuse like the inline
+// room (drop), within the clean budget (flushed).
+type cacheSpill struct {
+	key, val []byte
+}
+
+// entryOverhead is what a cached entry costs besides its spill's buffers:
+// the entry itself and its share of the slot table (at most half full).
+const entryOverhead = int(unsafe.Sizeof(cacheEntry{})) + 2*8
 
 const noSlot = -1
 
@@ -147,14 +177,20 @@ func (c *hotCache) lookup(key []byte, h uint64) int32 {
 		if s&^(1<<32-1) != tag {
 			continue
 		}
-		if idx := slotEntry(s); bytes.Equal(c.entries[idx].key, key) {
+		idx := slotEntry(s)
+		e := &c.entries[idx]
+		if e.klen == spilled {
+			if bytes.Equal(c.spills[e.spill-1].key, key) {
+				return idx
+			}
+		} else if int(e.klen) == len(key) && string(e.inline[:len(key)]) == string(key) {
 			return idx
 		}
 	}
 }
 
-// warm reads the slot each of hashes leads to, then the entry there and
-// the first byte of its key and value, so that the lookups of a batch that
+// warm reads the slot each of hashes leads to, then the entry there (with
+// its key and value when they are inline), so that the lookups of a batch that
 // follow find them in the processor's cache: the reads of one loop do not
 // depend on each other, and their misses overlap instead of following each
 // other lookup after lookup. A slot that holds another key's entry costs a
@@ -170,14 +206,7 @@ func (c *hotCache) warm(hashes []uint64, slots []int32) []int32 {
 		if s == noSlot {
 			continue
 		}
-		e := &c.entries[s]
-		sum += e.hash
-		if len(e.key) > 0 {
-			sum += uint64(e.key[0])
-		}
-		if len(e.val) > 0 {
-			sum += uint64(e.val[0])
-		}
+		sum += c.entries[s].hash
 	}
 	c.warmSum = sum
 	return slots
@@ -186,7 +215,7 @@ func (c *hotCache) warm(hashes []uint64, slots []int32) []int32 {
 // gotten ends a get of entry idx once its value was read: a clean value too
 // large to keep cached leaves the cache.
 func (c *hotCache) gotten(idx int32) {
-	if e := &c.entries[idx]; !e.dirty && len(e.val) > maxCachedValue {
+	if e := &c.entries[idx]; !e.dirty && e.vlen == spilled && len(c.spills[e.spill-1].val) > maxCachedValue {
 		c.evict(idx)
 	}
 }
@@ -209,27 +238,22 @@ func (c *hotCache) insert(key []byte, h uint64) int32 {
 		c.free = c.free[:n-1]
 		c.freeBare = min(c.freeBare, n-1)
 	} else {
-		c.entries = append(c.entries, cacheEntry{})
+		if len(c.entries) == cap(c.entries) {
+			c.growEntries()
+		}
+		c.entries = c.entries[:len(c.entries)+1]
 		idx = int32(len(c.entries) - 1)
 	}
 	e := &c.entries[idx]
-	if cap(e.key) >= len(key) {
-		e.key = append(e.key[:0], key...)
-		e.val = e.val[:0]
+	if len(key) <= inlineRoom {
+		e.klen = uint8(copy(e.inline[:], key))
 	} else {
-		// The key and a small value in one buffer: a read of the entry
-		// then finds the value in the processor cache line the key
-		// comparison brought in, and the entry costs one allocation.
-		n := len(key)
-		buf := make([]byte, n+valRoom(n))
-		copy(buf, key)
-		e.key = buf[:n:n]
-		if cap(e.val) <= len(buf)-n {
-			e.val = buf[n:n]
-		} else {
-			e.val = e.val[:0]
-		}
+		sp := c.spillOf(idx)
+		sp.key = append(sp.key[:0], key...)
+		e = &c.entries[idx]
+		e.klen = spilled
 	}
+	e.vlen = 0
 	e.hash = h
 	e.present = false
 	e.dirty = false
@@ -243,10 +267,99 @@ func (c *hotCache) insert(key []byte, h uint64) int32 {
 	return idx
 }
 
-// valRoom is the room for a value a new entry with a key of n bytes gets
-// after its key: 16 bytes or more, up to the allocation's size class (of
-// 16 bytes up to 128), so that a counter or a timestamp fits.
-func valRoom(n int) int { return (n+16+15)&^15 - n }
+// spillOf returns entry idx's spill, giving it one if it has none.
+func (c *hotCache) spillOf(idx int32) *cacheSpill {
+	e := &c.entries[idx]
+	if e.spill == 0 {
+		if n := len(c.spillFree); n > 0 {
+			e.spill = c.spillFree[n-1] + 1
+			c.spillFree = c.spillFree[:n-1]
+		} else {
+			c.spills = append(c.spills, cacheSpill{})
+			e.spill = int32(len(c.spills))
+		}
+	}
+	return &c.spills[e.spill-1]
+}
+
+// key returns entry idx's key. It is the entry's own memory: valid until
+// the entry changes or leaves the cache.
+func (c *hotCache) key(idx int32) []byte {
+	e := &c.entries[idx]
+	if e.klen == spilled {
+		return c.spills[e.spill-1].key
+	}
+	return e.inline[:e.klen:e.klen]
+}
+
+// val returns entry idx's value, empty when it is absent, in the entry's
+// own memory like key.
+func (c *hotCache) val(idx int32) []byte {
+	e := &c.entries[idx]
+	if e.vlen == spilled {
+		return c.spills[e.spill-1].val
+	}
+	at := c.valAt(e)
+	end := at + int(e.vlen)
+	return e.inline[at:end:end]
+}
+
+// valAt is where e's value starts in inline: after its key, or at the
+// start when the key is spilled.
+func (c *hotCache) valAt(e *cacheEntry) int {
+	if e.klen == spilled {
+		return 0
+	}
+	return int(e.klen)
+}
+
+// setVal copies v into entry idx's value, inline when it fits beside the
+// key. It does not change what the entry counts in cleanHeld (recount).
+func (c *hotCache) setVal(idx int32, v []byte) {
+	e := &c.entries[idx]
+	if at := c.valAt(e); at+len(v) <= inlineRoom {
+		e.vlen = uint8(copy(e.inline[at:], v))
+		return
+	}
+	sp := c.spillOf(idx)
+	sp.val = append(sp.val[:0], v...)
+	c.entries[idx].vlen = spilled
+}
+
+// valLen is the length of entry idx's value.
+func (c *hotCache) valLen(idx int32) int {
+	e := &c.entries[idx]
+	if e.vlen == spilled {
+		return len(c.spills[e.spill-1].val)
+	}
+	return int(e.vlen)
+}
+
+// bytes is what entry idx holds: itself and its spill's buffers.
+func (c *hotCache) bytes(idx int32) int32 {
+	n := entryOverhead
+	if e := &c.entries[idx]; e.spill != 0 {
+		sp := &c.spills[e.spill-1]
+		n += cap(sp.key) + cap(sp.val)
+	}
+	return int32(n)
+}
+
+// spillBytes is what the buffers of entry idx's spill hold.
+func (c *hotCache) spillBytes(idx int32) int {
+	return int(c.bytes(idx)) - entryOverhead
+}
+
+// unspill frees entry idx's spill and its buffers.
+func (c *hotCache) unspill(idx int32) {
+	e := &c.entries[idx]
+	if e.spill == 0 {
+		return
+	}
+	c.spills[e.spill-1] = cacheSpill{}
+	c.spillFree = append(c.spillFree, e.spill-1)
+	e.spill = 0
+}
 
 // place puts entry idx into the slot table.
 func (c *hotCache) place(idx int32) {
@@ -258,8 +371,29 @@ func (c *hotCache) place(idx int32) {
 	c.slots[i] = slotOf(idx, h)
 }
 
+// hugeFrom is the size from which the slot table and the entries are
+// advised onto huge pages (adviseHuge): a cache that small fits the
+// processor's page translation cache anyway.
+const hugeFrom = 4 << 20
+
+// growEntries makes room for more entries: twice as many while few, a
+// quarter more once many, as append does, but advised onto huge pages.
+func (c *hotCache) growEntries() {
+	n := cap(c.entries)
+	n += max(n/4, min(n, 1024), 16)
+	grown := make([]cacheEntry, len(c.entries), n)
+	if size := n * int(unsafe.Sizeof(cacheEntry{})); size >= hugeFrom {
+		adviseHuge(unsafe.Pointer(unsafe.SliceData(grown)), size)
+	}
+	copy(grown, c.entries)
+	c.entries = grown
+}
+
 func (c *hotCache) resize(size int) {
 	c.slots = make([]uint64, size)
+	if size*8 >= hugeFrom {
+		adviseHuge(unsafe.Pointer(unsafe.SliceData(c.slots)), size*8)
+	}
 	c.mask = uint64(size - 1)
 	for idx := range c.entries {
 		if c.entries[idx].used {
@@ -318,9 +452,15 @@ func (c *hotCache) drop(idx int32, keepVal int) {
 	c.lost = true
 	e := &c.entries[idx]
 	e.used = false
-	e.key = e.key[:0]
-	if cap(e.val) > keepVal {
-		e.val = nil
+	if e.spill != 0 {
+		sp := &c.spills[e.spill-1]
+		sp.key = sp.key[:0]
+		if cap(sp.val) > keepVal {
+			sp.val = nil
+		}
+		if sp.key == nil && sp.val == nil {
+			c.unspill(idx)
+		}
 	}
 	c.free = append(c.free, idx)
 	c.live--
@@ -385,7 +525,7 @@ func (c *hotCache) flushed() {
 		}
 		c.clean(idx)
 		e.ref = true
-		if len(e.val) > maxCachedValue {
+		if c.valLen(idx) > maxCachedValue {
 			c.evict(idx)
 		}
 	}
@@ -401,15 +541,13 @@ func (c *hotCache) flushed() {
 	// stops there, so that it costs what was freed since the last flush.
 	k := len(c.free) - 1
 	for ; k >= c.freeBare; k-- {
-		e := &c.entries[c.free[k]]
-		if n += cap(e.key) + cap(e.val); n > c.cleanBytes {
+		if n += c.spillBytes(c.free[k]); n > c.cleanBytes {
 			break
 		}
 	}
 	if k >= c.freeBare {
 		for i := k; i >= c.freeBare; i-- {
-			e := &c.entries[c.free[i]]
-			e.key, e.val = nil, nil
+			c.unspill(c.free[i])
 		}
 		c.freeBare = k + 1
 	}
@@ -418,7 +556,7 @@ func (c *hotCache) flushed() {
 // clean counts entry idx, clean now, in cleanHeld.
 func (c *hotCache) clean(idx int32) {
 	e := &c.entries[idx]
-	e.held = e.bytes()
+	e.held = c.bytes(idx)
 	c.cleanHeld += int(e.held)
 }
 
@@ -436,7 +574,7 @@ func (c *hotCache) recount(idx int32) {
 	if e.dirty || !e.used {
 		return
 	}
-	b := e.bytes()
+	b := c.bytes(idx)
 	c.cleanHeld += int(b - e.held)
 	e.held = b
 }

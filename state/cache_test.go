@@ -1,9 +1,12 @@
 package state
 
 import (
+	"bytes"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"testing"
+	"unsafe"
 )
 
 func cacheKey(i int) []byte { return []byte(fmt.Sprintf("key-%d", i)) }
@@ -67,22 +70,25 @@ func TestHotCacheAgainstModel(t *testing.T) {
 		dirty := map[string]bool{}
 		for step := range 20000 {
 			k := cacheKey(r.IntN(4 * capacity))
+			if len(k)%3 == 0 { // some keys too long to fit inline
+				k = append(k, strings.Repeat("-", inlineRoom)...)
+			}
 			h := c.hash(k)
 			idx := c.lookup(k, h)
 			_, inModel := model[string(k)]
 			if (idx != noSlot) != inModel {
 				t.Fatalf("cap %d step %d: key %s cached=%t, model=%t", capacity, step, k, idx != noSlot, inModel)
 			}
-			if inModel && string(c.entries[idx].val) != model[string(k)] {
-				t.Fatalf("cap %d step %d: key %s = %q, model %q", capacity, step, k, c.entries[idx].val, model[string(k)])
+			if inModel && string(c.val(idx)) != model[string(k)] {
+				t.Fatalf("cap %d step %d: key %s = %q, model %q", capacity, step, k, c.val(idx), model[string(k)])
 			}
 			switch op := r.IntN(10); {
 			case op < 6: // write
 				if idx == noSlot {
 					idx = c.insert(k, h)
 				}
-				v := fmt.Sprint(step)
-				c.entries[idx].val = append(c.entries[idx].val[:0], v...)
+				v := fmt.Sprint(step) + strings.Repeat("v", r.IntN(3)*inlineRoom/2)
+				c.setVal(idx, []byte(v))
 				c.markDirty(idx)
 				model[string(k)] = v
 				dirty[string(k)] = true
@@ -152,7 +158,7 @@ func TestHotCacheSteadyStateDoesNotAllocate(t *testing.T) {
 		if idx == noSlot {
 			idx = c.insert(k, h)
 		}
-		c.entries[idx].val = append(c.entries[idx].val[:0], val...)
+		c.setVal(idx, val)
 		c.markDirty(idx)
 		if i%8 == 7 {
 			c.flushed()
@@ -176,7 +182,7 @@ func TestHotCacheBoundsCleanBytes(t *testing.T) {
 	for i := range n {
 		k := cacheKey(i)
 		idx := c.insert(k, c.hash(k))
-		c.entries[idx].val = append(c.entries[idx].val[:0], val...)
+		c.setVal(idx, val)
 		c.entries[idx].present = true
 		c.markDirty(idx)
 	}
@@ -184,7 +190,7 @@ func TestHotCacheBoundsCleanBytes(t *testing.T) {
 	held := 0
 	for idx := range c.entries {
 		if e := &c.entries[idx]; e.used && !e.dirty {
-			held += cap(e.key) + cap(e.val)
+			held += c.spillBytes(int32(idx))
 		}
 	}
 	if held > maxCleanBytes || c.live == 0 {
@@ -196,9 +202,142 @@ func TestHotCacheBoundsCleanBytes(t *testing.T) {
 	}
 	retained := 0
 	for _, idx := range c.free {
-		retained += cap(c.entries[idx].val)
+		retained += c.spillBytes(idx)
 	}
 	if retained > len(c.free)*maxRetainedValue {
 		t.Fatalf("free entries retain %d bytes", retained)
+	}
+}
+
+// An entry is one 64-byte cache line: the layout's point.
+func TestHotCacheEntryIsOneCacheLine(t *testing.T) {
+	if n := unsafe.Sizeof(cacheEntry{}); n != 64 {
+		t.Fatalf("cacheEntry is %d bytes, want 64", n)
+	}
+}
+
+// Keys and values on either side of what fits inline, and values that move
+// between inline and spilled, read back as written; a free entry reused
+// for another key shows nothing of the one before; cleanHeld stays what
+// the clean entries hold.
+func TestHotCacheInlineAndSpilledKeysAndValues(t *testing.T) {
+	c := newHotCache(8)
+	key := func(n int, b byte) []byte { return bytes.Repeat([]byte{b}, n) }
+	vals := [][]byte{nil, []byte("v"), key(8, 'v'), key(inlineRoom-1, 'w'), key(inlineRoom, 'x'),
+		key(inlineRoom+1, 'y'), key(300, 'z'), []byte("short again")}
+	check := func(what string, idx int32, k, v []byte) {
+		t.Helper()
+		if got := c.lookup(k, c.hash(k)); got != idx {
+			t.Fatalf("%s: key of %d bytes found at %d, want %d", what, len(k), got, idx)
+		}
+		if !bytes.Equal(c.key(idx), k) || !bytes.Equal(c.val(idx), v) || c.valLen(idx) != len(v) {
+			t.Fatalf("%s: entry holds key %q value %q, want %q and %q", what, c.key(idx), c.val(idx), k, v)
+		}
+	}
+	heldMatches := func(what string) {
+		t.Helper()
+		sum := 0
+		for idx := range c.entries {
+			if e := &c.entries[idx]; e.used && !e.dirty {
+				sum += int(c.bytes(int32(idx)))
+			}
+		}
+		if sum != c.cleanHeld {
+			t.Fatalf("%s: clean entries hold %d bytes, the cache counts %d", what, sum, c.cleanHeld)
+		}
+	}
+	for round, klen := range []int{1, inlineRoom - 8, inlineRoom - 1, inlineRoom, inlineRoom + 1, 200} {
+		k := key(klen, byte('a'+round))
+		h := c.hash(k)
+		idx := c.insert(k, h)
+		check("inserted", idx, k, nil)
+		for _, v := range vals {
+			c.setVal(idx, v)
+			c.recount(idx)
+			check("set", idx, k, v)
+			heldMatches("set")
+		}
+		// A value that fits beside the key stays inline; one that does
+		// not is spilled.
+		c.setVal(idx, vals[5])
+		if fits, e := klen <= inlineRoom && klen+len(vals[5]) <= inlineRoom, &c.entries[idx]; (e.vlen != spilled) != fits {
+			t.Fatalf("key of %d bytes with a value of %d: value inline %t, want %t", klen, len(vals[5]), e.vlen != spilled, fits)
+		}
+		c.markDirty(idx)
+		c.flushed()
+		check("flushed", idx, k, vals[5])
+		c.evict(idx)
+		heldMatches("evicted")
+		if c.lookup(k, h) != noSlot {
+			t.Fatalf("key of %d bytes still found after its eviction", klen)
+		}
+		// The next insert takes the entry evicted just now, spill and all.
+		k2 := key(klen/2+1, byte('A'+round))
+		idx2 := c.insert(k2, c.hash(k2))
+		if idx2 != idx {
+			t.Fatalf("insert took entry %d, want the free entry %d", idx2, idx)
+		}
+		check("reused", idx2, k2, nil)
+		heldMatches("reused")
+		c.evict(idx2)
+	}
+}
+
+// The entries move when their table grows: keys and values, inline and
+// spilled, move with them, and the entries a full table grew through keep
+// counting what they hold.
+func TestHotCacheGrowthKeepsEntries(t *testing.T) {
+	c := newHotCache(5000)
+	val := func(i int) []byte { return bytes.Repeat([]byte{byte(i)}, i%70) }
+	key := func(i int) []byte { return []byte(fmt.Sprintf("%0*d", 1+i%50, i)) }
+	for i := range 5000 {
+		k := key(i)
+		idx := c.insert(k, c.hash(k))
+		c.setVal(idx, val(i))
+		c.recount(idx)
+	}
+	for i := range 5000 {
+		k := key(i)
+		idx := c.lookup(k, c.hash(k))
+		if idx == noSlot || !bytes.Equal(c.val(idx), val(i)) {
+			t.Fatalf("key %d: entry %d after growth, want value of %d bytes", i, idx, len(val(i)))
+		}
+	}
+	if len(c.spills) == 0 || len(c.spills) == 5000 {
+		t.Fatalf("%d spills for 5000 entries: the test covers both layouts only with some", len(c.spills))
+	}
+}
+
+// The spills of free entries go within the clean budget at a flush, back to
+// the spills' free list, and new entries take them from there.
+func TestHotCacheReleasesAndReusesSpills(t *testing.T) {
+	c := newHotCache(4)
+	c.cleanBytes = 4 << 10
+	big := bytes.Repeat([]byte("b"), 2<<10)
+	for i := range 16 {
+		k := cacheKey(i)
+		idx := c.insert(k, c.hash(k))
+		c.setVal(idx, big)
+		c.entries[idx].present = true
+		c.entries[idx].blind = true
+		c.markDirty(idx)
+	}
+	c.flushed() // blind: every entry leaves, keeping its buffer within the budget
+	kept := 0
+	for _, idx := range c.free {
+		kept += c.spillBytes(idx)
+	}
+	if kept > c.cleanBytes || len(c.spillFree) == 0 {
+		t.Fatalf("free entries keep %d bytes over a budget of %d, %d spills free", kept, c.cleanBytes, len(c.spillFree))
+	}
+	spills := len(c.spills)
+	for i := range 16 {
+		k := cacheKey(100 + i)
+		idx := c.insert(k, c.hash(k))
+		c.setVal(idx, big)
+		c.markDirty(idx)
+	}
+	if len(c.spills) != spills {
+		t.Fatalf("%d spills after as many entries spilled again, want the %d there were", len(c.spills), spills)
 	}
 }

@@ -34,8 +34,7 @@ const (
 // kv returns r's key and value, and whether it is present.
 func (r *sortRef) kv(c *hotCache, staged []byte) (key, val []byte, present bool) {
 	if r.off == notStaged {
-		e := &c.entries[r.idx]
-		return e.key, e.val, e.present
+		return c.key(r.idx), c.val(r.idx), c.entries[r.idx].present
 	}
 	end := r.off + int(r.klen)
 	key = staged[r.off:end:end]
@@ -70,13 +69,14 @@ func (s *Store) stageDirty() {
 	refs, staged := s.sortRefs[:0], s.staged[:0]
 	for _, idx := range c.dirty {
 		e := &c.entries[idx]
+		key, val := c.key(idx), c.val(idx)
 		r := sortRef{off: notStaged, idx: idx}
-		if n := len(e.key) + len(e.val); n <= maxStaged {
-			r.off, r.klen, r.vlen = len(staged), uint16(len(e.key)), absentLen
-			staged = append(staged, e.key...)
+		if n := len(key) + len(val); n <= maxStaged {
+			r.off, r.klen, r.vlen = len(staged), uint16(len(key)), absentLen
+			staged = append(staged, key...)
 			if e.present {
-				r.vlen = uint16(len(e.val))
-				staged = append(staged, e.val...)
+				r.vlen = uint16(len(val))
+				staged = append(staged, val...)
 			}
 		}
 		if e.present {
@@ -156,8 +156,8 @@ func (s *Store) dirtyBasesNow() map[uint64]struct{} {
 	if !s.basesBuilt {
 		c := s.cache
 		for _, idx := range c.dirty {
-			e := &c.entries[idx]
-			s.dirtyBases[c.hash(e.key[:len(e.key)-int(e.nsLen)])] = struct{}{}
+			key := c.key(idx)
+			s.dirtyBases[c.hash(key[:len(key)-int(c.entries[idx].nsLen)])] = struct{}{}
 		}
 		s.basesBuilt = true
 	}

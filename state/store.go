@@ -549,17 +549,19 @@ func (s *Store) PendingBytes() int {
 }
 
 // HeldBytes is the memory the store holds for its subtask outside Pebble:
-// the key and value buffers of the cache's entries (changed, clean and kept
-// for reuse) and the batch not yet committed. It walks the cache, for
-// tests and metrics rather than the hot path.
+// the cache's entries in use, which hold short keys and values, the
+// buffers of longer ones (changed, clean and kept for reuse) and the batch
+// not yet committed. It walks the cache's spills, for tests and metrics
+// rather than the hot path.
 func (s *Store) HeldBytes() int {
 	n := s.earlyBytes
 	if s.batch != nil {
 		n = cap(s.batch.Repr())
 	}
-	for i := range s.cache.entries {
-		e := &s.cache.entries[i]
-		n += cap(e.key) + cap(e.val)
+	c := s.cache
+	n += c.live * int(unsafe.Sizeof(cacheEntry{}))
+	for i := range c.spills {
+		n += cap(c.spills[i].key) + cap(c.spills[i].val)
 	}
 	return n
 }
@@ -834,8 +836,8 @@ func (s *Store) load(pk []byte, h uint64) (int32, error) {
 		return noSlot, fmt.Errorf("state: read %x in %s: %w", pk, s.dir, err)
 	}
 	idx := s.cache.insert(pk, h)
+	s.cache.setVal(idx, val)
 	e := &s.cache.entries[idx]
-	e.val = append(e.val[:0], val...)
 	e.present = true
 	e.filtered = true
 	s.cache.recount(idx)

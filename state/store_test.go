@@ -678,8 +678,8 @@ func TestBlindWritesLeaveTheCache(t *testing.T) {
 	// The buffers the blind entries left behind...
 	kept := map[*byte]bool{}
 	for _, idx := range s.cache.free {
-		if e := &s.cache.entries[idx]; cap(e.val) >= len(val) {
-			kept[unsafe.SliceData(e.val)] = true
+		if e := &s.cache.entries[idx]; e.spill != 0 && cap(s.cache.spills[e.spill-1].val) >= len(val) {
+			kept[unsafe.SliceData(s.cache.spills[e.spill-1].val)] = true
 		}
 	}
 	if len(kept) != 31 {
@@ -689,7 +689,7 @@ func TestBlindWritesLeaveTheCache(t *testing.T) {
 	put(32)
 	reused := 0
 	for _, idx := range s.cache.dirty {
-		if kept[unsafe.SliceData(s.cache.entries[idx].val)] {
+		if kept[unsafe.SliceData(s.cache.val(idx))] {
 			reused++
 		}
 	}

@@ -109,10 +109,10 @@ func (s *Store) RollbackUndo() error {
 				idx = c.insert(pk, h)
 			}
 			s.markDirty(idx, pk, r.nsLen)
-			e := &c.entries[idx]
-			e.val = append(e.val[:0], j.buf[r.val[0]:r.val[1]]...)
-			e.present = r.present
-			s.pendingBytes += len(e.val)
+			val := j.buf[r.val[0]:r.val[1]]
+			c.setVal(idx, val)
+			c.entries[idx].present = r.present
+			s.pendingBytes += len(val)
 		case undoTimerAdded:
 			if err := r.v.deleteTimer(r.domain, pk, r.ts, r.keyLen, r.nsLen); err != nil {
 				return err
@@ -142,7 +142,7 @@ func (s *Store) journalEntry(idx int32, pk []byte, nsLen int) {
 	j.buf = append(j.buf, pk...)
 	r.pk[1] = len(j.buf)
 	r.val[0] = r.pk[1]
-	j.buf = append(j.buf, e.val...)
+	j.buf = append(j.buf, s.cache.val(idx)...)
 	r.val[1] = len(j.buf)
 	j.recs = append(j.recs, r)
 }

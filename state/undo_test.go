@@ -8,6 +8,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/wstream/wstream/abi"
@@ -33,7 +34,11 @@ func TestUndoRollbackRestoresBatchStart(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 11))
 	model := map[string]string{} // key/ns → value
 	timers := map[string]int64{} // key/ns/ts → ts (event time)
-	key := func() (string, string) { return fmt.Sprintf("k%d", rng.IntN(12)), fmt.Sprintf("n%d", rng.IntN(3)) }
+	// Keys and values of either side of what a cache entry holds inline.
+	key := func() (string, string) {
+		i := rng.IntN(12)
+		return fmt.Sprintf("k%d%s", i, strings.Repeat("k", i/8*inlineRoom)), fmt.Sprintf("n%d", rng.IntN(3))
+	}
 	rolledBack, committed, points := 0, 0, 0
 	for call := 0; call < 400; call++ {
 		next := maps.Clone(model)
@@ -50,7 +55,7 @@ func TestUndoRollbackRestoresBatchStart(t *testing.T) {
 			k, ns := key()
 			switch op := rng.IntN(10); {
 			case op < 4:
-				val := fmt.Sprintf("v%d", rng.IntN(1000))
+				val := fmt.Sprintf("v%d", rng.IntN(1000)) + strings.Repeat("v", rng.IntN(3)*inlineRoom/2)
 				mustPut(t, v, h, k, ns, val)
 				next[k+"/"+ns] = val
 			case op < 6:

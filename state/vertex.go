@@ -89,7 +89,7 @@ func (v *VertexState) StateGet(h int32, key, ns, dst []byte) ([]byte, error) {
 		return dst[:0], err
 	}
 	c := v.s.cache
-	dst = append(dst[:0], c.entries[idx].val...)
+	dst = append(dst[:0], c.val(idx)...)
 	c.gotten(idx)
 	return dst, nil
 }
@@ -150,8 +150,8 @@ func (v *VertexState) getChunk(m *manyGet, h int32, from, n int, pair func(j int
 		var ref operator.StateRef
 		if err == nil {
 			ref = operator.StateRef(idx + 1)
-			if e := &s.cache.entries[idx]; e.present {
-				val = e.val
+			if s.cache.entries[idx].present {
+				val = s.cache.val(idx)
 			} else {
 				err, idx = operator.ErrNotFound, noSlot
 			}
@@ -182,9 +182,8 @@ func (v *VertexState) StatePut(h int32, key, ns, value []byte) error {
 
 // setValue stores value in dirty cache entry idx.
 func (v *VertexState) setValue(idx int32, value []byte) error {
-	e := &v.s.cache.entries[idx]
-	e.val = append(e.val[:0], value...)
-	e.present = true
+	v.s.cache.setVal(idx, value)
+	v.s.cache.entries[idx].present = true
 	v.s.pendingBytes += len(value)
 	return v.s.written()
 }
@@ -200,7 +199,7 @@ func (v *VertexState) StatePutRef(h int32, key, ns, value []byte, ref operator.S
 	if idx == noSlot {
 		return v.StatePut(h, key, ns, value)
 	}
-	if err := v.dirtyAt(idx, v.s.cache.entries[idx].key, len(ns)); err != nil {
+	if err := v.dirtyAt(idx, v.s.cache.key(idx), len(ns)); err != nil {
 		return err
 	}
 	return v.setValue(idx, value)
@@ -218,14 +217,17 @@ func (v *VertexState) refEntry(h int32, key, ns []byte, ref operator.StateRef) i
 	if idx < 0 || int(idx) >= len(c.entries) || h < 0 || int(h) >= len(v.states) || v.usable() != nil {
 		return noSlot
 	}
-	e := &c.entries[idx]
+	if !c.entries[idx].used {
+		return noSlot
+	}
 	mid := v.states[h].mid
 	var lb [binary.MaxVarintLen64]byte
 	ln := binary.PutUvarint(lb[:], uint64(len(key)))
-	if !e.used || len(e.key) != 2+len(mid)+ln+len(key)+len(ns) {
+	k := c.key(idx)
+	if len(k) != 2+len(mid)+ln+len(key)+len(ns) {
 		return noSlot
 	}
-	k := e.key[2:]
+	k = k[2:]
 	if string(k[:len(mid)]) != string(mid) || string(k[len(mid):len(mid)+ln]) != string(lb[:ln]) {
 		return noSlot
 	}
@@ -242,9 +244,8 @@ func (v *VertexState) StateDelete(h int32, key, ns []byte) error {
 	if err != nil {
 		return err
 	}
-	e := &v.s.cache.entries[idx]
-	e.val = e.val[:0]
-	e.present = false
+	v.s.cache.setVal(idx, nil)
+	v.s.cache.entries[idx].present = false
 	return nil
 }
 
