@@ -181,7 +181,7 @@ func (c *Coordinator) tryAdopt(j *jobState, quit <-chan struct{}) bool {
 	// Workers heartbeat every interval; one that heard the announcement
 	// says so in its next heartbeat. Past that, waiting longer would only
 	// delay the restart.
-	deadline := c.startedAt.Add(3*c.cfg.HeartbeatInterval + step)
+	deadline := c.listening.Add(3*c.cfg.HeartbeatInterval + step)
 	why := ""
 	for {
 		c.mu.Lock()
@@ -206,7 +206,7 @@ func (c *Coordinator) tryAdopt(j *jobState, quit <-chan struct{}) bool {
 			c.takeAttemptCreds(j, s, creds, pl)
 			return true
 		}
-		if c.now().After(deadline) {
+		if c.now().After(deadline) || c.adoptSettledLocked(epoch, step) {
 			// The job's next attempt is a new one, from the latest
 			// checkpoint; the old one is cancelled where it runs.
 			lc := newLifecycle(j.plan, s.FromSavepoint != "")
@@ -231,6 +231,25 @@ func (c *Coordinator) tryAdopt(j *jobState, quit <-chan struct{}) bool {
 		case <-tick.C:
 		}
 	}
+}
+
+// adoptSettledLocked reports whether waiting longer to adopt is pointless:
+// a heartbeat interval has passed since the take-over subscribed to the
+// workers' heartbeats, so every live worker has been heard, and every live worker's last heartbeat carries this
+// leader's epoch, so what they run will not change by waiting (a worker
+// that had not heard it could still report the missing subtasks). c.mu is
+// held.
+func (c *Coordinator) adoptSettledLocked(epoch uint64, step time.Duration) bool {
+	now := c.now()
+	if now.Before(c.listening.Add(c.cfg.HeartbeatInterval + step)) {
+		return false
+	}
+	for _, w := range c.workers {
+		if now.Sub(w.lastSeen) <= c.cfg.WorkerTimeout && w.info.Epoch != epoch {
+			return false
+		}
+	}
+	return true
 }
 
 // startAdopted starts the lifecycle of an adopted job: its spec is written

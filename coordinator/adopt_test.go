@@ -77,6 +77,45 @@ func TestAdoptPlacement(t *testing.T) {
 	}
 }
 
+// TestAdoptSettled checks when a new leader stops waiting to adopt: once a
+// heartbeat interval has passed since it took over and every live worker's
+// heartbeat carries its epoch (a lost worker's does not count), and not
+// before either.
+func TestAdoptSettled(t *testing.T) {
+	const epoch, step = 40, 50 * time.Millisecond
+	start := time.Now()
+	cases := []struct {
+		name    string
+		after   time.Duration // since the take-over
+		workers map[string]uint64
+		lost    string // a worker whose last heartbeat is too old
+		settled bool
+	}{
+		{"every worker heard the epoch", 2 * time.Second, map[string]uint64{"w1": epoch, "w2": epoch}, "", true},
+		{"one worker has not", 2 * time.Second, map[string]uint64{"w1": epoch, "w2": 39}, "", false},
+		{"a lost worker has not", 2 * time.Second, map[string]uint64{"w1": epoch, "w2": 39}, "w2", true},
+		{"too early to have heard every worker", 500 * time.Millisecond, map[string]uint64{"w1": epoch}, "", false},
+		{"no worker heard from at all, later", 2 * time.Second, map[string]uint64{}, "", true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			now := start.Add(tc.after)
+			c := &Coordinator{cfg: Config{WorkerTimeout: 5 * time.Second, HeartbeatInterval: time.Second},
+				now: func() time.Time { return now }, listening: start, workers: map[string]*workerState{}}
+			for id, e := range tc.workers {
+				seen := now
+				if id == tc.lost {
+					seen = now.Add(-time.Minute)
+				}
+				c.workers[id] = &workerState{info: transport.WorkerInfo{ID: id, Epoch: e}, lastSeen: seen}
+			}
+			if got := c.adoptSettledLocked(epoch, step); got != tc.settled {
+				t.Fatalf("settled = %v, want %v", got, tc.settled)
+			}
+		})
+	}
+}
+
 // TestAdoptTenantCreds checks the attempt credentials a new leader wants
 // from the workers on a cluster with tenants: it adopts the attempt of a
 // tenant's job only when each worker lists valid credentials of that very

@@ -137,6 +137,10 @@ type Coordinator struct {
 	// ids holds each job's checkpoint id counter (nil without JetStream).
 	ids       *idCounter
 	startedAt time.Time
+	// listening is when the coordinator (or its take-over) subscribed to
+	// the workers' heartbeats: what it knows of them starts there, not at
+	// startedAt, which the job bucket's read may have preceded by seconds.
+	listening time.Time
 	// cancelled says when the coordinator last cancelled an attempt that a
 	// worker's heartbeat listed (key WORKER/JOB/ATTEMPT).
 	cancelled map[string]time.Time
@@ -411,6 +415,9 @@ func (c *Coordinator) activate(ctx context.Context) error {
 		c.unsubscribe()
 		return err
 	}
+	c.mu.Lock()
+	c.listening = c.now()
+	c.mu.Unlock()
 	if c.lead != nil {
 		// Workers refuse the commands of earlier leaders from now on.
 		_ = nc.Publish(transport.SubjectLeader, c.lead.announcement())

@@ -162,7 +162,7 @@ func (c *Coordinator) awaitWorkers(j *jobState, n int, quit <-chan struct{}) (pl
 			}
 		}
 	}
-	settle := c.startedAt.Add(2*c.cfg.HeartbeatInterval + step)
+	settle := c.listening.Add(2*c.cfg.HeartbeatInterval + step)
 	var pl placement
 	var perr error
 	ok, err := wait(c.startedAt.Add(c.cfg.DeployTimeout), func() bool {
