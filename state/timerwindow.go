@@ -2,7 +2,6 @@ package state
 
 import (
 	"bytes"
-	"container/heap"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -234,7 +233,7 @@ func (v *VertexState) NextTimer(domain int32) (ts int64, ok bool) {
 func (v *VertexState) refill(domain int32) error {
 	s := v.s
 	q := &v.timers[domain]
-	if err := s.flushTimers(); err != nil {
+	if err := s.writeOutTimers(); err != nil {
 		return err
 	}
 	if s.db == nil {
@@ -246,25 +245,36 @@ func (v *VertexState) refill(domain int32) error {
 	}
 	pfx := make([]byte, 0, 3+len(v.timerMid))
 	pfx = append(append(append(pfx, 0, 0), v.timerMid...), byte(domain))
-	m := &aheadMerge{runs: q.ahead, pfxLen: len(pfx)}
+	rd := aheadReader{pfx: pfx}
+	err := v.fillRun(q, &rd)
+	if cerr := rd.close(); err == nil && cerr != nil {
+		err = s.fail("read timers", cerr)
+	}
+	return err
+}
+
+// fillRun is refill's merge of the key groups' runs into the queue's run.
+func (v *VertexState) fillRun(q *timerQueue, rd *aheadReader) error {
+	s := v.s
+	pfxLen := len(rd.pfx)
+	m := &aheadMerge{runs: q.ahead, pfxLen: pfxLen}
 	for g := range q.ahead {
-		if err := v.readAhead(q, g, pfx); err != nil {
+		if err := v.readAhead(q, g, rd); err != nil {
 			return err
 		}
 		if q.ahead[g].left() > 0 {
-			m.idx = append(m.idx, g)
+			m.push(g)
 		}
 	}
-	heap.Init(m)
 	// The loaded timers come in firing order, the queue's run; they share
 	// one buffer for their keys and one for themselves.
 	ts := make([]timer, 0, timerRefill)
 	var keys []byte
-	for len(m.idx) > 0 && len(ts) < timerRefill {
-		g := m.idx[0]
+	for len(m.heads) > 0 && len(ts) < timerRefill {
+		g := int(m.heads[0].g)
 		r := &q.ahead[g]
 		k := r.key(r.pos)
-		t, keyLen, nsLen, ok := parseTimerSuffix(k[len(pfx):])
+		t, keyLen, nsLen, ok := parseTimerSuffix(k[pfxLen:])
 		if !ok {
 			return s.fail("read timers", fmt.Errorf("%w: timer time or key truncated (%x)", ErrMalformedKey, k))
 		}
@@ -277,37 +287,57 @@ func (v *VertexState) refill(domain int32) error {
 		ts[len(ts)-1].set(t, keys[at:len(keys):len(keys)], keyLen, nsLen)
 		r.pos++
 		if r.left() == 0 {
-			if err := v.readAhead(q, g, pfx); err != nil {
+			if err := v.readAhead(q, g, rd); err != nil {
 				return err
 			}
 		}
 		if r.left() > 0 {
-			heap.Fix(m, 0)
+			m.advance()
 		} else {
-			heap.Pop(m)
+			m.drop()
 		}
 	}
 	for i := range ts {
 		q.addRun(&ts[i])
 	}
-	if len(m.idx) == 0 {
+	if len(m.heads) == 0 {
 		q.partial, q.bound, q.ahead = false, nil, nil
 		return nil
 	}
-	r := &q.ahead[m.idx[0]]
-	q.bound = append(q.bound[:0], r.key(r.pos)[len(pfx):]...)
+	r := &q.ahead[m.heads[0].g]
+	q.bound = append(q.bound[:0], r.key(r.pos)[pfxLen:]...)
 	return nil
 }
 
+// aheadReader is the one Pebble iterator that a refill reads every key
+// group's run with, its bounds set to the key group at each read: a new
+// iterator a read cost as much again as its seek (the memtable's range
+// deletions fragmented, every level's file opened).
+type aheadReader struct {
+	pfx []byte // the timers' prefix, its key group overwritten at each read
+	it  *pebble.Iterator
+	up  []byte
+}
+
+func (rd *aheadReader) close() error {
+	if rd.it == nil {
+		return nil
+	}
+	err := rd.it.Close()
+	rd.it = nil
+	return err
+}
+
 // timerAheadRun is how many timers of one key group a read ahead takes:
-// four windows' worth spread over 128 key groups, so that a key group is
-// sought about once every four refills, while a queue's runs hold about as
-// many timers as its window.
-var timerAheadRun = 1024
+// eight windows' worth spread over 128 key groups, so that a key group is
+// sought about once every eight refills (a seek through every level costs
+// some 200 µs when the index blocks left the block cache), while a queue's
+// runs hold at most twice its window.
+var timerAheadRun = 2048
 
 // timerAheadBytes bounds the keys of one run read ahead, so that a queue's
-// runs hold at most 4 MiB over 128 key groups whatever its keys' size.
-const timerAheadBytes = 32 << 10
+// runs hold at most 8 MiB over 128 key groups whatever its keys' size.
+const timerAheadBytes = 64 << 10
 
 // aheadRun is the timers of one key group read ahead from Pebble for the
 // refills of a queue, from pos on, in key order: every timer of the key
@@ -335,8 +365,8 @@ func (r *aheadRun) key(i int) []byte {
 
 // readAhead reads the next timerAheadRun timers of owned key group g (an
 // index from the first) into its run, unless the run holds some or Pebble
-// holds no more; pfx is the timers' prefix, its key group overwritten.
-func (v *VertexState) readAhead(q *timerQueue, g int, pfx []byte) error {
+// holds no more.
+func (v *VertexState) readAhead(q *timerQueue, g int, rd *aheadReader) error {
 	s := v.s
 	r := &q.ahead[g]
 	if r.left() > 0 || r.done {
@@ -345,6 +375,7 @@ func (v *VertexState) readAhead(q *timerQueue, g int, pfx []byte) error {
 	s.io.enter()
 	defer s.io.leave()
 	kg := s.groups.Start + g
+	pfx := rd.pfx
 	pfx[0], pfx[1] = byte(kg>>8), byte(kg)
 	var from []byte
 	switch {
@@ -356,10 +387,17 @@ func (v *VertexState) readAhead(q *timerQueue, g int, pfx []byte) error {
 	case q.bound != nil:
 		from = append(pfx[:len(pfx):len(pfx)], q.bound...)
 	}
-	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: pfx, UpperBound: prefixSuccessor(nil, pfx)})
-	if err != nil {
-		return s.fail("read timers", err)
+	if rd.it == nil {
+		it, err := s.db.NewIter(nil)
+		if err != nil {
+			return s.fail("read timers", err)
+		}
+		rd.it = it
 	}
+	it := rd.it
+	// SetBounds copies the bounds: pfx is overwritten at the next read.
+	rd.up = prefixSuccessor(rd.up[:0], pfx)
+	it.SetBounds(pfx, rd.up)
 	var ok bool
 	if from != nil {
 		ok = it.SeekGE(from)
@@ -372,31 +410,93 @@ func (v *VertexState) readAhead(q *timerQueue, g int, pfx []byte) error {
 		r.ends = append(r.ends, int32(len(r.keys)))
 	}
 	r.done = !ok
-	if err := it.Close(); err != nil {
+	if err := it.Error(); err != nil {
 		return s.fail("read timers", err)
 	}
 	return nil
 }
 
-// aheadMerge is a min-heap of the key groups (indexes into runs) whose
-// runs hold timers, by their next timer's suffix.
+// aheadMerge is a min-heap of the key groups whose runs hold timers, by
+// their next timer's suffix. Each head caches the suffix's first 16 bytes
+// as two big-endian words (zero-padded), which tell most timers apart
+// without a byte comparison: the time, then the key's length and first
+// bytes.
 type aheadMerge struct {
 	runs   []aheadRun
-	idx    []int
+	heads  []aheadHead
 	pfxLen int
 }
 
-func (m *aheadMerge) Len() int { return len(m.idx) }
-func (m *aheadMerge) Less(i, j int) bool {
-	a, b := &m.runs[m.idx[i]], &m.runs[m.idx[j]]
-	return bytes.Compare(a.key(a.pos)[m.pfxLen:], b.key(b.pos)[m.pfxLen:]) < 0
+type aheadHead struct {
+	hi, lo uint64
+	g      int32
 }
-func (m *aheadMerge) Swap(i, j int) { m.idx[i], m.idx[j] = m.idx[j], m.idx[i] }
-func (m *aheadMerge) Push(x any)    { m.idx = append(m.idx, x.(int)) }
-func (m *aheadMerge) Pop() any {
-	g := m.idx[len(m.idx)-1]
-	m.idx = m.idx[:len(m.idx)-1]
-	return g
+
+// head is the head of key group g's run as it stands.
+func (m *aheadMerge) head(g int) aheadHead {
+	r := &m.runs[g]
+	sfx := r.key(r.pos)[m.pfxLen:]
+	var w [16]byte
+	copy(w[:], sfx)
+	return aheadHead{binary.BigEndian.Uint64(w[:8]), binary.BigEndian.Uint64(w[8:]), int32(g)}
+}
+
+func (m *aheadMerge) less(a, b *aheadHead) bool {
+	if a.hi != b.hi {
+		return a.hi < b.hi
+	}
+	if a.lo != b.lo {
+		return a.lo < b.lo
+	}
+	ra, rb := &m.runs[a.g], &m.runs[b.g]
+	return bytes.Compare(ra.key(ra.pos)[m.pfxLen:], rb.key(rb.pos)[m.pfxLen:]) < 0
+}
+
+// push adds key group g, whose run holds timers.
+func (m *aheadMerge) push(g int) {
+	m.heads = append(m.heads, m.head(g))
+	for i := len(m.heads) - 1; i > 0; {
+		p := (i - 1) / 2
+		if !m.less(&m.heads[i], &m.heads[p]) {
+			break
+		}
+		m.heads[i], m.heads[p] = m.heads[p], m.heads[i]
+		i = p
+	}
+}
+
+// advance re-reads the first key group's head, its run having moved on.
+func (m *aheadMerge) advance() {
+	m.heads[0] = m.head(int(m.heads[0].g))
+	m.down()
+}
+
+// drop removes the first key group, its run exhausted.
+func (m *aheadMerge) drop() {
+	last := len(m.heads) - 1
+	m.heads[0] = m.heads[last]
+	m.heads = m.heads[:last]
+	m.down()
+}
+
+func (m *aheadMerge) down() {
+	h := m.heads
+	i := 0
+	for {
+		l := 2*i + 1
+		if l >= len(h) {
+			return
+		}
+		c := l
+		if r := l + 1; r < len(h) && m.less(&h[r], &h[l]) {
+			c = r
+		}
+		if !m.less(&h[c], &h[i]) {
+			return
+		}
+		h[i], h[c] = h[c], h[i]
+		i = c
+	}
 }
 
 // parseTimerSuffix decodes a timer key's suffix (timerSuffix): the time,
@@ -467,6 +567,41 @@ func (s *Store) flushTimers() error {
 	s.timersFlushed()
 	return nil
 }
+
+// writeOutTimers writes the timer changes out of the windows since the
+// last Flush to Pebble, for a refill that reads past a bound. The fired
+// timers' deletions wait for the next Flush (or flushTimers): they sort
+// before every bound, where no refill reads, and a refill that wrote them
+// would make a range deletion per key group each window, which every later
+// iterator's seek and the memtable's fragmenting pay for. No window
+// shrinks here: a bound that moved down past a fired timer not yet
+// deleted would read it again.
+func (s *Store) writeOutTimers() error {
+	if s.err != nil {
+		return s.err
+	}
+	if len(s.firedKeys) >= firedStageBytes {
+		// Staged now rather than at the Flush, whose buffer of fired
+		// keys would otherwise grow to the store's change bound, out of
+		// the processor's caches when stageFired walks it.
+		if err := s.stageFired(); err != nil {
+			return err
+		}
+	}
+	if err := s.ready(); err != nil {
+		return err
+	}
+	if err := s.commit(); err != nil {
+		return err
+	}
+	clear(s.outTimers)
+	return nil
+}
+
+// firedStageBytes is the fired timers' keys a refill lets wait for the
+// next Flush: about 150,000 timers, four or five windows, whose deletions
+// then make one range deletion per key group.
+const firedStageBytes = 4 << 20
 
 // timersFlushed runs at the end of every Flush: the changes out of the
 // windows are in Pebble now, and a queue holding more than timerWindowMax
@@ -694,7 +829,7 @@ func (f *firedSpans) stage() error {
 
 // maxKeptFired bounds the buffer of fired timers' keys kept between
 // flushes.
-const maxKeptFired = 4 << 20
+const maxKeptFired = 2 * firedStageBytes
 
 // journalTimerKey records a timer change, of kind undoTimerAdded or
 // undoTimerDeleted, of the timer with Pebble key pk, in the open journal.
