@@ -655,20 +655,38 @@ func (s *Store) unloadTimers() {
 }
 
 // fire records the deletion of fired timer t, of queue q, for the next
-// Flush. The deletions of a window's timers then reach the batch together,
-// grouped by key group, each group in firing order, which is its key
-// order: as one range deletion per key group when nothing else of the
-// queue lies in the range (stageFired), else as point deletions, which
-// Pebble's memtable inserts each next to the one before (its splice hint)
-// instead of searching its skiplist from the top.
+// Flush. The deletions of a window's timers then reach the batch together:
+// as one range deletion per key group when nothing else of the queue lies
+// in the range (stageFired), from the span fire keeps per key group, else
+// as point deletions grouped by key group, each group in firing order,
+// which is its key order, which Pebble's memtable inserts each next to the
+// one before (its splice hint) instead of searching its skiplist from the
+// top.
 func (s *Store) fire(q *timerQueue, t *timer) {
+	i := int32(len(s.firedEnds))
 	s.firedKeys = append(s.firedKeys, t.pk...)
 	s.firedEnds = append(s.firedEnds, len(s.firedKeys))
 	s.firedQ = append(s.firedQ, q)
-	if q.firedN == 0 || bytes.Compare(t.sfx, q.firedMax) > 0 {
-		q.firedMax = append(q.firedMax[:0], t.sfx...)
+	if q.fired == nil {
+		q.fired = make([]firedSpan, s.groups.End-s.groups.Start+1)
 	}
+	sp := &q.fired[int(binary.BigEndian.Uint16(t.pk))-s.groups.Start]
+	switch {
+	case sp.n == 0:
+		sp.lo, sp.hi = i, i
+	case bytes.Compare(t.pk, s.firedKey(sp.hi)) > 0:
+		sp.hi = i // firing order: nearly always
+	case bytes.Compare(t.pk, s.firedKey(sp.lo)) < 0:
+		sp.lo = i
+	}
+	sp.n++
 	q.firedN++
+}
+
+// firedSpan is the fired timers of one queue in one key group since the
+// last Flush: n of them, from lo to hi by key (indexes of fired timers).
+type firedSpan struct {
+	lo, hi, n int32
 }
 
 // timerRangeDeletes lets stageFired delete fired timers by range; the
@@ -687,7 +705,7 @@ func (s *Store) stageSet(pk []byte) error {
 }
 
 // stageFired stages the deletions of the timers fired since the last
-// Flush, grouped by key group (a stable counting sort).
+// Flush.
 //
 // The fired timers of a queue in one key group are deleted with one range
 // deletion, from the first of them to just past the last, when every timer
@@ -697,45 +715,84 @@ func (s *Store) stageSet(pk []byte) error {
 // every fired timer, which came from memory. A timer registered since at
 // or before the fired ones (a time at or before the watermark, or an undo
 // of a fire) and not fired yet breaks the condition, and the queue's
-// timers are deleted one by one; one registered and fired again is in the
-// range, deleted, and its registration, staged after, wins.
+// timers are deleted one by one, grouped by key group (a stable counting
+// sort); one registered and fired again is in the range, deleted, and its
+// registration, staged after, wins.
 func (s *Store) stageFired() error {
 	if len(s.firedEnds) == 0 {
 		return nil
 	}
 	ranges := timerRangeDeletes && s.lazy == nil
-	for _, q := range s.firedQ {
-		if q.firedN > 0 {
-			q.rangeOK = ranges && (q.len() == 0 || bytes.Compare(q.firedMax, q.peek().sfx) < 0)
-			q.firedN, q.firedMax = 0, q.firedMax[:0]
+	points := false
+	for _, v := range s.vertices {
+		for d := range v.timers {
+			q := &v.timers[d]
+			if q.firedN == 0 {
+				continue
+			}
+			q.rangeOK = ranges && (q.len() == 0 || bytes.Compare(q.firedMax(s), q.peek().sfx) < 0)
+			if q.rangeOK {
+				if err := s.stageSpans(q); err != nil {
+					return err
+				}
+			} else {
+				points = true
+			}
+			clear(q.fired)
+			q.firedN = 0
 		}
 	}
-	f := firedSpans{s: s}
-	kg := -1
-	for _, i := range s.firedOrder() {
-		if g := s.firedGroup(int(i)); g != kg {
-			if err := f.stage(); err != nil {
-				return err
+	if points {
+		for _, i := range s.firedOrder() {
+			if s.firedQ[i].rangeOK {
+				continue
 			}
-			kg = g
-		}
-		q := s.firedQ[i]
-		if !q.rangeOK {
 			if err := s.stageTimer(s.firedKey(i), true); err != nil {
 				return err
 			}
 			s.firedPoints++
-			continue
 		}
-		f.add(q, i)
-	}
-	if err := f.stage(); err != nil {
-		return err
 	}
 	clear(s.firedQ)
 	s.firedKeys, s.firedEnds, s.firedQ = s.firedKeys[:0], s.firedEnds[:0], s.firedQ[:0]
 	if cap(s.firedKeys) > maxKeptFired {
 		s.firedKeys, s.firedEnds, s.firedQ = nil, nil, nil
+	}
+	return nil
+}
+
+// firedMax is the suffix of the last by key of the timers q fired since
+// the last Flush.
+func (q *timerQueue) firedMax(s *Store) []byte {
+	var m []byte
+	for _, sp := range q.fired {
+		if sp.n == 0 {
+			continue
+		}
+		if sfx := s.firedKey(sp.hi)[q.pfxLen:]; m == nil || bytes.Compare(sfx, m) > 0 {
+			m = sfx
+		}
+	}
+	return m
+}
+
+// stageSpans stages the deletions of q's fired timers, a range per key
+// group from the first to just past the last (a point deletion for one).
+func (s *Store) stageSpans(q *timerQueue) error {
+	for _, sp := range q.fired {
+		switch {
+		case sp.n == 0:
+		case sp.lo == sp.hi:
+			if err := s.stageTimer(s.firedKey(sp.lo), true); err != nil {
+				return err
+			}
+		default:
+			s.spanEnd = append(append(s.spanEnd[:0], s.firedKey(sp.hi)...), 0)
+			if err := s.batch.DeleteRange(s.firedKey(sp.lo), s.spanEnd, nil); err != nil {
+				return s.fail("stage fired timers' deletion", err)
+			}
+			s.firedRanges++
+		}
 	}
 	return nil
 }
@@ -773,58 +830,6 @@ func (s *Store) firedOrder() []int32 {
 		counts[g]++
 	}
 	return order
-}
-
-// firedSpans gathers the fired timers of one key group to delete by
-// range: per queue, the indexes of the first and the last by key.
-type firedSpans struct {
-	s     *Store
-	spans []firedSpan
-}
-
-type firedSpan struct {
-	q      *timerQueue
-	lo, hi int32
-}
-
-// add widens q's span to fired timer i.
-func (f *firedSpans) add(q *timerQueue, i int32) {
-	j := 0
-	for j < len(f.spans) && f.spans[j].q != q {
-		j++
-	}
-	if j == len(f.spans) {
-		f.spans = append(f.spans, firedSpan{q, i, i})
-		return
-	}
-	s := f.s
-	sfx := s.firedKey(i)[q.pfxLen:]
-	if bytes.Compare(sfx, s.firedKey(f.spans[j].lo)[q.pfxLen:]) < 0 {
-		f.spans[j].lo = i
-	} else if bytes.Compare(sfx, s.firedKey(f.spans[j].hi)[q.pfxLen:]) > 0 {
-		f.spans[j].hi = i
-	}
-}
-
-// stage stages the spans' deletions, a range from the first timer to just
-// past the last (a point deletion for one timer), and empties them.
-func (f *firedSpans) stage() error {
-	s := f.s
-	for _, sp := range f.spans {
-		if sp.lo == sp.hi {
-			if err := s.stageTimer(s.firedKey(sp.lo), true); err != nil {
-				return err
-			}
-			continue
-		}
-		s.spanEnd = append(append(s.spanEnd[:0], s.firedKey(sp.hi)...), 0)
-		if err := s.batch.DeleteRange(s.firedKey(sp.lo), s.spanEnd, nil); err != nil {
-			return s.fail("stage fired timers' deletion", err)
-		}
-		s.firedRanges++
-	}
-	f.spans = f.spans[:0]
-	return nil
 }
 
 // maxKeptFired bounds the buffer of fired timers' keys kept between
