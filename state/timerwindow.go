@@ -22,10 +22,11 @@ import (
 // blindly (a second registration is the same key: still one timer) and a
 // deletion likewise. When a partial queue runs empty, the next window
 // comes from a merge of the owned key groups' timers, from the bound on,
-// after the timer changes are written (flushTimers: Pebble then holds
-// every timer).
+// after the timer changes out of the windows are written (writeOutTimers:
+// Pebble then holds every timer from the bound on).
 //
-// The bound moves only in a Flush or right after one, so a timer changed
+// The bound moves only in a Flush or right after the timer changes are
+// written (flushTimers, writeOutTimers), so a timer changed
 // out of the window since the last Flush was out of it when it changed:
 // Store.outTimers records those changes, so that an undo journal can tell
 // whether a timer out of the window existed before without a Flush.
@@ -547,9 +548,9 @@ func (s *Store) noteOutTimer(pk []byte, present bool) {
 
 // flushTimers writes the timer changes since the last Flush to Pebble, and
 // not the changed state entries: what a window that moves timers out of
-// memory, or a refill that reads them from Pebble, needs. It runs inside
-// guest calls (a registration that fills the window, a pop that empties
-// it), which a Flush of a million changed entries would hold up for
+// memory needs. It runs inside guest calls (a registration that fills the
+// window; a pop that empties it writes the changes out of the windows
+// alone, writeOutTimers), which a Flush of a million changed entries would hold up for
 // seconds; the entries wait for the next Flush.
 func (s *Store) flushTimers() error {
 	if s.err != nil {
@@ -573,17 +574,18 @@ func (s *Store) flushTimers() error {
 // timers' deletions wait for the next Flush (or flushTimers): they sort
 // before every bound, where no refill reads, and a refill that wrote them
 // would make a range deletion per key group each window, which every later
-// iterator's seek and the memtable's fragmenting pay for. No window
-// shrinks here: a bound that moved down past a fired timer not yet
-// deleted would read it again.
+// iterator's seek and the memtable's fragmenting pay for. Windows shrink
+// at the next Flush or flushTimers, after the fired deletions are staged:
+// a bound moved down past a fired timer left in Pebble would read it
+// again.
 func (s *Store) writeOutTimers() error {
 	if s.err != nil {
 		return s.err
 	}
 	if len(s.firedKeys) >= firedStageBytes {
-		// Staged now rather than at the Flush, whose buffer of fired
-		// keys would otherwise grow to the store's change bound, out of
-		// the processor's caches when stageFired walks it.
+		// Staged now rather than at the Flush: the buffer of fired keys
+		// stays within a few MiB whatever the store's change bound, and
+		// its range deletions still cover four or five windows each.
 		if err := s.stageFired(); err != nil {
 			return err
 		}
@@ -600,8 +602,8 @@ func (s *Store) writeOutTimers() error {
 
 // firedStageBytes is the fired timers' keys a refill lets wait for the
 // next Flush: about 150,000 timers, four or five windows, whose deletions
-// then make one range deletion per key group.
-const firedStageBytes = 4 << 20
+// then make one range deletion per key group. A variable for the tests.
+var firedStageBytes = 4 << 20
 
 // timersFlushed runs at the end of every Flush: the changes out of the
 // windows are in Pebble now, and a queue holding more than timerWindowMax
@@ -755,7 +757,8 @@ func (s *Store) stageFired() error {
 	}
 	clear(s.firedQ)
 	s.firedKeys, s.firedEnds, s.firedQ = s.firedKeys[:0], s.firedEnds[:0], s.firedQ[:0]
-	if cap(s.firedKeys) > maxKeptFired {
+	// Kept for the next fires unless a Flush's gathering made it large.
+	if cap(s.firedKeys) > 2*firedStageBytes {
 		s.firedKeys, s.firedEnds, s.firedQ = nil, nil, nil
 	}
 	return nil
@@ -831,10 +834,6 @@ func (s *Store) firedOrder() []int32 {
 	}
 	return order
 }
-
-// maxKeptFired bounds the buffer of fired timers' keys kept between
-// flushes.
-const maxKeptFired = 2 * firedStageBytes
 
 // journalTimerKey records a timer change, of kind undoTimerAdded or
 // undoTimerDeleted, of the timer with Pebble key pk, in the open journal.
