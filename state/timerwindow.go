@@ -311,9 +311,9 @@ func (v *VertexState) fillRun(q *timerQueue, rd *aheadReader) error {
 }
 
 // aheadReader is the one Pebble iterator that a refill reads every key
-// group's run with, its bounds set to the key group at each read: a new
-// iterator a read cost as much again as its seek (the memtable's range
-// deletions fragmented, every level's file opened).
+// group's run with, its bounds set to the key group at each read: an
+// iterator made for each read cost as much as its seek at 10M timers (the
+// memtable's range deletions fragmented again, every level's file opened).
 type aheadReader struct {
 	pfx []byte // the timers' prefix, its key group overwritten at each read
 	it  *pebble.Iterator
@@ -480,6 +480,7 @@ func (m *aheadMerge) drop() {
 	m.down()
 }
 
+// down sifts the first key group down to its place.
 func (m *aheadMerge) down() {
 	h := m.heads
 	i := 0
@@ -549,9 +550,9 @@ func (s *Store) noteOutTimer(pk []byte, present bool) {
 // flushTimers writes the timer changes since the last Flush to Pebble, and
 // not the changed state entries: what a window that moves timers out of
 // memory needs. It runs inside guest calls (a registration that fills the
-// window; a pop that empties it writes the changes out of the windows
-// alone, writeOutTimers), which a Flush of a million changed entries would hold up for
-// seconds; the entries wait for the next Flush.
+// window; a pop that empties it writes only the changes out of the
+// windows, writeOutTimers), which a Flush of a million changed entries
+// would hold up for seconds; the entries wait for the next Flush.
 func (s *Store) flushTimers() error {
 	if s.err != nil {
 		return s.err
