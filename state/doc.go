@@ -114,27 +114,30 @@
 // one timer), and a deletion likewise; Store.outTimers records those
 // changes until the next Flush, so that an undo journal can tell whether
 // such a timer existed. When a partial queue runs empty, PopTimers and
-// NextTimer write the timer changes (Store.flushTimers: not the changed
-// entries, which wait for the next Flush, as this runs inside a guest
-// call) and read the next 32,768 timers from B on, merged from the owned
-// key groups, and B moves up; when Pebble holds no more, the queue holds
+// NextTimer write the timer changes out of the windows
+// (Store.writeOutTimers: not the changed entries, which wait for the next
+// Flush, as this runs inside a guest call) and read the next 32,768 timers
+// from B on, merged from the owned key groups through one Pebble
+// iterator, and B moves up; when Pebble holds no more, the queue holds
 // them all again. Each key group's timers come from a run read ahead,
-// 1,024 timers a seek, kept for the refills that follow until a change
+// 2,048 timers a seek, kept for the refills that follow until a change
 // past B or a window that shrinks drops the runs: a queue of ten million
 // timers seeks a key group once every few windows, not once a window. Open and ImportCanonical load
 // no timers: a store that did not start empty reads them as it needs
 // them, so a subtask with ten million pending timers opens at once and
-// holds 5-10 MiB of them per operator and domain, and up to 4 MiB of
+// holds 5-10 MiB of them per operator and domain, and up to 8 MiB of
 // runs read ahead.
 //
 // PopTimers hands due timers to the runtime as an abi timer batch, at most
 // MaxTimersPerPop a call. The deletions of fired timers wait in a buffer
-// until the next Flush, which stages them grouped by key group: per key
-// group and queue one range deletion, from the first fired timer to just
-// past the last, when every timer the queue still holds sorts after every
-// timer it fired (Pebble holds no other timer before the bound, so the
-// range holds only fired timers); otherwise one point deletion a timer,
-// in key order, which Pebble's memtable inserts next to each other. A
+// until the next Flush (or until a refill finds 4 MiB of their keys
+// there; a refill reads past the bound, where no fired timer is), which
+// stages them: per key group and queue one range deletion, from the first
+// fired timer to just past the last (a span kept as they fire), when
+// every timer the queue still holds sorts after every timer it fired
+// (Pebble holds no other timer before the bound, so the range holds only
+// fired timers); otherwise one point deletion a timer, grouped by key
+// group in key order, which Pebble's memtable inserts next to each other. A
 // registration stages them first, as it may register a timer that just
 // fired again (its write then follows the deletion); as a timer is only
 // fired from the front of its queue, this also keeps the condition true

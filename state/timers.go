@@ -77,13 +77,15 @@ type timerQueue struct {
 	// ahead is the timers read ahead from Pebble past the bound, a run
 	// per owned key group, for the refills to come (refill).
 	ahead []aheadRun
-	// firedMax is the largest suffix fired since the last Flush (valid
-	// when firedN > 0); stageFired deletes the fired timers with range
-	// deletions when every timer left in the queue sorts after it.
-	firedMax []byte
-	firedN   int
-	pfxLen   int  // timer key bytes before the suffix, set by PopTimers
-	rangeOK  bool // stageFired's verdict for this queue
+	// fired is, per owned key group, the first and the last by key of
+	// the timers fired since the last Flush (indexes into the store's
+	// fired keys), firedN how many: stageFired deletes them with one
+	// range deletion per key group when every timer left in the queue
+	// sorts after the last of them.
+	fired   []firedSpan
+	firedN  int
+	pfxLen  int  // timer key bytes before the suffix, set by PopTimers
+	rangeOK bool // stageFired's verdict for this queue
 }
 
 func (q *timerQueue) len() int { return len(q.heap) + q.runN }

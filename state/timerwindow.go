@@ -2,7 +2,6 @@ package state
 
 import (
 	"bytes"
-	"container/heap"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -23,10 +22,11 @@ import (
 // blindly (a second registration is the same key: still one timer) and a
 // deletion likewise. When a partial queue runs empty, the next window
 // comes from a merge of the owned key groups' timers, from the bound on,
-// after the timer changes are written (flushTimers: Pebble then holds
-// every timer).
+// after the timer changes out of the windows are written (writeOutTimers:
+// Pebble then holds every timer from the bound on).
 //
-// The bound moves only in a Flush or right after one, so a timer changed
+// The bound moves only in a Flush or right after the timer changes are
+// written (flushTimers, writeOutTimers), so a timer changed
 // out of the window since the last Flush was out of it when it changed:
 // Store.outTimers records those changes, so that an undo journal can tell
 // whether a timer out of the window existed before without a Flush.
@@ -234,7 +234,7 @@ func (v *VertexState) NextTimer(domain int32) (ts int64, ok bool) {
 func (v *VertexState) refill(domain int32) error {
 	s := v.s
 	q := &v.timers[domain]
-	if err := s.flushTimers(); err != nil {
+	if err := s.writeOutTimers(); err != nil {
 		return err
 	}
 	if s.db == nil {
@@ -246,25 +246,36 @@ func (v *VertexState) refill(domain int32) error {
 	}
 	pfx := make([]byte, 0, 3+len(v.timerMid))
 	pfx = append(append(append(pfx, 0, 0), v.timerMid...), byte(domain))
-	m := &aheadMerge{runs: q.ahead, pfxLen: len(pfx)}
+	rd := aheadReader{pfx: pfx}
+	err := v.fillRun(q, &rd)
+	if cerr := rd.close(); err == nil && cerr != nil {
+		err = s.fail("read timers", cerr)
+	}
+	return err
+}
+
+// fillRun is refill's merge of the key groups' runs into the queue's run.
+func (v *VertexState) fillRun(q *timerQueue, rd *aheadReader) error {
+	s := v.s
+	pfxLen := len(rd.pfx)
+	m := &aheadMerge{runs: q.ahead, pfxLen: pfxLen}
 	for g := range q.ahead {
-		if err := v.readAhead(q, g, pfx); err != nil {
+		if err := v.readAhead(q, g, rd); err != nil {
 			return err
 		}
 		if q.ahead[g].left() > 0 {
-			m.idx = append(m.idx, g)
+			m.push(g)
 		}
 	}
-	heap.Init(m)
 	// The loaded timers come in firing order, the queue's run; they share
 	// one buffer for their keys and one for themselves.
 	ts := make([]timer, 0, timerRefill)
 	var keys []byte
-	for len(m.idx) > 0 && len(ts) < timerRefill {
-		g := m.idx[0]
+	for len(m.heads) > 0 && len(ts) < timerRefill {
+		g := int(m.heads[0].g)
 		r := &q.ahead[g]
 		k := r.key(r.pos)
-		t, keyLen, nsLen, ok := parseTimerSuffix(k[len(pfx):])
+		t, keyLen, nsLen, ok := parseTimerSuffix(k[pfxLen:])
 		if !ok {
 			return s.fail("read timers", fmt.Errorf("%w: timer time or key truncated (%x)", ErrMalformedKey, k))
 		}
@@ -277,37 +288,57 @@ func (v *VertexState) refill(domain int32) error {
 		ts[len(ts)-1].set(t, keys[at:len(keys):len(keys)], keyLen, nsLen)
 		r.pos++
 		if r.left() == 0 {
-			if err := v.readAhead(q, g, pfx); err != nil {
+			if err := v.readAhead(q, g, rd); err != nil {
 				return err
 			}
 		}
 		if r.left() > 0 {
-			heap.Fix(m, 0)
+			m.advance()
 		} else {
-			heap.Pop(m)
+			m.drop()
 		}
 	}
 	for i := range ts {
 		q.addRun(&ts[i])
 	}
-	if len(m.idx) == 0 {
+	if len(m.heads) == 0 {
 		q.partial, q.bound, q.ahead = false, nil, nil
 		return nil
 	}
-	r := &q.ahead[m.idx[0]]
-	q.bound = append(q.bound[:0], r.key(r.pos)[len(pfx):]...)
+	r := &q.ahead[m.heads[0].g]
+	q.bound = append(q.bound[:0], r.key(r.pos)[pfxLen:]...)
 	return nil
 }
 
+// aheadReader is the one Pebble iterator that a refill reads every key
+// group's run with, its bounds set to the key group at each read: an
+// iterator made for each read cost as much as its seek at 10M timers (the
+// memtable's range deletions fragmented again, every level's file opened).
+type aheadReader struct {
+	pfx []byte // the timers' prefix, its key group overwritten at each read
+	it  *pebble.Iterator
+	up  []byte
+}
+
+func (rd *aheadReader) close() error {
+	if rd.it == nil {
+		return nil
+	}
+	err := rd.it.Close()
+	rd.it = nil
+	return err
+}
+
 // timerAheadRun is how many timers of one key group a read ahead takes:
-// four windows' worth spread over 128 key groups, so that a key group is
-// sought about once every four refills, while a queue's runs hold about as
-// many timers as its window.
-var timerAheadRun = 1024
+// eight windows' worth spread over 128 key groups, so that a key group is
+// sought about once every eight refills (a seek through every level costs
+// some 200 µs when the index blocks left the block cache), while a queue's
+// runs hold at most twice its window.
+var timerAheadRun = 2048
 
 // timerAheadBytes bounds the keys of one run read ahead, so that a queue's
-// runs hold at most 4 MiB over 128 key groups whatever its keys' size.
-const timerAheadBytes = 32 << 10
+// runs hold at most 8 MiB over 128 key groups whatever its keys' size.
+const timerAheadBytes = 64 << 10
 
 // aheadRun is the timers of one key group read ahead from Pebble for the
 // refills of a queue, from pos on, in key order: every timer of the key
@@ -335,8 +366,8 @@ func (r *aheadRun) key(i int) []byte {
 
 // readAhead reads the next timerAheadRun timers of owned key group g (an
 // index from the first) into its run, unless the run holds some or Pebble
-// holds no more; pfx is the timers' prefix, its key group overwritten.
-func (v *VertexState) readAhead(q *timerQueue, g int, pfx []byte) error {
+// holds no more.
+func (v *VertexState) readAhead(q *timerQueue, g int, rd *aheadReader) error {
 	s := v.s
 	r := &q.ahead[g]
 	if r.left() > 0 || r.done {
@@ -345,6 +376,7 @@ func (v *VertexState) readAhead(q *timerQueue, g int, pfx []byte) error {
 	s.io.enter()
 	defer s.io.leave()
 	kg := s.groups.Start + g
+	pfx := rd.pfx
 	pfx[0], pfx[1] = byte(kg>>8), byte(kg)
 	var from []byte
 	switch {
@@ -356,10 +388,17 @@ func (v *VertexState) readAhead(q *timerQueue, g int, pfx []byte) error {
 	case q.bound != nil:
 		from = append(pfx[:len(pfx):len(pfx)], q.bound...)
 	}
-	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: pfx, UpperBound: prefixSuccessor(nil, pfx)})
-	if err != nil {
-		return s.fail("read timers", err)
+	if rd.it == nil {
+		it, err := s.db.NewIter(nil)
+		if err != nil {
+			return s.fail("read timers", err)
+		}
+		rd.it = it
 	}
+	it := rd.it
+	// SetBounds copies the bounds: pfx is overwritten at the next read.
+	rd.up = prefixSuccessor(rd.up[:0], pfx)
+	it.SetBounds(pfx, rd.up)
 	var ok bool
 	if from != nil {
 		ok = it.SeekGE(from)
@@ -372,31 +411,94 @@ func (v *VertexState) readAhead(q *timerQueue, g int, pfx []byte) error {
 		r.ends = append(r.ends, int32(len(r.keys)))
 	}
 	r.done = !ok
-	if err := it.Close(); err != nil {
+	if err := it.Error(); err != nil {
 		return s.fail("read timers", err)
 	}
 	return nil
 }
 
-// aheadMerge is a min-heap of the key groups (indexes into runs) whose
-// runs hold timers, by their next timer's suffix.
+// aheadMerge is a min-heap of the key groups whose runs hold timers, by
+// their next timer's suffix. Each head caches the suffix's first 16 bytes
+// as two big-endian words (zero-padded), which tell most timers apart
+// without a byte comparison: the time, then the key's length and first
+// bytes.
 type aheadMerge struct {
 	runs   []aheadRun
-	idx    []int
+	heads  []aheadHead
 	pfxLen int
 }
 
-func (m *aheadMerge) Len() int { return len(m.idx) }
-func (m *aheadMerge) Less(i, j int) bool {
-	a, b := &m.runs[m.idx[i]], &m.runs[m.idx[j]]
-	return bytes.Compare(a.key(a.pos)[m.pfxLen:], b.key(b.pos)[m.pfxLen:]) < 0
+type aheadHead struct {
+	hi, lo uint64
+	g      int32
 }
-func (m *aheadMerge) Swap(i, j int) { m.idx[i], m.idx[j] = m.idx[j], m.idx[i] }
-func (m *aheadMerge) Push(x any)    { m.idx = append(m.idx, x.(int)) }
-func (m *aheadMerge) Pop() any {
-	g := m.idx[len(m.idx)-1]
-	m.idx = m.idx[:len(m.idx)-1]
-	return g
+
+// head is the head of key group g's run as it stands.
+func (m *aheadMerge) head(g int) aheadHead {
+	r := &m.runs[g]
+	sfx := r.key(r.pos)[m.pfxLen:]
+	var w [16]byte
+	copy(w[:], sfx)
+	return aheadHead{binary.BigEndian.Uint64(w[:8]), binary.BigEndian.Uint64(w[8:]), int32(g)}
+}
+
+func (m *aheadMerge) less(a, b *aheadHead) bool {
+	if a.hi != b.hi {
+		return a.hi < b.hi
+	}
+	if a.lo != b.lo {
+		return a.lo < b.lo
+	}
+	ra, rb := &m.runs[a.g], &m.runs[b.g]
+	return bytes.Compare(ra.key(ra.pos)[m.pfxLen:], rb.key(rb.pos)[m.pfxLen:]) < 0
+}
+
+// push adds key group g, whose run holds timers.
+func (m *aheadMerge) push(g int) {
+	m.heads = append(m.heads, m.head(g))
+	for i := len(m.heads) - 1; i > 0; {
+		p := (i - 1) / 2
+		if !m.less(&m.heads[i], &m.heads[p]) {
+			break
+		}
+		m.heads[i], m.heads[p] = m.heads[p], m.heads[i]
+		i = p
+	}
+}
+
+// advance re-reads the first key group's head, its run having moved on.
+func (m *aheadMerge) advance() {
+	m.heads[0] = m.head(int(m.heads[0].g))
+	m.down()
+}
+
+// drop removes the first key group, its run exhausted.
+func (m *aheadMerge) drop() {
+	last := len(m.heads) - 1
+	m.heads[0] = m.heads[last]
+	m.heads = m.heads[:last]
+	m.down()
+}
+
+// down sifts the first key group down to its place.
+func (m *aheadMerge) down() {
+	h := m.heads
+	i := 0
+	for {
+		l := 2*i + 1
+		if l >= len(h) {
+			return
+		}
+		c := l
+		if r := l + 1; r < len(h) && m.less(&h[r], &h[l]) {
+			c = r
+		}
+		if !m.less(&h[c], &h[i]) {
+			return
+		}
+		h[i], h[c] = h[c], h[i]
+		i = c
+	}
 }
 
 // parseTimerSuffix decodes a timer key's suffix (timerSuffix): the time,
@@ -447,10 +549,10 @@ func (s *Store) noteOutTimer(pk []byte, present bool) {
 
 // flushTimers writes the timer changes since the last Flush to Pebble, and
 // not the changed state entries: what a window that moves timers out of
-// memory, or a refill that reads them from Pebble, needs. It runs inside
-// guest calls (a registration that fills the window, a pop that empties
-// it), which a Flush of a million changed entries would hold up for
-// seconds; the entries wait for the next Flush.
+// memory needs. It runs inside guest calls (a registration that fills the
+// window; a pop that empties it writes only the changes out of the
+// windows, writeOutTimers), which a Flush of a million changed entries
+// would hold up for seconds; the entries wait for the next Flush.
 func (s *Store) flushTimers() error {
 	if s.err != nil {
 		return s.err
@@ -467,6 +569,42 @@ func (s *Store) flushTimers() error {
 	s.timersFlushed()
 	return nil
 }
+
+// writeOutTimers writes the timer changes out of the windows since the
+// last Flush to Pebble, for a refill that reads past a bound. The fired
+// timers' deletions wait for the next Flush (or flushTimers): they sort
+// before every bound, where no refill reads, and a refill that wrote them
+// would make a range deletion per key group each window, which every later
+// iterator's seek and the memtable's fragmenting pay for. Windows shrink
+// at the next Flush or flushTimers, after the fired deletions are staged:
+// a bound moved down past a fired timer left in Pebble would read it
+// again.
+func (s *Store) writeOutTimers() error {
+	if s.err != nil {
+		return s.err
+	}
+	if len(s.firedKeys) >= firedStageBytes {
+		// Staged now rather than at the Flush: the buffer of fired keys
+		// stays within a few MiB whatever the store's change bound, and
+		// its range deletions still cover four or five windows each.
+		if err := s.stageFired(); err != nil {
+			return err
+		}
+	}
+	if err := s.ready(); err != nil {
+		return err
+	}
+	if err := s.commit(); err != nil {
+		return err
+	}
+	clear(s.outTimers)
+	return nil
+}
+
+// firedStageBytes is the fired timers' keys a refill lets wait for the
+// next Flush: about 150,000 timers, four or five windows, whose deletions
+// then make one range deletion per key group. A variable for the tests.
+var firedStageBytes = 4 << 20
 
 // timersFlushed runs at the end of every Flush: the changes out of the
 // windows are in Pebble now, and a queue holding more than timerWindowMax
@@ -520,20 +658,38 @@ func (s *Store) unloadTimers() {
 }
 
 // fire records the deletion of fired timer t, of queue q, for the next
-// Flush. The deletions of a window's timers then reach the batch together,
-// grouped by key group, each group in firing order, which is its key
-// order: as one range deletion per key group when nothing else of the
-// queue lies in the range (stageFired), else as point deletions, which
-// Pebble's memtable inserts each next to the one before (its splice hint)
-// instead of searching its skiplist from the top.
+// Flush. The deletions of a window's timers then reach the batch together:
+// as one range deletion per key group when nothing else of the queue lies
+// in the range (stageFired), from the span fire keeps per key group, else
+// as point deletions grouped by key group, each group in firing order,
+// which is its key order, which Pebble's memtable inserts each next to the
+// one before (its splice hint) instead of searching its skiplist from the
+// top.
 func (s *Store) fire(q *timerQueue, t *timer) {
+	i := int32(len(s.firedEnds))
 	s.firedKeys = append(s.firedKeys, t.pk...)
 	s.firedEnds = append(s.firedEnds, len(s.firedKeys))
 	s.firedQ = append(s.firedQ, q)
-	if q.firedN == 0 || bytes.Compare(t.sfx, q.firedMax) > 0 {
-		q.firedMax = append(q.firedMax[:0], t.sfx...)
+	if q.fired == nil {
+		q.fired = make([]firedSpan, s.groups.End-s.groups.Start+1)
 	}
+	sp := &q.fired[int(binary.BigEndian.Uint16(t.pk))-s.groups.Start]
+	switch {
+	case sp.n == 0:
+		sp.lo, sp.hi = i, i
+	case bytes.Compare(t.pk, s.firedKey(sp.hi)) > 0:
+		sp.hi = i // firing order: nearly always
+	case bytes.Compare(t.pk, s.firedKey(sp.lo)) < 0:
+		sp.lo = i
+	}
+	sp.n++
 	q.firedN++
+}
+
+// firedSpan is the fired timers of one queue in one key group since the
+// last Flush: n of them, from lo to hi by key (indexes of fired timers).
+type firedSpan struct {
+	lo, hi, n int32
 }
 
 // timerRangeDeletes lets stageFired delete fired timers by range; the
@@ -552,7 +708,7 @@ func (s *Store) stageSet(pk []byte) error {
 }
 
 // stageFired stages the deletions of the timers fired since the last
-// Flush, grouped by key group (a stable counting sort).
+// Flush.
 //
 // The fired timers of a queue in one key group are deleted with one range
 // deletion, from the first of them to just past the last, when every timer
@@ -562,45 +718,85 @@ func (s *Store) stageSet(pk []byte) error {
 // every fired timer, which came from memory. A timer registered since at
 // or before the fired ones (a time at or before the watermark, or an undo
 // of a fire) and not fired yet breaks the condition, and the queue's
-// timers are deleted one by one; one registered and fired again is in the
-// range, deleted, and its registration, staged after, wins.
+// timers are deleted one by one, grouped by key group (a stable counting
+// sort); one registered and fired again is in the range, deleted, and its
+// registration, staged after, wins.
 func (s *Store) stageFired() error {
 	if len(s.firedEnds) == 0 {
 		return nil
 	}
 	ranges := timerRangeDeletes && s.lazy == nil
-	for _, q := range s.firedQ {
-		if q.firedN > 0 {
-			q.rangeOK = ranges && (q.len() == 0 || bytes.Compare(q.firedMax, q.peek().sfx) < 0)
-			q.firedN, q.firedMax = 0, q.firedMax[:0]
+	points := false
+	for _, v := range s.vertices {
+		for d := range v.timers {
+			q := &v.timers[d]
+			if q.firedN == 0 {
+				continue
+			}
+			q.rangeOK = ranges && (q.len() == 0 || bytes.Compare(q.firedMax(s), q.peek().sfx) < 0)
+			if q.rangeOK {
+				if err := s.stageSpans(q); err != nil {
+					return err
+				}
+			} else {
+				points = true
+			}
+			clear(q.fired)
+			q.firedN = 0
 		}
 	}
-	f := firedSpans{s: s}
-	kg := -1
-	for _, i := range s.firedOrder() {
-		if g := s.firedGroup(int(i)); g != kg {
-			if err := f.stage(); err != nil {
-				return err
+	if points {
+		for _, i := range s.firedOrder() {
+			if s.firedQ[i].rangeOK {
+				continue
 			}
-			kg = g
-		}
-		q := s.firedQ[i]
-		if !q.rangeOK {
 			if err := s.stageTimer(s.firedKey(i), true); err != nil {
 				return err
 			}
 			s.firedPoints++
-			continue
 		}
-		f.add(q, i)
-	}
-	if err := f.stage(); err != nil {
-		return err
 	}
 	clear(s.firedQ)
 	s.firedKeys, s.firedEnds, s.firedQ = s.firedKeys[:0], s.firedEnds[:0], s.firedQ[:0]
-	if cap(s.firedKeys) > maxKeptFired {
+	// Kept for the next fires unless a Flush's gathering made it large.
+	if cap(s.firedKeys) > 2*firedStageBytes {
 		s.firedKeys, s.firedEnds, s.firedQ = nil, nil, nil
+	}
+	return nil
+}
+
+// firedMax is the suffix of the last by key of the timers q fired since
+// the last Flush.
+func (q *timerQueue) firedMax(s *Store) []byte {
+	var m []byte
+	for _, sp := range q.fired {
+		if sp.n == 0 {
+			continue
+		}
+		if sfx := s.firedKey(sp.hi)[q.pfxLen:]; m == nil || bytes.Compare(sfx, m) > 0 {
+			m = sfx
+		}
+	}
+	return m
+}
+
+// stageSpans stages the deletions of q's fired timers, a range per key
+// group from the first to just past the last (a point deletion for one).
+func (s *Store) stageSpans(q *timerQueue) error {
+	for _, sp := range q.fired {
+		switch {
+		case sp.n == 0:
+		case sp.lo == sp.hi:
+			if err := s.stageTimer(s.firedKey(sp.lo), true); err != nil {
+				return err
+			}
+		default:
+			s.spanEnd = append(append(s.spanEnd[:0], s.firedKey(sp.hi)...), 0)
+			if err := s.batch.DeleteRange(s.firedKey(sp.lo), s.spanEnd, nil); err != nil {
+				return s.fail("stage fired timers' deletion", err)
+			}
+			s.firedRanges++
+		}
 	}
 	return nil
 }
@@ -639,62 +835,6 @@ func (s *Store) firedOrder() []int32 {
 	}
 	return order
 }
-
-// firedSpans gathers the fired timers of one key group to delete by
-// range: per queue, the indexes of the first and the last by key.
-type firedSpans struct {
-	s     *Store
-	spans []firedSpan
-}
-
-type firedSpan struct {
-	q      *timerQueue
-	lo, hi int32
-}
-
-// add widens q's span to fired timer i.
-func (f *firedSpans) add(q *timerQueue, i int32) {
-	j := 0
-	for j < len(f.spans) && f.spans[j].q != q {
-		j++
-	}
-	if j == len(f.spans) {
-		f.spans = append(f.spans, firedSpan{q, i, i})
-		return
-	}
-	s := f.s
-	sfx := s.firedKey(i)[q.pfxLen:]
-	if bytes.Compare(sfx, s.firedKey(f.spans[j].lo)[q.pfxLen:]) < 0 {
-		f.spans[j].lo = i
-	} else if bytes.Compare(sfx, s.firedKey(f.spans[j].hi)[q.pfxLen:]) > 0 {
-		f.spans[j].hi = i
-	}
-}
-
-// stage stages the spans' deletions, a range from the first timer to just
-// past the last (a point deletion for one timer), and empties them.
-func (f *firedSpans) stage() error {
-	s := f.s
-	for _, sp := range f.spans {
-		if sp.lo == sp.hi {
-			if err := s.stageTimer(s.firedKey(sp.lo), true); err != nil {
-				return err
-			}
-			continue
-		}
-		s.spanEnd = append(append(s.spanEnd[:0], s.firedKey(sp.hi)...), 0)
-		if err := s.batch.DeleteRange(s.firedKey(sp.lo), s.spanEnd, nil); err != nil {
-			return s.fail("stage fired timers' deletion", err)
-		}
-		s.firedRanges++
-	}
-	f.spans = f.spans[:0]
-	return nil
-}
-
-// maxKeptFired bounds the buffer of fired timers' keys kept between
-// flushes.
-const maxKeptFired = 4 << 20
 
 // journalTimerKey records a timer change, of kind undoTimerAdded or
 // undoTimerDeleted, of the timer with Pebble key pk, in the open journal.

@@ -14,12 +14,16 @@ import (
 // smallTimerWindow makes the timer windows small for one test, so that a
 // few hundred timers go through every path: shrink, blind writes past the
 // bound, refills from Pebble, and key groups read ahead a few timers at a
-// time (runs read again, dropped by changes past the bound).
+// time (runs read again, dropped by changes past the bound), fired timers'
+// deletions staged by a refill and left to the Flush.
 func smallTimerWindow(t *testing.T, max, refill int) {
 	t.Helper()
-	oldMax, oldRefill, oldAhead := timerWindowMax, timerRefill, timerAheadRun
-	timerWindowMax, timerRefill, timerAheadRun = max, refill, 3
-	t.Cleanup(func() { timerWindowMax, timerRefill, timerAheadRun = oldMax, oldRefill, oldAhead })
+	oldMax, oldRefill, oldAhead, oldStage := timerWindowMax, timerRefill, timerAheadRun, firedStageBytes
+	// A refill stages the fired timers' deletions past about 3 of them.
+	timerWindowMax, timerRefill, timerAheadRun, firedStageBytes = max, refill, 3, 64
+	t.Cleanup(func() {
+		timerWindowMax, timerRefill, timerAheadRun, firedStageBytes = oldMax, oldRefill, oldAhead, oldStage
+	})
 }
 
 // firingOrder renders a model timer as pop does, sorting in firing order.
