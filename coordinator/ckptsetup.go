@@ -77,19 +77,12 @@ func (c *Coordinator) planRestore(j *jobState, nc *nats.Conn, st *checkpoint.Sto
 	if m != nil {
 		rp.id, rp.meta = m.ID, m
 	}
-	ids, err := st.Completed()
+	metas, err := c.completedMetadata(j, st)
 	if err != nil {
-		return rp, err
+		return rp, fmt.Errorf("not restoring: %w", err)
 	}
-	for _, id := range ids {
-		m, err := st.ReadMetadata(id)
-		switch {
-		case errors.Is(err, checkpoint.ErrUnavailable):
-			// Its shared files would look unreferenced to the sweep.
-			return rp, fmt.Errorf("not restoring: %w", err)
-		case err != nil:
-			continue
-		}
+	for _, m := range metas {
+		id := m.ID
 		cp := checkpoint.Completed{ID: m.ID, Kind: m.Kind, Trigger: m.Trigger, Done: m.Done, Tasks: m.Tasks}
 		if id > rp.id || id < floor || m.Kind != checkpoint.KindCheckpoint {
 			// Newer but unusable: keeping it would make it "retained";
@@ -195,6 +188,30 @@ func (c *Coordinator) newAdoptedCkptDriver(j *jobState) (*ckptDriver, int64, err
 	return d, rp.id, nil
 }
 
+// completedMetadata reads the metadata of every completed checkpoint of st.
+// One that cannot be read now fails the read: left out, its shared files
+// would look unreferenced to the registry's sweep. A corrupt one is logged
+// and left out.
+func (c *Coordinator) completedMetadata(j *jobState, st *checkpoint.Storage) ([]*checkpoint.Metadata, error) {
+	ids, err := st.Completed()
+	if err != nil {
+		return nil, err
+	}
+	metas := make([]*checkpoint.Metadata, 0, len(ids))
+	for _, id := range ids {
+		m, err := st.ReadMetadata(id)
+		switch {
+		case errors.Is(err, checkpoint.ErrUnavailable):
+			return nil, err
+		case err != nil:
+			c.cfg.Log.Warn("an unreadable checkpoint left out", logging.Job, j.info.JobID, logging.Checkpoint, id, "err", err)
+			continue
+		}
+		metas = append(metas, m)
+	}
+	return metas, nil
+}
+
 // planAdoption reads the metadata of every completed checkpoint of st
 // once: the checkpoints from the job's savepoint on are retained, the
 // latest of them is the one reported; older ones are outside. A savepoint
@@ -206,20 +223,13 @@ func (c *Coordinator) planAdoption(j *jobState, st *checkpoint.Storage) (restore
 	if j.fromSavepoint == "" {
 		floor = 0
 	}
-	ids, err := st.Completed()
+	metas, err := c.completedMetadata(j, st)
 	if err != nil {
-		return rp, err
+		return rp, fmt.Errorf("not adopting: %w", err)
 	}
-	for _, id := range ids {
-		m, err := st.ReadMetadata(id)
-		switch {
-		case errors.Is(err, checkpoint.ErrUnavailable) && !errors.Is(err, checkpoint.ErrCorrupt):
-			// Its shared files would look unreferenced to the registry.
-			return rp, fmt.Errorf("not adopting: %w", err)
-		case err != nil:
-			c.cfg.Log.Warn("an unreadable checkpoint left out", logging.Job, j.info.JobID, logging.Checkpoint, id, "err", err)
-			continue
-		case m.Kind == checkpoint.KindSavepoint:
+	for _, m := range metas {
+		id := m.ID
+		if m.Kind == checkpoint.KindSavepoint {
 			c.cfg.Log.Info("removing a savepoint interrupted before its export", logging.Job, j.info.JobID, logging.Checkpoint, id)
 			if err := st.Discard(id); err != nil {
 				return rp, err
