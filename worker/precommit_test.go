@@ -177,6 +177,20 @@ func TestSinkPreCommitFailureDeclines(t *testing.T) {
 		t.Fatal("the subtask does not finish after its final checkpoint completed")
 	}
 	tk.asyncWG.Wait()
+	// Snapshots persist asynchronously, so a checkpoint's ack may come
+	// after the final checkpoint's: all are published by now.
+	for drained := false; !drained; {
+		select {
+		case a := <-acks:
+			if a.Decline != "" {
+				declined[a.ID] = a.Decline
+			} else if !a.EndOfInput {
+				acked[a.ID] = true
+			}
+		default:
+			drained = true
+		}
+	}
 
 	if n := faults.Load(); n != 1 {
 		t.Fatalf("the pre-commit fault fired %d times, want once", n)
