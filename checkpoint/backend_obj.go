@@ -175,6 +175,23 @@ type objBackend struct {
 	prefix   string // "" or ending in "/"
 	location string
 	retry    transient.Policy
+	// ctx, when set (withContext), ends the tries of every request and
+	// put once it is done.
+	ctx context.Context
+}
+
+func (b *objBackend) withContext(ctx context.Context) Backend {
+	v := *b
+	v.ctx = ctx
+	return &v
+}
+
+// parent is the context every request's tries run under.
+func (b *objBackend) parent() context.Context {
+	if b.ctx != nil {
+		return b.ctx
+	}
+	return context.Background()
 }
 
 func (b *objBackend) Location() string { return b.location }
@@ -194,7 +211,7 @@ var objectOpTries = []time.Duration{5 * time.Second, 10 * time.Second, 15 * time
 // its deadline of objectOpTries.
 func (b *objBackend) request(op func(ctx context.Context) error) error {
 	try := 0
-	return transient.Do(context.Background(), b.retry, func(ctx context.Context) error {
+	return transient.Do(b.parent(), b.retry, func(ctx context.Context) error {
 		ctx, cancel := context.WithTimeout(ctx, objectOpTries[min(try, len(objectOpTries)-1)])
 		defer cancel()
 		try++
@@ -206,9 +223,14 @@ func (b *objBackend) request(op func(ctx context.Context) error) error {
 // server met a fault of the moment: a server that syncs every write
 // answers a burst of chunks with 429 on a busy machine.
 func (b *objBackend) Put(name string, o PutOptions, fill func(io.Writer) error) error {
-	err := transient.Do(context.Background(), b.retry, func(context.Context) error {
+	err := transient.Do(b.parent(), b.retry, func(context.Context) error {
 		return b.putOnce(name, o, fill)
 	})
+	if err != nil && b.ctx != nil && b.ctx.Err() != nil {
+		// Cut short by the put's reads (putOnce): the client purged its
+		// chunks and stored no info, so there is nothing to look for.
+		return fmt.Errorf("put object %s into bucket %s: %w", b.objName(name), b.bucket, errors.Join(b.ctx.Err(), err))
+	}
 	if err != nil {
 		err = fmt.Errorf("put object %s into bucket %s: %w", b.objName(name), b.bucket, err)
 		if rerr := b.removeBroken(name); rerr != nil {
@@ -307,7 +329,14 @@ func (b *objBackend) putOnce(name string, o PutOptions, fill func(io.Writer) err
 		pw.CloseWithError(err)
 		filled <- err
 	}()
-	info, err := b.obs.Put(context.Background(), jetstream.ObjectMeta{Name: b.objName(name), Metadata: o.Meta}, pr)
+	// A cancel reaches the put as a read error, not through the put's
+	// context: the client then purges the chunks it sent with a context
+	// that still works, where a cancelled one would leave them behind.
+	var src io.Reader = pr
+	if b.ctx != nil {
+		src = ctxReader{ctx: b.ctx, r: pr}
+	}
+	info, err := b.obs.Put(context.Background(), jetstream.ObjectMeta{Name: b.objName(name), Metadata: o.Meta}, src)
 	// Should the put stop reading early, fill must not block.
 	pr.CloseWithError(errors.New("object put ended"))
 	ferr := <-filled
@@ -378,7 +407,7 @@ func (r *objReader) Size() int64 { return int64(r.info.Size) }
 // them, and gives the read a deadline by the object's size.
 func (b *objBackend) Open(name string) (ObjectReader, error) {
 	var r *objReader
-	err := transient.Do(context.Background(), b.retry, func(ctx context.Context) error {
+	err := transient.Do(b.parent(), b.retry, func(ctx context.Context) error {
 		oi, err := b.wholeInfo(ctx, name)
 		if err != nil {
 			return err
@@ -454,7 +483,7 @@ func (b *objBackend) Stat(name string) (ObjectInfo, error) {
 
 // all returns every object whose name begins with dir, by name.
 func (b *objBackend) all(dir string) (map[string]*jetstream.ObjectInfo, error) {
-	infos, err := objlist.List(context.Background(), b.obs, objectOpTimeout, b.retry)
+	infos, err := objlist.List(b.parent(), b.obs, objectOpTimeout, b.retry)
 	if errors.Is(err, jetstream.ErrNoObjectsFound) {
 		return map[string]*jetstream.ObjectInfo{}, nil
 	}
@@ -522,3 +551,16 @@ func (b *objBackend) Sync(string) error { return nil }
 
 // RemoveTemporaries has nothing to do: an interrupted put leaves no object.
 func (b *objBackend) RemoveTemporaries(string) (int, error) { return 0, nil }
+
+// ctxReader fails its reads once ctx is done.
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (c ctxReader) Read(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.r.Read(p)
+}

@@ -1,6 +1,7 @@
 package checkpoint
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -63,7 +64,14 @@ var ErrNoCheckpoint = errors.New("checkpoint: no usable checkpoint")
 type Storage struct {
 	root string // the backend's Location
 	b    Backend
+	// ctx, when set (WithContext), cuts short the writes and reads of this
+	// view once it is done.
+	ctx context.Context
+	*storageShared
+}
 
+// storageShared is what the views of one Storage (WithContext) share.
+type storageShared struct {
 	level atomic.Int32 // zstd level of later copies; 0 for none
 
 	// sharedLocks serialise PutShared and RemoveShared of one name, by the
@@ -102,7 +110,29 @@ func OpenStorage(root string) (*Storage, error) {
 // NewStorage returns the storage kept on b, which must keep the Backend
 // contract (atomic puts; missing, corrupt and unavailable told apart).
 // OpenStorage and OpenObjectStorage open the two backends of this package.
-func NewStorage(b Backend) *Storage { return &Storage{root: b.Location(), b: b} }
+func NewStorage(b Backend) *Storage {
+	return &Storage{root: b.Location(), b: b, storageShared: &storageShared{}}
+}
+
+// contextBackend is a Backend whose requests can be cut short: withContext
+// returns a view of it whose requests give up once ctx is done.
+type contextBackend interface {
+	withContext(ctx context.Context) Backend
+}
+
+// WithContext returns a view of s whose writes and reads give up once ctx
+// is done, with an error wrapping ctx's, instead of waiting out their
+// tries: a subtask's uploads when its attempt is cancelled, which must not
+// hold the attempt's end (and the next attempt) while the store cannot be
+// reached. A write cut short stores nothing under its name. The view
+// shares s's settings and caches.
+func (s *Storage) WithContext(ctx context.Context) *Storage {
+	v := &Storage{root: s.root, b: s.b, ctx: ctx, storageShared: s.storageShared}
+	if cb, ok := s.b.(contextBackend); ok {
+		v.b = cb.withContext(ctx)
+	}
+	return v
+}
 
 // Root is the absolute path of the storage's directory, or, for an object
 // store, its location (nats-obj://BUCKET/PREFIX).
@@ -315,6 +345,9 @@ func (s *Storage) writeAtomic(id int64, rel string, level int, fill func(io.Writ
 // encoded and vetted as o says, and describes what was stored. The object
 // appears only when fill and o.check succeeded.
 func (s *Storage) put(name string, o writeOpts, po PutOptions, fill func(io.Writer) error) (written, error) {
+	if s.ctx != nil && s.ctx.Err() != nil {
+		return written{}, fmt.Errorf("checkpoint: write %s in %s: %w", name, s.root, s.ctx.Err())
+	}
 	var w written
 	err := s.b.Put(name, po, func(dst io.Writer) error {
 		var err error

@@ -152,7 +152,9 @@ func (w *Worker) checkpointEnv(j *jobRun, d transport.Deployment) (*ckptEnv, err
 		return nil, err
 	}
 	env := &ckptEnv{
-		storage:          st,
+		// The attempt's end cuts its uploads and restores short: a cancel
+		// does not wait for a store that cannot be reached.
+		storage:          st.WithContext(j.ctx),
 		mode:             mode,
 		incremental:      cs.IncrementalOn(),
 		nativeSavepoints: cs.SavepointFormat == job.SavepointNative,
