@@ -179,6 +179,10 @@ type Store struct {
 	// undo is the journal of revocable changes (BeginUndo).
 	undo undoJournal
 
+	// rcomp compacts L0 when reads have come to cost more than a rewrite
+	// (readcompact.go).
+	rcomp readCompactor
+
 	keyBuf []byte // scratch for the Pebble key of the current call
 	err    error  // sticky: set when Pebble failed a commit, or by Close
 
@@ -728,6 +732,7 @@ func (s *Store) Close() error {
 			ferr = s.db.Flush()
 		}
 	}
+	s.stopReadCompaction()
 	berr := s.batch.Close()
 	cerr := s.db.Close()
 	s.db, s.batch = nil, nil
@@ -755,6 +760,7 @@ func (s *Store) Discard() error {
 	if s.db == nil {
 		return nil
 	}
+	s.stopReadCompaction()
 	berr := s.batch.Close()
 	cerr := s.db.Close()
 	s.db, s.batch = nil, nil
@@ -828,6 +834,7 @@ func (s *Store) load(pk []byte, h uint64) (int32, error) {
 	}
 	s.io.enter()
 	defer s.io.leave()
+	s.readHit()
 	val, closer, err := s.db.Get(pk)
 	if err != nil {
 		if errors.Is(err, pebble.ErrNotFound) {
