@@ -83,7 +83,8 @@
 // flushed (absent.go: 10 to 20 bits a key, outside the budget) answers
 // most reads of keys that never reached Pebble. Beyond the budget, misses read Pebble, whose
 // memtables on a budget are 64 MiB, so that a growing state makes few L0
-// sublevels for the reads to look in.
+// sublevels for the reads to look in, and a store whose reads have come to
+// cost more than a rewrite of its state compacts L0 (readcompact.go).
 //
 // A store opened with Options.Lazy in a new directory leaves Pebble
 // unopened until it needs it: the store is empty, so reads are answered
