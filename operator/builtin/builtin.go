@@ -185,12 +185,6 @@ type count struct {
 	buf []byte
 	num []byte
 	out abi.Builder
-	// many and ref are the state's batched get and put when it has them
-	// (the worker's and the state store's do); b is the batched path's
-	// scratch (countbatch.go).
-	many operator.StateManyGetter
-	ref  operator.StateRefPutter
-	b    countBatch
 }
 
 func (c *count) Open(_ operator.Spec, svc operator.Services) error {
@@ -198,39 +192,29 @@ func (c *count) Open(_ operator.Spec, svc operator.Services) error {
 	h, err := svc.RegisterState("count", abi.StateValue)
 	c.h = h
 	c.buf = make([]byte, 0, 8)
-	c.many, _ = svc.(operator.StateManyGetter)
-	c.ref, _ = svc.(operator.StateRefPutter)
 	return err
 }
 
 func (c *count) Process(batch []byte, _ operator.Collector) error {
-	if c.many != nil && c.ref != nil {
-		return c.processBatched(batch)
-	}
 	return each(batch, func(r *abi.Record) error {
 		v, err := c.svc.StateGet(c.h, r.Key, nil, c.buf)
-		n, err := c.stored(r.Key, v, err)
-		if err != nil {
+		var n uint64
+		switch {
+		case err == nil && len(v) == 8:
+			n = leUint64(v)
+		case err == nil:
+			return fmt.Errorf("count: state for key %q holds %d bytes, want 8", r.Key, len(v))
+		case err != operator.ErrNotFound:
 			return err
+		default:
+			if err := c.svc.RegisterTimer(abi.TimeEvent, r.Key, nil, abi.MaxWatermark); err != nil {
+				return err
+			}
 		}
-		c.buf = putLEUint64(c.buf[:0], n+1)
+		n++
+		c.buf = putLEUint64(c.buf[:0], n)
 		return c.svc.StatePut(c.h, r.Key, nil, c.buf)
 	})
-}
-
-// stored returns the count of key before this batch's records, from the
-// value and error its get returned, and registers the key's end-of-input
-// timer when it is new.
-func (c *count) stored(key, v []byte, err error) (uint64, error) {
-	switch {
-	case err == nil && len(v) == 8:
-		return leUint64(v), nil
-	case err == nil:
-		return 0, fmt.Errorf("count: state for key %q holds %d bytes, want 8", key, len(v))
-	case err != operator.ErrNotFound:
-		return 0, err
-	}
-	return 0, c.svc.RegisterTimer(abi.TimeEvent, key, nil, abi.MaxWatermark)
 }
 
 func (c *count) OnTimers(timers []byte, out operator.Collector) error {
