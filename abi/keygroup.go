@@ -20,7 +20,13 @@ func KeyHash(key []byte) uint64 {
 
 // KeyGroup returns the key group of key for maxParallelism key groups.
 func KeyGroup(key []byte, maxParallelism int) int {
-	return int(KeyHash(key) % uint64(maxParallelism))
+	h := KeyHash(key)
+	if maxParallelism > 0 && maxParallelism&(maxParallelism-1) == 0 {
+		// The same group, without a division: the default 128 and most
+		// settings are powers of two.
+		return int(h & uint64(maxParallelism-1))
+	}
+	return int(h % uint64(maxParallelism))
 }
 
 // SubtaskForKeyGroup returns the subtask index that owns key group kg when an

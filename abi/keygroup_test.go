@@ -93,3 +93,20 @@ func TestKeyGroupSpread(t *testing.T) {
 		}
 	}
 }
+
+// TestKeyGroupIsModulo checks that KeyGroup is the hash modulo the max
+// parallelism (abi/ABI.md) for every max parallelism up to 4096 and up to
+// MaxMaxParallelism, powers of two (found without a division) and others.
+func TestKeyGroupIsModulo(t *testing.T) {
+	for _, key := range []string{"", "a", "w42", "sensor-1", "a longer key of forty bytes, or so long"} {
+		h := KeyHash([]byte(key))
+		for m := 1; m <= MaxMaxParallelism; m++ {
+			if m > 4096 && m&(m-1) != 0 && m != MaxMaxParallelism {
+				continue
+			}
+			if got, want := KeyGroup([]byte(key), m), int(h%uint64(m)); got != want {
+				t.Fatalf("KeyGroup(%q, %d) = %d, want %d", key, m, got, want)
+			}
+		}
+	}
+}

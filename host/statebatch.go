@@ -216,7 +216,7 @@ func (g *getMany) run(i *Instance, s *slot, mem api.Memory, h int32, req []byte,
 	}
 	if many, ok := s.svc.(operator.StateManyGetter); ok {
 		refs = i.stateRefs()
-		refs.begin()
+		refs.begin(len(g.ask))
 		if err := many.StateGetMany(h, len(g.ask), pair, answer); err != nil && callErr == nil {
 			callErr = err
 		}
@@ -393,74 +393,114 @@ var hostStateWriteBatch = api.GoModuleFunc(func(ctx context.Context, mod api.Mod
 // of recent state_get_many calls, by where the guest's request put the
 // pair: (h, key_ptr, key_len, ns_ptr, ns_len). The SDKs write a pair back
 // through the pointers they read it by, so state_write_batch finds its
-// puts' refs here, and the store skips finding their entries again. It is
-// set-associative, stateRefWays pairs a set, and a pair takes the place of
-// the one of the oldest call in its set: a direct-mapped table lost about
-// one ref in twenty of a call's 256 pairs to another pair of the same
-// call, and each such put looked its entry up again. A ref is a hint, which the
-// store checks against the pair's bytes: a stale or wrong one costs a
-// lookup, never a wrong write.
+// puts' refs here, and the store skips finding their entries again. A ref
+// is a hint, which the store checks against the pair's bytes: a stale or
+// wrong one costs a lookup, never a wrong write.
+//
+// The refs are a log in request order, and a put looks first at the entry
+// after the one the previous put found: the SDKs write their dirty pairs
+// back in the order they first read them, so a put costs one comparison,
+// and a state_get_many an append, where a hash table cost a random access
+// (a cache miss at 256 pairs a call) in each. A put the log's next entry
+// does not match is looked up in an index of the log, built on the first
+// such put, and the log goes on from there.
 type stateRefs struct {
-	set  [stateRefSlots / stateRefWays][stateRefWays]stateRef
-	call uint32 // the state_get_many calls so far; a slot's call 0 is empty
+	log     []stateRef
+	next    int      // the log entry the next put is expected at
+	index   []uint16 // open addressing over log: entry + 1
+	indexed int      // log[:indexed] is in index
 }
 
-// stateRefSlots holds a few state_get_many calls of the SDKs' 256 pairs,
-// in 32 KiB an instance allocates at its first state_get_many. A set of
-// two 32-byte refs is one cache line.
+// stateRefKeep bounds the log: a few state_get_many calls of the SDKs' 256
+// pairs, 64 KiB an instance allocates at its first state_get_many. When a
+// call would pass it, the older half of the log goes.
 const (
-	stateRefSetBits = 9
-	stateRefWays    = 2
-	stateRefSlots   = stateRefWays << stateRefSetBits
+	stateRefKeep      = 2048
+	stateRefIndexBits = 12 // twice stateRefKeep slots
 )
 
 type stateRef struct {
 	key, ns uint64 // pointer | length<<32, as in the request
 	h       int32
 	ref     operator.StateRef
-	call    uint32 // stateRefs.call when put
 }
 
 func (i *Instance) stateRefs() *stateRefs {
 	if i.refs == nil {
-		i.refs = new(stateRefs)
+		i.refs = &stateRefs{log: make([]stateRef, 0, stateRefKeep)}
 	}
 	return i.refs
 }
 
-// begin starts the refs of a new state_get_many call.
-func (t *stateRefs) begin() { t.call++ }
-
-func (t *stateRefs) ways(h int32, key, ns uint64) *[stateRefWays]stateRef {
-	x := (key ^ ns*0x9e3779b97f4a7c15 ^ uint64(uint32(h))<<40) * 0xff51afd7ed558ccd
-	return &t.set[x>>(64-stateRefSetBits)]
+// begin starts the refs of a new state_get_many call of n pairs: the next
+// put is expected at its first.
+func (t *stateRefs) begin(n int) {
+	if len(t.log)+min(n, stateRefKeep) > stateRefKeep {
+		keep := t.log[len(t.log)-min(len(t.log), stateRefKeep/2):]
+		t.log = t.log[:copy(t.log, keep)]
+		t.indexed = 0
+	}
+	t.next = len(t.log)
 }
 
 func (t *stateRefs) put(h int32, key, ns uint64, ref operator.StateRef) {
-	w := t.ways(h, key, ns)
-	old := 0
-	for j := range w {
-		if r := &w[j]; r.key == key && r.ns == ns && r.h == h {
-			old = j
-			break
-		}
-		// Unsigned distance from now: a counter that wrapped still finds
-		// the oldest.
-		if t.call-w[j].call > t.call-w[old].call {
-			old = j
-		}
+	if len(t.log) == stateRefKeep {
+		return // a call of more pairs than the log holds: the rest go without
 	}
-	w[old] = stateRef{key: key, ns: ns, h: h, ref: ref, call: t.call}
+	t.log = append(t.log, stateRef{key: key, ns: ns, h: h, ref: ref})
 }
 
 func (t *stateRefs) get(h int32, key, ns uint64) operator.StateRef {
-	w := t.ways(h, key, ns)
-	for j := range w {
-		if r := &w[j]; r.key == key && r.ns == ns && r.h == h && r.call != 0 {
+	if t.next < len(t.log) {
+		if r := &t.log[t.next]; r.key == key && r.ns == ns && r.h == h {
+			t.next++
 			return r.ref
 		}
 	}
-	return 0
+	j := t.find(h, key, ns)
+	if j < 0 {
+		return 0
+	}
+	t.next = j + 1
+	return t.log[j].ref
+}
+
+// find returns the newest log entry of the pair, or -1, indexing what the
+// index lacks first.
+func (t *stateRefs) find(h int32, key, ns uint64) int {
+	const mask = 1<<stateRefIndexBits - 1
+	if len(t.log) == 0 {
+		return -1
+	}
+	if t.indexed > len(t.log) || t.indexed == 0 {
+		if t.index == nil {
+			t.index = make([]uint16, 1<<stateRefIndexBits)
+		}
+		clear(t.index)
+		t.indexed = 0
+	}
+	for ; t.indexed < len(t.log); t.indexed++ {
+		r := &t.log[t.indexed]
+		slot := refSlot(r.h, r.key, r.ns) & mask
+		for t.index[slot] != 0 {
+			if o := &t.log[t.index[slot]-1]; o.key == r.key && o.ns == r.ns && o.h == r.h {
+				break // the newer entry takes the older one's slot
+			}
+			slot = (slot + 1) & mask
+		}
+		t.index[slot] = uint16(t.indexed + 1)
+	}
+	for slot := refSlot(h, key, ns) & mask; t.index[slot] != 0; slot = (slot + 1) & mask {
+		if j := int(t.index[slot]) - 1; t.log[j].key == key && t.log[j].ns == ns && t.log[j].h == h {
+			return j
+		}
+	}
+	return -1
+}
+
+func refSlot(h int32, key, ns uint64) uint64 {
+	x := (key ^ ns*0x9e3779b97f4a7c15 ^ uint64(uint32(h))<<40) * 0xff51afd7ed558ccd
+	return x >> (64 - stateRefIndexBits)
 }
 
 // checkWriteBatch checks a state_write_batch list before anything is

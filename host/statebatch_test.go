@@ -771,38 +771,58 @@ func FuzzStateBatch(f *testing.F) {
 	})
 }
 
-// TestStateRefsKeepCall checks that the refs of one state_get_many of the
-// SDKs' 256 pairs (keys one after the other in a batch, as the SDKs'
-// requests point at them) are found when their puts come, and that a
-// later call's pairs take the places of the oldest call's first. A
-// direct-mapped table of the same size lost 12 to 14 of them.
+// TestStateRefsKeepCall checks that the refs of the state_get_many calls
+// of the SDKs' 256 pairs (keys one after the other in a batch, as the
+// SDKs' requests point at them) are found when their puts come: in request
+// order, in reverse order, and interleaved with another call's, the newest
+// call's ref for pointers an older call used too, none for another state,
+// and that a log past its bound keeps the newest calls.
 func TestStateRefsKeepCall(t *testing.T) {
-	var refs stateRefs
+	var i Instance
+	refs := i.stateRefs()
 	pair := func(call, j int) (key, ns uint64) {
-		return uint64(70_000+call*5_000+j*19) | 7<<32, 65_000 | 5<<32
+		return uint64(70_000+call%3*5_000+j*19) | 7<<32, 65_000 | 5<<32
 	}
-	for call := range 8 {
-		refs.begin()
-		for j := range 256 {
-			key, ns := pair(call, j)
-			refs.put(3, key, ns, operator.StateRef(call<<16|j+1))
+	ref := func(call, j int) operator.StateRef { return operator.StateRef(call<<16 | j + 1) }
+	check := func(call, j int) {
+		t.Helper()
+		key, ns := pair(call, j)
+		if got := refs.get(3, key, ns); got != ref(call, j) {
+			t.Fatalf("call %d pair %d: ref %#x, want %#x", call, j, got, ref(call, j))
 		}
-		lost := 0
+	}
+	for call := range 20 {
+		// Two calls (one of another state), then their puts.
+		refs.begin(256)
 		for j := range 256 {
 			key, ns := pair(call, j)
-			if got := refs.get(3, key, ns); got != operator.StateRef(call<<16|j+1) {
-				if got != 0 {
-					t.Fatalf("call %d pair %d: ref %#x, want %#x or none", call, j, got, call<<16|j+1)
-				}
-				lost++
+			refs.put(3, key, ns, ref(call, j))
+		}
+		refs.begin(1)
+		refs.put(4, 1, 2, 99)
+		switch call % 3 {
+		case 0:
+			for j := range 256 {
+				check(call, j)
 			}
-		}
-		// Three or more of 256 pairs in one of 512 sets is rare.
-		if lost > 4 {
-			t.Errorf("call %d: %d of 256 refs lost", call, lost)
+		case 1:
+			for j := 255; j >= 0; j-- {
+				check(call, j)
+			}
+		default:
+			for j := range 128 {
+				check(call, j)
+				check(call, 255-j)
+			}
 		}
 		if key, ns := pair(call, 0); refs.get(4, key, ns) != 0 {
 			t.Errorf("call %d: a ref found for another state", call)
+		}
+		if refs.get(4, 1, 2) != 99 || refs.get(3, 1, 2) != 0 {
+			t.Errorf("call %d: the other state's ref not found, or found for state 3", call)
+		}
+		if len(refs.log) > stateRefKeep {
+			t.Fatalf("call %d: log of %d refs", call, len(refs.log))
 		}
 	}
 }
