@@ -46,10 +46,12 @@ type JetStreamOutput struct {
 	// failed is a publish error found on an entry pruned from the window:
 	// TrySend returns it rather than forget the message.
 	failed error
-	// probe asks the consumer for its position while the window is full
-	// (probing), in case credits were lost.
-	probe   *time.Timer
-	probing bool
+	// probe asks the consumer for its position while a send waits for
+	// room (probing), in case credits were lost; probeGen tells a stopped
+	// probe's late timer from the running one's.
+	probe    *time.Timer
+	probing  bool
+	probeGen uint64
 	// stopWake ends the wake-up of Room when the exchange closes.
 	stopWake func() bool
 }
@@ -156,6 +158,7 @@ func (o *JetStreamOutput) TrySend(m Message) (bool, error) {
 		o.mu.Unlock()
 		return false, nil
 	}
+	o.stopProbeLocked()
 	o.seq++
 	seq := o.seq
 	e := outEntry{seq: seq}
@@ -199,24 +202,37 @@ func (o *JetStreamOutput) wakeRoom() {
 
 // armProbeLocked starts the probe for lost credits unless it runs; o.mu is
 // held. Credits travel on plain NATS and can be lost: a producer whose
-// window stays full asks the consumer for its position every Probe.
+// send has waited Probe for room asks the consumer for its position, and
+// again every Probe while the window stays full.
 func (o *JetStreamOutput) armProbeLocked() {
 	if o.probing {
 		return
 	}
 	o.probing = true
-	if o.probe == nil {
-		o.probe = time.AfterFunc(o.x.cfg.Probe, o.onProbe)
-	} else {
-		o.probe.Reset(o.x.cfg.Probe)
+	o.probeGen++
+	gen := o.probeGen
+	o.probe = time.AfterFunc(o.x.cfg.Probe, func() { o.onProbe(gen) })
+}
+
+// stopProbeLocked ends the probe once a send found room: the next wait
+// starts its own; o.mu is held.
+func (o *JetStreamOutput) stopProbeLocked() {
+	if o.probing {
+		o.probe.Stop()
+		o.probing = false
 	}
 }
 
-// onProbe runs on the probe's timer: while the window is still full it asks
-// for the consumer's position, whose answer comes on the flow subject, and
-// wakes the producer to look at the channel again.
-func (o *JetStreamOutput) onProbe() {
+// onProbe runs on the timer of probe gen: while the window is still full it
+// asks for the consumer's position, whose answer comes on the flow subject,
+// and wakes the producer to look at the channel again (a failed publish, a
+// lost connection).
+func (o *JetStreamOutput) onProbe(gen uint64) {
 	o.mu.Lock()
+	if !o.probing || gen != o.probeGen {
+		o.mu.Unlock()
+		return // stopped after the timer fired
+	}
 	if o.closed || o.x.ctx.Err() != nil || o.seq-o.taken < uint64(o.x.cfg.Window) {
 		o.probing = false
 		o.mu.Unlock()
@@ -504,10 +520,7 @@ func (o *JetStreamOutput) Close() error {
 	}
 	o.closed = true
 	o.win = nil
-	if o.probe != nil {
-		o.probe.Stop()
-		o.probing = false
-	}
+	o.stopProbeLocked()
 	o.mu.Unlock()
 	o.stopWake()
 	o.wakeRoom()
