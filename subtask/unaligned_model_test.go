@@ -127,7 +127,7 @@ type umOp struct {
 	from  int   // opSendFull, opFlush: next buffer
 	ch    int   // opSend
 	msg   umMsg // opSend
-	intr  bool  // opSend: a blocked send takes checkpoints (SendOr)
+	intr  bool  // opSend: a blocked send takes checkpoints (worker sendMsg)
 	batch []int // opDeliver
 }
 
@@ -523,7 +523,7 @@ func (t *umTask) step() {
 	if b := t.blocked; b != nil {
 		room := t.outs[b.ch].room()
 		if !room && t.outs[b.ch].closed {
-			// SendOr returns ErrClosed once the consumer has gone.
+			// TrySend returns ErrClosed once the consumer has gone.
 			m.stats.closedFailures++
 			m.crash(t, "send on ch %d: channel closed", b.ch)
 			return

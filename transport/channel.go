@@ -52,24 +52,57 @@ type Message struct {
 	Timestamp      int64
 }
 
-// ErrClosed is returned by Send on a channel whose consumer has gone away.
+// ErrClosed is returned by TrySend and Send on a channel whose consumer has
+// gone away.
 var ErrClosed = errors.New("transport: channel closed")
 
-// OutputChannel is the producer side of a channel.
+// OutputChannel is the producer side of a channel. One goroutine sends on it.
 type OutputChannel interface {
-	// Send enqueues m, blocking while the channel is full (backpressure)
-	// until there is room or ctx is done.
-	Send(ctx context.Context, m Message) error
-	// SendOr is Send that gives up with ErrInterrupted when intr receives
-	// while it waits for room (m is then not enqueued): a subtask blocked
-	// by backpressure still takes unaligned checkpoints.
-	SendOr(ctx context.Context, m Message, intr <-chan struct{}) error
+	// TrySend enqueues m if the channel has room, without blocking. It
+	// returns false when the channel is full (backpressure): the caller
+	// waits on Room and tries again. An error (closed, broken, a failed
+	// publish) means the channel takes nothing more.
+	TrySend(m Message) (bool, error)
+	// Room receives when room may have appeared since a TrySend returned
+	// false. It is a hint: a wake-up may be spurious, so the caller tries
+	// TrySend again. It also receives when the channel closes or breaks,
+	// so that a waiter learns it from TrySend instead of sleeping forever.
+	Room() <-chan struct{}
+	// WaitStored returns once every message sent so far is kept where the
+	// consumer reads it (at once for an in-memory channel; a JetStream
+	// channel waits for the stream's acknowledgements). A producer calls it
+	// after sending KindEnd: its output is then complete.
+	WaitStored(ctx context.Context) error
 	// Overtake puts m at the head of the queue, ahead of every message
 	// already queued, without blocking (an unaligned checkpoint's barrier
 	// overtakes in-flight data). It returns the data batches it overtook,
 	// in queue order: they are still delivered, after m, and the caller
 	// persists them as the channel's state.
 	Overtake(m Message) ([][]byte, error)
+}
+
+// Send enqueues m on c, waiting while c is full until there is room or ctx
+// is done; after KindEnd it waits until c has stored everything (WaitStored).
+// It is for producers with nothing else to do while they wait: a subtask
+// that takes checkpoints while blocked waits on Room itself.
+func Send(ctx context.Context, c OutputChannel, m Message) error {
+	for {
+		ok, err := c.TrySend(m)
+		if err != nil {
+			return err
+		}
+		if ok {
+			if m.Kind == KindEnd {
+				return c.WaitStored(ctx)
+			}
+			return nil
+		}
+		select {
+		case <-c.Room():
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 }
 
 // InputChannel is the consumer side of a channel, read through an InputGate.
@@ -106,7 +139,8 @@ type LocalChannel struct {
 	head     int
 	n        int
 	capacity int
-	// space receives a value when a message leaves a full queue.
+	// space receives a value when a message leaves the queue or the
+	// channel closes (Room).
 	space  chan struct{}
 	wake   chan<- struct{}
 	prio   chan<- struct{}
@@ -128,31 +162,34 @@ func NewLocalChannel(capacity int) *LocalChannel {
 	}
 }
 
-// Send implements OutputChannel.
-func (c *LocalChannel) Send(ctx context.Context, m Message) error { return c.SendOr(ctx, m, nil) }
+// Send is Send on c.
+func (c *LocalChannel) Send(ctx context.Context, m Message) error { return Send(ctx, c, m) }
 
-// SendOr implements OutputChannel.
-func (c *LocalChannel) SendOr(ctx context.Context, m Message, intr <-chan struct{}) error {
-	for {
-		c.mu.Lock()
-		if c.n < c.capacity {
-			c.push(m)
-			c.mu.Unlock()
-			c.notify()
-			return nil
-		}
+// TrySend implements OutputChannel. A channel with room takes m even after
+// its consumer closed it: only a producer that would wait learns of it.
+func (c *LocalChannel) TrySend(m Message) (bool, error) {
+	c.mu.Lock()
+	if c.n < c.capacity {
+		c.push(m)
 		c.mu.Unlock()
-		select {
-		case <-c.space:
-		case <-intr:
-			return ErrInterrupted
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-c.closed:
-			return ErrClosed
-		}
+		c.notify()
+		return true, nil
+	}
+	c.mu.Unlock()
+	select {
+	case <-c.closed:
+		return false, ErrClosed
+	default:
+		return false, nil
 	}
 }
+
+// Room implements OutputChannel.
+func (c *LocalChannel) Room() <-chan struct{} { return c.space }
+
+// WaitStored implements OutputChannel: what a LocalChannel holds is where
+// its consumer reads it.
+func (c *LocalChannel) WaitStored(context.Context) error { return nil }
 
 // Overtake implements OutputChannel. A priority message may exceed the
 // capacity: it must never wait behind the data it overtakes.
@@ -225,10 +262,7 @@ func (c *LocalChannel) TryRecv() (Message, bool) {
 	c.head = (c.head + 1) % len(c.q)
 	c.n--
 	c.mu.Unlock()
-	select {
-	case c.space <- struct{}{}:
-	default:
-	}
+	c.wakeRoom()
 	return m, true
 }
 
@@ -254,19 +288,25 @@ func (c *LocalChannel) TryRecvPriority(take func(Message) bool) (Message, bool) 
 	c.head = (c.head + 1) % len(c.q)
 	c.n--
 	c.mu.Unlock()
-	select {
-	case c.space <- struct{}{}:
-	default:
-	}
+	c.wakeRoom()
 	return m, true
 }
 
-// Close implements InputChannel.
+// Close implements InputChannel. It wakes a producer waiting on Room.
 func (c *LocalChannel) Close() {
 	select {
 	case <-c.closed:
 	default:
 		close(c.closed)
+	}
+	c.wakeRoom()
+}
+
+// wakeRoom tells a producer waiting on Room to try again.
+func (c *LocalChannel) wakeRoom() {
+	select {
+	case c.space <- struct{}{}:
+	default:
 	}
 }
 

@@ -107,21 +107,19 @@ func TestOvertakeJumpsTheQueueAndReportsOvertakenData(t *testing.T) {
 	}
 }
 
-func TestSendOrInterruptAndPriority(t *testing.T) {
+func TestTrySendFullAndPriority(t *testing.T) {
 	c := NewLocalChannel(1)
 	g := NewInputGate([]InputChannel{c})
 	prio := make(chan struct{}, 1)
 	g.NotifyPriority(prio)
 	ctx := context.Background()
 	_ = c.Send(ctx, data("a"))
-	intr := make(chan struct{}, 1)
-	intr <- struct{}{}
-	// Full channel: SendOr gives up on the interrupt and enqueues nothing.
-	if err := c.SendOr(ctx, data("b"), intr); !errors.Is(err, ErrInterrupted) {
-		t.Fatalf("SendOr = %v, want ErrInterrupted", err)
+	// Full channel: TrySend enqueues nothing.
+	if ok, err := c.TrySend(data("b")); ok || err != nil {
+		t.Fatalf("TrySend on a full channel = %t, %v", ok, err)
 	}
 	if c.Len() != 1 {
-		t.Fatalf("Len = %d after an interrupted send", c.Len())
+		t.Fatalf("Len = %d after a TrySend on a full channel", c.Len())
 	}
 	isBarrier := func(m Message) bool { return m.Kind == KindBarrier }
 	if _, _, ok := g.TakePriority(isBarrier); ok {
@@ -142,5 +140,77 @@ func TestSendOrInterruptAndPriority(t *testing.T) {
 	// The data behind it is still there.
 	if _, m, _ := g.nextMessage(ctx); string(m.Data) != "a" {
 		t.Fatalf("after the barrier: %q", m.Data)
+	}
+}
+
+// TrySend takes a message once the consumer made room, and Room wakes the
+// producer that waits for it.
+func TestTrySendAndRoom(t *testing.T) {
+	c := NewLocalChannel(2)
+	for _, s := range []string{"a", "b"} {
+		if ok, err := c.TrySend(data(s)); !ok || err != nil {
+			t.Fatalf("TrySend(%s) = %t, %v", s, ok, err)
+		}
+	}
+	if ok, err := c.TrySend(data("c")); ok || err != nil {
+		t.Fatalf("TrySend on a full channel = %t, %v", ok, err)
+	}
+	// Drain wake-ups left by nothing in particular: Room is a hint.
+	select {
+	case <-c.Room():
+	default:
+	}
+	woke := make(chan struct{})
+	go func() {
+		<-c.Room()
+		close(woke)
+	}()
+	if m, ok := c.TryRecv(); !ok || string(m.Data) != "a" {
+		t.Fatalf("TryRecv = %q %t", m.Data, ok)
+	}
+	select {
+	case <-woke:
+	case <-time.After(time.Minute):
+		t.Fatal("Room did not wake after the consumer took a message")
+	}
+	if ok, err := c.TrySend(data("c")); !ok || err != nil {
+		t.Fatalf("TrySend after room appeared = %t, %v", ok, err)
+	}
+	if c.Len() != 2 {
+		t.Fatalf("Len = %d, want 2", c.Len())
+	}
+}
+
+// Closing a full channel wakes a producer waiting on Room, and its next
+// TrySend fails: a waiter never sleeps forever.
+func TestRoomWakesOnClose(t *testing.T) {
+	c := NewLocalChannel(1)
+	if ok, err := c.TrySend(data("a")); !ok || err != nil {
+		t.Fatalf("TrySend = %t, %v", ok, err)
+	}
+	if ok, err := c.TrySend(data("b")); ok || err != nil {
+		t.Fatalf("TrySend on a full channel = %t, %v", ok, err)
+	}
+	res := make(chan error, 1)
+	go func() {
+		<-c.Room()
+		_, err := c.TrySend(data("b"))
+		res <- err
+	}()
+	c.Close()
+	select {
+	case err := <-res:
+		if !errors.Is(err, ErrClosed) {
+			t.Fatalf("TrySend after Close = %v, want ErrClosed", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("Room did not wake when the channel closed")
+	}
+	// Send, built on TrySend and Room, fails too.
+	if err := c.Send(context.Background(), data("b")); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Send after Close = %v, want ErrClosed", err)
+	}
+	if err := c.WaitStored(context.Background()); err != nil {
+		t.Fatalf("WaitStored = %v", err)
 	}
 }

@@ -44,8 +44,16 @@ type JetStreamOutput struct {
 	// whose stream sequences it needs.
 	pinned int
 	// failed is a publish error found on an entry pruned from the window:
-	// Send returns it rather than forget the message.
+	// TrySend returns it rather than forget the message.
 	failed error
+	// probe asks the consumer for its position while a send waits for
+	// room (probing), in case credits were lost; probeGen tells a stopped
+	// probe's late timer from the running one's.
+	probe    *time.Timer
+	probing  bool
+	probeGen uint64
+	// stopWake ends the wake-up of Room when the exchange closes.
+	stopWake func() bool
 }
 
 // NewOutput returns the producer side of channel (edge, up, down).
@@ -63,6 +71,7 @@ func (x *Exchange) NewOutput(edge, up, down int) (*JetStreamOutput, error) {
 		return nil, fmt.Errorf("subscribing to %s: %w", o.flow, err)
 	}
 	o.sub = sub
+	o.stopWake = context.AfterFunc(x.ctx, o.wakeRoom)
 	return o, nil
 }
 
@@ -107,7 +116,7 @@ func (o *JetStreamOutput) pruneLocked() {
 		e := &o.win[k]
 		if !o.stored(e) && e.fut != nil && o.failed == nil {
 			// A credit can pass a message whose publish failed (a
-			// consumer that skipped it): keep the error for Send.
+			// consumer that skipped it): keep the error for TrySend.
 			select {
 			case err := <-e.fut.Err():
 				o.failed = fmt.Errorf("publishing on %s (message %d): %w", o.subject, e.seq, err)
@@ -120,83 +129,120 @@ func (o *JetStreamOutput) pruneLocked() {
 	o.win = o.win[k:]
 }
 
-// Send implements OutputChannel.
-func (o *JetStreamOutput) Send(ctx context.Context, m Message) error { return o.SendOr(ctx, m, nil) }
+// Send is Send on o.
+func (o *JetStreamOutput) Send(ctx context.Context, m Message) error { return Send(ctx, o, m) }
 
-// SendOr implements OutputChannel. It returns once the stream has the
-// message in flight; KindEnd also waits until the stream has stored every
-// message of the channel.
-func (o *JetStreamOutput) SendOr(ctx context.Context, m Message, intr <-chan struct{}) error {
-	var probe *time.Timer
-	defer func() {
-		if probe != nil {
-			probe.Stop()
-		}
-	}()
-	for {
-		o.mu.Lock()
-		if o.closed {
-			o.mu.Unlock()
-			return ErrClosed
-		}
-		if err := o.checkStoredLocked(); err != nil {
-			o.mu.Unlock()
-			return err
-		}
-		if err := o.x.connected(); err != nil {
-			o.mu.Unlock()
-			return err
-		}
-		if o.seq-o.taken < uint64(o.x.cfg.Window) {
-			o.seq++
-			seq := o.seq
-			e := outEntry{seq: seq}
-			if m.Kind == KindData {
-				e.data = m.Data
-			}
-			o.win = append(o.win, e)
-			o.mu.Unlock()
-			frame := encodeFrame(m, seq)
-			fut, err := o.x.js.PublishAsync(o.subject, frame)
-			if err != nil {
-				return fmt.Errorf("publishing on %s: %w", o.subject, err)
-			}
-			o.mu.Lock()
-			for k := len(o.win) - 1; k >= 0 && o.win[k].seq >= seq; k-- {
-				if o.win[k].seq == seq {
-					o.win[k].fut = fut
-					if m.Kind == KindData {
-						o.win[k].frame = frame
-					}
-				}
-			}
-			o.published++
-			o.publishedSize += int64(len(frame))
-			o.mu.Unlock()
-			if m.Kind == KindEnd {
-				return o.waitStored(ctx)
-			}
-			return nil
-		}
+// TrySend implements OutputChannel. It returns once the stream has the
+// message in flight (WaitStored waits for it to be stored). A full window
+// arms the probe for lost credits.
+func (o *JetStreamOutput) TrySend(m Message) (bool, error) {
+	o.mu.Lock()
+	if o.closed {
 		o.mu.Unlock()
-		if probe == nil {
-			probe = time.NewTimer(o.x.cfg.Probe)
+		return false, ErrClosed
+	}
+	if err := o.checkStoredLocked(); err != nil {
+		o.mu.Unlock()
+		return false, err
+	}
+	if err := o.x.connected(); err != nil {
+		o.mu.Unlock()
+		return false, err
+	}
+	if o.seq-o.taken >= uint64(o.x.cfg.Window) {
+		if err := o.x.ctx.Err(); err != nil {
+			o.mu.Unlock()
+			return false, err
 		}
-		select {
-		case <-o.space:
-		case <-intr:
-			return ErrInterrupted
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-o.x.ctx.Done():
-			return o.x.ctx.Err()
-		case <-probe.C:
-			// The credits may have been lost: ask for the position; the
-			// answer comes on the flow subject.
-			_ = o.x.cfg.NATS.PublishRequest(o.priority, o.flow, encodeFrame(Message{Kind: kindProbe}, 0))
-			probe.Reset(o.x.cfg.Probe)
+		o.armProbeLocked()
+		o.mu.Unlock()
+		return false, nil
+	}
+	o.stopProbeLocked()
+	o.seq++
+	seq := o.seq
+	e := outEntry{seq: seq}
+	if m.Kind == KindData {
+		e.data = m.Data
+	}
+	o.win = append(o.win, e)
+	o.mu.Unlock()
+	frame := encodeFrame(m, seq)
+	fut, err := o.x.js.PublishAsync(o.subject, frame)
+	if err != nil {
+		return false, fmt.Errorf("publishing on %s: %w", o.subject, err)
+	}
+	o.mu.Lock()
+	for k := len(o.win) - 1; k >= 0 && o.win[k].seq >= seq; k-- {
+		if o.win[k].seq == seq {
+			o.win[k].fut = fut
+			if m.Kind == KindData {
+				o.win[k].frame = frame
+			}
 		}
 	}
+	o.published++
+	o.publishedSize += int64(len(frame))
+	o.mu.Unlock()
+	return true, nil
+}
+
+// Room implements OutputChannel. It receives on a credit, on every probe
+// while the window is full (the producer then sees a failed publish or a
+// lost connection), on Close and when the exchange closes.
+func (o *JetStreamOutput) Room() <-chan struct{} { return o.space }
+
+// wakeRoom tells a producer waiting on Room to try again.
+func (o *JetStreamOutput) wakeRoom() {
+	select {
+	case o.space <- struct{}{}:
+	default:
+	}
+}
+
+// armProbeLocked starts the probe for lost credits unless it runs; o.mu is
+// held. Credits travel on plain NATS and can be lost: a producer whose
+// send has waited Probe for room asks the consumer for its position, and
+// again every Probe while the window stays full.
+func (o *JetStreamOutput) armProbeLocked() {
+	if o.probing {
+		return
+	}
+	o.probing = true
+	o.probeGen++
+	gen := o.probeGen
+	o.probe = time.AfterFunc(o.x.cfg.Probe, func() { o.onProbe(gen) })
+}
+
+// stopProbeLocked ends the probe once a send found room: the next wait
+// starts its own; o.mu is held.
+func (o *JetStreamOutput) stopProbeLocked() {
+	if o.probing {
+		o.probe.Stop()
+		o.probing = false
+	}
+}
+
+// onProbe runs on the timer of probe gen: while the window is still full it
+// asks for the consumer's position, whose answer comes on the flow subject,
+// and wakes the producer to look at the channel again (a failed publish, a
+// lost connection).
+func (o *JetStreamOutput) onProbe(gen uint64) {
+	o.mu.Lock()
+	if !o.probing || gen != o.probeGen {
+		o.mu.Unlock()
+		return // stopped after the timer fired
+	}
+	if o.closed || o.x.ctx.Err() != nil || o.seq-o.taken < uint64(o.x.cfg.Window) {
+		o.probing = false
+		o.mu.Unlock()
+		o.wakeRoom()
+		return
+	}
+	o.probe.Reset(o.x.cfg.Probe)
+	o.mu.Unlock()
+	_ = o.x.cfg.NATS.PublishRequest(o.priority, o.flow, encodeFrame(Message{Kind: kindProbe}, 0))
+	o.wakeRoom()
 }
 
 // stored reports whether the stream has acknowledged e, and recycles its
@@ -243,9 +289,9 @@ func (o *JetStreamOutput) checkStoredLocked() error {
 	return nil
 }
 
-// waitStored waits until the stream acknowledged every message of the
-// window that the consumer has not taken.
-func (o *JetStreamOutput) waitStored(ctx context.Context) error {
+// WaitStored implements OutputChannel: it waits until the stream
+// acknowledged every message of the window that the consumer has not taken.
+func (o *JetStreamOutput) WaitStored(ctx context.Context) error {
 	for {
 		o.mu.Lock()
 		var fut jetstream.PubAckFuture
@@ -465,7 +511,7 @@ func (o *JetStreamOutput) OvertakeRange(m Message) (*checkpoint.ChannelRange, er
 	}
 }
 
-// Close releases the channel; a Send after it returns ErrClosed.
+// Close releases the channel; a TrySend after it returns ErrClosed.
 func (o *JetStreamOutput) Close() error {
 	o.mu.Lock()
 	if o.closed {
@@ -474,7 +520,10 @@ func (o *JetStreamOutput) Close() error {
 	}
 	o.closed = true
 	o.win = nil
+	o.stopProbeLocked()
 	o.mu.Unlock()
+	o.stopWake()
+	o.wakeRoom()
 	return o.sub.Unsubscribe()
 }
 

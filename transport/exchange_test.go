@@ -151,12 +151,9 @@ func TestExchangeBackpressure(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// The window is full: a send waits, and an interrupt ends the wait
-	// without enqueuing the message.
-	intr := make(chan struct{})
-	close(intr)
-	if err := out.SendOr(ctx, Message{Kind: KindData, Data: batch(99)}, intr); !errors.Is(err, ErrInterrupted) {
-		t.Fatalf("SendOr on a full window: %v, want ErrInterrupted", err)
+	// The window is full: TrySend enqueues nothing.
+	if ok, err := out.TrySend(Message{Kind: KindData, Data: batch(99)}); ok || err != nil {
+		t.Fatalf("TrySend on a full window = %t, %v", ok, err)
 	}
 	waitLen(t, in, window)
 	// A blocked Send resumes when the consumer reads.
@@ -188,7 +185,7 @@ func TestExchangeBackpressure(t *testing.T) {
 	if m, _ := in.TryRecv(); !bytes.Equal(m.Data, batch(window)) {
 		t.Fatalf("after the wait: %q", m.Data)
 	}
-	// The interrupted message was never sent.
+	// The message TrySend refused was never sent.
 	if in.Len() != 0 {
 		t.Fatalf("%d unexpected messages", in.Len())
 	}
@@ -288,8 +285,8 @@ func TestExchangeOvertake(t *testing.T) {
 	}
 }
 
-// A blocked producer interrupted for an unaligned checkpoint overtakes its
-// full window: the barrier reaches the consumer at once.
+// A producer blocked by a full window overtakes it for an unaligned
+// checkpoint: the barrier reaches the consumer at once.
 func TestExchangeOvertakeFullWindow(t *testing.T) {
 	const window = 4
 	prod, cons, _ := exchangePair(t, "overtakefull", window)
@@ -301,12 +298,8 @@ func TestExchangeOvertakeFullWindow(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	intr := make(chan struct{}, 1)
-	res := make(chan error, 1)
-	go func() { res <- out.SendOr(ctx, Message{Kind: KindData, Data: batch(window)}, intr) }()
-	intr <- struct{}{}
-	if err := <-res; !errors.Is(err, ErrInterrupted) {
-		t.Fatalf("SendOr: %v", err)
+	if ok, err := out.TrySend(Message{Kind: KindData, Data: batch(window)}); ok || err != nil {
+		t.Fatalf("TrySend on a full window = %t, %v", ok, err)
 	}
 	over, err := out.Overtake(Message{Kind: KindBarrier, Checkpoint: 1})
 	if err != nil {

@@ -2,7 +2,6 @@ package transport
 
 import (
 	"context"
-	"errors"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -58,10 +57,6 @@ func (g *InputGate) Unblock(i int) {
 	default:
 	}
 }
-
-// ErrInterrupted is returned by SendOr when its interrupt channel receives
-// before the message is enqueued.
-var ErrInterrupted = errors.New("transport: send interrupted")
 
 // GateEventKind says what ended a wait of Next.
 type GateEventKind uint8

@@ -60,7 +60,9 @@
 // A source subtask has no gate: it feeds Control (triggers) and, when its
 // source ends, EndOfInput. While a send waits for room in a full channel,
 // an unaligned subtask still feeds the machine its control messages and
-// the barriers that overtook its input (handleBlocked).
+// the barriers that overtook its input (handleBlocked). A subtask waits for
+// room in one place (sendMsg): TrySend, and while the channel is full one
+// wait on its Room, the priority wake-up (t.prio) or cancellation.
 //
 // With the plan's onGuestError in dead-letter mode, a guest failure in a
 // batch or timer call is undone and the failing records are found and sent

@@ -318,7 +318,7 @@ func (t *task) forwardBarrier(ctx context.Context, a subtask.ForwardBarrier) err
 		for i, ch := range o.chans {
 			if !a.Unaligned {
 				t.turn.yield()
-				if err := ch.Send(ctx, barrier); err != nil && !errors.Is(err, transport.ErrClosed) {
+				if err := transport.Send(ctx, ch, barrier); err != nil && !errors.Is(err, transport.ErrClosed) {
 					return err
 				}
 				continue

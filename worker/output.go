@@ -2,7 +2,6 @@ package worker
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -143,25 +142,44 @@ func (t *task) send(ctx context.Context, o *outEdge, i int) error {
 	return t.sendMsg(ctx, o, i, transport.Message{Kind: transport.KindData, Data: data})
 }
 
-// sendMsg sends m on channel i of o. While the channel is full, a subtask
-// that takes unaligned checkpoints still handles checkpoint triggers and
-// barriers that overtook its input (handleBlocked), as Flink's mailbox does.
+// sendMsg sends m on channel i of o; after KindEnd it waits until the
+// channel has stored everything. While the channel is full, a subtask that
+// takes unaligned checkpoints still handles checkpoint triggers and barriers
+// that overtook its input (handleBlocked), as Flink's mailbox does: this is
+// the one place where a subtask waits for room.
 func (t *task) sendMsg(ctx context.Context, o *outEdge, i int, m transport.Message) error {
+	ch := o.chans[i]
+	t.split.to(timeBackpressured)
+	defer t.split.to(timeBusy)
+	// A full channel waits for its consumer, which may need the slot.
+	t.turn.yield()
 	for {
-		t.split.to(timeBackpressured)
-		// A full channel waits for its consumer, which may need the slot.
-		t.turn.yield()
-		err := o.chans[i].SendOr(ctx, m, t.prio)
-		t.split.to(timeBusy)
-		if !errors.Is(err, transport.ErrInterrupted) {
+		ok, err := ch.TrySend(m)
+		if err != nil {
 			return err
 		}
+		if ok {
+			if m.Kind == transport.KindEnd {
+				return ch.WaitStored(ctx)
+			}
+			return nil
+		}
+		select {
+		case <-ch.Room():
+			continue
+		case <-t.prio:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		t.split.to(timeBusy)
 		t.pending = &pendingSend{out: o, ch: i, msg: m}
 		err = t.handleBlocked(ctx)
 		t.pending = nil
 		if err != nil {
 			return err
 		}
+		t.split.to(timeBackpressured)
+		t.turn.yield()
 	}
 }
 
