@@ -217,14 +217,7 @@ func (c *countingGets) Get(ctx context.Context, name string, opts ...jetstream.G
 func TestFetchModuleIncomplete(t *testing.T) {
 	obs, js := moduleStore(t)
 	ctx := testCtx(t)
-	wasm := bytes.Repeat([]byte("\x00asm\x01\x00\x00\x00 module "), 40000) // several chunks
-	digest := transport.ModuleDigest(wasm)
-	refusing := objfault.NewFlaky(obs)
-	refusing.JS = js
-	refusing.Fail(objfault.OpPutAfterInfo, 1)
-	if _, err := refusing.PutBytes(ctx, digest, wasm); !errors.Is(err, objfault.TooManyRequests) {
-		t.Fatalf("the put refused after its record = %v", err)
-	}
+	wasm, digest := putIncompleteModule(t, ctx, obs, js)
 	if info, err := obs.GetInfo(ctx, digest); err != nil || info.Size != uint64(len(wasm)) || info.Chunks < 2 {
 		t.Fatalf("the record left by the refused put: %+v, %v; want its size and chunks", info, err)
 	}
@@ -260,6 +253,16 @@ func TestFetchModuleIncomplete(t *testing.T) {
 	}
 }
 
+// putIncompleteModule puts a module of several chunks into obs as a put
+// refused after its record was stored leaves it.
+func putIncompleteModule(t *testing.T, ctx context.Context, obs jetstream.ObjectStore, js jetstream.JetStream) ([]byte, string) {
+	t.Helper()
+	wasm := bytes.Repeat([]byte("\x00asm\x01\x00\x00\x00 module "), 40000) // several chunks
+	digest := transport.ModuleDigest(wasm)
+	objfault.PutIncomplete(t, ctx, obs, js, digest, wasm)
+	return wasm, digest
+}
+
 // stallingJS answers its first faults stream lookups with a 429, as a
 // busy server does.
 type stallingJS struct {
@@ -284,14 +287,7 @@ func (s *stallingJS) Stream(ctx context.Context, name string) (jetstream.Stream,
 func TestReadModuleIncomplete(t *testing.T) {
 	obs, js := moduleStore(t)
 	ctx := testCtx(t)
-	wasm := bytes.Repeat([]byte("\x00asm\x01\x00\x00\x00 module "), 40000) // several chunks
-	digest := transport.ModuleDigest(wasm)
-	refusing := objfault.NewFlaky(obs)
-	refusing.JS = js
-	refusing.Fail(objfault.OpPutAfterInfo, 1)
-	if _, err := refusing.PutBytes(ctx, digest, wasm); !errors.Is(err, objfault.TooManyRequests) {
-		t.Fatalf("the put refused after its record = %v", err)
-	}
+	wasm, digest := putIncompleteModule(t, ctx, obs, js)
 	// Reading waits for the chunks until the deadline: well under the
 	// test's, so that a check that reads fails the test, not times it out.
 	rctx, cancel := context.WithTimeout(ctx, 20*time.Second)

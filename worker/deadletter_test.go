@@ -51,19 +51,7 @@ type poisonRig struct {
 func newPoisonRig(t *testing.T, config string, max int64) *poisonRig {
 	t.Helper()
 	bg := context.Background()
-	rt, err := host.NewRuntime(bg, host.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = rt.Close(bg) })
-	b, err := os.ReadFile(testmod.GoModule(t, "examples/wasm/go/testops"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := rt.Compile(bg, "testops.wasm", b)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := compileTestops(t)
 	g := &poisonRig{in: transport.NewLocalChannel(1 << 10), out: transport.NewLocalChannel(1 << 20), dir: filepath.Join(t.TempDir(), "dead")}
 	g.ctx, g.stop = context.WithCancel(bg)
 	t.Cleanup(g.stop)
@@ -664,4 +652,31 @@ func TestCommitPointsKeepWork(t *testing.T) {
 			}
 		})
 	}
+}
+
+// compileTestops compiles examples/wasm/go/testops (compileModule).
+func compileTestops(t *testing.T) *host.Module {
+	t.Helper()
+	b, err := os.ReadFile(testmod.GoModule(t, "examples/wasm/go/testops"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return compileModule(t, "testops.wasm", b)
+}
+
+// compileModule compiles wasm in a runtime of its own, closed when the
+// test ends.
+func compileModule(t *testing.T, name string, wasm []byte) *host.Module {
+	t.Helper()
+	bg := context.Background()
+	rt, err := host.NewRuntime(bg, host.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rt.Close(bg) })
+	m, err := rt.Compile(bg, name, wasm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
 }

@@ -94,15 +94,7 @@ const hostileCacheEntries = 64
 func newHostileRig(t *testing.T, wat string, lim host.Limits) *hostileRig {
 	t.Helper()
 	bg := context.Background()
-	rt, err := host.NewRuntime(bg, host.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = rt.Close(bg) })
-	m, err := rt.Compile(bg, "hostile.wasm", testmod.WAT(t, wat))
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := compileModule(t, "hostile.wasm", testmod.WAT(t, wat))
 	g := &hostileRig{in: transport.NewLocalChannel(16), out: transport.NewLocalChannel(1 << 16), outWake: make(chan struct{}, 1)}
 	g.out.Notify(g.outWake)
 	g.ctx, g.cancel = context.WithCancel(bg)

@@ -138,12 +138,7 @@ func TestModuleIncompleteRefused(t *testing.T) {
 	js, obs := moduleBucket(t)
 	wasm := testmod.WAT(t, hostileEventWAT)
 	digest := transport.ModuleDigest(wasm)
-	refusing := objfault.NewFlaky(obs)
-	refusing.JS = js
-	refusing.Fail(objfault.OpPutAfterInfo, 1)
-	if _, err := refusing.PutBytes(ctx, digest, wasm); !errors.Is(err, objfault.TooManyRequests) {
-		t.Fatalf("the put refused after its record = %v", err)
-	}
+	objfault.PutIncomplete(t, ctx, obs, js, digest, wasm)
 	// Reading the object would wait for its chunks until this deadline.
 	fctx, fcancel := context.WithTimeout(ctx, 20*time.Second)
 	defer fcancel()

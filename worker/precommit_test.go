@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -18,9 +17,7 @@ import (
 	"github.com/wstream/wstream/abi"
 	"github.com/wstream/wstream/checkpoint"
 	"github.com/wstream/wstream/connector"
-	"github.com/wstream/wstream/host"
 	"github.com/wstream/wstream/internal/testkit/natstest"
-	"github.com/wstream/wstream/internal/testkit/testmod"
 	"github.com/wstream/wstream/job"
 	"github.com/wstream/wstream/operator"
 	"github.com/wstream/wstream/transport"
@@ -76,19 +73,7 @@ func TestSinkPreCommitFailureDeclines(t *testing.T) {
 	}
 
 	// The subtask: the module's identity operator feeding the sink.
-	rt, err := host.NewRuntime(bg, host.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = rt.Close(bg) })
-	b, err := os.ReadFile(testmod.GoModule(t, "examples/wasm/go/testops"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	mod, err := rt.Compile(bg, "testops.wasm", b)
-	if err != nil {
-		t.Fatal(err)
-	}
+	mod := compileTestops(t)
 	inst, err := mod.NewInstance(ctx, "v/0")
 	if err != nil {
 		t.Fatal(err)

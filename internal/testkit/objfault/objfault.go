@@ -7,8 +7,10 @@ package objfault
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"sync"
+	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -208,4 +210,17 @@ func (f *Flaky) Delete(ctx context.Context, name string) error {
 		return nats.ErrNoResponders
 	}
 	return f.ObjectStore.Delete(ctx, name)
+}
+
+// PutIncomplete stores data as name in obs the way a put refused after its
+// info was stored leaves it: the info stays, its chunks are purged. It
+// fails the test unless the put was refused so.
+func PutIncomplete(t testing.TB, ctx context.Context, obs jetstream.ObjectStore, js jetstream.JetStream, name string, data []byte) {
+	t.Helper()
+	f := NewFlaky(obs)
+	f.JS = js
+	f.Fail(OpPutAfterInfo, 1)
+	if _, err := f.PutBytes(ctx, name, data); !errors.Is(err, TooManyRequests) {
+		t.Fatalf("the put refused after its record = %v", err)
+	}
 }
