@@ -120,12 +120,13 @@ type contextBackend interface {
 	withContext(ctx context.Context) Backend
 }
 
-// WithContext returns a view of s whose writes and reads give up once ctx
-// is done, with an error wrapping ctx's, instead of waiting out their
-// tries: a subtask's uploads when its attempt is cancelled, which must not
-// hold the attempt's end (and the next attempt) while the store cannot be
-// reached. A write cut short stores nothing under its name. The view
-// shares s's settings and caches.
+// WithContext returns a view of s that gives up once ctx is done, with an
+// error wrapping ctx's: an object store's requests (writes, reads, lists)
+// end instead of waiting out their tries, and a directory's view refuses
+// further writes (its local I/O is not retried). A subtask's uploads use
+// one bound to their attempt, whose end (and the next attempt) must not
+// wait while the store cannot be reached. A write cut short stores nothing
+// under its name. The view shares s's settings and caches.
 func (s *Storage) WithContext(ctx context.Context) *Storage {
 	v := &Storage{root: s.root, b: s.b, ctx: ctx, storageShared: s.storageShared}
 	if cb, ok := s.b.(contextBackend); ok {
